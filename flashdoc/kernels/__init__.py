@@ -1,0 +1,14 @@
+"""The Triton kernels behind flashdoc.
+
+``forward.py`` holds the fused forward kernel, ``backward.py`` the three backward kernels. Each file reads in
+the same order: tuning constants, kernels, launch functions. The torch.library ops and the autograd wiring live
+in ``flashdoc/interface.py``.
+
+Importing ``flashdoc`` decides, once, whether these kernels are compiled for the GPU or run by Triton's
+interpreter on the CPU (see ``flashdoc/__init__.py``): Triton makes that choice when ``@triton.jit`` runs.
+"""
+
+from triton import knobs
+
+# True when the kernels were decorated under TRITON_INTERPRET=1: they then run on CPU tensors, in numpy.
+INTERPRET: bool = bool(knobs.runtime.interpret)

@@ -1,0 +1,90 @@
+"""Teaching implementations of attention in plain PyTorch.
+
+These are the versions the site walks through, from the definition to the tiled algorithm that the Triton
+kernel implements. They favour clarity over speed and are tested against each other and against the kernel.
+
+All functions take tensors whose last two dimensions are (sequence, feature); any leading dimensions (batch,
+heads) are carried along. ``causal=True`` masks key ``j`` for query ``i`` when ``j > i`` (top-left aligned, as
+``torch.nn.functional.scaled_dot_product_attention``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["naive_attention", "online_softmax", "tiled_attention"]
+
+
+# --8<-- [start:naive]
+def naive_attention(q, k, v, causal=False, scale=None):
+    """softmax(q k^T * scale) v, materialising the full (n_q, n_k) score matrix.
+
+    q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> (..., n_q, d_v)
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., n_q, n_k): the O(N^2) tensor
+    if causal:
+        n_q, n_k = scores.shape[-2:]
+        future = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v
+# --8<-- [end:naive]
+
+
+# --8<-- [start:online_softmax]
+def online_softmax(x, block_size=2):
+    """Softmax over the last dimension, reading ``x`` one block of columns at a time.
+
+    Keeps one running maximum ``m`` and one running denominator ``l`` per row. When a block raises the
+    maximum, everything accumulated so far is rescaled by exp(m_old - m_new), so the result is exact.
+    """
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype, device=x.device)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)
+        m = m_new
+    # A second, cheap pass turns the statistics into probabilities. FlashAttention avoids even this pass by
+    # folding it into the output accumulator, see tiled_attention below.
+    return torch.exp(x - m[..., None]) / l[..., None]
+# --8<-- [end:online_softmax]
+
+
+# --8<-- [start:tiled]
+def tiled_attention(q, k, v, block_q=64, block_k=64, causal=False, scale=None):
+    """FlashAttention's forward pass, tile by tile, in plain PyTorch.
+
+    Each block of queries keeps a running max ``m``, denominator ``l`` and unnormalised output ``acc``
+    while blocks of keys and values stream past; no (n_q, n_k) tensor is ever allocated.
+    q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> (..., n_q, d_v)
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    for i in range(0, n_q, block_q):
+        q_blk = q[..., i : i + block_q, :]  # the last block may be shorter than block_q
+        rows = q_blk.shape[-2]
+        m = torch.full((*q.shape[:-2], rows), float("-inf"), dtype=q.dtype, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(*q.shape[:-2], rows, v.shape[-1], dtype=q.dtype, device=q.device)
+        for j in range(0, n_k, block_k):
+            if causal and j > i + rows - 1:
+                break  # every key in this block is in the future of every query in the block
+            s = (q_blk @ k[..., j : j + block_k, :].transpose(-2, -1)) * scale
+            if causal:
+                q_idx = torch.arange(i, i + rows, device=q.device)[:, None]
+                k_idx = torch.arange(j, j + s.shape[-1], device=q.device)[None, :]
+                s = s.masked_fill(k_idx > q_idx, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            alpha = torch.exp(m - m_new)  # rescales what was accumulated under the old max
+            p = torch.exp(s - m_new[..., None])
+            l = alpha * l + p.sum(dim=-1)
+            acc = alpha[..., None] * acc + p @ v[..., j : j + block_k, :]
+            m = m_new
+        out[..., i : i + rows, :] = acc / l[..., None]
+    return out
+# --8<-- [end:tiled]

@@ -1,0 +1,86 @@
+"""Sessions for flashdoc: tests, snippets, docs, publish, bench.
+
+    nox -s tests              the whole test suite (Triton interpreter on CPU; GPU tests run when a GPU is there)
+    nox -s snippets           run every snippet and record its outputs into docs/generated/
+    nox -s docs               build the site into site/ (strict); `nox -s docs -- serve` serves it with live reload
+    nox -s publish            on a CUDA GPU: record every snippet there, then build the site
+    nox -s bench              the kernel benchmark (GPU), results into bench-results/
+
+On a machine whose Python environment is already prepared (the H200 box has torch and Triton but no package
+registry), run a session in place with `nox --no-venv -s <session>`: installs are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.default_venv_backend = "venv"
+
+# Without a CUDA GPU, take PyTorch's CPU build (a few hundred MB) rather than a multi-GB CUDA build.
+# Override with FLASHDOC_TORCH, e.g. FLASHDOC_TORCH="torch==2.11.0".
+CPU_TORCH = os.environ.get("FLASHDOC_TORCH", "torch==2.13.0")
+
+
+def has_cuda_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None and os.system("nvidia-smi -L > /dev/null 2>&1") == 0
+
+
+def install(session: nox.Session, *extras: str) -> None:
+    """Install flashdoc (editable) with the given extras, unless running in place (--no-venv)."""
+    if session.venv_backend == "none":
+        return
+    if not has_cuda_gpu():
+        session.install(CPU_TORCH)
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", spec)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite. Extra arguments go to pytest, e.g. `nox -s tests -- -k snippets -x`."""
+    install(session, "test", "docs")
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session
+def snippets(session: nox.Session) -> None:
+    """Run every snippet (or those named: `nox -s snippets -- attention/numpy_attention`) and record outputs."""
+    install(session, "docs")
+    session.run("python", "-m", "tools.record_snippets", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the site into site/ with no warnings allowed; `nox -s docs -- serve` serves it with live reload."""
+    install(session, "docs")
+    env = {"NO_MKDOCS_2_WARNING": "1"}
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", "--strict", *session.posargs[1:], env=env)
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs, env=env)
+        session.log(f"Site built: open {os.path.abspath('site/index.html')}")
+
+
+@nox.session
+def publish(session: nox.Session) -> None:
+    """Record every snippet on a CUDA GPU, then build the site: the output that gets deployed."""
+    if not has_cuda_gpu():
+        session.error(
+            "publish needs a CUDA GPU (nvidia-smi finds none here): it records every snippet's outputs, "
+            "benchmarks included, on the GPU. Use `nox -s snippets` and `nox -s docs` on this machine."
+        )
+    install(session, "docs")
+    session.run("python", "-m", "tools.record_snippets", "--require-gpu")
+    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmark flashdoc against its peers; extra arguments go to `python -m flashdoc.bench`."""
+    install(session)
+    session.run("python", "-m", "flashdoc.bench", "--out", "bench-results", *session.posargs)

@@ -1,0 +1,1 @@
+"""Build tooling for the flashdoc site (not part of the installed package)."""

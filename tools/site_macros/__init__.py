@@ -1,0 +1,12 @@
+"""Macros available in every page (mkdocs-macros ``module_name``).
+
+Each building block registers its macros from its own module, so each concept has one home:
+
+- ``snippets``: code blocks from ``snippets/`` and the outputs recorded by running them.
+"""
+
+from tools.site_macros import snippets
+
+
+def define_env(env):
+    snippets.register(env)
