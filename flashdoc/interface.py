@@ -1,0 +1,205 @@
+"""Public API: ``flash_attn_func`` (flash-attn layout) and ``scaled_dot_product_attention`` (PyTorch layout).
+
+Three layers, as in flash-attn's ``flash_attn_interface.py``:
+
+1. two ``torch.library`` custom ops, ``flashdoc::fwd`` and ``flashdoc::bwd``, each with a fake implementation
+   that only allocates outputs, so ``torch.compile(fullgraph=True)`` traces through them without a graph break;
+2. autograd, registered on the forward op with ``torch.library.register_autograd``;
+3. friendly public functions that validate, default the scale and pick the causal alignment.
+"""
+
+from typing import Optional
+
+import torch
+
+from ._validation import validate_attention_inputs
+from .kernels import INTERPRET
+from .kernels.backward import attn_bwd
+from .kernels.forward import attn_fwd
+
+__all__ = ["flash_attn_func", "scaled_dot_product_attention"]
+
+
+def _like(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor with t's shape, dtype, device and (when t is dense) its memory layout, so that
+    an SDPA-layout input gets an SDPA-layout output. Used by the real ops and their fakes alike."""
+    if t.stride(-1) != 1:
+        t = t.contiguous()
+    return torch.empty_like(t)
+
+
+def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:
+    # The kernels index head_dim with stride 1 (coalesced loads); any other layout is copied once here.
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _cpu_upcast(*ts):
+    # Triton's interpreter computes bf16 arithmetic and tl.dot wrongly (error ~1e10 on a 16x16 product);
+    # on the CPU, run bf16 through fp32 and cast the results back. fp16 and fp32 are exact there.
+    if INTERPRET and ts[0].dtype == torch.bfloat16:
+        return tuple(None if t is None else t.float() for t in ts), True
+    return ts, False
+
+
+# --8<-- [start:custom_ops]
+@torch.library.custom_op("flashdoc::fwd", mutates_args=(), device_types=("cuda", "cpu"))
+def _flash_attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
+                        bottom_right: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """q: (B, Sq, H, D), k and v: (B, Sk, Hk, D) -> out (B, Sq, H, D), lse (B, H, Sq) fp32, natural log."""
+    out = _like(q)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), device=q.device, dtype=torch.float32)
+    (q_, k_, v_), upcast = _cpu_upcast(_unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v))
+    out_ = torch.empty_like(out, dtype=torch.float32) if upcast else out
+    attn_fwd(q_, k_, v_, out_, lse, softmax_scale, causal, bottom_right)
+    if upcast:
+        out.copy_(out_)
+    return out, lse
+
+
+@_flash_attn_forward.register_fake
+def _(q, k, v, softmax_scale, causal, bottom_right):
+    return _like(q), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+@torch.library.custom_op("flashdoc::bwd", mutates_args=(), device_types=("cuda", "cpu"))
+def _flash_attn_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         out: torch.Tensor, lse: torch.Tensor, dlse: Optional[torch.Tensor], softmax_scale: float,
+                         causal: bool, bottom_right: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of the forward op: dq, dk, dv with the shapes (and layouts) of q, k, v."""
+    dq, dk, dv = _like(q), _like(k), _like(v)
+    tensors = [_unit_last_stride(t) for t in (dout, q, k, v, out)]
+    (dout_, q_, k_, v_, out_), upcast = _cpu_upcast(*tensors)
+    dlse = None if dlse is None else dlse.float().contiguous()
+    if upcast:
+        dq_, dk_, dv_ = (torch.empty_like(t, dtype=torch.float32) for t in (dq, dk, dv))
+    else:
+        dq_, dk_, dv_ = dq, dk, dv
+    attn_bwd(dout_, q_, k_, v_, out_, lse.contiguous(), dlse, dq_, dk_, dv_, softmax_scale, causal, bottom_right)
+    if upcast:
+        dq.copy_(dq_), dk.copy_(dk_), dv.copy_(dv_)
+    return dq, dk, dv
+
+
+@_flash_attn_backward.register_fake
+def _(dout, q, k, v, out, lse, dlse, softmax_scale, causal, bottom_right):
+    return _like(q), _like(k), _like(v)
+# --8<-- [end:custom_ops]
+
+
+# --8<-- [start:autograd]
+def _setup_context(ctx, inputs, output):
+    q, k, v, softmax_scale, causal, bottom_right = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.softmax_scale, ctx.causal, ctx.bottom_right = softmax_scale, causal, bottom_right
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    # dlse is None (or zeros) unless the caller used the returned LSE in its loss; then it is folded into delta.
+    dq, dk, dv = _flash_attn_backward(dout, q, k, v, out, lse, dlse, ctx.softmax_scale, ctx.causal,
+                                      ctx.bottom_right)
+    return dq, dk, dv, None, None, None
+
+
+torch.library.register_autograd("flashdoc::fwd", _backward, setup_context=_setup_context)
+# --8<-- [end:autograd]
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=False, return_lse=False):
+    """Exact attention, flash-attn layout: ``softmax(q @ k^T * softmax_scale) @ v`` without the N x N matrix.
+
+    Args:
+        q: (batch, seqlen_q, nheads, headdim), float16, bfloat16 or float32, on CUDA (or CPU, interpreted).
+        k: (batch, seqlen_k, nheads_k, headdim); nheads must be a multiple of nheads_k (GQA/MQA).
+        v: (batch, seqlen_k, nheads_k, headdim).
+        softmax_scale: multiplies q @ k^T before the softmax; default headdim ** -0.5.
+        causal: mask keys after the query's position. The mask is aligned to the bottom-right corner of the
+            (seqlen_q, seqlen_k) score matrix, as flash-attn >= 2.1: query i sees key j when
+            j <= i + seqlen_k - seqlen_q. Rows that see no key output zeros (and get zero gradients).
+            For seqlen_q = 2, seqlen_k = 5 (1 = kept)::
+
+                1 1 1 1 0
+                1 1 1 1 1
+
+            and for seqlen_q = 5, seqlen_k = 2::
+
+                0 0
+                0 0
+                0 0
+                1 0
+                1 1
+        deterministic: accepted for flash-attn compatibility. The backward never uses atomics, so gradients are
+            always bit-identical from run to run.
+        return_lse: also return the log-sum-exp of each row of scaled scores.
+
+    Returns:
+        out: (batch, seqlen_q, nheads, headdim), q's dtype; and, with ``return_lse``, lse: (batch, nheads,
+        seqlen_q), float32, natural log (``-inf`` for rows that see no key).
+
+    Inputs may be non-contiguous (e.g. views of a packed QKV projection); a tensor whose last dimension does
+    not have stride 1 is copied once with ``.contiguous()``.
+    """
+    validate_attention_inputs(q, k, v, layout="bshd", softmax_scale=softmax_scale, causal=causal,
+                              scale_name="softmax_scale", causal_name="causal")
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** -0.5
+    out, lse = _flash_attn_forward(q, k, v, float(softmax_scale), causal, True)
+    return (out, lse) if return_lse else out
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """Drop-in for ``torch.nn.functional.scaled_dot_product_attention`` (PyTorch layout), exact and fused.
+
+    Args:
+        query: (batch, heads, seqlen_q, head_dim), float16, bfloat16 or float32.
+        key: (batch, heads_kv, seqlen_k, head_dim); heads_kv == heads unless ``enable_gqa=True``, then heads
+            must be a multiple of heads_kv.
+        value: (batch, heads_kv, seqlen_k, head_dim).
+        attn_mask: not supported yet (must be None): use ``is_causal=True`` for causal masking, or
+            ``torch.nn.functional.scaled_dot_product_attention`` for arbitrary masks.
+        dropout_p: not supported yet (must be 0.0): use torch's SDPA for attention dropout.
+        is_causal: mask aligned to the top-left corner, as PyTorch: query i sees key j when j <= i.
+            For seqlen_q = 2, seqlen_k = 5 (1 = kept)::
+
+                1 0 0 0 0
+                1 1 0 0 0
+
+            and for seqlen_q = 5, seqlen_k = 2 (every row sees key 0)::
+
+                1 0
+                1 1
+                1 1
+                1 1
+                1 1
+        scale: multiplies query @ key^T before the softmax; default head_dim ** -0.5.
+        enable_gqa: allow heads_kv < heads (grouped-query attention).
+
+    Returns:
+        (batch, heads, seqlen_q, head_dim), query's dtype.
+    """
+    if attn_mask is not None:
+        raise ValueError("attn_mask is not supported yet by flashdoc.scaled_dot_product_attention; use "
+                         "is_causal=True for a causal mask, or torch.nn.functional.scaled_dot_product_attention "
+                         "for arbitrary masks")
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p={dropout_p} is not supported yet (only 0.0); use "
+                         "torch.nn.functional.scaled_dot_product_attention for attention dropout")
+    validate_attention_inputs(query, key, value, layout="bhsd", softmax_scale=scale, causal=is_causal,
+                              scale_name="scale", causal_name="is_causal", names=("query", "key", "value"))
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa must be a bool, got {type(enable_gqa).__name__}")
+    if not enable_gqa and query.shape[1] != key.shape[1]:
+        raise ValueError(f"query has {query.shape[1]} heads and key {key.shape[1]}; pass enable_gqa=True for "
+                         "grouped-query attention")
+    if scale is None:
+        scale = query.shape[-1] ** -0.5
+    # (B, H, S, D) -> (B, S, H, D) views: the kernels take strides, so nothing is copied
+    out, _ = _flash_attn_forward(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                 float(scale), is_causal, False)
+    return out.transpose(1, 2)
