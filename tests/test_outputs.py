@@ -1,0 +1,59 @@
+"""The recorder and the freshness check, on a throwaway snippet."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools import outputs
+from tools.record_snippets import describe_device, record, run_snippet
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """Point tools.outputs at a temporary project with one snippet."""
+    monkeypatch.setattr(outputs, "ROOT", tmp_path)
+    monkeypatch.setattr(outputs, "SNIPPETS_DIR", tmp_path / "snippets")
+    monkeypatch.setattr(outputs, "GENERATED_DIR", tmp_path / "docs" / "generated")
+    path = tmp_path / "snippets" / "demo" / "hello.py"
+    path.parent.mkdir(parents=True)
+    path.write_text('print("hello")\nopen("table.md", "w").write("| a |\\n|---|\\n| 1 |\\n")\n')
+    return outputs.Snippet(path)
+
+
+def test_record_keeps_stdout_files_and_provenance(sandbox, tmp_path):
+    result = run_snippet(sandbox, tmp_path / "work")
+    assert result.ok, result.stderr
+    record(sandbox, result, describe_device())
+    out = tmp_path / "docs" / "generated" / "demo" / "hello"
+    assert (out / "stdout.txt").read_text() == "hello\n"
+    assert (out / "table.md").read_text().startswith("| a |")
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["source_sha256"] == sandbox.source_sha256
+    assert prov["files"] == ["table.md"]
+    assert {"device", "torch", "triton", "date", "gpu"} <= prov.keys()
+    assert sandbox.check_fresh() == prov
+
+
+def test_changed_source_is_reported_with_the_refresh_command(sandbox, tmp_path):
+    record(sandbox, run_snippet(sandbox, tmp_path / "work"), describe_device())
+    sandbox.path.write_text('print("changed")\n')
+    with pytest.raises(outputs.StaleOutputError, match=r"snippets/demo/hello\.py changed.*nox -s snippets -- demo/hello"):
+        sandbox.check_fresh()
+
+
+def test_never_recorded_is_reported(sandbox):
+    with pytest.raises(outputs.StaleOutputError, match="has no recorded outputs"):
+        sandbox.check_fresh()
+
+
+def test_gpu_only_snippets_point_at_publish(sandbox):
+    sandbox.path.write_text('"""Doc."""\n# flashdoc: gpu-only\nprint(1)\n')
+    assert sandbox.gpu_only
+    assert "nox -s publish" in sandbox.refresh_command
+
+
+def test_unknown_snippet_lists_the_known_ones(sandbox):
+    with pytest.raises(FileNotFoundError, match="known snippets: demo/hello"):
+        outputs.snippet("demo/nope")
