@@ -1,0 +1,873 @@
+"""Benchmark flashdoc against the attention kernels PyTorch already ships, in one run on one GPU (issue 4).
+
+Usage::
+
+    python -m flashdoc.bench --out bench-out            # full sweep (a few minutes on an H200)
+    python -m flashdoc.bench --quick --out bench-out    # smoke subset on the GPU
+    python -m flashdoc.bench --device cpu --out /tmp/b  # tiny shapes on the CPU: the numbers mean nothing
+
+or, from Python (this is what the site's benchmark snippet does)::
+
+    from flashdoc.bench import run_benchmark
+    results = run_benchmark(out_dir=".")
+
+What is measured, each peer only if it is available (otherwise it is reported as skipped, with the reason):
+
+- **speed**: TFLOP/s of naive PyTorch attention (matmul-softmax-matmul), ``scaled_dot_product_attention`` with
+  one backend forced at a time (FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION), FlexAttention compiled
+  with ``torch.compile``, flash-attn, and flashdoc; forward and forward+backward, bf16 and fp16, head dims
+  64/128/256, causal and not, N = 512 ... 16k with 16k tokens in total (batch = 16384/N, heads = 2048/d, the
+  convention of flash-attn's plots). FLOPs = 4·B·H·N²·d, halved when causal; forward+backward counts 3.5× the
+  forward (the backward does 2.5×). Times are the median of ``triton.testing.do_bench`` after its warm-up.
+  The forward is timed on inputs that require grad (the training forward, as flash-attn's benchmarks do).
+- **memory**: peak extra GPU memory of a causal forward (batch 1, 32 heads, d 128) vs N up to 64k, where
+  "extra" is the peak during the call minus what was allocated before it (the inputs).
+- **first call**: the time flashdoc's first call takes on a new shape in a fresh process with an empty
+  Triton cache (compile + autotune); every speed record also carries the time of its own first call.
+
+Outputs in ``out_dir``: ``results.json`` (one record per measurement, each with GPU name, timestamp and
+versions), ``tflops_bf16.png`` / ``tflops_fp16.png`` (TFLOP/s vs N, one subplot per mode, head dim and
+causality), ``memory.png``, ``ratios.md`` (flashdoc's speed ratio to each peer per configuration, also printed
+at the end), ``tflops.md`` (every TFLOP/s number) and ``targets.md`` (issue 4's targets, met or not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["run_benchmark", "main", "SWEEPS", "PEERS", "flops", "make_inputs"]
+
+# ---------------------------------------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------------------------------------
+
+SCHEMA = "flashdoc-bench/1"
+# Median first (the number we report), then the 20th and 80th percentiles as the spread (Liger's convention).
+QUANTILES = [0.5, 0.2, 0.8]
+MODES = ("fwd", "fwd_bwd")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# Flashdoc's speed targets are judged from this N up (short sequences are launch- and tail-bound).
+RATIO_MIN_SEQLEN = 2048
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """What one run measures. ``batch = total_tokens // seqlen`` and ``heads = hidden // head_dim``."""
+
+    name: str
+    device: str
+    modes: tuple = MODES
+    dtypes: tuple = ("bf16", "fp16")
+    head_dims: tuple = (64, 128, 256)
+    causals: tuple = (False, True)
+    seqlens: tuple = (512, 1024, 2048, 4096, 8192, 16384)
+    total_tokens: int = 16384
+    hidden: int = 2048
+    # Naive attention is only timed up to here: at 16k one call takes a quarter of a second and the point
+    # (it is 10x slower) is made long before. Its memory curve still runs until it is out of memory.
+    naive_max_seqlen: int = 8192
+    # Memory: causal forward, batch 1, these heads and head dim, in this dtype.
+    memory_seqlens: tuple = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+    memory_heads: int = 32
+    memory_head_dim: int = 128
+    memory_dtype: str = "bf16"
+    # do_bench's warm-up and measuring budgets in ms (Triton's defaults are 25 and 100; these keep the full
+    # sweep within a few minutes while still timing >= 10 calls of anything faster than 5 ms).
+    warmup_ms: float = 25.0
+    rep_ms: float = 50.0
+    first_call: bool = True  # the cold first-call measurement in a fresh process
+
+    def batch_heads(self, seqlen, head_dim):
+        return max(1, self.total_tokens // seqlen), max(1, self.hidden // head_dim)
+
+
+SWEEPS = {
+    "full": Sweep("full", "cuda"),
+    # The columns of NOTES.md's peer table, at d=128 in bf16: a smoke test that still says something.
+    "quick": Sweep(
+        "quick", "cuda", dtypes=("bf16",), head_dims=(128,), seqlens=(1024, 4096, 16384),
+        memory_seqlens=(4096, 16384, 32768),
+    ),
+    # Tiny shapes for CPU-only machines and the tests: it exercises every code path, and its numbers mean
+    # nothing (flashdoc runs through the Triton interpreter there, one program instance after another).
+    "cpu": Sweep(
+        "cpu", "cpu", head_dims=(32,), seqlens=(64, 128), total_tokens=256, hidden=64, naive_max_seqlen=128,
+        memory_seqlens=(), warmup_ms=0.0, rep_ms=0.0, first_call=False,
+    ),
+}
+CPU_NOTE = "CPU smoke run: tiny shapes, and the numbers are NOT meaningful (run on a CUDA GPU for real ones)."
+
+
+def flops(mode, batch, heads, seqlen, head_dim, causal):
+    """FLOPs of one call: two N x N x d matmuls per head (4·B·H·N²·d), half of it when causal; the backward
+    does 2.5x the forward's, so forward+backward counts 3.5x."""
+    f = 4 * batch * heads * seqlen * seqlen * head_dim
+    if causal:
+        f //= 2
+    return f * (3.5 if mode == "fwd_bwd" else 1.0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Peers: each takes q, k, v in its own layout and returns the output
+# ---------------------------------------------------------------------------------------------------------
+
+
+def naive_attention(q, k, v, causal):
+    """softmax(q kᵀ / √d) v written as matmul-softmax-matmul: materialises the (N, N) scores."""
+    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    if causal:
+        n = scores.shape[-1]
+        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+@dataclasses.dataclass
+class Peer:
+    name: str
+    layout: str  # "bhnd": (batch, heads, seqlen, dim), as SDPA; "bnhd": (batch, seqlen, heads, dim), as flash-attn
+    load: callable  # (device) -> attention function (q, k, v, causal) -> out; raises if unavailable
+    style: dict = dataclasses.field(default_factory=dict)  # matplotlib line style
+
+
+def _load_naive(device):
+    return naive_attention
+
+
+def _sdpa_loader(backend_name):
+    def load(device):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = getattr(SDPBackend, backend_name)
+        if device == "cuda" and backend_name == "CUDNN_ATTENTION" and not torch.backends.cudnn.is_available():
+            raise RuntimeError("cuDNN is not available in this torch build")
+
+        def attn(q, k, v, causal):
+            with sdpa_kernel(backend):  # only this backend: an unsupported shape raises instead of falling back
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        # A tiny call tells whether the backend exists on this device at all ("No available kernel" if not).
+        x = torch.randn(1, 1, 128, 64, device=device, dtype=torch.float16 if device == "cuda" else torch.float32)
+        attn(x, x, x, True)
+        return attn
+
+    return load
+
+
+def _load_flex(device):
+    if device != "cuda":
+        raise RuntimeError("CPU mode: torch.compile of FlexAttention on the CPU takes minutes, too long for a smoke run")
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    # Compiled once per (dtype, head dim, causal) thanks to dynamic shapes, instead of once per shape: a
+    # FlexAttention compile (forward and backward) costs seconds, and the sweep has 144 shapes. That is more
+    # than dynamo's default of 8 compiled versions of one function, past which it silently runs it eagerly.
+    torch._dynamo.config.recompile_limit = max(64, torch._dynamo.config.recompile_limit)
+    compiled = torch.compile(flex_attention, dynamic=True)
+    block_masks = {}
+
+    def causal_mask(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def attn(q, k, v, causal):
+        batch, heads, n, d = q.shape
+        block_mask = None
+        if causal:
+            if n not in block_masks:  # built on the first (untimed) call of each N, then reused
+                block_masks[n] = create_block_mask(causal_mask, None, None, n, n, device=q.device)
+            block_mask = block_masks[n]
+        # Batch folded into heads (a free view; same work, same kernel grid): torch.compile specializes sizes
+        # of 1, so batch = 1 at N = 16k would otherwise cost one more compile per configuration.
+        fold = lambda t: t.view(1, batch * heads, n, d)  # noqa: E731
+        out = compiled(fold(q), fold(k), fold(v), block_mask=block_mask)
+        return out.view(batch, heads, n, d)
+
+    return attn
+
+
+def _load_flash_attn(device):
+    from flash_attn import flash_attn_func  # noqa: F401  (ImportError -> "not installed")
+
+    return lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal)
+
+
+def _load_flashdoc(device):
+    from flashdoc import flash_attn_func
+
+    return lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal)
+
+
+# Order = order in plots and tables. flashdoc last so that it is drawn on top.
+PEERS = [
+    Peer("naive", "bhnd", _load_naive, dict(color="tab:gray", marker="x", linestyle=":")),
+    Peer("sdpa-efficient", "bhnd", _sdpa_loader("EFFICIENT_ATTENTION"), dict(color="tab:olive", marker="v")),
+    Peer("sdpa-flash", "bhnd", _sdpa_loader("FLASH_ATTENTION"), dict(color="tab:blue", marker="s")),
+    Peer("sdpa-cudnn", "bhnd", _sdpa_loader("CUDNN_ATTENTION"), dict(color="tab:green", marker="D")),
+    Peer("flex", "bhnd", _load_flex, dict(color="tab:purple", marker="^")),
+    Peer("flash-attn", "bnhd", _load_flash_attn, dict(color="tab:orange", marker="P")),
+    Peer("flashdoc", "bnhd", _load_flashdoc, dict(color="tab:red", marker="o", linewidth=2.5)),
+]
+MEMORY_PEERS = ("naive", "sdpa-flash", "flashdoc")
+
+
+def load_peers(device, names=None):
+    """{name: attention function} for the peers that load, and {name: reason} for those that do not."""
+    available, skipped = {}, {}
+    for peer in PEERS:
+        if names is not None and peer.name not in names:
+            continue
+        try:
+            available[peer.name] = peer.load(device)
+        except Exception as e:  # ImportError, "No available kernel", ...
+            skipped[peer.name] = _reason(e)
+    return available, skipped
+
+
+def _reason(e):
+    if isinstance(e, torch.OutOfMemoryError):
+        return "out of memory"
+    if isinstance(e, ImportError):
+        return f"not installed ({e})"
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:200] if lines else ''}".rstrip(": ")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One setup shared by the speed and the memory measurements
+# ---------------------------------------------------------------------------------------------------------
+
+
+def make_inputs(layout, batch, heads, seqlen, head_dim, dtype, device, requires_grad):
+    """q, k, v (standard normal) in the peer's layout, and dout for the backward."""
+    shape = (batch, heads, seqlen, head_dim) if layout == "bhnd" else (batch, seqlen, heads, head_dim)
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=requires_grad) for _ in range(3))
+    return q, k, v, torch.randn(shape, device=device, dtype=dtype)
+
+
+def _sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time_ms(fn, sweep, grad_to_none):
+    """[median, p20, p80] in ms."""
+    if sweep.device == "cuda":
+        import triton.testing
+
+        return triton.testing.do_bench(
+            fn, warmup=sweep.warmup_ms, rep=sweep.rep_ms, grad_to_none=grad_to_none, quantiles=QUANTILES
+        )
+    times = []  # CPU: a few plain wall-clock timings, the first call having been made already
+    for _ in range(3):
+        for t in grad_to_none or ():
+            t.grad = None
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    times.sort()
+    return [times[len(times) // 2], times[0], times[-1]]
+
+
+def measure_speed(attn, layout, mode, dtype, batch, heads, seqlen, head_dim, causal, sweep):
+    """{'ms', 'ms_p20', 'ms_p80', 'first_call_s'} for one peer at one configuration."""
+    q, k, v, dout = make_inputs(layout, batch, heads, seqlen, head_dim, DTYPES[dtype], sweep.device, True)
+    if mode == "fwd":
+        fn = lambda: attn(q, k, v, causal)  # noqa: E731
+    else:
+        fn = lambda: attn(q, k, v, causal).backward(dout)  # noqa: E731
+    _sync(sweep.device)
+    start = time.perf_counter()
+    fn()  # the first call on this shape: compiles, autotunes, builds block masks ...
+    _sync(sweep.device)
+    first_call_s = time.perf_counter() - start
+    ms, p20, p80 = _time_ms(fn, sweep, grad_to_none=[q, k, v] if mode == "fwd_bwd" else None)
+    return dict(ms=ms, ms_p20=p20, ms_p80=p80, first_call_s=first_call_s)
+
+
+def measure_peak_memory(attn, layout, batch, heads, seqlen, head_dim, dtype, causal, device):
+    """Peak GPU memory allocated during one forward call, minus what was allocated before it (the inputs)."""
+    q, k, v, _ = make_inputs(layout, batch, heads, seqlen, head_dim, DTYPES[dtype], device, False)
+    with torch.no_grad():
+        del _
+        attn(q, k, v, causal)  # warm-up: compile/autotune scratch memory must not count
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out = attn(q, k, v, causal)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+    del out
+    return peak
+
+
+# The cold first call runs in a fresh Python process with an empty Triton cache, so that nothing compiled
+# or autotuned by the sweep helps it.
+_FIRST_CALL_SCRIPT = r"""
+import json, sys, time, torch
+from flashdoc import flash_attn_func
+b, n, h, d, causal = json.loads(sys.argv[1])
+q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+torch.cuda.synchronize(); t0 = time.perf_counter()
+out = flash_attn_func(q, k, v, causal=causal)
+torch.cuda.synchronize(); t1 = time.perf_counter()
+out.backward(torch.randn_like(out))
+torch.cuda.synchronize(); t2 = time.perf_counter()
+print(json.dumps({"fwd_s": t1 - t0, "bwd_s": t2 - t1}))
+"""
+
+
+def measure_first_call(batch, seqlen, heads, head_dim, causal, timeout_s=300):
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TRITON_CACHE_DIR=cache)
+        args = json.dumps([batch, seqlen, heads, head_dim, causal])
+        proc = subprocess.run(
+            [sys.executable, "-c", _FIRST_CALL_SCRIPT, args], env=env, capture_output=True, text=True,
+            timeout=timeout_s,
+        )
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"exit status {proc.returncode}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _environment(device):
+    import triton
+
+    try:
+        import flashdoc
+
+        flashdoc_version = getattr(flashdoc, "__version__", None)
+        if flashdoc_version is None:
+            from importlib.metadata import version
+
+            flashdoc_version = version("flashdoc")
+    except Exception:
+        flashdoc_version = "unknown"
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip() or None
+    except Exception:
+        commit = None
+    if device == "cuda":
+        gpu = torch.cuda.get_device_name()
+    else:
+        gpu = f"CPU ({platform.processor() or platform.machine()}), no GPU"
+    return dict(
+        gpu=gpu, torch=torch.__version__, triton=triton.__version__, flashdoc=flashdoc_version,
+        flashdoc_commit=commit, cuda=torch.version.cuda, python=platform.python_version(),
+    )
+
+
+def _progress(total, enabled):
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # the progress bar is a nicety, not a requirement
+        tqdm = None
+    if tqdm is None or not enabled:
+        return _NoProgress()
+    return tqdm(total=total, desc="flashdoc.bench", unit="meas", file=sys.stderr, dynamic_ncols=True)
+
+
+class _NoProgress:
+    def update(self, n=1):
+        pass
+
+    def set_postfix_str(self, s):
+        pass
+
+    def close(self):
+        pass
+
+
+def _speed_configs(sweep):
+    for dtype in sweep.dtypes:
+        for head_dim in sweep.head_dims:
+            for causal in sweep.causals:
+                for mode in sweep.modes:
+                    for seqlen in sweep.seqlens:
+                        yield mode, dtype, head_dim, causal, seqlen
+
+
+def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=True, verbose=True, **overrides):
+    """Run the sweep, write results.json, plots and tables into ``out_dir``, print the ratio table.
+
+    device: "cuda", "cpu" or None (CUDA if available). On the CPU the tiny "cpu" sweep runs whatever
+    ``quick`` says. peers: names from ``PEERS`` to include (default all). overrides: fields of ``Sweep``
+    (e.g. ``head_dims=(128,)``, ``rep_ms=100``). Returns the results dict that results.json holds.
+    """
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    sweep = SWEEPS["cpu" if device == "cpu" else ("quick" if quick else "full")]
+    sweep = dataclasses.replace(sweep, device=device, **overrides)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say = print if verbose else (lambda *a, **k: None)
+    t_start = time.perf_counter()
+
+    env = _environment(device)
+    available, skipped = load_peers(device, peers)
+    say(f"flashdoc benchmark ({sweep.name} sweep) on {env['gpu']}: torch {env['torch']}, triton {env['triton']}")
+    if device == "cpu":
+        say(CPU_NOTE)
+    for name, reason in skipped.items():
+        say(f"  skipped peer {name}: {reason}")
+
+    records = []
+    common = dict(gpu=env["gpu"], torch=env["torch"], triton=env["triton"], flashdoc=env["flashdoc"])
+
+    def record(**fields):
+        ts = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        records.append(dict(fields, timestamp=ts, **common))
+
+    configs = list(_speed_configs(sweep))
+    memory_peers = [p for p in PEERS if p.name in MEMORY_PEERS and p.name in available]
+    n_memory = len(memory_peers) * len(sweep.memory_seqlens) if device == "cuda" else 0
+    bar = _progress(len(configs) * len(available) + n_memory, progress)
+
+    # -- speed ------------------------------------------------------------------------------------------
+    failed = {}  # (peer, mode, dtype, head_dim, causal) -> reason: larger N are skipped after a failure
+    for mode, dtype, head_dim, causal, seqlen in configs:
+        batch, heads = sweep.batch_heads(seqlen, head_dim)
+        fl = flops(mode, batch, heads, seqlen, head_dim, causal)
+        for peer in PEERS:
+            if peer.name not in available:
+                continue
+            bar.set_postfix_str(f"{peer.name} {mode} {dtype} d={head_dim} causal={causal} N={seqlen}")
+            key = (peer.name, mode, dtype, head_dim, causal)
+            base = dict(kind="speed", peer=peer.name, mode=mode, dtype=dtype, head_dim=head_dim, causal=causal,
+                        seqlen=seqlen, batch=batch, heads=heads, flops=fl)
+            t0 = time.perf_counter()
+            if peer.name == "naive" and seqlen > sweep.naive_max_seqlen:
+                record(**base, status="skipped", reason=f"naive is timed up to N={sweep.naive_max_seqlen} only")
+            elif key in failed:
+                record(**base, status="skipped", reason=failed[key])
+            else:
+                try:
+                    m = measure_speed(available[peer.name], peer.layout, mode, dtype, batch, heads, seqlen,
+                                      head_dim, causal, sweep)
+                    record(**base, status="ok", tflops=fl / (m["ms"] * 1e-3) / 1e12, **m,
+                           wall_s=time.perf_counter() - t0)
+                except Exception as e:
+                    reason = _reason(e)
+                    if isinstance(e, torch.OutOfMemoryError):
+                        failed[key] = f"out of memory at N={seqlen}"
+                    else:
+                        failed[key] = f"failed at N={seqlen}: {reason}"
+                    record(**base, status="skipped", reason=reason, wall_s=time.perf_counter() - t0)
+                    if device == "cuda":
+                        torch.cuda.empty_cache()
+            bar.update()
+
+    # -- memory -----------------------------------------------------------------------------------------
+    if device != "cuda":
+        record(kind="memory", status="skipped", reason="needs a CUDA device (torch.cuda memory statistics)")
+    else:
+        for peer in memory_peers:
+            oom_at = None
+            for seqlen in sweep.memory_seqlens:
+                bar.set_postfix_str(f"memory {peer.name} N={seqlen}")
+                base = dict(kind="memory", peer=peer.name, mode="fwd", dtype=sweep.memory_dtype,
+                            head_dim=sweep.memory_head_dim, causal=True, seqlen=seqlen, batch=1,
+                            heads=sweep.memory_heads)
+                if oom_at is not None:
+                    record(**base, status="skipped", reason=f"out of memory at N={oom_at}")
+                else:
+                    try:
+                        peak = measure_peak_memory(available[peer.name], peer.layout, 1, sweep.memory_heads, seqlen,
+                                                   sweep.memory_head_dim, sweep.memory_dtype, True, device)
+                        record(**base, status="ok", peak_extra_bytes=peak)
+                    except Exception as e:
+                        if isinstance(e, torch.OutOfMemoryError):
+                            oom_at = seqlen
+                        record(**base, status="skipped", reason=_reason(e))
+                        torch.cuda.empty_cache()
+                bar.update()
+    bar.close()
+
+    # -- first call on a new shape (compile + autotune) --------------------------------------------------
+    shape = dict(batch=4, seqlen=4096, heads=16, head_dim=128, causal=True)
+    first = dict(kind="first_call", peer="flashdoc", dtype="bf16", cold_process=True, **shape)
+    if "flashdoc" not in available:
+        record(**first, status="skipped", reason=skipped.get("flashdoc", "not selected"))
+    elif not sweep.first_call:
+        record(**first, status="skipped", reason="not measured in this sweep (CPU mode: nothing is compiled)")
+    else:
+        say("Measuring flashdoc's first call in a fresh process with an empty Triton cache ...")
+        try:
+            fc = measure_first_call(shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"],
+                                    shape["causal"])
+            record(**first, status="ok", fwd_s=fc["fwd_s"], bwd_s=fc["bwd_s"], first_call_s=fc["fwd_s"] + fc["bwd_s"])
+        except Exception as e:
+            record(**first, status="skipped", reason=_reason(e))
+
+    results = dict(
+        schema=SCHEMA,
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        device=device,
+        **env,
+        note=CPU_NOTE if device == "cpu" else None,
+        sweep={k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(sweep).items()},
+        quantiles=QUANTILES,
+        peers={p.name: ({"available": True} if p.name in available
+                        else {"available": False, "reason": skipped.get(p.name, "not selected")})
+               for p in PEERS},
+        wall_s=time.perf_counter() - t_start,
+        records=records,
+    )
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    written = ["results.json"] + write_plots(results, out_dir) + write_tables(results, out_dir)
+    say("")
+    say(summary_text(results))
+    say(f"Wrote {', '.join(written)} to {out_dir} in {results['wall_s']:.0f} s.")
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reports: tables and plots from the records alone (so they can be redrawn from a results.json)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _speed(results):
+    """{(mode, dtype, head_dim, causal, seqlen): {peer: tflops}} for the records that succeeded."""
+    table = {}
+    for r in results["records"]:
+        if r["kind"] == "speed" and r["status"] == "ok":
+            key = (r["mode"], r["dtype"], r["head_dim"], r["causal"], r["seqlen"])
+            table.setdefault(key, {})[r["peer"]] = r["tflops"]
+    return table
+
+
+def _peer_names(results):
+    return [p.name for p in PEERS if results["peers"].get(p.name, {}).get("available")]
+
+
+def _config_label(mode, dtype, head_dim, causal):
+    return f"{'fwd+bwd' if mode == 'fwd_bwd' else 'fwd'} {dtype} d={head_dim} {'causal' if causal else 'full'}"
+
+
+def ratio_rows(results):
+    """Per configuration (mode, dtype, head dim, causal): flashdoc's speed ratio to each peer, as the geometric
+    mean and the minimum over N >= RATIO_MIN_SEQLEN (over every N if the sweep has none that long)."""
+    speed = _speed(results)
+    peers = [p for p in _peer_names(results) if p != "flashdoc"]
+    seqlens = results["sweep"]["seqlens"]
+    use = [n for n in seqlens if n >= RATIO_MIN_SEQLEN] or seqlens
+    rows = []
+    for mode in results["sweep"]["modes"]:
+        for dtype in results["sweep"]["dtypes"]:
+            for d in results["sweep"]["head_dims"]:
+                for causal in results["sweep"]["causals"]:
+                    cells = {}
+                    for peer in peers:
+                        ratios = [speed[k]["flashdoc"] / speed[k][peer] for n in use
+                                  if "flashdoc" in speed.get(k := (mode, dtype, d, causal, n), {})
+                                  and peer in speed.get(k, {})]
+                        cells[peer] = None if not ratios else dict(
+                            geomean=math.exp(sum(map(math.log, ratios)) / len(ratios)), min=min(ratios), n=len(ratios))
+                    rows.append(dict(mode=mode, dtype=dtype, head_dim=d, causal=causal, ratios=cells))
+    return rows, peers, use
+
+
+def _md_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def ratio_table(results):
+    """Markdown: one row per configuration, one column per peer, cells 'geomean× (min ×)'."""
+    if not results["peers"]["flashdoc"]["available"]:
+        return f"flashdoc was not measured: {results['peers']['flashdoc']['reason']}"
+    rows, peers, use = ratio_rows(results)
+    body = []
+    for row in rows:
+        cells = []
+        for peer in peers:
+            c = row["ratios"][peer]
+            cells.append("—" if c is None else f"{c['geomean']:.2f}× (min {c['min']:.2f}×)")
+        body.append([_config_label(row["mode"], row["dtype"], row["head_dim"], row["causal"])] + cells)
+    header = ["configuration"] + [f"vs {p}" for p in peers]
+    ns = ", ".join(_fmt_n(n) for n in use)
+    return (f"flashdoc's speed (TFLOP/s) divided by each peer's: geometric mean over N = {ns}, and the "
+            f"minimum; above 1× flashdoc is faster. — = not measured (see results.json for why).\n\n"
+            + _md_table(header, body))
+
+
+def tflops_table(results):
+    """Markdown: every TFLOP/s number, one row per (configuration, N)."""
+    speed = _speed(results)
+    peers = _peer_names(results)
+    body = []
+    for mode, dtype, d, causal, n in _speed_configs_from(results):
+        row = speed.get((mode, dtype, d, causal, n), {})
+        cells = []
+        for p in peers:
+            if p not in row:
+                cells.append("—")
+            elif p != "flashdoc" and "flashdoc" in row:
+                cells.append(f"{row[p]:.0f} ({row['flashdoc'] / row[p]:.2f}×)")
+            else:
+                cells.append(f"{row[p]:.0f}")
+        body.append([_config_label(mode, dtype, d, causal), _fmt_n(n)] + cells)
+    return ("TFLOP/s per peer; in brackets flashdoc's ratio to that peer.\n\n"
+            + _md_table(["configuration", "N"] + peers, body))
+
+
+def _speed_configs_from(results):
+    s = results["sweep"]
+    return _speed_configs(argparse.Namespace(**{k: s[k] for k in ("modes", "dtypes", "head_dims", "causals",
+                                                                  "seqlens")}))
+
+
+def memory_table(results):
+    mem = {}
+    for r in results["records"]:
+        if r["kind"] == "memory" and "peer" in r:
+            mem.setdefault(r["seqlen"], {})[r["peer"]] = (
+                f"{r['peak_extra_bytes'] / 2**20:,.0f} MiB" if r["status"] == "ok" else "OOM"
+                if "out of memory" in r["reason"] else "—")
+    if not mem:
+        return None
+    peers = [p for p in MEMORY_PEERS if any(p in row for row in mem.values())]
+    body = [[_fmt_n(n)] + [mem[n].get(p, "—") for p in peers] for n in sorted(mem)]
+    return _md_table(["N"] + peers, body)
+
+
+def target_rows(results):
+    """Issue 4's targets, each with the worst value seen and whether it is met (None: nothing to judge)."""
+    speed = _speed(results)
+    out = []
+
+    def worst_ratio(mode, peer, min_n):
+        vals = [(row["flashdoc"] / row[peer], k) for k, row in speed.items()
+                if k[0] == mode and k[4] >= min_n and "flashdoc" in row and peer in row]
+        return min(vals) if vals else None
+
+    for label, mode, peer, goal in [
+        ("forward ≥ 1.1× FlexAttention (N ≥ 2k)", "fwd", "flex", 1.1),
+        ("forward ≥ 1.0× cuDNN (N ≥ 2k, stretch)", "fwd", "sdpa-cudnn", 1.0),
+        ("forward+backward ≥ 1.0× FlexAttention (N ≥ 2k)", "fwd_bwd", "flex", 1.0),
+        ("forward+backward ≥ 1.5× SDPA-flash (N ≥ 2k)", "fwd_bwd", "sdpa-flash", 1.5),
+    ]:
+        w = worst_ratio(mode, peer, RATIO_MIN_SEQLEN)
+        out.append((label, None if w is None else w[0] >= goal,
+                    "—" if w is None else f"worst {w[0]:.2f}× at {_config_label(*w[1][:4])} N={_fmt_n(w[1][4])}"))
+    vals = [(speed[(m, dt, d, True, n)]["flashdoc"] / speed[(m, dt, d, False, n)]["flashdoc"], (m, dt, d, n))
+            for (m, dt, d, c, n) in speed if m == "fwd" and c and n >= 4096
+            and "flashdoc" in speed[(m, dt, d, True, n)] and "flashdoc" in speed.get((m, dt, d, False, n), {})]
+    w = min(vals) if vals else None
+    out.append(("causal forward ≥ 0.9× non-causal (N ≥ 4k)", None if w is None else w[0] >= 0.9,
+                "—" if w is None else f"worst {w[0]:.2f}× at {w[1][1]} d={w[1][2]} N={_fmt_n(w[1][3])}"))
+    mem = {}
+    for r in results["records"]:
+        if r["kind"] == "memory" and r["status"] == "ok":
+            mem.setdefault(r["seqlen"], {})[r["peer"]] = r["peak_extra_bytes"]
+    vals = [(row["flashdoc"] / row["sdpa-flash"], n) for n, row in mem.items()
+            if "flashdoc" in row and row.get("sdpa-flash")]
+    w = max(vals) if vals else None
+    out.append(("peak extra memory ≤ 1.05× SDPA-flash", None if w is None else w[0] <= 1.05,
+                "—" if w is None else f"worst {w[0]:.2f}× at N={_fmt_n(w[1])}"))
+    fc = [r for r in results["records"] if r["kind"] == "first_call" and r["status"] == "ok"]
+    out.append(("first call on a new shape < 30 s", (fc[0]["first_call_s"] < 30) if fc else None,
+                f"{fc[0]['first_call_s']:.1f} s (forward {fc[0]['fwd_s']:.1f} s + backward {fc[0]['bwd_s']:.1f} s, "
+                "fresh process, empty Triton cache)" if fc else "—"))
+    return out
+
+
+def targets_table(results):
+    rows = [[label, {True: "met", False: "NOT met", None: "not measured"}[ok], detail]
+            for label, ok, detail in target_rows(results)]
+    return _md_table(["issue 4 target", "status", "measured"], rows)
+
+
+def summary_text(results):
+    parts = [f"## flashdoc vs peers on {results['gpu']} ({results['date']})"]
+    if results.get("note"):
+        parts.append(f"NOTE: {results['note']}")
+    skipped = {p: v["reason"] for p, v in results["peers"].items() if not v["available"]}
+    if skipped:
+        parts.append("Skipped peers: " + "; ".join(f"{p} ({r})" for p, r in skipped.items()))
+    parts.append(ratio_table(results))
+    mem = memory_table(results)
+    if mem:
+        parts.append("Peak extra GPU memory, causal forward, batch 1, "
+                     f"{results['sweep']['memory_heads']} heads, d={results['sweep']['memory_head_dim']}:\n\n" + mem)
+    parts.append(targets_table(results))
+    return "\n\n".join(parts) + "\n"
+
+
+def write_tables(results, out_dir):
+    header = f"<!-- {results['gpu']}, torch {results['torch']}, triton {results['triton']}, {results['date']} -->\n"
+    if results.get("note"):
+        header += f"\n**{results['note']}**\n"
+    (out_dir / "ratios.md").write_text(header + "\n" + ratio_table(results) + "\n")
+    (out_dir / "tflops.md").write_text(header + "\n" + tflops_table(results) + "\n")
+    mem = memory_table(results)
+    targets = targets_table(results) + ("\n\nPeak extra GPU memory (causal forward):\n\n" + mem if mem else "")
+    (out_dir / "targets.md").write_text(header + "\n" + targets + "\n")
+    return ["ratios.md", "tflops.md", "targets.md"]
+
+
+def _fmt_n(n):
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def write_plots(results, out_dir):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    speed = _speed(results)
+    s = results["sweep"]
+    styles = {p.name: p.style for p in PEERS}
+    peers = _peer_names(results)
+    cpu = results["device"] == "cpu"
+    written = []
+    columns = [(m, c) for m in s["modes"] for c in s["causals"]]
+    for dtype in s["dtypes"]:
+        fig, axes = plt.subplots(len(s["head_dims"]), len(columns), squeeze=False, sharex=True,
+                                 figsize=(3.6 * len(columns), 2.8 * len(s["head_dims"]) + 0.8))
+        for i, d in enumerate(s["head_dims"]):
+            for j, (mode, causal) in enumerate(columns):
+                ax = axes[i][j]
+                for p in peers:
+                    pts = [(n, speed[k][p]) for n in s["seqlens"] if p in speed.get(k := (mode, dtype, d, causal, n), {})]
+                    if pts:
+                        ax.plot(*zip(*pts), label=p, markersize=4, **styles[p])
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(s["seqlens"], [_fmt_n(n) for n in s["seqlens"]])
+                ax.set_ylim(bottom=0)
+                ax.grid(alpha=0.3)
+                ax.set_title(_config_label(mode, dtype, d, causal), fontsize=9)
+                if j == 0:
+                    ax.set_ylabel("TFLOP/s")
+                if i == len(s["head_dims"]) - 1:
+                    ax.set_xlabel("sequence length N")
+        handles, labels = {}, []
+        for ax in axes.flat:
+            for h, l in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(l, h)
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=8,
+                   bbox_to_anchor=(0.5, 0))
+        title = f"Attention throughput, {dtype}, {results['gpu']} — {s['total_tokens']} tokens per batch"
+        fig.suptitle(("CPU SMOKE RUN, NUMBERS NOT MEANINGFUL\n" if cpu else "") + title, fontsize=10)
+        fig.tight_layout(rect=(0, 0.05, 1, 1))
+        name = f"tflops_{dtype}.png"
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+        written.append(name)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    mem = [r for r in results["records"] if r["kind"] == "memory" and "peer" in r]
+    for p in MEMORY_PEERS:
+        pts = [(r["seqlen"], r["peak_extra_bytes"] / 2**20) for r in mem if r["peer"] == p and r["status"] == "ok"]
+        if pts:
+            ax.plot(*zip(*pts), label=p, **styles[p])
+        oom = [r["seqlen"] for r in mem if r["peer"] == p and "out of memory" in r.get("reason", "")]
+        if oom and pts:
+            ax.annotate(f"{p}: out of memory at N={_fmt_n(oom[0])}", xy=pts[-1], xytext=(5, -12),
+                        textcoords="offset points", fontsize=8)
+    if mem:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ns = sorted({r["seqlen"] for r in mem})
+        ax.set_xticks(ns, [_fmt_n(n) for n in ns])
+        ax.legend()
+        ax.grid(alpha=0.3, which="both")
+    else:
+        ax.text(0.5, 0.5, "no memory measurements:\nthey need a CUDA device", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xlabel("sequence length N")
+    ax.set_ylabel("peak extra memory (MiB)")
+    ax.set_title(f"Causal forward, batch 1, {s['memory_heads']} heads, d={s['memory_head_dim']}, {s['memory_dtype']}"
+                 f"\n{results['gpu']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out_dir / "memory.png", dpi=110)
+    plt.close(fig)
+    written.append("memory.png")
+    return written
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _ints(text):
+    return tuple(int(x) for x in text.split(","))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m flashdoc.bench", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", default="bench-out", help="output folder (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="a small smoke subset (bf16, d=128, N=1k/4k/16k)")
+    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                        help="cpu = tiny shapes whose numbers mean nothing (default: cuda if available)")
+    parser.add_argument("--peers", help=f"comma-separated subset of: {', '.join(p.name for p in PEERS)}")
+    parser.add_argument("--modes", help="comma-separated subset of: fwd, fwd_bwd")
+    parser.add_argument("--dtypes", help="comma-separated subset of: bf16, fp16")
+    parser.add_argument("--head-dims", type=_ints, help="e.g. 64,128,256")
+    parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
+    parser.add_argument("--seqlens", type=_ints, help="e.g. 1024,4096,16384")
+    parser.add_argument("--memory-seqlens", type=_ints, help="e.g. 4096,65536; 0 to skip the memory curve")
+    parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up budget per measurement")
+    parser.add_argument("--rep-ms", type=float, help="do_bench measuring budget per measurement")
+    parser.add_argument("--naive-max-seqlen", type=int, help="time naive attention up to this N")
+    parser.add_argument("--no-first-call", action="store_true", help="skip the cold first-call measurement")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+
+    overrides = {}
+    if args.modes:
+        overrides["modes"] = tuple(args.modes.split(","))
+    if args.dtypes:
+        overrides["dtypes"] = tuple(args.dtypes.split(","))
+    if args.head_dims:
+        overrides["head_dims"] = args.head_dims
+    if args.causal != "both":
+        overrides["causals"] = (args.causal == "yes",)
+    if args.seqlens:
+        overrides["seqlens"] = args.seqlens
+    if args.memory_seqlens:
+        overrides["memory_seqlens"] = tuple(n for n in args.memory_seqlens if n > 0)
+    if args.warmup_ms is not None:
+        overrides["warmup_ms"] = args.warmup_ms
+    if args.rep_ms is not None:
+        overrides["rep_ms"] = args.rep_ms
+    if args.naive_max_seqlen is not None:
+        overrides["naive_max_seqlen"] = args.naive_max_seqlen
+    if args.no_first_call:
+        overrides["first_call"] = False
+    run_benchmark(
+        out_dir=args.out, quick=args.quick, device=None if args.device == "auto" else args.device,
+        peers=args.peers.split(",") if args.peers else None, progress=not args.no_progress, **overrides,
+    )
+
+
+if __name__ == "__main__":
+    main()
