@@ -14,7 +14,7 @@ import math
 
 import torch
 
-__all__ = ["naive_attention", "online_softmax", "tiled_attention"]
+__all__ = ["naive_attention", "online_softmax", "online_softmax_update", "tiled_attention"]
 
 
 # --8<-- [start:naive]
@@ -54,6 +54,23 @@ def online_softmax(x, block_size=2):
 # --8<-- [end:online_softmax]
 
 
+# --8<-- [start:update]
+def online_softmax_update(m, l, acc, s, v_blk):
+    """Fold one tile of scores into a block of rows' running state: the heart of FlashAttention.
+
+    m, l: (..., rows) running max and denominator; acc: (..., rows, d_v) unnormalised output;
+    s: (..., rows, cols) scaled scores of this tile; v_blk: (..., cols, d_v) the matching values.
+    Returns the new (m, l, acc) and, for inspection, alpha (how much the old state shrank) and p.
+    """
+    m_new = torch.maximum(m, s.amax(dim=-1))
+    alpha = torch.exp(m - m_new)  # rescales what was accumulated under the old max; 0 on the first tile
+    p = torch.exp(s - m_new[..., None])  # unnormalised weights, all <= 1
+    l = alpha * l + p.sum(dim=-1)
+    acc = alpha[..., None] * acc + p @ v_blk
+    return m_new, l, acc, alpha, p
+# --8<-- [end:update]
+
+
 # --8<-- [start:tiled]
 def tiled_attention(q, k, v, block_q=64, block_k=64, causal=False, scale=None):
     """FlashAttention's forward pass, tile by tile, in plain PyTorch.
@@ -66,9 +83,9 @@ def tiled_attention(q, k, v, block_q=64, block_k=64, causal=False, scale=None):
     n_q, n_k = q.shape[-2], k.shape[-2]
     out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
     for i in range(0, n_q, block_q):
-        q_blk = q[..., i : i + block_q, :]  # the last block may be shorter than block_q
-        rows = q_blk.shape[-2]
-        m = torch.full((*q.shape[:-2], rows), float("-inf"), dtype=q.dtype, device=q.device)
+        q_blk = q[..., i : i + block_q, :]
+        rows = q_blk.shape[-2]  # the last block may be shorter than block_q
+        m = torch.full((*q.shape[:-2], rows), float("-inf"), dtype=q.dtype, device=q.device)  # one per row
         l = torch.zeros_like(m)
         acc = torch.zeros(*q.shape[:-2], rows, v.shape[-1], dtype=q.dtype, device=q.device)
         for j in range(0, n_k, block_k):
@@ -79,12 +96,7 @@ def tiled_attention(q, k, v, block_q=64, block_k=64, causal=False, scale=None):
                 q_idx = torch.arange(i, i + rows, device=q.device)[:, None]
                 k_idx = torch.arange(j, j + s.shape[-1], device=q.device)[None, :]
                 s = s.masked_fill(k_idx > q_idx, float("-inf"))
-            m_new = torch.maximum(m, s.amax(dim=-1))
-            alpha = torch.exp(m - m_new)  # rescales what was accumulated under the old max
-            p = torch.exp(s - m_new[..., None])
-            l = alpha * l + p.sum(dim=-1)
-            acc = alpha[..., None] * acc + p @ v[..., j : j + block_k, :]
-            m = m_new
-        out[..., i : i + rows, :] = acc / l[..., None]
+            m, l, acc, _, _ = online_softmax_update(m, l, acc, s, v[..., j : j + block_k, :])
+        out[..., i : i + rows, :] = acc / l[..., None]  # normalise once, at the end
     return out
 # --8<-- [end:tiled]
