@@ -105,8 +105,8 @@ SWEEPS = {
     # Tiny shapes for CPU-only machines and the tests: it exercises every code path, and its numbers mean
     # nothing (flashdoc runs through the Triton interpreter there, one program instance after another).
     "cpu": Sweep(
-        "cpu", "cpu", head_dims=(32,), seqlens=(64, 128), total_tokens=256, hidden=64, naive_max_seqlen=128,
-        memory_seqlens=(), warmup_ms=0.0, rep_ms=0.0, first_call=False,
+        "cpu", "cpu", dtypes=("fp16",), head_dims=(32,), seqlens=(64, 128), total_tokens=128, hidden=32,
+        naive_max_seqlen=128, memory_seqlens=(), warmup_ms=0.0, rep_ms=0.0, first_call=False,
     ),
 }
 CPU_NOTE = "CPU smoke run: tiny shapes, and the numbers are NOT meaningful (run on a CUDA GPU for real ones)."
@@ -160,9 +160,12 @@ def _sdpa_loader(backend_name):
             with sdpa_kernel(backend):  # only this backend: an unsupported shape raises instead of falling back
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-        # A tiny call tells whether the backend exists on this device at all ("No available kernel" if not).
+        # A tiny call tells whether the backend exists on this device at all.
         x = torch.randn(1, 1, 128, 64, device=device, dtype=torch.float16 if device == "cuda" else torch.float32)
-        attn(x, x, x, True)
+        try:
+            attn(x, x, x, True)
+        except RuntimeError as e:
+            raise RuntimeError(f"no {backend_name} kernel on {device} ({str(e).splitlines()[0][:120]})") from e
         return attn
 
     return load
@@ -271,15 +274,13 @@ def _time_ms(fn, sweep, grad_to_none):
         return triton.testing.do_bench(
             fn, warmup=sweep.warmup_ms, rep=sweep.rep_ms, grad_to_none=grad_to_none, quantiles=QUANTILES
         )
-    times = []  # CPU: a few plain wall-clock timings, the first call having been made already
-    for _ in range(3):
-        for t in grad_to_none or ():
-            t.grad = None
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    times.sort()
-    return [times[len(times) // 2], times[0], times[-1]]
+    # CPU (a smoke run): one plain wall-clock timing, the first call having served as the warm-up.
+    for t in grad_to_none or ():
+        t.grad = None
+    start = time.perf_counter()
+    fn()
+    ms = (time.perf_counter() - start) * 1e3
+    return [ms, ms, ms]
 
 
 def measure_speed(attn, layout, mode, dtype, batch, heads, seqlen, head_dim, causal, sweep):
@@ -377,6 +378,7 @@ def _environment(device):
     return dict(
         gpu=gpu, torch=torch.__version__, triton=triton.__version__, flashdoc=flashdoc_version,
         flashdoc_commit=commit, cuda=torch.version.cuda, python=platform.python_version(),
+        flashdoc_autotune=os.environ.get("FLASHDOC_AUTOTUNE", "default"),
     )
 
 
@@ -511,7 +513,7 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
     if "flashdoc" not in available:
         record(**first, status="skipped", reason=skipped.get("flashdoc", "not selected"))
     elif not sweep.first_call:
-        record(**first, status="skipped", reason="not measured in this sweep (CPU mode: nothing is compiled)")
+        record(**first, status="skipped", reason="not measured in this sweep (first_call=False; on the CPU nothing is compiled)")
     else:
         say("Measuring flashdoc's first call in a fresh process with an empty Triton cache ...")
         try:

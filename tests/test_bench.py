@@ -1,0 +1,124 @@
+"""The benchmark harness (flashdoc.bench) in its smallest mode, on the CPU.
+
+Only the plumbing is tested: what gets written, its schema, the printed ratio table, and that a peer which is
+missing or fails is reported as skipped with a reason instead of stopping the run. No timing is asserted:
+CPU numbers (flashdoc runs through the Triton interpreter here) mean nothing.
+"""
+
+import json
+
+import pytest
+import torch
+
+from flashdoc import bench
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# The smallest sweep: one tiny shape, both modes and both maskings (about a second of interpreted flashdoc).
+# On a GPU machine the same tiny sweep runs on the GPU, without FlexAttention (its compiles take a minute).
+TINY = dict(seqlens=(32,), total_tokens=64, hidden=32, head_dims=(32,), dtypes=("fp16",), memory_seqlens=(256,),
+            first_call=False)
+PEERS = None if DEVICE == "cpu" else ["naive", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "flashdoc"]
+
+RECORD_KEYS = {"kind", "peer", "mode", "dtype", "head_dim", "causal", "seqlen", "batch", "heads", "status",
+               "gpu", "timestamp", "torch", "triton", "flashdoc"}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    results = bench.run_benchmark(out_dir=out, device=DEVICE, peers=PEERS, progress=False, verbose=False, **TINY)
+    return out, results
+
+
+def test_results_json_schema(run):
+    out, results = run
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk == json.loads(json.dumps(results))  # what was returned is what was written
+    for key in ("schema", "date", "gpu", "torch", "triton", "flashdoc", "device", "note", "sweep", "peers",
+                "records", "quantiles"):
+        assert key in on_disk, key
+    assert on_disk["schema"] == bench.SCHEMA
+    assert on_disk["device"] == DEVICE
+    if DEVICE == "cpu":
+        assert "not meaningful" in on_disk["note"].lower()
+    assert set(on_disk["peers"]) == {p.name for p in bench.PEERS}
+
+    speed = [r for r in on_disk["records"] if r["kind"] == "speed"]
+    # one record per (mode, causal) for every available peer
+    n_available = sum(p["available"] for p in on_disk["peers"].values())
+    assert len(speed) == 2 * 2 * n_available
+    for r in speed:
+        assert RECORD_KEYS <= set(r), RECORD_KEYS - set(r)
+        assert r["status"] in ("ok", "skipped")
+        if r["status"] == "ok":
+            assert r["ms"] > 0 and r["tflops"] > 0 and r["first_call_s"] > 0
+            assert r["flops"] == bench.flops(r["mode"], r["batch"], r["heads"], r["seqlen"], r["head_dim"],
+                                             r["causal"])
+        else:
+            assert r["reason"]
+    assert {r["peer"] for r in speed if r["status"] == "ok"} >= {"naive", "flashdoc"}
+    first_call = [r for r in on_disk["records"] if r["kind"] == "first_call"]
+    assert len(first_call) == 1 and first_call[0]["status"] == "skipped" and first_call[0]["reason"]
+    memory = [r for r in on_disk["records"] if r["kind"] == "memory"]
+    if DEVICE == "cpu":  # GPU memory statistics need a GPU: one record says so
+        assert len(memory) == 1 and memory[0]["status"] == "skipped" and memory[0]["reason"]
+    else:
+        assert {r["peer"] for r in memory} == set(bench.MEMORY_PEERS)
+        assert all(r["peak_extra_bytes"] > 0 for r in memory if r["status"] == "ok")
+
+
+def test_unavailable_peers_are_skipped_with_a_reason(run):
+    _, results = run
+    peers = results["peers"]
+    assert peers["naive"]["available"] and peers["flashdoc"]["available"]
+    for name, peer in peers.items():
+        assert peer["available"] or peer["reason"], name
+    if DEVICE == "cpu":  # these cannot run on a CPU-only machine
+        for name in ("flex", "sdpa-cudnn", "sdpa-efficient"):
+            assert not peers[name]["available"], name
+
+
+def test_plots_and_tables_are_written(run):
+    out, _ = run
+    for name in ("tflops_fp16.png", "memory.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    ratios = (out / "ratios.md").read_text()
+    assert "| configuration | vs naive |" in ratios
+    assert "fwd+bwd fp16 d=32 causal" in ratios
+    assert "| issue 4 target |" in (out / "targets.md").read_text()
+    assert "fwd fp16 d=32 full" in (out / "tflops.md").read_text()
+
+
+def test_ratio_table_is_printed(tmp_path, capsys):
+    bench.main(["--device", DEVICE, "--out", str(tmp_path), "--no-progress", "--peers", "naive,flashdoc",
+                "--modes", "fwd", "--causal", "no", "--seqlens", "32", "--memory-seqlens", "256",
+                "--no-first-call"])
+    printed = capsys.readouterr().out
+    if DEVICE == "cpu":
+        assert "NOT meaningful" in printed
+    assert "| configuration | vs naive |" in printed
+    assert "| fwd fp16 d=32 full |" in printed
+    assert (tmp_path / "results.json").exists()
+
+
+def test_failing_peers_do_not_stop_the_run(tmp_path, monkeypatch):
+    def missing(device):
+        raise ImportError("No module named 'not_a_kernel'")
+
+    def runs_out_of_memory(device):
+        def attn(q, k, v, causal):
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return attn
+
+    peers = [p for p in bench.PEERS if p.name in ("naive", "flashdoc")]
+    peers += [bench.Peer("missing", "bhnd", missing), bench.Peer("oom", "bhnd", runs_out_of_memory)]
+    monkeypatch.setattr(bench, "PEERS", peers)
+    results = bench.run_benchmark(out_dir=tmp_path, device=DEVICE, progress=False, verbose=False,
+                                  **dict(TINY, seqlens=(32, 64), modes=("fwd",), causals=(True,)))
+    assert results["peers"]["missing"] == {"available": False, "reason": "not installed (No module named "
+                                                                          "'not_a_kernel')"}
+    oom = [r for r in results["records"] if r.get("peer") == "oom"]
+    assert [r["status"] for r in oom] == ["skipped", "skipped"]
+    assert oom[0]["reason"] == "out of memory" and oom[1]["reason"] == "out of memory at N=32"
+    assert all(r["status"] == "ok" for r in results["records"] if r["kind"] == "speed" and r["peer"] == "flashdoc")
+    assert "| vs naive | vs oom |" in (tmp_path / "ratios.md").read_text()  # a peer with no numbers shows —
