@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from . import INTERPRET
-from .forward import LOG2E, _load_tile, block_d_for, dot_precision, seq_bucket
+from .forward import AUTOTUNE, LOG2E, _load_tile, block_d_for, dot_precision, seq_bucket
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -277,8 +277,17 @@ if not INTERPRET:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool):
-    """Launch preprocess, dK/dV and dQ. Shapes as in ``attn_fwd``; dq/dk/dv are written in place."""
+def bwd_configs_for(head_dim: int):
+    """The GPU configs the autotuner tries for this head dim (first = default when not autotuning)."""
+    return _prune_bwd_configs(_bwd_configs(), None, BLOCK_D=block_d_for(head_dim))
+
+
+def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool,
+             config=None):
+    """Launch preprocess, dK/dV and dQ. Shapes as in ``attn_fwd``; dq/dk/dv are written in place.
+
+    config: a ``triton.Config`` for both dK/dV and dQ instead of autotuning.
+    """
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     group_size = n_heads // n_kv_heads
@@ -303,11 +312,14 @@ def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, ca
     dkdv_args = (q, k, v, dout, dk, dv, lse2, delta, *strides,
                  dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), *scalars)
     dq_args = (q, k, v, dout, dq, lse2, delta, *strides, dq.stride(0), dq.stride(1), dq.stride(2), *scalars)
-    if INTERPRET:
-        _attn_bwd_dkdv[(triton.cdiv(seqlen_k, CPU_BLOCK_N), batch * n_kv_heads)](
-            *dkdv_args, **meta, BLOCK_M=CPU_BLOCK_M, BLOCK_N=CPU_BLOCK_N)
-        _attn_bwd_dq[(triton.cdiv(seqlen_q, CPU_BLOCK_M), batch * n_heads)](
-            *dq_args, **meta, BLOCK_M=CPU_BLOCK_M, BLOCK_N=CPU_BLOCK_N)
+    if config is None and INTERPRET:
+        config = triton.Config({"BLOCK_M": CPU_BLOCK_M, "BLOCK_N": CPU_BLOCK_N})
+    if config is None and not AUTOTUNE:
+        config = bwd_configs_for(head_dim)[0]
+    if config is not None:
+        kw = dict(**meta, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+        _attn_bwd_dkdv[(triton.cdiv(seqlen_k, config.kwargs["BLOCK_N"]), batch * n_kv_heads)](*dkdv_args, **kw)
+        _attn_bwd_dq[(triton.cdiv(seqlen_q, config.kwargs["BLOCK_M"]), batch * n_heads)](*dq_args, **kw)
     else:
         _attn_bwd_dkdv_tuned[lambda m: (triton.cdiv(seqlen_k, m["BLOCK_N"]), batch * n_kv_heads)](*dkdv_args, **meta)
         _attn_bwd_dq_tuned[lambda m: (triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads)](*dq_args, **meta)

@@ -5,7 +5,7 @@ dimensions and a unit stride for the last. The flash-attn API passes its tensors
 passes transposed views of (batch, heads, seqlen, head_dim) tensors, so neither copies anything.
 """
 
-import math
+import os
 
 import torch
 import triton
@@ -25,6 +25,10 @@ LN2 = 0.6931471805599453
 # block operations: large blocks mean fewer of them. Nothing is tuned there.
 CPU_BLOCK_M = 32
 CPU_BLOCK_N = 32
+
+# FLASHDOC_AUTOTUNE=0 skips the autotuner and takes the first config that fits the head dim (the one tuning
+# found best most often): one compile per shape family instead of several, for wide test sweeps.
+AUTOTUNE = os.environ.get("FLASHDOC_AUTOTUNE", "1") != "0"
 
 
 def _fwd_configs():
@@ -216,8 +220,16 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool):
-    """Launch the forward kernel. q, out: (B, Sq, H, D); k, v: (B, Sk, Hk, D); lse: (B, H, Sq) fp32."""
+def fwd_configs_for(head_dim: int):
+    """The GPU configs the autotuner tries for this head dim (first = default when not autotuning)."""
+    return _prune_fwd_configs(_fwd_configs(), None, BLOCK_D=block_d_for(head_dim))
+
+
+def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
+    """Launch the forward kernel. q, out: (B, Sq, H, D); k, v: (B, Sk, Hk, D); lse: (B, H, Sq) fp32.
+
+    config: a ``triton.Config`` to use instead of autotuning (tests use it to check every config).
+    """
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     causal_offset = seqlen_k - seqlen_q if bottom_right else 0
@@ -230,9 +242,13 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
             seq_bucket(max(seqlen_q, seqlen_k)))
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
                 DOT_PRECISION=dot_precision(q.dtype))
-    if INTERPRET:
-        grid = (triton.cdiv(seqlen_q, CPU_BLOCK_M), batch * n_heads)
-        _attn_fwd[grid](*args, **meta, BLOCK_M=CPU_BLOCK_M, BLOCK_N=CPU_BLOCK_N)
+    if config is None and INTERPRET:
+        config = triton.Config({"BLOCK_M": CPU_BLOCK_M, "BLOCK_N": CPU_BLOCK_N})
+    if config is None and not AUTOTUNE:
+        config = fwd_configs_for(head_dim)[0]
+    if config is not None:
+        grid = (triton.cdiv(seqlen_q, config.kwargs["BLOCK_M"]), batch * n_heads)
+        _attn_fwd[grid](*args, **meta, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
     else:
         def grid(meta):
             return (triton.cdiv(seqlen_q, meta["BLOCK_M"]), batch * n_heads)

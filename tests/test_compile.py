@@ -1,0 +1,73 @@
+"""torch.compile(fullgraph=True) traces through flashdoc's custom ops (forward and backward) with no graph break.
+
+On the CPU the test uses the ``aot_eager`` backend (it runs the fake implementations and AOTAutograd's joint
+graph, which is where a graph break or a bad fake would show, without needing inductor's C++ toolchain); on the
+GPU it also uses ``inductor``.
+"""
+
+import pytest
+import torch
+from conftest import DEVICE, make_qkv
+
+import flashdoc
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.d = heads, kv_heads, dim // heads
+        self.qkv = torch.nn.Linear(dim, (heads + 2 * kv_heads) * self.d)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x, api):
+        b, s, _ = x.shape
+        qkv = self.qkv(x).view(b, s, self.heads + 2 * self.kv_heads, self.d)
+        q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=2)  # non-contiguous views
+        if api == "flash":
+            o = flashdoc.flash_attn_func(q, k, v, causal=True)
+        else:
+            o = flashdoc.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                      is_causal=True, enable_gqa=True).transpose(1, 2)
+        return self.proj(o.reshape(b, s, -1))
+
+
+def _run(backend, api, device, dtype, seqlen):
+    torch.manual_seed(0)
+    model = Block(64, 4, 2).to(device=device, dtype=dtype)
+    x = torch.randn(2, seqlen, 64, device=device, dtype=dtype, requires_grad=True)
+    eager = model(x, api)
+    eager.sum().backward()
+    grads_eager = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    model.zero_grad()
+    x.grad = None
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend, fullgraph=True)  # fullgraph: any graph break raises
+    out = compiled(x, api)
+    out.sum().backward()
+    grads = [p.grad for p in model.parameters()] + [x.grad]
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(out, eager, atol=tol, rtol=tol)
+    for a, b in zip(grads, grads_eager):
+        assert torch.allclose(a, b, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("api", ["flash", "sdpa"])
+def test_compile_fullgraph_aot_eager(api):
+    _run("aot_eager", api, DEVICE, torch.float32, 24)
+
+
+def test_opcheck_custom_ops():
+    """torch.library.opcheck: schema, fake implementation and autograd registration agree with the kernels."""
+    q, k, v = make_qkv(1, 12, 20, 2, 1, 16, torch.float32)
+    torch.library.opcheck(torch.ops.flashdoc.fwd.default, (q, k, v, 0.25, True, True))
+    out, lse = torch.ops.flashdoc.fwd(q, k, v, 0.25, True, True)
+    dout = torch.randn_like(out)
+    torch.library.opcheck(torch.ops.flashdoc.bwd.default,
+                          (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), None, 0.25, True, True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("api", ["flash", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_compile_fullgraph_inductor(api, dtype):
+    _run("inductor", api, "cuda", dtype, 512)

@@ -1,0 +1,70 @@
+"""Bad input -> ValueError/TypeError naming the argument and what is allowed."""
+
+import pytest
+import torch
+from conftest import DEVICE
+
+import flashdoc
+
+
+def t(*shape, dtype=torch.float16, device=DEVICE):
+    return torch.randn(*shape).to(device=device, dtype=dtype)
+
+
+Q = (2, 8, 4, 32)  # (batch, seqlen, heads, head_dim)
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(k=t(*Q, dtype=torch.float32)), TypeError, "k has dtype torch.float32 but q"),
+    (dict(v=t(*Q, dtype=torch.bfloat16)), TypeError, "v has dtype"),
+    (dict(q=t(*Q).to(torch.int32), k=t(*Q).to(torch.int32), v=t(*Q).to(torch.int32)), TypeError, "q has dtype torch.int32; allowed"),
+    (dict(q=t(2, 8, 32)), ValueError, "q must be 4-D"),
+    (dict(k=t(2, 8, 4, 32, 1)), ValueError, "k must be 4-D"),
+    (dict(q=t(2, 8, 4, 264), k=t(2, 8, 4, 264), v=t(2, 8, 4, 264)), ValueError, "head_dim is 264; allowed"),
+    (dict(q=t(2, 8, 4, 36), k=t(2, 8, 4, 36), v=t(2, 8, 4, 36)), ValueError, "multiple of 8"),
+    (dict(k=t(2, 8, 3, 32), v=t(2, 8, 3, 32)), ValueError, r"q heads \(4\) must be a multiple of k heads \(3\)"),
+    (dict(v=t(2, 9, 4, 32)), ValueError, "k and v must have the same seqlen"),
+    (dict(k=t(3, 8, 4, 32), v=t(3, 8, 4, 32)), ValueError, "batch sizes differ"),
+    (dict(k=t(2, 0, 4, 32), v=t(2, 0, 4, 32)), ValueError, "zero keys"),
+    (dict(v=t(2, 8, 4, 16)), ValueError, "share one head_dim"),
+    (dict(v=t(2, 8, 2, 32)), ValueError, "same number of heads"),
+    (dict(softmax_scale=-1.0), ValueError, "softmax_scale must be a finite number > 0"),
+    (dict(softmax_scale="0.1"), TypeError, "softmax_scale must be a float"),
+    (dict(causal=1), TypeError, "causal must be a bool"),
+    (dict(q=[1.0]), TypeError, "q must be a torch.Tensor"),
+])
+def test_flash_attn_func_rejects(kwargs, exc, match):
+    args = dict(q=t(*Q), k=t(*Q), v=t(*Q))
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        flashdoc.flash_attn_func(**args)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (a second device to mismatch)")
+def test_device_mismatch():
+    with pytest.raises(ValueError, match="k is on cpu but q is on cuda"):
+        flashdoc.flash_attn_func(t(*Q, device="cuda"), t(*Q, device="cpu"), t(*Q, device="cuda"))
+
+
+def test_device_mismatch_meta():
+    with pytest.raises(ValueError, match="is on meta but q is on"):
+        flashdoc.flash_attn_func(t(*Q), t(*Q, device="meta"), t(*Q))
+
+
+S = (2, 4, 8, 32)  # (batch, heads, seqlen, head_dim)
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool)), ValueError, "attn_mask is not supported yet.*is_causal=True"),
+    (dict(dropout_p=0.1), ValueError, "dropout_p=0.1 is not supported yet"),
+    (dict(key=t(2, 2, 8, 32), value=t(2, 2, 8, 32)), ValueError, "enable_gqa=True"),
+    (dict(key=t(2, 3, 8, 32), value=t(2, 3, 8, 32), enable_gqa=True), ValueError, "query heads"),
+    (dict(scale=0.0), ValueError, "scale must be a finite number > 0"),
+    (dict(is_causal="yes"), TypeError, "is_causal must be a bool"),
+    (dict(key=t(*S, dtype=torch.float32)), TypeError, "key has dtype torch.float32 but query"),
+])
+def test_sdpa_rejects(kwargs, exc, match):
+    args = dict(query=t(*S), key=t(*S), value=t(*S))
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        flashdoc.scaled_dot_product_attention(**args)

@@ -1,0 +1,204 @@
+"""flash_attn_func against the float64 oracle with flash-attn's criterion (out, lse, dq, dk, dv).
+
+CPU subset first (runs everywhere, through Triton's interpreter on CPU), then the GPU sweeps.
+"""
+
+import pytest
+import torch
+from conftest import DEVICE, attention_math, check_against_oracle, make_qkv
+
+import flashdoc
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+
+
+def _flash(causal, scale=None):
+    def fn(q, k, v):
+        return flashdoc.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, return_lse=True)
+    return fn
+
+
+# --- CPU subset ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [40, 64])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(1, 17), (45, 20), (20, 45)])
+def test_flash_attn(seqlen_q, seqlen_k, head_dim, causal, dtype):
+    q, k, v = make_qkv(2, seqlen_q, seqlen_k, 2, 2, head_dim, dtype)
+    check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, bottom_right=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_heads,n_kv_heads", [(4, 2), (3, 1)], ids=["gqa", "mqa"])
+def test_flash_attn_gqa(n_heads, n_kv_heads, causal, dtype):
+    q, k, v = make_qkv(1, 33, 50, n_heads, n_kv_heads, 32, dtype)
+    check_against_oracle(_flash(causal), q, k, v, 32 ** -0.5, causal, bottom_right=True)
+
+
+@pytest.mark.parametrize("head_dim", [16, 72, 128])
+def test_flash_attn_head_dims(head_dim):
+    q, k, v = make_qkv(1, 37, 37, 2, 1, head_dim, torch.float16)
+    check_against_oracle(_flash(True), q, k, v, head_dim ** -0.5, True, bottom_right=True)
+
+
+@pytest.mark.parametrize("scale", [0.05, 1.0])
+def test_softmax_scale(scale):
+    q, k, v = make_qkv(1, 24, 40, 2, 2, 32, torch.float32)
+    check_against_oracle(_flash(False, scale), q, k, v, scale, False, bottom_right=True)
+
+
+def test_bottom_right_rows_without_keys_are_zero():
+    # seqlen_q > seqlen_k, causal, bottom-right: the first seqlen_q - seqlen_k rows see no key
+    q, k, v = make_qkv(1, 40, 9, 2, 2, 16, torch.float32)
+    out, lse = flashdoc.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    assert torch.all(out[:, :31] == 0) and torch.all(out[:, 31:].abs().sum(-1) > 0)
+    assert torch.all(lse[:, :, :31] == float("-inf")) and torch.isfinite(lse[:, :, 31:]).all()
+    out.sum().backward()
+    assert torch.all(q.grad[:, :31] == 0) and torch.isfinite(q.grad).all()
+    check_against_oracle(_flash(True), *make_qkv(1, 40, 9, 2, 2, 16, torch.float32), 0.25, True, True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_huge_logits_stay_finite(dtype):
+    q, k, v = make_qkv(1, 40, 40, 2, 2, 32, dtype, scale=100.0)
+    out, lse = flashdoc.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    # PyTorch's own fp16 math overflows here, so compare to the oracle directly: logits ~1e4 make softmax
+    # nearly one-hot, and the output must pick the right value rows
+    out_ref, lse_ref = attention_math(q.detach(), k.detach(), v.detach(), 32 ** -0.5, True, True)
+    err = (out.double() - out_ref).abs().max().item() / out_ref.abs().max().item()
+    lse_err = (lse.double() - lse_ref.double()).abs().max().item() / lse_ref.abs().max().item()
+    print(f"relative error: out {err:.2e}, lse {lse_err:.2e}")
+    assert err < 1e-2 and lse_err < 1e-2
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
+
+
+def test_non_contiguous_inputs():
+    # q, k, v as views of one packed QKV projection (strides of a (B, S, 3, H, D) tensor), and a v whose
+    # head_dim is not the last-stride-1 dimension (copied once by flashdoc)
+    qkv = torch.randn(2, 30, 3, 2, 32, device=DEVICE, dtype=torch.float16)
+    q, k, v = (qkv[:, :, i].requires_grad_() for i in range(3))
+    q, k = q.detach().requires_grad_(), k.detach().requires_grad_()
+    v = torch.randn(2, 30, 2, 32, device=DEVICE, dtype=torch.float16).transpose(-1, -2).contiguous()
+    v = v.transpose(-1, -2).requires_grad_()
+    q, k = qkv[:, :, 0].detach().requires_grad_(), qkv[:, :, 1].detach().requires_grad_()
+    assert not q.is_contiguous() and v.stride(-1) != 1
+    check_against_oracle(_flash(True), q, k, v, 32 ** -0.5, True, True)
+
+
+def test_lse_gradient_flows():
+    # a loss that uses the returned LSE: d lse / d scores = P, folded into the backward's delta
+    q, k, v = make_qkv(1, 20, 28, 2, 2, 16, torch.float32)
+    out, lse = flashdoc.flash_attn_func(q, k, v, return_lse=True)
+    w = torch.randn_like(lse)
+    grads = torch.autograd.grad((out.sum() + (lse * w).sum()), (q, k, v))
+    qr, kr, vr = (t.detach().double().requires_grad_() for t in (q, k, v))
+    s = torch.einsum("bqhd,bkhd->bhqk", qr, kr) * 16 ** -0.5
+    lse_r = torch.logsumexp(s, -1)
+    out_r = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), vr)
+    grads_r = torch.autograd.grad(out_r.sum() + (lse_r * w.double()).sum(), (qr, kr, vr))
+    for name, a, b in zip("qkv", grads, grads_r):
+        err = (a.double() - b).abs().max().item()
+        print(f"d{name}: max err {err:.2e}")
+        assert err < 1e-4
+
+
+def test_out_matches_oracle_not_a_tautology():
+    # the criterion must be able to fail: a wrong scale is caught
+    q, k, v = make_qkv(1, 20, 20, 2, 2, 16, torch.float16)
+    with pytest.raises(AssertionError):
+        check_against_oracle(_flash(False, 0.3), q, k, v, 0.25, False, True, with_grads=False)
+
+
+# --- GPU sweeps ------------------------------------------------------------------------------------------------
+
+ODD_SEQLENS = [(1, 1), (1, 17), (17, 1), (113, 203), (203, 113), (127, 127), (128, 217), (1000, 1000),
+               (1023, 1024), (1024, 1023), (4097, 4097)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", ODD_SEQLENS)
+def test_gpu_seqlens(seqlen_q, seqlen_k, head_dim, causal, dtype):
+    batch = 1 if max(seqlen_q, seqlen_k) > 2000 else 2
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 2, 2, head_dim, dtype)
+    check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [16, 32, 40, 72, 80, 96, 112, 160, 192, 256])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (1023, 1024)])
+def test_gpu_head_dims(seqlen_q, seqlen_k, head_dim, causal, dtype):
+    q, k, v = make_qkv(2, seqlen_q, seqlen_k, 2, 2, head_dim, dtype)
+    check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_heads,n_kv_heads", [(8, 2), (8, 1), (6, 3)], ids=["gqa4", "mqa", "gqa2"])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(203, 113), (1000, 1000), (17, 1024)])
+def test_gpu_gqa(seqlen_q, seqlen_k, n_heads, n_kv_heads, causal, dtype):
+    q, k, v = make_qkv(2, seqlen_q, seqlen_k, n_heads, n_kv_heads, 128, dtype)
+    check_against_oracle(_flash(causal), q, k, v, 128 ** -0.5, causal, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 96, 128])
+def test_gpu_non_contiguous_packed_qkv(head_dim, dtype):
+    qkv = torch.randn(2, 1000, 3, 4, head_dim, device="cuda", dtype=dtype)
+    q, k, v = (qkv[:, :, i].detach().requires_grad_() for i in range(3))
+    check_against_oracle(_flash(True), q, k, v, head_dim ** -0.5, True, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_huge_logits(dtype):
+    q, k, v = make_qkv(2, 1000, 1000, 4, 4, 128, dtype, scale=100.0)
+    out, lse = flashdoc.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all() and torch.isfinite(q.grad).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_gpu_every_autotune_config(head_dim, causal):
+    """Each candidate the autotuner may pick computes the same attention (the sweeps above use the first)."""
+    from flashdoc.kernels.backward import attn_bwd, bwd_configs_for
+    from flashdoc.kernels.forward import attn_fwd, fwd_configs_for
+
+    dtype = torch.bfloat16
+    q, k, v = make_qkv(2, 1000, 1203, 4, 2, head_dim, dtype, requires_grad=False)
+    scale = head_dim ** -0.5
+    ref_in = [t.double().requires_grad_() for t in (q, k, v)]
+    out_ref, lse_ref = attention_math(*ref_in, scale, causal, True)
+    dout = torch.randn_like(q)
+    grads_ref = torch.autograd.grad(out_ref, ref_in, dout.double())
+    out_pt, _ = attention_math(q, k, v, scale, causal, True, dtype)
+    base = (out_pt.double() - out_ref).abs().max().item()
+    for config in fwd_configs_for(head_dim):
+        out = torch.empty_like(q)
+        lse = torch.empty(2, 4, 1000, device="cuda", dtype=torch.float32)
+        attn_fwd(q, k, v, out, lse, scale, causal, True, config=config)
+        err = (out.double() - out_ref).abs().max().item()
+        print("fwd", config, f"{err:.3e} vs pytorch {base:.3e}")
+        assert err <= 2 * base + 1e-3
+    out_ref_dtype = out_ref.detach().to(dtype)
+    lse_ref = lse_ref.float().contiguous()
+    for config in bwd_configs_for(head_dim):
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        attn_bwd(dout, q, k, v, out_ref_dtype, lse_ref, None, dq, dk, dv, scale, causal, True, config=config)
+        for name, g, r in zip(("dq", "dk", "dv"), (dq, dk, dv), grads_ref):
+            err = (g.double() - r).abs().max().item() / r.abs().max().item()
+            print("bwd", config, name, f"relative {err:.3e}")
+            assert err < 2e-2
