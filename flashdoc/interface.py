@@ -29,8 +29,12 @@ def _like(t: torch.Tensor) -> torch.Tensor:
 
 
 def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:
-    # The kernels index head_dim with stride 1 (coalesced loads); any other layout is copied once here.
-    return t if t.stride(-1) == 1 else t.contiguous()
+    """The kernels read head_dim with stride 1, and their tensor descriptors (TMA on Hopper) need a 16-byte
+    aligned start and 16-byte multiples for the other strides. Any other layout is copied once here; views of
+    a packed QKV projection and SDPA's transposes pass as they are."""
+    size = t.element_size()
+    aligned = t.data_ptr() % 16 == 0 and all((st * size) % 16 == 0 for st in t.stride()[:-1])
+    return t if t.stride(-1) == 1 and t.stride(1) != 0 and aligned else t.contiguous()
 
 
 def _cpu_upcast(*ts):

@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from . import INTERPRET
-from .forward import AUTOTUNE, LOG2E, _load_tile, block_d_for, dot_precision, seq_bucket
+from .forward import AUTOTUNE, LOG2E, block_d_for, dot_precision, seq_bucket
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -49,6 +49,23 @@ def _prune_bwd_configs(configs, named_args, **kwargs):
 # ---------------------------------------------------------------------------------------------------------------
 # Kernels
 # ---------------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_tile(ptrs, rows, n_rows, cols, HEAD_DIM: tl.constexpr, CHECK_ROWS: tl.constexpr,
+               CHECK_COLS: tl.constexpr):
+    """Load a (rows, head_dim) tile, masking only what can be out of bounds (decided at compile time)."""
+    if CHECK_ROWS:
+        if CHECK_COLS:
+            x = tl.load(ptrs, mask=(rows[:, None] < n_rows) & (cols[None, :] < HEAD_DIM), other=0.0)
+        else:
+            x = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
+    else:
+        if CHECK_COLS:
+            x = tl.load(ptrs, mask=cols[None, :] < HEAD_DIM, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
 
 
 # --8<-- [start:bwd_preprocess]

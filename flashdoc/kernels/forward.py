@@ -75,29 +75,11 @@ def _prune_fwd_configs(configs, named_args, **kwargs):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@triton.jit
-def _load_tile(ptrs, rows, n_rows, cols, HEAD_DIM: tl.constexpr, CHECK_ROWS: tl.constexpr,
-               CHECK_COLS: tl.constexpr):
-    """Load a (rows, head_dim) tile, masking only what can be out of bounds (decided at compile time)."""
-    if CHECK_ROWS:
-        if CHECK_COLS:
-            x = tl.load(ptrs, mask=(rows[:, None] < n_rows) & (cols[None, :] < HEAD_DIM), other=0.0)
-        else:
-            x = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
-    else:
-        if CHECK_COLS:
-            x = tl.load(ptrs, mask=cols[None, :] < HEAD_DIM, other=0.0)
-        else:
-            x = tl.load(ptrs)
-    return x
-
-
 # --8<-- [start:fwd_inner]
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d,
-                    seqlen_k, causal_offset, qk_scale, lo, hi,
-                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                    IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+def _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale, lo, hi,
+                    BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                    DOT_PRECISION: tl.constexpr):
     """Stream key/value tiles [lo, hi) past one query tile, updating the online softmax.
 
     m_i is the running row maximum (log2 units), l_i the running denominator, acc the unnormalised output.
@@ -105,11 +87,10 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs
     """
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N):
-        offs_n = start_n + offs_n0
-        k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d,
-                       HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
+        k = k_desc.load([start_n, 0])  # (BLOCK_N, BLOCK_D); rows past seqlen_k read as zeros
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if MASKED:
+            offs_n = start_n + offs_n0
             keep = offs_n[None, :] < seqlen_k
             if IS_CAUSAL:
                 # query row i sees key j when j <= i + causal_offset (0: top-left, seqlen_k - seqlen_q: bottom-right)
@@ -123,14 +104,24 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs
         p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
         alpha = tl.math.exp2(m_i - m_ij)  # rescales what was accumulated under the old maximum
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d,
-                       HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
+        v = v_desc.load([start_n, 0])
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         m_i = m_ij
         # --8<-- [end:online_softmax]
     return acc, l_i, m_i
 # --8<-- [end:fwd_inner]
+
+
+@triton.jit
+def _head_desc(base, seqlen, stride_s, HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A (seqlen, head_dim) view of one (batch, head), read and written in (BLOCK_S, BLOCK_D) tiles.
+
+    On Hopper each tile moves with one TMA copy; rows past seqlen and the columns that pad head_dim to a power
+    of two read as zeros and are never written, so no load or store needs a mask.
+    """
+    return tl.make_tensor_descriptor(base, shape=[seqlen, HEAD_DIM], strides=[stride_s, 1],
+                                     block_shape=[BLOCK_S, BLOCK_D])
 
 
 # --8<-- [start:fwd_kernel]
@@ -153,14 +144,12 @@ def _attn_fwd(Q, K, V, O, LSE,
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size  # GQA/MQA: group_size query heads share one key/value head
-
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)  # head_dim padded to a power of two; columns >= HEAD_DIM are masked
-    q_base = Q + off_b * stride_qb + off_h * stride_qh
-    k_base = K + off_b * stride_kb + off_hk * stride_kh
-    v_base = V + off_b * stride_vb + off_hk * stride_vh
-    q = _load_tile(q_base + offs_m[:, None] * stride_qs + offs_d[None, :], offs_m, seqlen_q, offs_d,
-                   HEAD_DIM, True, HEAD_DIM != BLOCK_D)
+
+    q_desc = _head_desc(Q + off_b * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M, BLOCK_D)
+    k_desc = _head_desc(K + off_b * stride_kb + off_hk * stride_kh, seqlen_k, stride_ks, HEAD_DIM, BLOCK_N, BLOCK_D)
+    v_desc = _head_desc(V + off_b * stride_vb + off_hk * stride_vh, seqlen_k, stride_vs, HEAD_DIM, BLOCK_N, BLOCK_D)
+    q = q_desc.load([pid_m * BLOCK_M, 0])
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -176,20 +165,18 @@ def _attn_fwd(Q, K, V, O, LSE,
     else:
         full_hi = seqlen_k // BLOCK_N * BLOCK_N
         masked_hi = seqlen_k
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                                    seqlen_k, causal_offset, qk_scale, 0, full_hi,
-                                    HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, False, DOT_PRECISION)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                                    seqlen_k, causal_offset, qk_scale, full_hi, masked_hi,
-                                    HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, True, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale,
+                                    0, full_hi, BLOCK_N, IS_CAUSAL, False, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale,
+                                    full_hi, masked_hi, BLOCK_N, IS_CAUSAL, True, DOT_PRECISION)
 
     # Rows that saw no key at all (causal, bottom-right, seqlen_q > seqlen_k) output zeros and LSE = -inf.
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     acc = acc / l_safe[:, None]
-    lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)  # log2 -> natural log
+    lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)  # log2 -> ln
     tl.store(LSE + pid_bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
-    o_ptrs = O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :]
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM))
+    o_desc = _head_desc(O + off_b * stride_ob + off_h * stride_oh, seqlen_q, stride_os, HEAD_DIM, BLOCK_M, BLOCK_D)
+    o_desc.store([pid_m * BLOCK_M, 0], acc.to(O.dtype.element_ty))
 # --8<-- [end:fwd_kernel]
 
 
@@ -225,6 +212,17 @@ def fwd_configs_for(head_dim: int):
     return _prune_fwd_configs(_fwd_configs(), None, BLOCK_D=block_d_for(head_dim))
 
 
+def _scratch(size: int, alignment: int, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def ensure_descriptor_allocator():
+    """In-kernel tensor descriptors (``tl.make_tensor_descriptor``) live in a little global scratch memory that
+    Triton asks an allocator for; the interpreter needs none."""
+    if not INTERPRET:
+        triton.set_allocator(_scratch)
+
+
 def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
     """Launch the forward kernel. q, out: (B, Sq, H, D); k, v: (B, Sk, Hk, D); lse: (B, H, Sq) fp32.
 
@@ -233,6 +231,7 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     causal_offset = seqlen_k - seqlen_q if bottom_right else 0
+    ensure_descriptor_allocator()
     args = (q, k, v, out, lse,
             q.stride(0), q.stride(1), q.stride(2),
             k.stride(0), k.stride(1), k.stride(2),

@@ -1,0 +1,257 @@
+"""Version 1 of the forward kernel (plain pointer loads, cp.async pipelining), kept to time against the
+current one on the device. Not part of the package."""
+"""FlashAttention forward: one fused kernel, online softmax, writes O and the log-sum-exp per row.
+
+Layout seen by the kernel: (batch, seqlen, heads, head_dim) with arbitrary strides for the first three
+dimensions and a unit stride for the last. The flash-attn API passes its tensors as they are; the SDPA API
+passes transposed views of (batch, heads, seqlen, head_dim) tensors, so neither copies anything.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from flashdoc.kernels import INTERPRET
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tuning constants
+# ---------------------------------------------------------------------------------------------------------------
+
+# exp2 is one instruction on the GPU, exp is exp2 plus a multiply: fold log2(e) into the softmax scale once.
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+# Under the interpreter every program instance runs one after another in numpy, so the cost is the number of
+# block operations: large blocks mean fewer of them. Nothing is tuned there.
+CPU_BLOCK_M = 32
+CPU_BLOCK_N = 32
+
+# FLASHDOC_AUTOTUNE=0 skips the autotuner and takes the first config that fits the head dim (the one tuning
+# found best most often): one compile per shape family instead of several, for wide test sweeps.
+AUTOTUNE = os.environ.get("FLASHDOC_AUTOTUNE", "1") != "0"
+
+
+def _fwd_configs():
+    """Autotune space for the GPU, kept small so that a new shape's first call stays well under 30 s.
+
+    128-row query tiles keep the tensor cores busy on Hopper (a warpgroup issues 64-row wgmma); the key tile
+    and pipeline depth trade shared memory for latency hiding, and the best pair depends on the head dim, so
+    ``_prune_fwd_configs`` keeps only the candidates that fit each head dim.
+    """
+    configs = []
+    for block_m, block_n, stages, warps in [
+        (128, 128, 3, 8),
+        (128, 64, 3, 8),
+        (128, 64, 4, 4),
+        (128, 128, 2, 8),
+        (64, 64, 3, 4),
+        (128, 32, 2, 8),
+        (64, 32, 2, 4),
+    ]:
+        configs.append(triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_stages=stages,
+                                     num_warps=warps))
+    return configs
+
+
+def _prune_fwd_configs(configs, named_args, **kwargs):
+    block_d = kwargs["BLOCK_D"]
+    keep = []
+    for c in configs:
+        bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
+        if block_d <= 64:
+            ok = bn >= 64  # small tiles: cheap in shared memory, so stream wide key tiles
+        elif block_d <= 128:
+            ok = bn >= 64 and bm == 128
+        else:
+            # d = 256: a 128x128 key/value pipeline does not fit in 227 KiB of shared memory
+            ok = bn <= 64 and c.num_stages <= 3
+        if ok:
+            keep.append(c)
+    return keep or configs[-1:]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_tile(ptrs, rows, n_rows, cols, HEAD_DIM: tl.constexpr, CHECK_ROWS: tl.constexpr,
+               CHECK_COLS: tl.constexpr):
+    """Load a (rows, head_dim) tile, masking only what can be out of bounds (decided at compile time)."""
+    if CHECK_ROWS:
+        if CHECK_COLS:
+            x = tl.load(ptrs, mask=(rows[:, None] < n_rows) & (cols[None, :] < HEAD_DIM), other=0.0)
+        else:
+            x = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
+    else:
+        if CHECK_COLS:
+            x = tl.load(ptrs, mask=cols[None, :] < HEAD_DIM, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
+
+
+# --8<-- [start:fwd_inner]
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d,
+                    seqlen_k, causal_offset, qk_scale, lo, hi,
+                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                    IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Stream key/value tiles [lo, hi) past one query tile, updating the online softmax.
+
+    m_i is the running row maximum (log2 units), l_i the running denominator, acc the unnormalised output.
+    MASKED tiles may hold keys past seqlen_k or above the causal diagonal; the others need no mask at all.
+    """
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k = _load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d,
+                       HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        if MASKED:
+            keep = offs_n[None, :] < seqlen_k
+            if IS_CAUSAL:
+                # query row i sees key j when j <= i + causal_offset (0: top-left, seqlen_k - seqlen_q: bottom-right)
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+            qk = tl.where(keep, qk, float("-inf"))
+        # --8<-- [start:online_softmax]
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        if MASKED:
+            # a row that has seen no key yet still has m = -inf: subtract 0 so exp2 gives 0 instead of NaN
+            m_ij = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+        alpha = tl.math.exp2(m_i - m_ij)  # rescales what was accumulated under the old maximum
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = _load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d,
+                       HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+        m_i = m_ij
+        # --8<-- [end:online_softmax]
+    return acc, l_i, m_i
+# --8<-- [end:fwd_inner]
+
+
+# --8<-- [start:fwd_kernel]
+@triton.jit
+def _attn_fwd(Q, K, V, O, LSE,
+              stride_qb, stride_qs, stride_qh,
+              stride_kb, stride_ks, stride_kh,
+              stride_vb, stride_vs, stride_vh,
+              stride_ob, stride_os, stride_oh,
+              n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
+              SEQ_BUCKET,  # only read by the autotuner's key
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+              DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program = one tile of BLOCK_M query rows of one (batch, head). Grid: (cdiv(seqlen_q, BLOCK_M), B*H)."""
+    pid_m = tl.program_id(0)
+    if IS_CAUSAL:
+        # causal tiles near the bottom see the most keys: launch them first so the tail of the grid is short
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // n_heads).to(tl.int64)
+    off_h = pid_bh % n_heads
+    off_hk = off_h // group_size  # GQA/MQA: group_size query heads share one key/value head
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)  # head_dim padded to a power of two; columns >= HEAD_DIM are masked
+    q_base = Q + off_b * stride_qb + off_h * stride_qh
+    k_base = K + off_b * stride_kb + off_hk * stride_kh
+    v_base = V + off_b * stride_vb + off_hk * stride_vh
+    q = _load_tile(q_base + offs_m[:, None] * stride_qs + offs_d[None, :], offs_m, seqlen_q, offs_d,
+                   HEAD_DIM, True, HEAD_DIM != BLOCK_D)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # Split the key range: tiles every row of this query tile sees in full run without masks; the rest
+    # (the causal diagonal, the ragged end of the keys) run with them.
+    if IS_CAUSAL:
+        # row offs_m[0] sees keys <= offs_m[0] + causal_offset, and so does every row below it
+        full_hi = tl.maximum(pid_m * BLOCK_M + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
+        full_hi = tl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
+        masked_hi = tl.minimum((pid_m + 1) * BLOCK_M + causal_offset, seqlen_k)
+    else:
+        full_hi = seqlen_k // BLOCK_N * BLOCK_N
+        masked_hi = seqlen_k
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
+                                    seqlen_k, causal_offset, qk_scale, 0, full_hi,
+                                    HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, False, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
+                                    seqlen_k, causal_offset, qk_scale, full_hi, masked_hi,
+                                    HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, True, DOT_PRECISION)
+
+    # Rows that saw no key at all (causal, bottom-right, seqlen_q > seqlen_k) output zeros and LSE = -inf.
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    acc = acc / l_safe[:, None]
+    lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)  # log2 -> natural log
+    tl.store(LSE + pid_bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+    o_ptrs = O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM))
+# --8<-- [end:fwd_kernel]
+
+
+if not INTERPRET:
+    _attn_fwd_tuned = triton.autotune(
+        configs=_fwd_configs(),
+        key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],  # the autotuner adds the tensors' dtypes to the key
+        prune_configs_by={"early_config_prune": _prune_fwd_configs},
+    )(_attn_fwd)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch functions
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def seq_bucket(n: int) -> int:
+    """Autotune once per power-of-two bucket of sequence length, not once per exact length."""
+    return min(triton.next_power_of_2(n), 16384)
+
+
+def block_d_for(head_dim: int) -> int:
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    # fp32 inputs get full-precision products (tf32 would be 1000x less exact than PyTorch's fp32 matmul)
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def fwd_configs_for(head_dim: int):
+    """The GPU configs the autotuner tries for this head dim (first = default when not autotuning)."""
+    return _prune_fwd_configs(_fwd_configs(), None, BLOCK_D=block_d_for(head_dim))
+
+
+def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
+    """Launch the forward kernel. q, out: (B, Sq, H, D); k, v: (B, Sk, Hk, D); lse: (B, H, Sq) fp32.
+
+    config: a ``triton.Config`` to use instead of autotuning (tests use it to check every config).
+    """
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
+    causal_offset = seqlen_k - seqlen_q if bottom_right else 0
+    args = (q, k, v, out, lse,
+            q.stride(0), q.stride(1), q.stride(2),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            out.stride(0), out.stride(1), out.stride(2),
+            n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, causal_offset, softmax_scale * LOG2E,
+            seq_bucket(max(seqlen_q, seqlen_k)))
+    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
+                DOT_PRECISION=dot_precision(q.dtype))
+    if config is None and INTERPRET:
+        config = triton.Config({"BLOCK_M": CPU_BLOCK_M, "BLOCK_N": CPU_BLOCK_N})
+    if config is None and not AUTOTUNE:
+        config = fwd_configs_for(head_dim)[0]
+    if config is not None:
+        grid = (triton.cdiv(seqlen_q, config.kwargs["BLOCK_M"]), batch * n_heads)
+        _attn_fwd[grid](*args, **meta, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+    else:
+        def grid(meta):
+            return (triton.cdiv(seqlen_q, meta["BLOCK_M"]), batch * n_heads)
+        _attn_fwd_tuned[grid](*args, **meta)
