@@ -5,8 +5,9 @@ Each building block registers its macros from its own module, so each concept ha
 - ``snippets``: code blocks from ``snippets/`` and the outputs recorded by running them.
 """
 
-from tools.site_macros import snippets
+from tools.site_macros import interactive, snippets
 
 
 def define_env(env):
     snippets.register(env)
+    interactive.register(env)
