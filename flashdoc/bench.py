@@ -60,6 +60,8 @@ SCHEMA = "flashdoc-bench/1"
 QUANTILES = [0.5, 0.2, 0.8]
 MODES = ("fwd", "fwd_bwd")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# Every speed measurement times at least this many calls (do_bench's budget is raised for slow ones).
+MIN_REPS = 10
 # Flashdoc's speed targets are judged from this N up (short sequences are launch- and tail-bound).
 RATIO_MIN_SEQLEN = 2048
 
@@ -85,11 +87,15 @@ class Sweep:
     memory_heads: int = 32
     memory_head_dim: int = 128
     memory_dtype: str = "bf16"
-    # do_bench's warm-up and measuring budgets in ms (Triton's defaults are 25 and 100; these keep the full
-    # sweep within a few minutes while still timing >= 10 calls of anything faster than 5 ms).
-    warmup_ms: float = 25.0
-    rep_ms: float = 50.0
+    # do_bench's warm-up and measuring budgets in ms (Triton's defaults are 25 and 100). Shorter ones keep
+    # the sweep short; each is raised so that at least MIN_REPS calls are timed.
+    warmup_ms: float = 10.0
+    rep_ms: float = 30.0
     first_call: bool = True  # the cold first-call measurement in a fresh process
+    # Processes that compile FlexAttention and flashdoc kernels ahead of the timing (0: no compiling ahead),
+    # and how long they may take before the rest is left to the timed run.
+    precompile_workers: int = min(8, max(1, (os.cpu_count() or 2) // 2))
+    precompile_timeout_s: float = 240.0
 
     def batch_heads(self, seqlen, head_dim):
         return max(1, self.total_tokens // seqlen), max(1, self.hidden // head_dim)
@@ -107,6 +113,7 @@ SWEEPS = {
     "cpu": Sweep(
         "cpu", "cpu", dtypes=("fp16",), head_dims=(32,), seqlens=(64, 128), total_tokens=128, hidden=32,
         naive_max_seqlen=128, memory_seqlens=(), warmup_ms=0.0, rep_ms=0.0, first_call=False,
+        precompile_workers=0,
     ),
 }
 CPU_NOTE = "CPU smoke run: tiny shapes, and the numbers are NOT meaningful (run on a CUDA GPU for real ones)."
@@ -176,28 +183,26 @@ def _load_flex(device):
         raise RuntimeError("CPU mode: torch.compile of FlexAttention on the CPU takes minutes, too long for a smoke run")
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    # Compiled once per (dtype, head dim, causal) thanks to dynamic shapes, instead of once per shape: a
-    # FlexAttention compile (forward and backward) costs seconds, and the sweep has 144 shapes. That is more
-    # than dynamo's default of 8 compiled versions of one function, past which it silently runs it eagerly.
-    torch._dynamo.config.recompile_limit = max(64, torch._dynamo.config.recompile_limit)
-    compiled = torch.compile(flex_attention, dynamic=True)
+    # Static shapes: one compile (forward and backward kernels, ~5 s) per shape. Measured on the H200,
+    # dynamic=True still compiled once per N and its kernels were 15-35% slower (no static bounds), which
+    # would flatter flashdoc. The compiles are paid ahead of the timing by parallel workers (see _precompile);
+    # more than dynamo's default of 8 versions of one function would otherwise silently run it eagerly.
+    torch._dynamo.config.recompile_limit = max(1024, torch._dynamo.config.recompile_limit)
+    torch._dynamo.config.accumulated_recompile_limit = max(4096, torch._dynamo.config.accumulated_recompile_limit)
+    compiled = torch.compile(flex_attention, dynamic=False)
     block_masks = {}
 
     def causal_mask(b, h, q_idx, kv_idx):
         return q_idx >= kv_idx
 
     def attn(q, k, v, causal):
-        batch, heads, n, d = q.shape
         block_mask = None
         if causal:
+            n = q.shape[-2]
             if n not in block_masks:  # built on the first (untimed) call of each N, then reused
                 block_masks[n] = create_block_mask(causal_mask, None, None, n, n, device=q.device)
             block_mask = block_masks[n]
-        # Batch folded into heads (a free view; same work, same kernel grid): torch.compile specializes sizes
-        # of 1, so batch = 1 at N = 16k would otherwise cost one more compile per configuration.
-        fold = lambda t: t.view(1, batch * heads, n, d)  # noqa: E731
-        out = compiled(fold(q), fold(k), fold(v), block_mask=block_mask)
-        return out.view(batch, heads, n, d)
+        return compiled(q, k, v, block_mask=block_mask)
 
     return attn
 
@@ -271,8 +276,14 @@ def _time_ms(fn, sweep, grad_to_none):
     if sweep.device == "cuda":
         import triton.testing
 
+        # One more call sizes the budgets, so that a slow configuration still gets MIN_REPS timed calls.
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        call_ms = (time.perf_counter() - start) * 1e3
         return triton.testing.do_bench(
-            fn, warmup=sweep.warmup_ms, rep=sweep.rep_ms, grad_to_none=grad_to_none, quantiles=QUANTILES
+            fn, warmup=max(sweep.warmup_ms, 2 * call_ms), rep=max(sweep.rep_ms, MIN_REPS * call_ms),
+            grad_to_none=grad_to_none, quantiles=QUANTILES,
         )
     # CPU (a smoke run): one plain wall-clock timing, the first call having served as the warm-up.
     for t in grad_to_none or ():
@@ -297,6 +308,79 @@ def measure_speed(attn, layout, mode, dtype, batch, heads, seqlen, head_dim, cau
     first_call_s = time.perf_counter() - start
     ms, p20, p80 = _time_ms(fn, sweep, grad_to_none=[q, k, v] if mode == "fwd_bwd" else None)
     return dict(ms=ms, ms_p20=p20, ms_p80=p80, first_call_s=first_call_s)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Compiling ahead, in parallel
+# ---------------------------------------------------------------------------------------------------------
+# FlexAttention compiles once per shape (~5 s each, 72 shapes) and flashdoc's autotuner compiles each of its
+# configs once per (dtype, head dim, causal) (~6 s forward, ~13 s backward): one after another that is most
+# of the run. Worker processes do those compiles first, in parallel, on the same GPU but before any timing,
+# filling the on-disk caches of torch.compile (FX graph and AOTAutograd caches) and Triton. The timed run then
+# finds every kernel compiled: its first calls only load them (and flashdoc's autotuner benchmarks its
+# candidates, which must happen alone on the GPU, so it is not done ahead). Nothing measured comes from the
+# workers; if one fails, the main run simply compiles that kernel itself.
+
+
+def _precompile_tasks(sweep, available):
+    tasks = []
+    for mode, dtype, head_dim, causal, seqlen in _speed_configs(sweep):
+        if mode != "fwd":  # one forward+backward call compiles what both modes use
+            continue
+        batch, heads = sweep.batch_heads(seqlen, head_dim)
+        if "flex" in available:
+            tasks.append(dict(peer="flex", dtype=dtype, head_dim=head_dim, causal=causal, seqlen=seqlen,
+                              batch=batch, heads=heads, device=sweep.device, cost=5))
+        if "flashdoc" in available and seqlen == min(sweep.seqlens):  # kernels do not depend on N
+            tasks.append(dict(peer="flashdoc", dtype=dtype, head_dim=head_dim, causal=causal, seqlen=seqlen,
+                              batch=batch, heads=heads, device=sweep.device, cost=20))
+    return tasks
+
+
+def _precompile_worker(tasks):
+    """Runs in a worker process: one forward+backward call per task; prints one JSON line per task."""
+    peers = {p.name: p for p in PEERS}
+    loaded = {}
+    for t in tasks:
+        start = time.perf_counter()
+        try:
+            peer = peers[t["peer"]]
+            attn = loaded.get(peer.name) or loaded.setdefault(peer.name, peer.load(t["device"]))
+            q, k, v, dout = make_inputs(peer.layout, t["batch"], t["heads"], t["seqlen"], t["head_dim"],
+                                        DTYPES[t["dtype"]], t["device"], True)
+            attn(q, k, v, t["causal"]).backward(dout)
+            _sync(t["device"])
+            status = "ok"
+        except Exception as e:
+            status = _reason(e)
+        print(json.dumps(dict(t, status=status, s=time.perf_counter() - start)), flush=True)
+
+
+def _precompile(sweep, available, workers, timeout_s):
+    """Run the compile tasks in ``workers`` processes; returns a summary dict (kept in results.json)."""
+    tasks = sorted(_precompile_tasks(sweep, available), key=lambda t: -t["cost"])
+    if not tasks or workers < 1:
+        return dict(workers=0, tasks=len(tasks), wall_s=0.0)
+    workers = min(workers, len(tasks))
+    shares = [tasks[i::workers] for i in range(workers)]  # longest first, dealt round-robin
+    env = dict(os.environ, TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONUNBUFFERED="1")
+    script = "import json, sys; from flashdoc.bench import _precompile_worker; _precompile_worker(json.loads(sys.argv[1]))"
+    start = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", script, json.dumps(share)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for share in shares]
+    done = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=max(1.0, timeout_s - (time.perf_counter() - start)))
+        except subprocess.TimeoutExpired:
+            proc.kill()  # its remaining compiles happen in the main run instead
+            out, _ = proc.communicate()
+        done += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    failed = [f"{t['peer']} {t['dtype']} d={t['head_dim']} causal={t['causal']} N={t['seqlen']}: {t['status']}"
+              for t in done if t["status"] != "ok"]
+    return dict(workers=workers, tasks=len(tasks), done=sum(t["status"] == "ok" for t in done),
+                failed=failed[:10], wall_s=time.perf_counter() - start,
+                task_s=sum(t["s"] for t in done))
 
 
 def measure_peak_memory(attn, layout, batch, heads, seqlen, head_dim, dtype, causal, device):
@@ -442,6 +526,16 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
         ts = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         records.append(dict(fields, timestamp=ts, **common))
 
+    # -- compile ahead (no timing happens meanwhile) ------------------------------------------------------
+    precompiled = None
+    if device == "cuda" and sweep.precompile_workers > 0:
+        say(f"Compiling kernels ahead in {sweep.precompile_workers} processes ...")
+        precompiled = _precompile(sweep, available, sweep.precompile_workers, sweep.precompile_timeout_s)
+        say(f"Compiled {precompiled.get('done', 0)}/{precompiled['tasks']} kernels ahead in "
+            f"{precompiled['workers']} processes: {precompiled['wall_s']:.0f} s")
+        for line in precompiled.get("failed", []):
+            say(f"  compile ahead failed (the timed run compiles it itself): {line}")
+
     configs = list(_speed_configs(sweep))
     memory_peers = [p for p in PEERS if p.name in MEMORY_PEERS and p.name in available]
     n_memory = len(memory_peers) * len(sweep.memory_seqlens) if device == "cuda" else 0
@@ -535,6 +629,7 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
                         else {"available": False, "reason": skipped.get(p.name, "not selected")})
                for p in PEERS},
         wall_s=time.perf_counter() - t_start,
+        precompiled=precompiled,
         records=records,
     )
     (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
@@ -841,6 +936,8 @@ def main(argv=None):
     parser.add_argument("--rep-ms", type=float, help="do_bench measuring budget per measurement")
     parser.add_argument("--naive-max-seqlen", type=int, help="time naive attention up to this N")
     parser.add_argument("--no-first-call", action="store_true", help="skip the cold first-call measurement")
+    parser.add_argument("--precompile-workers", type=int,
+                        help="processes compiling kernels ahead of the timing (0: none; default: min(8, CPUs/2))")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
@@ -865,6 +962,8 @@ def main(argv=None):
         overrides["naive_max_seqlen"] = args.naive_max_seqlen
     if args.no_first_call:
         overrides["first_call"] = False
+    if args.precompile_workers is not None:
+        overrides["precompile_workers"] = args.precompile_workers
     run_benchmark(
         out_dir=args.out, quick=args.quick, device=None if args.device == "auto" else args.device,
         peers=args.peers.split(",") if args.peers else None, progress=not args.no_progress, **overrides,
