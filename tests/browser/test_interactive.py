@@ -273,7 +273,7 @@ def test_runnable_cell_runs_offline_on_the_sites_pyodide(page):
 
     # Reset: the original, highlighted code and an empty output again.
     cell.get_by_role("button", name="Reset").click()
-    assert cell.locator(".highlight").is_visible() and not editor.is_visible()
+    assert cell.locator(".highlight").first.is_visible() and not editor.is_visible()
     assert cell.get_attribute("data-state") == "idle"
 
 

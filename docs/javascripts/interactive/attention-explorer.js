@@ -14,7 +14,7 @@ import { field, fmt, h, matrixEditor, matrixTable, onEachPage, scrollBox, uid } 
 export const PRESETS = {
   cat: {
     label: "The cat sat",
-    note: "“sat” asks for a noun (its query points along the first dimension), and “cat”'s key points that way.",
+    note: "“sat” asks for a noun (its query points along dimension 1), and the key of “cat” points that way.",
     tokens: ["The", "cat", "sat"],
     Q: [[0.0, 2.0], [0.5, 1.5], [2.0, 0.0]],
     K: [[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]],
@@ -74,8 +74,7 @@ function initExplorer(root) {
   root.replaceChildren(
     h("div", { class: "fd-widget__title" }, "Attention explorer"),
     controls, note,
-    h("details", { class: "fd-explorer__edit", open: true },
-      h("summary", {}, "Queries, keys and values (edit any number)"), inputs),
+    h("p", { class: "fd-explorer__label" }, "Queries, keys and values — edit any number:"), inputs,
     results, summary);
 
   function buildInputs() {

@@ -65,10 +65,10 @@ function buildTrace({ Q, K, V, scale, block, causal }) {
 // The stepping view shared by both modes: navigation, tile map, one card per worker, and the result.
 function createView(root) {
   const buttons = {
-    first: h("button", { type: "button", class: "md-button", "aria-label": "First step" }, "⏮"),
+    first: h("button", { type: "button", class: "md-button", "aria-label": "First step" }, "« First"),
     prev: h("button", { type: "button", class: "md-button", "aria-label": "Previous key block" }, "◀ Back"),
     next: h("button", { type: "button", class: "md-button md-button--primary", "aria-label": "Next key block" }, "Next ▶"),
-    last: h("button", { type: "button", class: "md-button", "aria-label": "Last step" }, "⏭"),
+    last: h("button", { type: "button", class: "md-button", "aria-label": "Last step" }, "Last »"),
   };
   const status = h("p", { class: "fd-stepper__status", "aria-live": "polite" });
   const map = h("div", { class: "fd-stepper__map" });
@@ -149,7 +149,14 @@ function createView(root) {
     let note;
     if (position === 0) note = "Starts with m = −∞, ℓ = 0, O = 0.";
     else if (!current) note = `Skips keys ${keyRange(k)}: the causal mask hides all of them from rows ${range(w.rows)}.`;
-    else note = `Keys ${keyRange(k)}: rescales its old ℓ and O by α, then adds this tile's P and P·V.`;
+    else if (current.m_old.every((x) => x === -Infinity)) {
+      note = `Keys ${keyRange(k)}, its first tile: m was −∞, so α = 0 and ℓ and O start from this tile's P and P·V.`;
+    } else {
+      const grew = w.rows.filter((_, r) => current.alpha[r] < 1).map((r) => r + 1);
+      note = grew.length
+        ? `Keys ${keyRange(k)}: the max grew in row${grew.length > 1 ? "s" : ""} ${grew.join(", ")}, so α < 1 shrinks the old ℓ and O there before this tile's P and P·V are added.`
+        : `Keys ${keyRange(k)}: no row found a larger score, so α = 1 and this tile's P and P·V are simply added.`;
+    }
 
     return h("section", { class: "fd-worker", dataset: { worker: String(i) }, "aria-label": `Worker ${i + 1}` },
       h("h4", {}, `Worker ${i + 1} · query rows ${range(w.rows)}`),
