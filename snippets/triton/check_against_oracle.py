@@ -1,0 +1,48 @@
+"""How flashdoc's kernels are tested: flash-attn's criterion, on the output and on all three gradients.
+
+The oracle is attention in float64. A kernel working in half precision cannot match it exactly, so the
+question is whether its error is in line with half precision: the test requires the kernel's error to be at
+most twice the error of PyTorch's own attention computed in the same dtype.
+"""
+
+import torch
+
+import flashdoc
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+batch, seqlen_q, seqlen_k, heads, head_dim = (2, 1000, 1023, 8, 128) if device == "cuda" else (1, 45, 70, 2, 32)
+
+
+# --8<-- [start:criterion]
+def attention(q, k, v, dtype, causal=True):
+    """Plain PyTorch in ``dtype``; layout (batch, seqlen, heads, head_dim); causal mask bottom-right."""
+    q, k, v = (x.to(dtype) for x in (q, k, v))
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
+    if causal:
+        i = torch.arange(q.shape[1], device=q.device)[:, None]
+        j = torch.arange(k.shape[1], device=q.device)[None, :]
+        s = s.masked_fill(j > i + k.shape[1] - q.shape[1], float("-inf"))
+    return torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, dim=-1), v)
+
+
+def outputs_and_grads(fn, q, k, v, dout):
+    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    out = fn(q, k, v)
+    out.backward(dout.to(out.dtype))
+    return [t.double() for t in (out, q.grad, k.grad, v.grad)]
+
+
+torch.manual_seed(0)
+for dtype in (torch.float16, torch.bfloat16):
+    q = torch.randn(batch, seqlen_q, heads, head_dim, device=device, dtype=dtype)
+    k, v = (torch.randn(batch, seqlen_k, heads, head_dim, device=device, dtype=dtype) for _ in range(2))
+    dout = torch.randn(batch, seqlen_q, heads, head_dim, device=device, dtype=dtype)
+    oracle = outputs_and_grads(lambda *x: attention(*x, torch.float64), q, k, v, dout)
+    same_dtype = outputs_and_grads(lambda *x: attention(*x, dtype), q, k, v, dout)
+    flash = outputs_and_grads(lambda *x: flashdoc.flash_attn_func(*x, causal=True), q, k, v, dout)
+    for name, o, p, f in zip(("out", "dq", "dk", "dv"), oracle, same_dtype, flash):
+        err_flash, err_torch = (f - o).abs().max().item(), (p - o).abs().max().item()
+        print(f"{str(dtype):15} {name:3}  flashdoc error {err_flash:.2e}   PyTorch {dtype} error {err_torch:.2e}   "
+              f"ratio {err_flash / err_torch:.2f}")
+        assert err_flash <= 2 * err_torch + 1e-5, (name, dtype)
+# --8<-- [end:criterion]
