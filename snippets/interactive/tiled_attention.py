@@ -48,4 +48,5 @@ flash = flash_attention(Q, K, V, scale=0.5, block=2)
 exact = naive_attention(Q, K, V, scale=0.5)
 for row in flash:
     print("  ".join(f"{x:.4f}" for x in row))
-print("max |flash - naive| =", max(abs(a - b) for fr, er in zip(flash, exact) for a, b in zip(fr, er)))
+# Equal up to float64 rounding; the last bits depend on the C library's exp, so compare, don't print them.
+print("flash == naive to 12 decimals:", all(abs(a - b) < 1e-12 for fr, er in zip(flash, exact) for a, b in zip(fr, er)))

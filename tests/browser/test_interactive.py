@@ -252,6 +252,17 @@ def test_runnable_cell_runs_offline_on_the_sites_pyodide(page):
     assert output.bounding_box()["height"] == pytest.approx(height, abs=2), "output space was not reserved"
     assert any(u.endswith("pyodide.asm.wasm") for u in served), served
 
+    # Every other cell on the page prints, under Pyodide, exactly what CPython recorded.
+    cells = page.locator(".fd-runnable" + READY)
+    for n in range(1, cells.count()):
+        other = cells.nth(n)
+        name = other.get_attribute("data-filename").removeprefix("snippets/").removesuffix(".py")
+        other.get_by_role("button", name="Run").click()
+        page.wait_for_function("el => el.dataset.state === 'ok'", arg=other.element_handle(), timeout=30_000)
+        expected = (snippet(name).output_dir / "stdout.txt").read_text()
+        assert other.locator(".fd-runnable__output").inner_text().strip() == expected.strip(), name
+        assert "Same output as the recorded run" in other.locator(".fd-runnable__status").inner_text()
+
     # Edited code that fails: the traceback starts at the reader's line, not inside the runner.
     cell.get_by_role("button", name="Edit").click()
     editor = cell.get_by_label("Python code of snippets/interactive/pure_python_attention.py")

@@ -5,9 +5,10 @@ Each building block registers its macros from its own module, so each concept ha
 - ``snippets``: code blocks from ``snippets/`` and the outputs recorded by running them.
 """
 
-from tools.site_macros import interactive, snippets
+from tools.site_macros import interactive, layout, snippets
 
 
 def define_env(env):
     snippets.register(env)
+    layout.register(env)
     interactive.register(env)

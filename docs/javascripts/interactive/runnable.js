@@ -65,7 +65,8 @@ function initCell(root) {
     "aria-describedby": helpId,
     hidden: true,
   });
-  editor.value = original;
+  // A final newline, so typing at the end starts a new line rather than extending the last one.
+  editor.value = `${original}\n`;
   const help = h("p", { id: helpId, class: "fd-runnable__help", hidden: true },
     "Ctrl+Enter (⌘+Enter) runs. Tab indents; press Esc, then Tab, to move on.");
 
@@ -79,7 +80,10 @@ function initCell(root) {
   output.append(h("span", { class: "fd-runnable__placeholder" }, "Press Run to see this code's output here."));
 
   const toolbar = h("div", { class: "fd-runnable__toolbar" }, runButton, editButton, resetButton, status);
-  highlight.after(editor, help, toolbar, output);
+  highlight.after(editor, help);
+  // The controls go under the download link, so the code block and its source stay together.
+  const caption = help.nextElementSibling?.matches(".snippet-source") ? help.nextElementSibling : help;
+  caption.after(toolbar, output);
 
   let runId = null;
   let escaped = false;
@@ -185,7 +189,7 @@ function initCell(root) {
   });
   resetButton.addEventListener("click", () => {
     if (runId !== null) stopWorker();
-    editor.value = original;
+    editor.value = `${original}\n`;
     setEditing(false);
     output.replaceChildren(h("span", { class: "fd-runnable__placeholder" }, "Press Run to see this code's output here."));
     output.dataset.state = "idle";

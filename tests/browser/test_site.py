@@ -1,0 +1,132 @@
+"""Whole-site checks: the blog and its feed list every post, no link or image is broken, every page loads
+cleanly in the browser (no console error, nothing fetched from another host)."""
+
+from __future__ import annotations
+
+import posixpath
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urlparse
+
+from tools.site_macros.layout import POSTS, _post_date, _post_front_matter
+
+
+def published_posts() -> list[dict]:
+    posts = []
+    for path in sorted(POSTS.rglob("*.md")):
+        meta, body = _post_front_matter(path)
+        if not meta.get("draft"):
+            title = meta.get("title") or next(l[2:].strip() for l in body.splitlines() if l.startswith("# "))
+            posts.append({"title": title, "date": _post_date(meta), "meta": meta})
+    return posts
+
+
+class LinkParser(HTMLParser):
+    """Every URL a page refers to (links, images, scripts, styles, media) and every id it defines."""
+
+    ATTRS = {"a": "href", "link": "href", "img": "src", "script": "src", "source": "src", "video": "poster"}
+
+    def __init__(self):
+        super().__init__()
+        self.urls: list[tuple[str, str]] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+        if tag == "a" and "name" in attrs:
+            self.ids.add(attrs["name"])
+        url = attrs.get(self.ATTRS.get(tag, ""))
+        # <link rel=canonical/alternate> name the published address and feeds; the browser loads neither.
+        if url and not (tag == "link" and attrs.get("rel") in ("canonical", "alternate")):
+            self.urls.append((tag, url))
+
+
+def parse(path: Path) -> LinkParser:
+    parser = LinkParser()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser
+
+
+def site_pages(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("*.html") if p.name != "404.html" and "snippets" not in p.parts)
+
+
+def target_file(site: Path, page: Path, url: str) -> Path:
+    rel = posixpath.normpath(posixpath.join(page.parent.relative_to(site).as_posix(), unquote(url)))
+    path = site / rel
+    return path / "index.html" if url.endswith("/") or path.is_dir() else path
+
+
+def test_no_broken_internal_link_or_image(built_site):
+    pages = site_pages(built_site)
+    assert len(pages) >= 4  # home, blog, style guide, about
+    parsed = {p: parse(p) for p in pages}
+    broken = []
+    for page, links in parsed.items():
+        for tag, url in links.urls:
+            parts = urlparse(url)
+            if parts.scheme in ("data", "mailto", "blob"):
+                continue
+            if parts.scheme or parts.netloc:
+                # Links to other sites are fine for readers to follow; anything the page *loads* must be local.
+                if tag != "a":
+                    broken.append(f"{page.relative_to(built_site)}: loads {url} from another host")
+                continue
+            path_part, fragment = urldefrag(url)
+            target = target_file(built_site, page, path_part) if path_part else page
+            if not target.is_file():
+                broken.append(f"{page.relative_to(built_site)}: {tag} {url} -> missing {target.relative_to(built_site)}")
+            elif fragment and target.suffix == ".html":
+                ids = parsed[target].ids if target in parsed else parse(target).ids
+                if unquote(fragment) not in ids:
+                    broken.append(f"{page.relative_to(built_site)}: {url} -> no #{fragment} in that page")
+    assert not broken, "\n".join(broken)
+
+
+def test_every_page_loads_cleanly(page, built_site):
+    """The fixture fails this test on any console error, failed request or request to another host."""
+    broken_images = []
+    for path in site_pages(built_site):
+        rel = path.relative_to(built_site).as_posix()
+        page.goto(page.site_url + rel.removesuffix("index.html"))
+        page.wait_for_load_state("networkidle")  # leaving earlier would abort the page's own late requests
+        broken_images += [f"{rel}: {src}" for src in page.evaluate(
+            "[...document.images].filter(i => i.complete && i.naturalWidth === 0).map(i => i.src)")]
+    assert not broken_images, broken_images
+
+
+def test_home_page_and_blog_list_every_post(page):
+    posts = published_posts()
+    page.goto(page.site_url)
+    assert page.locator("video").count() == 1
+    for post in posts:
+        page.goto(page.site_url)
+        link = page.locator("article a", has_text=post["title"]).first
+        link.click()
+        assert page.locator("article h1").first.inner_text() == post["title"]
+
+    page.goto(page.site_url + "blog/")
+    excerpts = page.locator("article.md-post--excerpt")
+    assert excerpts.count() == min(len(posts), 5)  # pagination_per_page in mkdocs.yml
+    for post in sorted(posts, key=lambda p: p["date"], reverse=True)[:5]:
+        excerpt = excerpts.filter(has_text=post["title"])
+        assert excerpt.count() == 1, post["title"]
+        meta = excerpt.locator(".md-post__meta").inner_text()
+        assert str(post["date"].year) in meta and "read" in meta  # date and reading time
+        assert excerpt.locator(".md-post__authors img").count() >= 1
+        for category in post["meta"].get("categories", []):
+            assert category in meta
+
+
+def test_rss_feed_lists_every_post(page):
+    posts = published_posts()
+    response = page.request.get(page.site_url + "feed_rss_created.xml")
+    assert response.ok
+    channel = ET.fromstring(response.text()).find("channel")
+    titles = [item.findtext("title") for item in channel.findall("item")]
+    assert sorted(titles) == sorted(p["title"] for p in posts)
+    for item in channel.findall("item"):
+        assert "/blog/" in item.findtext("link")

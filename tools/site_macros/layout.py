@@ -1,0 +1,190 @@
+"""Macros for laying out media and posts on a page.
+
+    {{ img("a.png") }}                                         one image
+    {{ img("a.png, b.png", cap="Left, Right") }}               side by side, a caption under each
+    {{ img("a.png, b.png, c.png", cap="A, B, C", cols=3) }}    a grid; `cols` sets the column count
+    {{ img("site/attention_maps:scores.png") }}                a file recorded by a snippet (topic/name:file)
+    {{ compare("site/attention_maps:scores.png", "site/attention_maps:weights.png",
+               before="Raw scores", after="Softmax") }}       an image-compare slider
+    {{ video("site/tile_sweep:tile_sweep.mp4", poster="site/tile_sweep:tile_sweep_poster.png",
+             caption="...") }}                                a video with a poster frame
+    {{ posts() }}                                              the blog's posts, newest first
+    {% call example() %}...{% endcall %}                       markdown source shown above what it renders
+
+An image path is either relative to the page's markdown file, as in a markdown link, or ``topic/name:file``
+for a file that ``snippets/<topic>/<name>.py`` recorded; the latter is checked for freshness and gets the
+provenance line that every recorded output has. Captions are split on commas; pass a list to use commas
+inside a caption. Images open in the lightbox (mkdocs-glightbox) on click.
+"""
+
+from __future__ import annotations
+
+import html
+import posixpath
+import textwrap
+from datetime import date, datetime
+from pathlib import Path
+
+import yaml
+
+from tools.outputs import ROOT, snippet
+from tools.site_macros.snippets import _site_url, provenance_html
+
+DOCS = ROOT / "docs"
+POSTS = DOCS / "blog" / "posts"
+
+
+class Media:
+    """One file that a page shows: where it is under docs/, and which snippet recorded it (if any)."""
+
+    def __init__(self, spec: str, page):
+        spec = spec.strip()
+        self.snippet = None
+        if ":" in spec:
+            name, file = spec.split(":", 1)
+            self.snippet = snippet(name)
+            prov = self.snippet.check_fresh()
+            if file not in prov["files"]:
+                raise FileNotFoundError(f"{self.snippet.rel_path} recorded no file {file!r}; "
+                                        f"it recorded: {', '.join(prov['files'])}")
+            self.docs_path = f"generated/{self.snippet.name}/{file}"
+        else:
+            page_dir = posixpath.dirname(page.file.src_uri)
+            self.docs_path = posixpath.normpath(posixpath.join(page_dir, spec))
+            if not (DOCS / self.docs_path).is_file():
+                raise FileNotFoundError(f"{page.file.src_uri}: no file {spec!r} (looked for docs/{self.docs_path})")
+        self.page = page
+
+    @property
+    def path(self) -> Path:
+        return DOCS / self.docs_path
+
+    def markdown_src(self) -> str:
+        """Path for markdown (and the seed's compare div): relative to the page's source file."""
+        return posixpath.relpath(self.docs_path, posixpath.dirname(self.page.file.src_uri) or ".")
+
+    def html_src(self) -> str:
+        """Path for raw HTML, which mkdocs does not rewrite: relative to the rendered page's URL."""
+        return _site_url(self.page, self.docs_path)
+
+
+def image_size(path: Path) -> tuple[int, int] | None:
+    """Pixel size of a raster image, so the page reserves its space before it loads (no layout shift)."""
+    if path.suffix.lower() == ".svg":
+        return None
+    from PIL import Image  # pillow comes with matplotlib
+
+    with Image.open(path) as im:
+        return im.size
+
+
+def _split(value, n: int, what: str) -> list[str]:
+    if value is None:
+        return [""] * n
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else [str(v) for v in value]
+    if len(items) != n:
+        raise ValueError(f"{what}: {len(items)} given for {n} image(s): {items}")
+    return items
+
+
+def _provenance(media: list[Media]) -> str:
+    seen = {}
+    for m in media:
+        if m.snippet is not None:
+            seen.setdefault(m.snippet.name, m.snippet)
+    return "".join(provenance_html(s, s.check_fresh()) + "\n" for s in seen.values())
+
+
+def _post_front_matter(path: Path) -> tuple[dict, str]:
+    text = path.read_text(encoding="utf-8")
+    meta, body = {}, text
+    if text.startswith("---"):
+        _, head, body = text.split("---", 2)
+        meta = yaml.safe_load(head) or {}
+    return meta, body
+
+
+def _post_date(meta: dict) -> date:
+    value = meta.get("date")
+    if isinstance(value, dict):  # material's blog also takes {created: ..., updated: ...}
+        value = value.get("created")
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    raise ValueError(f"a blog post needs a date in its front matter, got {value!r}")
+
+
+def register(env):
+    @env.macro
+    def img(src, cap=None, cols=None, alt=None):
+        """One image, or several in a grid with a caption under each (`cols` columns; default: all in a row
+        up to three)."""
+        media = [Media(s, env.page) for s in (src.split(",") if isinstance(src, str) else src)]
+        caps = _split(cap, len(media), "img(cap=...)")
+        alts = _split(alt, len(media), "img(alt=...)") if alt is not None else caps
+        cols = int(cols or min(len(media), 3))
+        figures = []
+        for m, c, a in zip(media, caps, alts):
+            size = image_size(m.path)
+            attrs = f'{{ width="{size[0]}" height="{size[1]}" }}' if size else ""
+            caption = f"\n  <figcaption>{c}</figcaption>" if c else ""
+            figures.append(f'<figure markdown="span">\n  ![{a or Path(m.docs_path).stem}]({m.markdown_src()}){attrs}'
+                           f"{caption}\n</figure>")
+        body = "\n".join(figures)
+        return (f'<div class="fd-gallery" style="--fd-cols: {cols}" markdown>\n{body}\n</div>\n'
+                f"{_provenance(media)}")
+
+    @env.macro
+    def compare(before, after, before_label="Before", after_label="After"):
+        """An image-compare slider, written in the seed's syntax (tools/hooks/image_compare.py renders it)."""
+        b, a = Media(before, env.page), Media(after, env.page)
+        return (f'<div class="image-compare" data-before="{b.markdown_src()}" data-after="{a.markdown_src()}">\n'
+                f'  <span class="compare-label-before">{html.escape(before_label)}</span>\n'
+                f'  <span class="compare-label-after">{html.escape(after_label)}</span>\n'
+                f"</div>\n{_provenance([b, a])}")
+
+    @env.macro
+    def video(src, poster, caption=""):
+        """A video file with its poster frame, sized from the poster so the page does not jump."""
+        v, p = Media(src, env.page), Media(poster, env.page)
+        size = image_size(p.path)
+        dims = f' width="{size[0]}" height="{size[1]}"' if size else ""
+        kind = {".mp4": "video/mp4", ".webm": "video/webm"}[v.path.suffix.lower()]
+        figcaption = f"\n  <figcaption>{caption}</figcaption>" if caption else ""
+        return (f'<figure class="fd-video">\n'
+                f'  <video controls muted playsinline preload="metadata" poster="{p.html_src()}"{dims}>\n'
+                f'    <source src="{v.html_src()}" type="{kind}">\n'
+                f'    <a href="{v.html_src()}">Download the video</a>\n'
+                f"  </video>{figcaption}\n</figure>\n{_provenance([v, p])}")
+
+    @env.macro
+    def posts(limit=None):
+        """The blog's published posts, newest first: title (linked), date and description."""
+        entries = []
+        for path in sorted(POSTS.rglob("*.md")):
+            meta, body = _post_front_matter(path)
+            if meta.get("draft"):
+                continue
+            title = meta.get("title") or next(
+                (line[2:].strip() for line in body.splitlines() if line.startswith("# ")), path.stem)
+            entries.append((_post_date(meta), title, meta.get("description", ""), path))
+        entries.sort(key=lambda e: e[0], reverse=True)
+        page_dir = posixpath.dirname(env.page.file.src_uri) or "."
+        lines = []
+        for day, title, description, path in entries[:limit]:
+            link = posixpath.relpath(path.relative_to(DOCS).as_posix(), page_dir)
+            line = f"- **[{title}]({link})** · {day:%B} {day.day}, {day.year}"
+            lines.append(line + (f"  \n  {description}" if description else ""))
+        return "\n".join(lines) + "\n"
+
+    @env.macro
+    def example(caller):
+        """``{% call example() %}{% raw %}markdown{% endraw %}{% endcall %}``: the source, then its result.
+
+        Both come from the one block of text, so the source shown is exactly what produced the result.
+        """
+        source = textwrap.dedent(caller()).strip("\n")
+        fence = "````"  # longer than any fence inside an example
+        return (f'{fence}{{ .markdown .fd-source title="Markdown" }}\n{source}\n{fence}\n\n'
+                f'<div class="fd-example" markdown>\n\n{env.render(source)}\n\n</div>\n')
