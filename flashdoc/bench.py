@@ -40,6 +40,7 @@ import json
 import math
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -541,81 +542,87 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
     n_memory = len(memory_peers) * len(sweep.memory_seqlens) if device == "cuda" else 0
     bar = _progress(len(configs) * len(available) + n_memory, progress)
 
-    # -- speed ------------------------------------------------------------------------------------------
-    failed = {}  # (peer, mode, dtype, head_dim, causal) -> reason: larger N are skipped after a failure
-    for mode, dtype, head_dim, causal, seqlen in configs:
-        batch, heads = sweep.batch_heads(seqlen, head_dim)
-        fl = flops(mode, batch, heads, seqlen, head_dim, causal)
-        for peer in PEERS:
-            if peer.name not in available:
-                continue
-            bar.set_postfix_str(f"{peer.name} {mode} {dtype} d={head_dim} causal={causal} N={seqlen}")
-            key = (peer.name, mode, dtype, head_dim, causal)
-            base = dict(kind="speed", peer=peer.name, mode=mode, dtype=dtype, head_dim=head_dim, causal=causal,
-                        seqlen=seqlen, batch=batch, heads=heads, flops=fl)
-            t0 = time.perf_counter()
-            if peer.name == "naive" and seqlen > sweep.naive_max_seqlen:
-                record(**base, status="skipped", reason=f"naive is timed up to N={sweep.naive_max_seqlen} only")
-            elif key in failed:
-                record(**base, status="skipped", reason=failed[key])
-            else:
-                try:
-                    m = measure_speed(available[peer.name], peer.layout, mode, dtype, batch, heads, seqlen,
-                                      head_dim, causal, sweep)
-                    record(**base, status="ok", tflops=fl / (m["ms"] * 1e-3) / 1e12, **m,
-                           wall_s=time.perf_counter() - t0)
-                except Exception as e:
-                    reason = _reason(e)
-                    if isinstance(e, torch.OutOfMemoryError):
-                        failed[key] = f"out of memory at N={seqlen}"
-                    else:
-                        failed[key] = f"failed at N={seqlen}: {reason}"
-                    record(**base, status="skipped", reason=reason, wall_s=time.perf_counter() - t0)
-                    if device == "cuda":
-                        torch.cuda.empty_cache()
-            bar.update()
-
-    # -- memory -----------------------------------------------------------------------------------------
-    if device != "cuda":
-        record(kind="memory", status="skipped", reason="needs a CUDA device (torch.cuda memory statistics)")
-    else:
-        for peer in memory_peers:
-            oom_at = None
-            for seqlen in sweep.memory_seqlens:
-                bar.set_postfix_str(f"memory {peer.name} N={seqlen}")
-                base = dict(kind="memory", peer=peer.name, mode="fwd", dtype=sweep.memory_dtype,
-                            head_dim=sweep.memory_head_dim, causal=True, seqlen=seqlen, batch=1,
-                            heads=sweep.memory_heads)
-                if oom_at is not None:
-                    record(**base, status="skipped", reason=f"out of memory at N={oom_at}")
+    interrupted = None
+    try:
+        # -- speed ------------------------------------------------------------------------------------------
+        failed = {}  # (peer, mode, dtype, head_dim, causal) -> reason: larger N are skipped after a failure
+        for mode, dtype, head_dim, causal, seqlen in configs:
+            batch, heads = sweep.batch_heads(seqlen, head_dim)
+            fl = flops(mode, batch, heads, seqlen, head_dim, causal)
+            for peer in PEERS:
+                if peer.name not in available:
+                    continue
+                bar.set_postfix_str(f"{peer.name} {mode} {dtype} d={head_dim} causal={causal} N={seqlen}")
+                key = (peer.name, mode, dtype, head_dim, causal)
+                base = dict(kind="speed", peer=peer.name, mode=mode, dtype=dtype, head_dim=head_dim, causal=causal,
+                            seqlen=seqlen, batch=batch, heads=heads, flops=fl)
+                t0 = time.perf_counter()
+                if peer.name == "naive" and seqlen > sweep.naive_max_seqlen:
+                    record(**base, status="skipped", reason=f"naive is timed up to N={sweep.naive_max_seqlen} only")
+                elif key in failed:
+                    record(**base, status="skipped", reason=failed[key])
                 else:
                     try:
-                        peak = measure_peak_memory(available[peer.name], peer.layout, 1, sweep.memory_heads, seqlen,
-                                                   sweep.memory_head_dim, sweep.memory_dtype, True, device)
-                        record(**base, status="ok", peak_extra_bytes=peak)
+                        m = measure_speed(available[peer.name], peer.layout, mode, dtype, batch, heads, seqlen,
+                                          head_dim, causal, sweep)
+                        record(**base, status="ok", tflops=fl / (m["ms"] * 1e-3) / 1e12, **m,
+                               wall_s=time.perf_counter() - t0)
                     except Exception as e:
+                        reason = _reason(e)
                         if isinstance(e, torch.OutOfMemoryError):
-                            oom_at = seqlen
-                        record(**base, status="skipped", reason=_reason(e))
-                        torch.cuda.empty_cache()
+                            failed[key] = f"out of memory at N={seqlen}"
+                        else:
+                            failed[key] = f"failed at N={seqlen}: {reason}"
+                        record(**base, status="skipped", reason=reason, wall_s=time.perf_counter() - t0)
+                        if device == "cuda":
+                            torch.cuda.empty_cache()
                 bar.update()
-    bar.close()
 
-    # -- first call on a new shape (compile + autotune) --------------------------------------------------
-    shape = dict(batch=4, seqlen=4096, heads=16, head_dim=128, causal=True)
-    first = dict(kind="first_call", peer="flashdoc", dtype="bf16", cold_process=True, **shape)
-    if "flashdoc" not in available:
-        record(**first, status="skipped", reason=skipped.get("flashdoc", "not selected"))
-    elif not sweep.first_call:
-        record(**first, status="skipped", reason="not measured in this sweep (first_call=False; on the CPU nothing is compiled)")
-    else:
-        say("Measuring flashdoc's first call in a fresh process with an empty Triton cache ...")
-        try:
-            fc = measure_first_call(shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"],
-                                    shape["causal"])
-            record(**first, status="ok", fwd_s=fc["fwd_s"], bwd_s=fc["bwd_s"], first_call_s=fc["fwd_s"] + fc["bwd_s"])
-        except Exception as e:
-            record(**first, status="skipped", reason=_reason(e))
+        # -- memory -----------------------------------------------------------------------------------------
+        if device != "cuda":
+            record(kind="memory", status="skipped", reason="needs a CUDA device (torch.cuda memory statistics)")
+        else:
+            for peer in memory_peers:
+                oom_at = None
+                for seqlen in sweep.memory_seqlens:
+                    bar.set_postfix_str(f"memory {peer.name} N={seqlen}")
+                    base = dict(kind="memory", peer=peer.name, mode="fwd", dtype=sweep.memory_dtype,
+                                head_dim=sweep.memory_head_dim, causal=True, seqlen=seqlen, batch=1,
+                                heads=sweep.memory_heads)
+                    if oom_at is not None:
+                        record(**base, status="skipped", reason=f"out of memory at N={oom_at}")
+                    else:
+                        try:
+                            peak = measure_peak_memory(available[peer.name], peer.layout, 1, sweep.memory_heads, seqlen,
+                                                       sweep.memory_head_dim, sweep.memory_dtype, True, device)
+                            record(**base, status="ok", peak_extra_bytes=peak)
+                        except Exception as e:
+                            if isinstance(e, torch.OutOfMemoryError):
+                                oom_at = seqlen
+                            record(**base, status="skipped", reason=_reason(e))
+                            torch.cuda.empty_cache()
+                    bar.update()
+        bar.close()
+
+        # -- first call on a new shape (compile + autotune) --------------------------------------------------
+        shape = dict(batch=4, seqlen=4096, heads=16, head_dim=128, causal=True)
+        first = dict(kind="first_call", peer="flashdoc", dtype="bf16", cold_process=True, **shape)
+        if "flashdoc" not in available:
+            record(**first, status="skipped", reason=skipped.get("flashdoc", "not selected"))
+        elif not sweep.first_call:
+            record(**first, status="skipped", reason="not measured in this sweep (first_call=False; on the CPU nothing is compiled)")
+        else:
+            say("Measuring flashdoc's first call in a fresh process with an empty Triton cache ...")
+            try:
+                fc = measure_first_call(shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"],
+                                        shape["causal"])
+                record(**first, status="ok", fwd_s=fc["fwd_s"], bwd_s=fc["bwd_s"], first_call_s=fc["fwd_s"] + fc["bwd_s"])
+            except Exception as e:
+                record(**first, status="skipped", reason=_reason(e))
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from `timeout` (see main): keep what was measured
+        interrupted = "interrupted: the records cover only part of the sweep"
+        bar.close()
+        say(f"\n{interrupted}; writing them")
 
     results = dict(
         schema=SCHEMA,
@@ -629,6 +636,7 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
                         else {"available": False, "reason": skipped.get(p.name, "not selected")})
                for p in PEERS},
         wall_s=time.perf_counter() - t_start,
+        interrupted=interrupted,
         precompiled=precompiled,
         records=records,
     )
@@ -800,8 +808,9 @@ def targets_table(results):
 
 def summary_text(results):
     parts = [f"## flashdoc vs peers on {results['gpu']} ({results['date']})"]
-    if results.get("note"):
-        parts.append(f"NOTE: {results['note']}")
+    for note in (results.get("note"), results.get("interrupted")):
+        if note:
+            parts.append(f"NOTE: {note}")
     skipped = {p: v["reason"] for p, v in results["peers"].items() if not v["available"]}
     if skipped:
         parts.append("Skipped peers: " + "; ".join(f"{p} ({r})" for p, r in skipped.items()))
@@ -880,8 +889,8 @@ def write_plots(results, out_dir):
     mem = [r for r in results["records"] if r["kind"] == "memory" and "peer" in r]
     for p in MEMORY_PEERS:
         pts = [(r["seqlen"], r["peak_extra_bytes"] / 2**20) for r in mem if r["peer"] == p and r["status"] == "ok"]
-        if pts:
-            ax.plot(*zip(*pts), label=p, **styles[p])
+        if pts:  # sdpa-flash drawn larger: flashdoc's line often lies right on top of it
+            ax.plot(*zip(*pts), label=p, **dict(styles[p], markersize=9 if p == "sdpa-flash" else 5))
         oom = [r["seqlen"] for r in mem if r["peer"] == p and "out of memory" in r.get("reason", "")]
         if oom and pts:
             ax.annotate(f"{p}: out of memory at N={_fmt_n(oom[0])}", xy=pts[-1], xytext=(5, -12),
@@ -914,6 +923,10 @@ def write_plots(results, out_dir):
 
 def _ints(text):
     return tuple(int(x) for x in text.split(","))
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def main(argv=None):
@@ -964,6 +977,9 @@ def main(argv=None):
         overrides["first_call"] = False
     if args.precompile_workers is not None:
         overrides["precompile_workers"] = args.precompile_workers
+    # `timeout` and job schedulers stop a run with SIGTERM: turn it into KeyboardInterrupt, so that what was
+    # measured until then is still written out.
+    signal.signal(signal.SIGTERM, _interrupt)
     run_benchmark(
         out_dir=args.out, quick=args.quick, device=None if args.device == "auto" else args.device,
         peers=args.peers.split(",") if args.peers else None, progress=not args.no_progress, **overrides,
