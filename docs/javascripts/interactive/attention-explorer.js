@@ -21,7 +21,7 @@ export const PRESETS = {
     V: [[0.1, 0.0], [1.0, 0.2], [0.2, 1.0]],
   },
   large: {
-    label: "Large dot products (d_k = 4)",
+    label: "Large dot products (dₖ = 4)",
     note: "Each query matches one key far better than the rest. Unscaled, the weights are nearly one-hot; scaling by 1/√4 halves the gaps and lets the other keys back in.",
     tokens: ["to", "be", "or", "not"],
     Q: [[-1.0, -1.5, 1.5, -1.0], [-1.0, 0.5, -2.0, -0.5], [-0.5, -1.0, 0.0, 2.0], [0.0, 1.0, 1.0, 0.5]],
@@ -90,13 +90,13 @@ function initExplorer(root) {
     const dk = state.K[0].length;
     const scale = state.scaled ? 1 / Math.sqrt(dk) : 1;
     const { S, P, O } = attention(state.Q, state.K, state.V, { scale, causal: state.causal });
-    scaleText.textContent = state.scaled ? `(d_k = ${dk}: × ${fmt(scale, 3)})` : `(off: × 1)`;
+    scaleText.textContent = state.scaled ? `(dₖ = ${dk}: × ${fmt(scale, 3)})` : `(off: × 1)`;
     note.textContent = PRESETS[state.preset].note;
     const keyLabels = state.tokens.map((t) => `key “${t}”`);
     const queryLabels = state.tokens.map((t) => `“${t}”`);
     results.replaceChildren(
       scrollBox(matrixTable({
-        caption: state.scaled ? "Scores S = QKᵀ / √d_k" : "Scores S = QKᵀ (unscaled)",
+        caption: state.scaled ? "Scores S = QKᵀ / √dₖ" : "Scores S = QKᵀ (unscaled)",
         rowLabels: queryLabels, colLabels: keyLabels, values: S, className: "fd-scores",
         cell: (v) => (v === -Infinity ? { text: "−∞", title: "masked: a query may not look at later keys", class: "fd-masked" } : null),
       })),

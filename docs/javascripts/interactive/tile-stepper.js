@@ -76,7 +76,9 @@ function createView(root) {
   const result = h("div", { class: "fd-stepper__result" });
   const nav = h("div", { class: "fd-controls fd-stepper__nav", role: "group", "aria-label": "Step through the key blocks" },
     buttons.first, buttons.prev, buttons.next, buttons.last);
-  const element = h("div", { class: "fd-stepper__view" }, nav, status, map, workers, result);
+  // Navigation and status stick under the header while the reader scrolls through the workers.
+  const element = h("div", { class: "fd-stepper__view" },
+    h("div", { class: "fd-stepper__bar" }, nav, status), map, workers, result);
 
   let trace = null;
   let position = 0;
