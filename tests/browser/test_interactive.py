@@ -11,7 +11,9 @@ import math
 
 import pytest
 
-from tools.outputs import snippet
+from tools.outputs import ROOT, snippet
+
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"  # where the `page` fixture saves its screenshots too
 
 READY = "[data-fd-ready='true']"
 DIGITS = 3
@@ -294,11 +296,13 @@ def test_runnable_cell_runs_offline_on_the_sites_pyodide(page):
 def test_widgets_fit_a_phone_screen(page):
     page.set_viewport_size({"width": 390, "height": 844})
     for path, selector in [("interactive/attention-explorer/", ".fd-attention-explorer"),
-                           ("interactive/tile-stepper/", ".fd-tile-stepper")]:
+                           ("interactive/tile-stepper/", ".fd-tile-stepper"),
+                           ("interactive/run-python/", ".fd-runnable")]:
         page.goto(page.site_url + path)
-        page.locator(selector + READY + " table").first.wait_for()
-        # Wide tables scroll inside their own boxes; the page itself never scrolls sideways.
+        page.locator(selector + READY).first.wait_for()
+        # Wide tables and code scroll inside their own boxes; the page itself never scrolls sideways.
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, path
-        for box in page.locator(selector).all():
+        for i, box in enumerate(page.locator(selector).all()):
             assert box.bounding_box()["width"] <= 390
-    page.locator(".fd-tile-stepper").first.scroll_into_view_if_needed()
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            box.screenshot(path=str(SCREENSHOTS / f"phone-{selector[4:]}-{i}.png"))
