@@ -34,8 +34,9 @@ def measure(d_k, scaled):
 
 results = {(d, s): measure(d, s) for d in dims for s in (False, True)}
 
-rows = ["| d_k | Var(q·k) | Var(q·k/√d_k) | mean max weight, unscaled | scaled | rows > 0.99, unscaled | scaled "
-        "| median ‖∂L/∂q‖, unscaled | scaled |", "|---|---|---|---|---|---|---|---|---|"]
+rows = ["| d_k | Var(q·k) | Var(q·k/√d_k) | mean max weight, no scale | mean max weight, ÷√d_k "
+        "| rows > 0.99, no scale | rows > 0.99, ÷√d_k | median ‖∂L/∂q‖, no scale | median ‖∂L/∂q‖, ÷√d_k |",
+        "|---|---|---|---|---|---|---|---|---|"]
 for d in dims:
     u, s = results[d, False], results[d, True]
     rows.append(f"| {d} | {u['var']:.1f} | {s['var']:.2f} | {u['max_weight']:.3f} | {s['max_weight']:.3f} | "
@@ -66,8 +67,7 @@ q, k = torch.randn(16, 256), torch.randn(16, 256)
 for name, logits in (("weights_unscaled.png", q @ k.T), ("weights_scaled.png", q @ k.T / 16)):
     fig, ax = plt.subplots(figsize=(4, 4))
     ax.imshow(torch.softmax(logits, dim=-1), cmap="viridis", vmin=0, vmax=1)
-    ax.set(xlabel="key", ylabel="query", xticks=[], yticks=[],
-           title="softmax(q·k), d_k = 256" if "unscaled" in name else "softmax(q·k / 16), d_k = 256")
+    ax.set(xlabel="key", ylabel="query", xticks=[], yticks=[])  # the slider's labels say which is which
     fig.tight_layout()
     fig.savefig(name, dpi=120)
     plt.close(fig)

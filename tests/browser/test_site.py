@@ -100,15 +100,15 @@ def test_every_page_loads_cleanly(page, built_site):
 
 def test_home_page_and_blog_list_every_post(page):
     posts = published_posts()
-    page.goto(page.site_url)
+    page.goto(page.site_url, wait_until="networkidle")
     assert page.locator("video").count() == 1
     for post in posts:
-        page.goto(page.site_url)
-        link = page.locator("article a", has_text=post["title"]).first
-        link.click()
-        assert page.locator("article h1").first.inner_text() == post["title"]
+        page.goto(page.site_url, wait_until="networkidle")  # leaving earlier aborts the page's own requests
+        page.locator("article a", has_text=post["title"]).first.click()
+        page.wait_for_load_state("networkidle")
+        assert page.locator("article h1").first.inner_text().rstrip("¶").strip() == post["title"]
 
-    page.goto(page.site_url + "blog/")
+    page.goto(page.site_url + "blog/", wait_until="networkidle")
     excerpts = page.locator("article.md-post--excerpt")
     assert excerpts.count() == min(len(posts), 5)  # pagination_per_page in mkdocs.yml
     for post in sorted(posts, key=lambda p: p["date"], reverse=True)[:5]:
