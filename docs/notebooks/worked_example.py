@@ -14,8 +14,9 @@
 # # The 4×4 FlashAttention example, as a notebook
 #
 # The worked example from [FlashAttention: exact attention without the N×N matrix](../blog/posts/flashattention-explained.md),
-# to run and change. It uses the same teaching code as the post, `flashdoc.reference`; install flashdoc from the
-# repository (`pip install -e .`) and download this notebook with the button at the top of the page.
+# to run and change. It uses the same teaching code as the post, `flashdoc.reference` (install flashdoc from the
+# repository with `pip install -e .`). Its source, `docs/notebooks/worked_example.py`, is a plain Python file in
+# jupytext's percent format: run it as a script, or open it in Jupyter through jupytext.
 #
 # Four tokens, $d_k = 4$, blocks of two rows. $K = 2I$ makes the scaled scores $S = QK^\top/2$ equal to $Q$, and
 # $V = I$ makes each output row that query's row of attention probabilities.
