@@ -19,6 +19,17 @@ if torch.cuda.is_available():
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+DTYPE_IDS = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+# Marks the CPU subset's wide parametrized sweeps: on a GPU the test_gpu_* sweeps cover them (and more), so
+# they are skipped there to save compile time. Single-purpose CPU tests run on both.
+cpu_sweep = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU subset; the GPU sweeps cover it on a GPU")
+
+
+def pytest_make_parametrize_id(config, val, argname):
+    return DTYPE_IDS.get(val) if isinstance(val, torch.dtype) else None
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

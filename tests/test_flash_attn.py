@@ -5,7 +5,7 @@ CPU subset first (runs everywhere, through Triton's interpreter on CPU), then th
 
 import pytest
 import torch
-from conftest import DEVICE, attention_math, check_against_oracle, make_qkv
+from conftest import DEVICE, attention_math, check_against_oracle, cpu_sweep, make_qkv
 
 import flashdoc
 
@@ -21,6 +21,7 @@ def _flash(causal, scale=None):
 # --- CPU subset ------------------------------------------------------------------------------------------------
 
 
+@cpu_sweep
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [40, 64])
@@ -30,6 +31,7 @@ def test_flash_attn(seqlen_q, seqlen_k, head_dim, causal, dtype):
     check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, bottom_right=True)
 
 
+@cpu_sweep
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n_heads,n_kv_heads", [(4, 2), (3, 1)], ids=["gqa", "mqa"])
@@ -38,6 +40,7 @@ def test_flash_attn_gqa(n_heads, n_kv_heads, causal, dtype):
     check_against_oracle(_flash(causal), q, k, v, 32 ** -0.5, causal, bottom_right=True)
 
 
+@cpu_sweep
 @pytest.mark.parametrize("head_dim", [16, 72, 128])
 def test_flash_attn_head_dims(head_dim):
     q, k, v = make_qkv(1, 37, 37, 2, 1, head_dim, torch.float16)
@@ -132,7 +135,7 @@ def test_gpu_seqlens(seqlen_q, seqlen_k, head_dim, causal, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [16, 32, 40, 72, 80, 96, 112, 160, 192, 256])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (1023, 1024)])
@@ -153,7 +156,7 @@ def test_gpu_gqa(seqlen_q, seqlen_k, n_heads, n_kv_heads, causal, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("head_dim", [64, 96, 128])
+@pytest.mark.parametrize("head_dim", [64, 128])
 def test_gpu_non_contiguous_packed_qkv(head_dim, dtype):
     qkv = torch.randn(2, 1000, 3, 4, head_dim, device="cuda", dtype=dtype)
     q, k, v = (qkv[:, :, i].detach().requires_grad_() for i in range(3))
@@ -170,8 +173,8 @@ def test_gpu_huge_logits(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [True])
+@pytest.mark.parametrize("head_dim", [128, 256])
 def test_gpu_every_autotune_config(head_dim, causal):
     """Each candidate the autotuner may pick computes the same attention (the sweeps above use the first)."""
     from flashdoc.kernels.backward import attn_bwd, bwd_configs_for
@@ -186,7 +189,7 @@ def test_gpu_every_autotune_config(head_dim, causal):
     grads_ref = torch.autograd.grad(out_ref, ref_in, dout.double())
     out_pt, _ = attention_math(q, k, v, scale, causal, True, dtype)
     base = (out_pt.double() - out_ref).abs().max().item()
-    for config in fwd_configs_for(head_dim):
+    for config in fwd_configs_for(head_dim, dtype):
         out = torch.empty_like(q)
         lse = torch.empty(2, 4, 1000, device="cuda", dtype=torch.float32)
         attn_fwd(q, k, v, out, lse, scale, causal, True, config=config)
@@ -195,7 +198,7 @@ def test_gpu_every_autotune_config(head_dim, causal):
         assert err <= 2 * base + 1e-3
     out_ref_dtype = out_ref.detach().to(dtype)
     lse_ref = lse_ref.float().contiguous()
-    for config in bwd_configs_for(head_dim):
+    for config in bwd_configs_for(head_dim, dtype):
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         attn_bwd(dout, q, k, v, out_ref_dtype, lse_ref, None, dq, dk, dv, scale, causal, True, config=config)
         for name, g, r in zip(("dq", "dk", "dv"), (dq, dk, dv), grads_ref):

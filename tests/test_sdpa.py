@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DEVICE, check_against_oracle, make_qkv
+from conftest import check_against_oracle, cpu_sweep, make_qkv
 
 import flashdoc
 
@@ -18,6 +18,7 @@ def _sdpa(causal, scale=None, enable_gqa=False):
     return fn
 
 
+@cpu_sweep
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(9, 40), (40, 9)])
@@ -40,7 +41,7 @@ def test_sdpa_matches_torch(causal):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [64, 80, 128])
+@pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (1024, 1023), (4097, 4097)])
 def test_gpu_sdpa(seqlen_q, seqlen_k, head_dim, causal, dtype):
     q, k, v = make_qkv(1, seqlen_q, seqlen_k, 4, 2, head_dim, dtype, layout="bhsd")

@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from . import INTERPRET
-from .forward import AUTOTUNE, LOG2E, block_d_for, dot_precision, seq_bucket
+from .forward import AUTOTUNE, LOG2E, _cfg, block_d_for, configs_for, dot_precision, seq_bucket
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -21,29 +21,34 @@ CPU_BLOCK_M = 32
 CPU_BLOCK_N = 32
 
 
-def _bwd_configs():
-    """dK/dV and dQ each hold two (tile, head_dim) accumulators-plus-operands on chip: 64-row tiles with
-    64/128-wide partners keep them in registers up to d = 128; d = 256 needs the smaller ones."""
-    return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=s, num_warps=w)
-        for bm, bn, s, w in [
-            (64, 128, 3, 8),
-            (128, 64, 3, 8),
-            (64, 64, 3, 4),
-            (64, 64, 2, 8),
-            (32, 64, 2, 4),
-            (64, 32, 2, 4),
-        ]
-    ]
+# dK/dV and dQ get their own tiles (FlashAttention-2): each keeps one tile resident and streams the other.
+# dK/dV keeps BLOCK_N keys and two fp32 (BLOCK_N, d) accumulators, streaming narrow 32-row query steps; dQ keeps
+# BLOCK_M queries and one accumulator, streaming 32-key steps. 8 warps split the accumulators at d >= 128 so
+# they fit in registers. Safe default first; fp32 (non tensor-core products) gets small tiles.
+DKDV_CONFIGS = {
+    (64, False): [_cfg(32, 128, 3, 4), _cfg(64, 64, 2, 4), _cfg(64, 128, 2, 8)],
+    (128, False): [_cfg(32, 128, 3, 8), _cfg(64, 64, 2, 8), _cfg(64, 128, 2, 8)],
+    (256, False): [_cfg(32, 64, 2, 8), _cfg(64, 64, 2, 8)],
+    (64, True): [_cfg(32, 64, 2, 4)],
+    (128, True): [_cfg(32, 32, 2, 4)],
+    (256, True): [_cfg(16, 32, 1, 4)],
+}
+DQ_CONFIGS = {
+    (64, False): [_cfg(128, 32, 3, 4), _cfg(64, 64, 2, 4), _cfg(128, 64, 2, 8)],
+    (128, False): [_cfg(128, 32, 3, 8), _cfg(64, 64, 2, 8), _cfg(128, 64, 2, 8)],
+    (256, False): [_cfg(64, 32, 2, 8), _cfg(64, 64, 2, 8)],
+    (64, True): [_cfg(64, 32, 2, 4)],
+    (128, True): [_cfg(32, 32, 2, 4)],
+    (256, True): [_cfg(32, 16, 1, 4)],
+}
 
 
-def _prune_bwd_configs(configs, named_args, **kwargs):
-    block_d = kwargs["BLOCK_D"]
-    if block_d <= 128:
-        keep = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 64 * 64]
-    else:
-        keep = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
-    return keep or configs[-1:]
+def _prune_dkdv_configs(configs, named_args, **kwargs):
+    return configs_for(DKDV_CONFIGS, kwargs["BLOCK_D"], named_args["Q"].dtype)
+
+
+def _prune_dq_configs(configs, named_args, **kwargs):
+    return configs_for(DQ_CONFIGS, kwargs["BLOCK_D"], named_args["Q"].dtype)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -69,7 +74,7 @@ def _load_tile(ptrs, rows, n_rows, cols, HEAD_DIM: tl.constexpr, CHECK_ROWS: tl.
 
 
 # --8<-- [start:bwd_preprocess]
-@triton.jit
+@triton.jit(do_not_specialize=["n_heads", "seqlen_q"])
 def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
                          stride_ob, stride_os, stride_oh,
                          stride_dob, stride_dos, stride_doh,
@@ -133,7 +138,7 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse2_base, delta_base, s
 
 
 # --8<-- [start:bwd_dkdv]
-@triton.jit
+@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
                    stride_qb, stride_qs, stride_qh,
                    stride_kb, stride_ks, stride_kh,
@@ -227,7 +232,7 @@ def _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride
 
 
 # --8<-- [start:bwd_dq]
-@triton.jit
+@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
 def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
                  stride_qb, stride_qs, stride_qh,
                  stride_kb, stride_ks, stride_kh,
@@ -280,12 +285,12 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
 
 if not INTERPRET:
     _attn_bwd_dkdv_tuned = triton.autotune(
-        configs=_bwd_configs(), key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
-        prune_configs_by={"early_config_prune": _prune_bwd_configs},
+        configs=[c for cs in DKDV_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
+        prune_configs_by={"early_config_prune": _prune_dkdv_configs},
     )(_attn_bwd_dkdv)
     _attn_bwd_dq_tuned = triton.autotune(
-        configs=_bwd_configs(), key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
-        prune_configs_by={"early_config_prune": _prune_bwd_configs},
+        configs=[c for cs in DQ_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
+        prune_configs_by={"early_config_prune": _prune_dq_configs},
     )(_attn_bwd_dq)
 
 
@@ -294,16 +299,18 @@ if not INTERPRET:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def bwd_configs_for(head_dim: int):
-    """The GPU configs the autotuner tries for this head dim (first = default when not autotuning)."""
-    return _prune_bwd_configs(_bwd_configs(), None, BLOCK_D=block_d_for(head_dim))
+def bwd_configs_for(head_dim: int, dtype) -> list:
+    """(dK/dV config, dQ config) pairs the autotuners may pick for this head dim and dtype (first = default)."""
+    dkdv = configs_for(DKDV_CONFIGS, block_d_for(head_dim), dtype)
+    dq = configs_for(DQ_CONFIGS, block_d_for(head_dim), dtype)
+    return list(zip(dkdv, dq))
 
 
 def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool,
              config=None):
     """Launch preprocess, dK/dV and dQ. Shapes as in ``attn_fwd``; dq/dk/dv are written in place.
 
-    config: a ``triton.Config`` for both dK/dV and dQ instead of autotuning.
+    config: a (dK/dV ``triton.Config``, dQ ``triton.Config``) pair instead of autotuning.
     """
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
@@ -330,13 +337,15 @@ def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, ca
                  dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), *scalars)
     dq_args = (q, k, v, dout, dq, lse2, delta, *strides, dq.stride(0), dq.stride(1), dq.stride(2), *scalars)
     if config is None and INTERPRET:
-        config = triton.Config({"BLOCK_M": CPU_BLOCK_M, "BLOCK_N": CPU_BLOCK_N})
+        config = (_cfg(CPU_BLOCK_M, CPU_BLOCK_N, 1, 4),) * 2
     if config is None and not AUTOTUNE:
-        config = bwd_configs_for(head_dim)[0]
+        config = bwd_configs_for(head_dim, q.dtype)[0]
     if config is not None:
-        kw = dict(**meta, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
-        _attn_bwd_dkdv[(triton.cdiv(seqlen_k, config.kwargs["BLOCK_N"]), batch * n_kv_heads)](*dkdv_args, **kw)
-        _attn_bwd_dq[(triton.cdiv(seqlen_q, config.kwargs["BLOCK_M"]), batch * n_heads)](*dq_args, **kw)
+        c1, c2 = config
+        kw1 = dict(**meta, **c1.kwargs, num_warps=c1.num_warps, num_stages=c1.num_stages)
+        kw2 = dict(**meta, **c2.kwargs, num_warps=c2.num_warps, num_stages=c2.num_stages)
+        _attn_bwd_dkdv[(triton.cdiv(seqlen_k, c1.kwargs["BLOCK_N"]), batch * n_kv_heads)](*dkdv_args, **kw1)
+        _attn_bwd_dq[(triton.cdiv(seqlen_q, c2.kwargs["BLOCK_M"]), batch * n_heads)](*dq_args, **kw2)
     else:
         _attn_bwd_dkdv_tuned[lambda m: (triton.cdiv(seqlen_k, m["BLOCK_N"]), batch * n_kv_heads)](*dkdv_args, **meta)
         _attn_bwd_dq_tuned[lambda m: (triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads)](*dq_args, **meta)

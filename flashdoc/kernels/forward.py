@@ -31,43 +31,33 @@ CPU_BLOCK_N = 32
 AUTOTUNE = os.environ.get("FLASHDOC_AUTOTUNE", "1") != "0"
 
 
-def _fwd_configs():
-    """Autotune space for the GPU, kept small so that a new shape's first call stays well under 30 s.
+def _cfg(block_m, block_n, stages, warps):
+    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_stages=stages, num_warps=warps)
 
-    128-row query tiles keep the tensor cores busy on Hopper (a warpgroup issues 64-row wgmma); the key tile
-    and pipeline depth trade shared memory for latency hiding, and the best pair depends on the head dim, so
-    ``_prune_fwd_configs`` keeps only the candidates that fit each head dim.
-    """
-    configs = []
-    for block_m, block_n, stages, warps in [
-        (128, 128, 3, 8),
-        (128, 64, 3, 8),
-        (128, 64, 4, 4),
-        (128, 128, 2, 8),
-        (64, 64, 3, 4),
-        (128, 32, 2, 8),
-        (64, 32, 2, 4),
-    ]:
-        configs.append(triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_stages=stages,
-                                     num_warps=warps))
-    return configs
+
+# Autotune candidates per (padded head dim, fp32?), the safe default first (FLASHDOC_AUTOTUNE=0 takes it).
+# At most three each, so a new shape's first call compiles few variants and stays well under 30 s.
+# - 128-row query tiles keep Hopper's tensor cores busy (one warpgroup issues 64-row wgmma; 8 warps = two).
+# - Shared memory holds the Q tile plus `stages` K and V tiles: 2 B x d x (BLOCK_M + 2 x stages x BLOCK_N) must
+#   stay under 227 KiB, which rules out 128-wide key tiles at d = 256.
+# - fp32 inputs use full-precision (non tensor-core) products with 4-byte tiles: small tiles, one candidate.
+FWD_CONFIGS = {
+    (64, False): [_cfg(128, 64, 3, 4), _cfg(128, 128, 3, 8), _cfg(64, 64, 4, 4)],
+    (128, False): [_cfg(128, 64, 3, 8), _cfg(128, 128, 2, 8), _cfg(128, 64, 4, 8)],
+    (256, False): [_cfg(64, 64, 2, 8), _cfg(128, 64, 2, 8), _cfg(64, 32, 3, 4)],
+    (64, True): [_cfg(64, 64, 2, 4)],
+    (128, True): [_cfg(64, 32, 2, 4)],
+    (256, True): [_cfg(32, 32, 2, 4)],
+}
+
+
+def configs_for(table, block_d: int, dtype) -> list:
+    """The candidates for this head dim (16 and 32 share the 64 entry) and dtype."""
+    return table[(max(block_d, 64), dtype == torch.float32 or dtype == tl.float32)]
 
 
 def _prune_fwd_configs(configs, named_args, **kwargs):
-    block_d = kwargs["BLOCK_D"]
-    keep = []
-    for c in configs:
-        bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
-        if block_d <= 64:
-            ok = bn >= 64  # small tiles: cheap in shared memory, so stream wide key tiles
-        elif block_d <= 128:
-            ok = bn >= 64 and bm == 128
-        else:
-            # d = 256: a 128x128 key/value pipeline does not fit in 227 KiB of shared memory
-            ok = bn <= 64 and c.num_stages <= 3
-        if ok:
-            keep.append(c)
-    return keep or configs[-1:]
+    return configs_for(FWD_CONFIGS, kwargs["BLOCK_D"], named_args["Q"].dtype)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -125,7 +115,9 @@ def _head_desc(base, seqlen, stride_s, HEAD_DIM: tl.constexpr, BLOCK_S: tl.const
 
 
 # --8<-- [start:fwd_kernel]
-@triton.jit
+# Lengths, offsets and head counts change from call to call: no specialising on their value (divisible by 16,
+# equal to 1), which would compile a new variant for each.
+@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
 def _attn_fwd(Q, K, V, O, LSE,
               stride_qb, stride_qs, stride_qh,
               stride_kb, stride_ks, stride_kh,
@@ -182,7 +174,7 @@ def _attn_fwd(Q, K, V, O, LSE,
 
 if not INTERPRET:
     _attn_fwd_tuned = triton.autotune(
-        configs=_fwd_configs(),
+        configs=[c for cs in FWD_CONFIGS.values() for c in cs],
         key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],  # the autotuner adds the tensors' dtypes to the key
         prune_configs_by={"early_config_prune": _prune_fwd_configs},
     )(_attn_fwd)
@@ -207,9 +199,9 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def fwd_configs_for(head_dim: int):
-    """The GPU configs the autotuner tries for this head dim (first = default when not autotuning)."""
-    return _prune_fwd_configs(_fwd_configs(), None, BLOCK_D=block_d_for(head_dim))
+def fwd_configs_for(head_dim: int, dtype) -> list:
+    """The GPU configs the autotuner tries for this head dim and dtype (first = default when not autotuning)."""
+    return configs_for(FWD_CONFIGS, block_d_for(head_dim), dtype)
 
 
 def _scratch(size: int, alignment: int, stream):
@@ -244,7 +236,7 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
     if config is None and INTERPRET:
         config = triton.Config({"BLOCK_M": CPU_BLOCK_M, "BLOCK_N": CPU_BLOCK_N})
     if config is None and not AUTOTUNE:
-        config = fwd_configs_for(head_dim)[0]
+        config = fwd_configs_for(head_dim, q.dtype)[0]
     if config is not None:
         grid = (triton.cdiv(seqlen_q, config.kwargs["BLOCK_M"]), batch * n_heads)
         _attn_fwd[grid](*args, **meta, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
