@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m flashdoc.bench --out bench-out            # full sweep (a few minutes on an H200)
-    python -m flashdoc.bench --quick --out bench-out    # smoke subset on the GPU
+    python -m flashdoc.bench --out bench-out            # full sweep (estimated ~8 min on an H200)
+    python -m flashdoc.bench --quick --out bench-out    # smoke subset on the GPU (~2 min)
     python -m flashdoc.bench --device cpu --out /tmp/b  # tiny shapes on the CPU: the numbers mean nothing
 
 or, from Python (this is what the site's benchmark snippet does)::
@@ -18,8 +18,11 @@ What is measured, each peer only if it is available (otherwise it is reported as
   with ``torch.compile``, flash-attn, and flashdoc; forward and forward+backward, bf16 and fp16, head dims
   64/128/256, causal and not, N = 512 ... 16k with 16k tokens in total (batch = 16384/N, heads = 2048/d, the
   convention of flash-attn's plots). FLOPs = 4·B·H·N²·d, halved when causal; forward+backward counts 3.5× the
-  forward (the backward does 2.5×). Times are the median of ``triton.testing.do_bench`` after its warm-up.
-  The forward is timed on inputs that require grad (the training forward, as flash-attn's benchmarks do).
+  forward (the backward does 2.5×). Times are the median of ``triton.testing.do_bench`` after its warm-up,
+  over at least 10 calls. The forward is timed on inputs that require grad (the training forward, as
+  flash-attn's benchmarks do). Naive attention is timed up to N = 8k. FlexAttention is compiled per shape
+  (static shapes, its fastest kernels); those compiles, and flashdoc's, happen before any timing, in
+  parallel worker processes that fill the compile caches (see ``_precompile``).
 - **memory**: peak extra GPU memory of a causal forward (batch 1, 32 heads, d 128) vs N up to 64k, where
   "extra" is the peak during the call minus what was allocated before it (the inputs).
 - **first call**: the time flashdoc's first call takes on a new shape in a fresh process with an empty
@@ -95,7 +98,7 @@ class Sweep:
     first_call: bool = True  # the cold first-call measurement in a fresh process
     # Processes that compile FlexAttention and flashdoc kernels ahead of the timing (0: no compiling ahead),
     # and how long they may take before the rest is left to the timed run.
-    precompile_workers: int = min(8, max(1, (os.cpu_count() or 2) // 2))
+    precompile_workers: int = min(12, max(1, (os.cpu_count() or 4) - 2))
     precompile_timeout_s: float = 240.0
 
     def batch_heads(self, seqlen, head_dim):
@@ -536,6 +539,11 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
             f"{precompiled['workers']} processes: {precompiled['wall_s']:.0f} s")
         for line in precompiled.get("failed", []):
             say(f"  compile ahead failed (the timed run compiles it itself): {line}")
+        # From here on torch.compile mostly loads from its cache: no pool of compile processes is needed (on
+        # the H200, shutting that pool down held the process for more than 10 s after the run).
+        from torch._inductor import config as inductor_config
+
+        inductor_config.compile_threads = 1
 
     configs = list(_speed_configs(sweep))
     memory_peers = [p for p in PEERS if p.name in MEMORY_PEERS and p.name in available]
@@ -979,11 +987,14 @@ def main(argv=None):
         overrides["precompile_workers"] = args.precompile_workers
     # `timeout` and job schedulers stop a run with SIGTERM: turn it into KeyboardInterrupt, so that what was
     # measured until then is still written out.
-    signal.signal(signal.SIGTERM, _interrupt)
-    run_benchmark(
-        out_dir=args.out, quick=args.quick, device=None if args.device == "auto" else args.device,
-        peers=args.peers.split(",") if args.peers else None, progress=not args.no_progress, **overrides,
-    )
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        run_benchmark(
+            out_dir=args.out, quick=args.quick, device=None if args.device == "auto" else args.device,
+            peers=args.peers.split(",") if args.peers else None, progress=not args.no_progress, **overrides,
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
