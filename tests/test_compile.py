@@ -7,7 +7,7 @@ GPU it also uses ``inductor``.
 
 import pytest
 import torch
-from conftest import DEVICE, make_qkv
+from attention_oracle import DEVICE, make_qkv
 
 import flashdoc
 

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import make_qkv
+from attention_oracle import make_qkv
 
 import flashdoc
 

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import DEVICE
+from attention_oracle import DEVICE
 
 import flashdoc
 

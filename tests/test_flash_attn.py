@@ -5,7 +5,7 @@ CPU subset first (runs everywhere, through Triton's interpreter on CPU), then th
 
 import pytest
 import torch
-from conftest import DEVICE, attention_math, check_against_oracle, cpu_sweep, make_qkv
+from attention_oracle import DEVICE, attention_math, check_against_oracle, cpu_sweep, make_qkv
 
 import flashdoc
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check_against_oracle, cpu_sweep, make_qkv
+from attention_oracle import check_against_oracle, cpu_sweep, make_qkv
 
 import flashdoc
 
