@@ -57,3 +57,12 @@ def test_gpu_only_snippets_point_at_publish(sandbox):
 def test_unknown_snippet_lists_the_known_ones(sandbox):
     with pytest.raises(FileNotFoundError, match="known snippets: demo/hello"):
         outputs.snippet("demo/nope")
+
+
+def test_time_limit_interrupts_like_ctrl_c(sandbox, tmp_path):
+    sandbox.path.write_text(
+        "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('wrote partial results')\n"
+    )
+    result = run_snippet(sandbox, tmp_path / "work", timeout=2)
+    assert result.interrupted and result.ok and result.stdout == "wrote partial results\n"
+    assert result.seconds < 30

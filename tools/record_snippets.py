@@ -3,6 +3,7 @@
     python -m tools.record_snippets                 # all snippets
     python -m tools.record_snippets attention/numpy_attention   # only these
     python -m tools.record_snippets --require-gpu   # refuse to run without a CUDA GPU (used by `nox -s publish`)
+    python -m tools.record_snippets --time-limit 540 triton/benchmark   # interrupt (Ctrl-C) after 540 s
 
 Each snippet runs as ``python <file>`` in a fresh, empty working directory. What it prints becomes
 ``stdout.txt``; every file it writes there (figures, tables, video) is copied next to it; ``provenance.json``
@@ -18,6 +19,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,7 @@ class RunResult:
     stderr: str
     seconds: float
     workdir: Path
+    interrupted: bool = False  # stopped at the time limit with Ctrl-C; it may still have written partial outputs
 
     @property
     def ok(self) -> bool:
@@ -51,18 +54,33 @@ def snippet_env() -> dict[str, str]:
 
 
 def run_snippet(snip: Snippet, workdir: Path, timeout: float = 1800) -> RunResult:
-    """Run one snippet as a reader would (``python file.py``) inside ``workdir``."""
+    """Run one snippet as a reader would (``python file.py``) inside ``workdir``.
+
+    At ``timeout`` seconds the snippet gets a Ctrl-C (SIGINT), as a reader would press it: a long benchmark
+    then writes out what it measured so far. If it is still running a minute later, it is killed.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, str(snip.path)],
         cwd=workdir,
         env=snippet_env(),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
     )
-    return RunResult(proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - start, workdir)
+    interrupted = False
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        interrupted = True
+        proc.send_signal(signal.SIGINT)
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+    return RunResult(proc.returncode, stdout, stderr, time.perf_counter() - start, workdir, interrupted)
 
 
 def describe_device() -> dict[str, str | bool]:
@@ -101,6 +119,7 @@ def record(snip: Snippet, result: RunResult, device: dict) -> None:
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         **device,
         "seconds": round(result.seconds, 2),
+        "interrupted_at_time_limit": result.interrupted,
         "files": [f.relative_to(result.workdir).as_posix() for f in files],
     }
     (out / "provenance.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
@@ -110,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help="snippet ids like 'attention/numpy_attention' (default: all)")
     parser.add_argument("--require-gpu", action="store_true", help="fail unless a CUDA GPU is present")
+    parser.add_argument("--time-limit", type=float, default=1800,
+                        help="seconds before a snippet is interrupted with Ctrl-C (default: %(default)s)")
     args = parser.parse_args(argv)
 
     device = describe_device()
@@ -128,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, snip in enumerate(snippets, 1):
         print(f"[{i}/{len(snippets)}] {snip.rel_path} ... ({len(snippets) - i} left after this)", flush=True)
         with tempfile.TemporaryDirectory(prefix="flashdoc-snippet-") as tmp:
-            result = run_snippet(snip, Path(tmp))
+            result = run_snippet(snip, Path(tmp), timeout=args.time_limit)
             if not result.ok:
                 print(result.stdout[-2000:], result.stderr[-4000:], sep="\n", file=sys.stderr)
                 outcomes.append((snip.name, "FAILED", result.seconds))

@@ -29,6 +29,8 @@ def provenance_html(snip: Snippet, prov: dict) -> str:
         f"Recorded by running <code>{snip.rel_path}</code> on <strong>{html.escape(prov['device'])}</strong>"
         f" · torch {prov['torch']} · triton {prov['triton']} · {prov['date']} · source sha256 {sha}"
     )
+    if prov.get("interrupted_at_time_limit"):
+        text += f" · <strong>stopped at its time limit after {prov['seconds']:.0f} s: partial results</strong>"
     return f'<p class="provenance">{text}</p>'
 
 
