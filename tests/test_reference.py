@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import runpy
 
 import pytest
 import torch
 
 from flashdoc.reference import naive_attention, online_softmax, online_softmax_update, tiled_attention
-from tools.outputs import ROOT, snippet
+from tools.outputs import snippet
 
 F64 = torch.float64
 
@@ -109,9 +108,3 @@ def test_worked_example_trace_follows_the_tile_stepper_contract():
     q, k = torch.tensor(trace["Q"], dtype=F64), torch.tensor(trace["K"], dtype=F64)
     expected = torch.softmax(q @ k.T * trace["scale"], dim=-1) @ torch.tensor(trace["V"], dtype=F64)
     torch.testing.assert_close(torch.tensor(trace["output"], dtype=F64), expected, rtol=0, atol=1e-6)
-
-
-def test_the_notebook_runs_and_its_checks_hold(tmp_path, monkeypatch):
-    """docs/notebooks/worked_example.py (jupytext percent format) is plain Python: run it, asserts included."""
-    monkeypatch.chdir(tmp_path)
-    runpy.run_path(str(ROOT / "docs" / "notebooks" / "worked_example.py"), run_name="__main__")
