@@ -66,3 +66,14 @@ def test_time_limit_interrupts_like_ctrl_c(sandbox, tmp_path):
     result = run_snippet(sandbox, tmp_path / "work", timeout=2)
     assert result.interrupted and result.ok and result.stdout == "wrote partial results\n"
     assert result.seconds < 30
+
+
+def test_recorded_file_checks_freshness_and_names_what_was_recorded(sandbox, tmp_path):
+    record(sandbox, run_snippet(sandbox, tmp_path / "work"), describe_device())
+    assert sandbox.recorded_file("table.md") == sandbox.output_dir / "table.md"
+    assert sandbox.recorded_file("stdout.txt").read_text() == "hello\n"
+    with pytest.raises(FileNotFoundError, match=r"recorded no file 'plot.png'; it recorded: table.md"):
+        sandbox.recorded_file("plot.png")
+    sandbox.path.write_text('print("changed")\n')
+    with pytest.raises(outputs.StaleOutputError):
+        sandbox.recorded_file("table.md")

@@ -21,7 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPETS_DIR = ROOT / "snippets"
-GENERATED_DIR = ROOT / "docs" / "generated"
+DOCS_DIR = ROOT / "docs"
+GENERATED_DIR = DOCS_DIR / "generated"
 
 # A snippet whose meaning needs a GPU (a benchmark) carries this line; on a CPU machine it still runs, as a
 # smoke test, but its GPU-recorded outputs are kept.
@@ -85,6 +86,14 @@ class Snippet:
                 f"(on {prov['date']}, {prov['device']}); refresh them with: {self.refresh_command}"
             )
         return prov
+
+    def recorded_file(self, file: str) -> Path:
+        """Path of one file this snippet recorded (``stdout.txt`` or one it wrote); checks freshness first."""
+        prov = self.check_fresh()
+        if file != "stdout.txt" and file not in prov["files"]:
+            written = ", ".join(prov["files"]) or "nothing besides stdout.txt"
+            raise FileNotFoundError(f"{self.rel_path} recorded no file {file!r}; it recorded: {written}")
+        return self.output_dir / file
 
 
 def all_snippets() -> list[Snippet]:

@@ -3,6 +3,8 @@
 Each building block registers its macros from its own module, so each concept has one home:
 
 - ``snippets``: code blocks from ``snippets/`` and the outputs recorded by running them.
+- ``layout``: images, image grids, the compare slider, video, the list of posts, style-guide examples.
+- ``interactive``: runnable cells (code that readers edit and run in the browser).
 """
 
 from tools.site_macros import interactive, layout, snippets

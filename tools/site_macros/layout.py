@@ -27,11 +27,10 @@ from pathlib import Path
 
 import yaml
 
-from tools.outputs import ROOT, snippet
-from tools.site_macros.snippets import _site_url, provenance_html
+from tools.outputs import DOCS_DIR, snippet
+from tools.site_macros.snippets import provenance_html, relative_to_page, site_relative_url
 
-DOCS = ROOT / "docs"
-POSTS = DOCS / "blog" / "posts"
+POSTS = DOCS_DIR / "blog" / "posts"
 
 
 class Media:
@@ -43,29 +42,25 @@ class Media:
         if ":" in spec:
             name, file = spec.split(":", 1)
             self.snippet = snippet(name)
-            prov = self.snippet.check_fresh()
-            if file not in prov["files"]:
-                raise FileNotFoundError(f"{self.snippet.rel_path} recorded no file {file!r}; "
-                                        f"it recorded: {', '.join(prov['files'])}")
-            self.docs_path = f"generated/{self.snippet.name}/{file}"
+            self.docs_path = self.snippet.recorded_file(file).relative_to(DOCS_DIR).as_posix()
         else:
             page_dir = posixpath.dirname(page.file.src_uri)
             self.docs_path = posixpath.normpath(posixpath.join(page_dir, spec))
-            if not (DOCS / self.docs_path).is_file():
+            if not (DOCS_DIR / self.docs_path).is_file():
                 raise FileNotFoundError(f"{page.file.src_uri}: no file {spec!r} (looked for docs/{self.docs_path})")
         self.page = page
 
     @property
     def path(self) -> Path:
-        return DOCS / self.docs_path
+        return DOCS_DIR / self.docs_path
 
     def markdown_src(self) -> str:
         """Path for markdown (and the seed's compare div): relative to the page's source file."""
-        return posixpath.relpath(self.docs_path, posixpath.dirname(self.page.file.src_uri) or ".")
+        return relative_to_page(self.page, self.docs_path)
 
     def html_src(self) -> str:
         """Path for raw HTML, which mkdocs does not rewrite: relative to the rendered page's URL."""
-        return _site_url(self.page, self.docs_path)
+        return site_relative_url(self.page, self.docs_path)
 
 
 def image_size(path: Path) -> tuple[int, int] | None:
@@ -92,7 +87,7 @@ def _provenance(media: list[Media]) -> str:
     for m in media:
         if m.snippet is not None:
             seen.setdefault(m.snippet.name, m.snippet)
-    return "".join(provenance_html(s, s.check_fresh()) + "\n" for s in seen.values())
+    return "".join(provenance_html(s, s.provenance()) + "\n" for s in seen.values())  # Media checked freshness
 
 
 def _post_front_matter(path: Path) -> tuple[dict, str]:
@@ -170,10 +165,9 @@ def register(env):
                 (line[2:].strip() for line in body.splitlines() if line.startswith("# ")), path.stem)
             entries.append((_post_date(meta), title, meta.get("description", ""), path))
         entries.sort(key=lambda e: e[0], reverse=True)
-        page_dir = posixpath.dirname(env.page.file.src_uri) or "."
         lines = []
         for day, title, description, path in entries[:limit]:
-            link = posixpath.relpath(path.relative_to(DOCS).as_posix(), page_dir)
+            link = relative_to_page(env.page, path.relative_to(DOCS_DIR).as_posix())
             line = f"- **[{title}]({link})** · {day:%B} {day.day}, {day.year}"
             lines.append(line + (f"  \n  {description}" if description else ""))
         return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 import posixpath
 
-from tools.outputs import ROOT, Snippet, snippet
+from tools.outputs import DOCS_DIR, ROOT, Snippet, snippet
 
 IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg", ".gif", ".webp")
 
@@ -34,13 +34,13 @@ def provenance_html(snip: Snippet, prov: dict) -> str:
     return f'<p class="provenance">{text}</p>'
 
 
-def _relative_to_page(page, docs_path: str) -> str:
+def relative_to_page(page, docs_path: str) -> str:
     """Path from the page's source file to a file under docs/, for links that mkdocs checks."""
     page_dir = posixpath.dirname(page.file.src_uri)
     return posixpath.relpath(docs_path, page_dir or ".")
 
 
-def _site_url(page, site_path: str) -> str:
+def site_relative_url(page, site_path: str) -> str:
     """URL of a file copied into the built site (not a docs page), relative to the rendered page."""
     depth = page.url.count("/") if page.url else 0
     return "../" * depth + site_path
@@ -60,7 +60,7 @@ def register(env):
         if hl_lines:
             options += f' hl_lines="{hl_lines}"'
         block = f'```python {options}\n--8<-- "{target}"\n```'
-        url = _site_url(env.page, snip.rel_path)
+        url = site_relative_url(env.page, snip.rel_path)
         if section:
             caption = (f'Section <code>{section}</code> of <a href="{url}">{snip.rel_path}</a>; '
                        "it relies on the lines before it in that file, which runs as is.")
@@ -75,27 +75,19 @@ def register(env):
     def output(name, file="stdout.txt", title="Output"):
         """A recorded output of ``snippets/<name>.py``: text in a block, markdown tables inline."""
         snip = snippet(name)
-        prov = snip.check_fresh()
-        path = snip.output_dir / file
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{snip.rel_path} recorded no file {file!r}; it recorded: {', '.join(prov['files']) or 'only stdout'}"
-            )
+        path = snip.recorded_file(file)
         rel = path.relative_to(ROOT).as_posix()  # pymdownx.snippets resolves paths from the project root
         if file.endswith(".md"):
             body = f'--8<-- "{rel}"'
         else:
             body = f'```text title="{title}"\n--8<-- "{rel}"\n```'
-        return f"{body}\n{provenance_html(snip, prov)}\n"
+        return f"{body}\n{provenance_html(snip, snip.provenance())}\n"  # recorded_file checked freshness
 
     @env.macro
     def generated_path(name, file):
         """Path (relative to the current page's source) of a file recorded by a snippet; checks freshness."""
-        snip = snippet(name)
-        prov = snip.check_fresh()
-        if file not in prov["files"]:
-            raise FileNotFoundError(f"{snip.rel_path} recorded no file {file!r}; it recorded: {prov['files']}")
-        return _relative_to_page(env.page, f"generated/{snip.name}/{file}")
+        docs_path = snippet(name).recorded_file(file).relative_to(DOCS_DIR).as_posix()
+        return relative_to_page(env.page, docs_path)
 
     @env.macro
     def figure(name, file, caption):
@@ -106,7 +98,6 @@ def register(env):
         src = generated_path(name, file)
         return (
             f'<figure markdown="span">\n  ![{caption}]({src})\n  <figcaption>{caption}</figcaption>\n</figure>\n'
-            f"{provenance_html(snip, snip.check_fresh())}\n"
+            f"{provenance_html(snip, snip.provenance())}\n"  # generated_path checked freshness
         )
 
-    env.variables["provenance_html"] = provenance_html
