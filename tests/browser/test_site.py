@@ -9,17 +9,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlparse
 
-from tools.site_macros.layout import POSTS, _post_date, _post_front_matter
-
-
-def published_posts() -> list[dict]:
-    posts = []
-    for path in sorted(POSTS.rglob("*.md")):
-        meta, body = _post_front_matter(path)
-        if not meta.get("draft"):
-            title = meta.get("title") or next(l[2:].strip() for l in body.splitlines() if l.startswith("# "))
-            posts.append({"title": title, "date": _post_date(meta), "meta": meta})
-    return posts
+from tools.site_macros.layout import published_posts
 
 
 class LinkParser(HTMLParser):
@@ -104,20 +94,20 @@ def test_home_page_and_blog_list_every_post(page):
     assert page.locator("video").count() == 1
     for post in posts:
         page.goto(page.site_url, wait_until="networkidle")  # leaving earlier aborts the page's own requests
-        page.locator("article a", has_text=post["title"]).first.click()
+        page.locator("article a", has_text=post.title).first.click()
         page.wait_for_load_state("networkidle")
-        assert page.locator("article h1").first.inner_text().rstrip("¶").strip() == post["title"]
+        assert page.locator("article h1").first.inner_text().rstrip("¶").strip() == post.title
 
     page.goto(page.site_url + "blog/", wait_until="networkidle")
     excerpts = page.locator("article.md-post--excerpt")
     assert excerpts.count() == min(len(posts), 5)  # pagination_per_page in mkdocs.yml
-    for post in sorted(posts, key=lambda p: p["date"], reverse=True)[:5]:
-        excerpt = excerpts.filter(has_text=post["title"])
-        assert excerpt.count() == 1, post["title"]
+    for post in posts[:5]:  # published_posts() is newest first
+        excerpt = excerpts.filter(has_text=post.title)
+        assert excerpt.count() == 1, post.title
         meta = excerpt.locator(".md-post__meta").inner_text()
-        assert str(post["date"].year) in meta and "read" in meta  # date and reading time
+        assert str(post.date.year) in meta and "read" in meta  # date and reading time
         assert excerpt.locator(".md-post__authors img").count() >= 1
-        for category in post["meta"].get("categories", []):
+        for category in post.meta.get("categories", []):
             assert category in meta
 
 
@@ -127,6 +117,6 @@ def test_rss_feed_lists_every_post(page):
     assert response.ok
     channel = ET.fromstring(response.text()).find("channel")
     titles = [item.findtext("title") for item in channel.findall("item")]
-    assert sorted(titles) == sorted(p["title"] for p in posts)
+    assert sorted(titles) == sorted(p.title for p in posts)
     for item in channel.findall("item"):
         assert "/blog/" in item.findtext("link")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import html
 import posixpath
 import textwrap
+from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 
@@ -110,6 +111,28 @@ def _post_date(meta: dict) -> date:
     raise ValueError(f"a blog post needs a date in its front matter, got {value!r}")
 
 
+@dataclass(frozen=True)
+class Post:
+    path: Path
+    title: str
+    date: date
+    description: str
+    meta: dict
+
+
+def published_posts() -> list[Post]:
+    """Every blog post that is not a draft, newest first (the home page lists these; the tests check them)."""
+    posts = []
+    for path in sorted(POSTS.rglob("*.md")):
+        meta, body = _post_front_matter(path)
+        if meta.get("draft"):
+            continue
+        title = meta.get("title") or next(
+            (line[2:].strip() for line in body.splitlines() if line.startswith("# ")), path.stem)
+        posts.append(Post(path, title, _post_date(meta), meta.get("description", ""), meta))
+    return sorted(posts, key=lambda post: post.date, reverse=True)
+
+
 def register(env):
     @env.macro
     def img(src, cap=None, cols=None, alt=None):
@@ -156,20 +179,12 @@ def register(env):
     @env.macro
     def posts(limit=None):
         """The blog's published posts, newest first: title (linked), date and description."""
-        entries = []
-        for path in sorted(POSTS.rglob("*.md")):
-            meta, body = _post_front_matter(path)
-            if meta.get("draft"):
-                continue
-            title = meta.get("title") or next(
-                (line[2:].strip() for line in body.splitlines() if line.startswith("# ")), path.stem)
-            entries.append((_post_date(meta), title, meta.get("description", ""), path))
-        entries.sort(key=lambda e: e[0], reverse=True)
         lines = []
-        for day, title, description, path in entries[:limit]:
-            link = relative_to_page(env.page, path.relative_to(DOCS_DIR).as_posix())
-            line = f"- **[{title}]({link})** · {day:%B} {day.day}, {day.year}"
-            lines.append(line + (f"  \n  {description}" if description else ""))
+        for post in published_posts()[:limit]:
+            link = relative_to_page(env.page, post.path.relative_to(DOCS_DIR).as_posix())
+            day = post.date
+            line = f"- **[{post.title}]({link})** · {day:%B} {day.day}, {day.year}"
+            lines.append(line + (f"  \n  {post.description}" if post.description else ""))
         return "\n".join(lines) + "\n"
 
     @env.macro
