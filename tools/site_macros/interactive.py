@@ -21,8 +21,7 @@ def register(env):
     def runnable(name, title=None):
         """An editable, runnable cell for ``snippets/<name>.py`` with its recorded output."""
         snip = snippet(name)
-        snip.check_fresh()
-        recorded = (snip.output_dir / "stdout.txt").read_text(encoding="utf-8")
+        recorded = snip.recorded_file("stdout.txt").read_text(encoding="utf-8")
         lines = recorded.rstrip("\n").count("\n") + 1
         block = env.macros["code"](name, title=title or f"{snip.rel_path} · runnable")
         recorded_block = env.macros["output"](name, title="Recorded output")
