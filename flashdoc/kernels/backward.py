@@ -1,7 +1,9 @@
 """FlashAttention-2 backward: preprocess, then dK/dV and dQ in two kernels that recompute P from the LSE.
 
 No N x N matrix is ever stored. Each gradient element is written by exactly one program, with no atomics, so
-the gradients are bit-identical from run to run (``deterministic=True`` costs nothing).
+the gradients are bit-identical from run to run (``deterministic=True`` costs nothing). Q, K, V, dO and the
+gradients move through tensor descriptors (TMA on Hopper), like the forward: no address arithmetic, no masks
+on tiles, and the K/V (or Q/dO) tiles a program keeps go straight to shared memory, sparing registers.
 """
 
 import torch
@@ -9,7 +11,8 @@ import triton
 import triton.language as tl
 
 from . import INTERPRET
-from .forward import AUTOTUNE, LOG2E, _cfg, block_d_for, configs_for, dot_precision, seq_bucket
+from .forward import (LOG2E, _cfg, _head_desc, block_d_for, configs_for, dot_precision, ensure_descriptor_allocator,
+                      launch, seq_bucket)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -17,8 +20,6 @@ from .forward import AUTOTUNE, LOG2E, _cfg, block_d_for, configs_for, dot_precis
 
 # The preprocess kernel is a row reduction over O and dO: memory bound, any moderate tile does.
 PRE_BLOCK_M = 64
-CPU_BLOCK_M = 32
-CPU_BLOCK_N = 32
 
 
 # dK/dV and dQ get their own tiles (FlashAttention-2): each keeps one tile resident and streams the other.
@@ -56,23 +57,6 @@ def _prune_dq_configs(configs, named_args, **kwargs):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@triton.jit
-def _load_tile(ptrs, rows, n_rows, cols, HEAD_DIM: tl.constexpr, CHECK_ROWS: tl.constexpr,
-               CHECK_COLS: tl.constexpr):
-    """Load a (rows, head_dim) tile, masking only what can be out of bounds (decided at compile time)."""
-    if CHECK_ROWS:
-        if CHECK_COLS:
-            x = tl.load(ptrs, mask=(rows[:, None] < n_rows) & (cols[None, :] < HEAD_DIM), other=0.0)
-        else:
-            x = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
-    else:
-        if CHECK_COLS:
-            x = tl.load(ptrs, mask=cols[None, :] < HEAD_DIM, other=0.0)
-        else:
-            x = tl.load(ptrs)
-    return x
-
-
 # --8<-- [start:bwd_preprocess]
 @triton.jit(do_not_specialize=["n_heads", "seqlen_q"])
 def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
@@ -87,11 +71,10 @@ def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = pid_bh % n_heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    o = _load_tile(O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :],
-                   offs_m, seqlen_q, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
-    do = _load_tile(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :],
-                    offs_m, seqlen_q, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
+    o = _head_desc(O + off_b * stride_ob + off_h * stride_oh, seqlen_q, stride_os, HEAD_DIM, BLOCK_M,
+                   BLOCK_D).load([pid_m * BLOCK_M, 0])
+    do = _head_desc(DO + off_b * stride_dob + off_h * stride_doh, seqlen_q, stride_dos, HEAD_DIM, BLOCK_M,
+                    BLOCK_D).load([pid_m * BLOCK_M, 0])
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     row = pid_bh.to(tl.int64) * seqlen_q + offs_m
     if HAS_DLSE:
@@ -106,17 +89,14 @@ def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
 
 
 @triton.jit
-def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse2_base, delta_base, stride_qs, stride_dos,
-                         offs_n, offs_d, seqlen_q, causal_offset, qk_scale, lo, hi,
-                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                         IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+def _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q, causal_offset,
+                         qk_scale, lo, hi, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                         DOT_PRECISION: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
-        q = _load_tile(q_base + offs_m[:, None] * stride_qs + offs_d[None, :], offs_m, seqlen_q, offs_d,
-                       HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
-        do = _load_tile(do_base + offs_m[:, None] * stride_dos + offs_d[None, :], offs_m, seqlen_q, offs_d,
-                        HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
+        q = q_desc.load([start_m, 0])  # rows past seqlen_q read as zeros
+        do = do_desc.load([start_m, 0])
         if MASKED:
             # padded rows: P = exp2(s - inf) = 0, so they add nothing
             lse2 = tl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
@@ -159,11 +139,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
     off_hk = pid_bhk % n_kv_heads
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    k = _load_tile(K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :],
-                   offs_n, seqlen_k, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
-    v = _load_tile(V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :],
-                   offs_n, seqlen_k, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
+    k = _head_desc(K + off_b * stride_kb + off_hk * stride_kh, seqlen_k, stride_ks, HEAD_DIM, BLOCK_N,
+                   BLOCK_D).load([start_n, 0])
+    v = _head_desc(V + off_b * stride_vb + off_hk * stride_vh, seqlen_k, stride_vs, HEAD_DIM, BLOCK_N,
+                   BLOCK_D).load([start_n, 0])
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
@@ -181,46 +160,44 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
     seqlen_q_tiles = tl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
     for g in range(group_size):
         off_h = off_hk * group_size + g
-        q_base = Q + off_b * stride_qb + off_h * stride_qh
-        do_base = DO + off_b * stride_dob + off_h * stride_doh
-        row_base = (off_b * n_heads + off_h) * seqlen_q
+        q_desc = _head_desc(Q + off_b * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M,
+                            BLOCK_D)
+        do_desc = _head_desc(DO + off_b * stride_dob + off_h * stride_doh, seqlen_q, stride_dos, HEAD_DIM, BLOCK_M,
+                             BLOCK_D)
+        lse2_base = LSE2 + (off_b * n_heads + off_h) * seqlen_q
+        delta_base = DELTA + (off_b * n_heads + off_h) * seqlen_q
         # diagonal tiles (masked), full tiles (no mask), then the ragged last tile of queries (masked)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, LSE2 + row_base, DELTA + row_base,
-                                      stride_qs, stride_dos, offs_n, offs_d, seqlen_q, causal_offset, qk_scale,
-                                      lo, full_lo, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, True, DOT_PRECISION)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, LSE2 + row_base, DELTA + row_base,
-                                      stride_qs, stride_dos, offs_n, offs_d, seqlen_q, causal_offset, qk_scale,
-                                      full_lo, q_even_hi, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, False,
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q,
+                                      causal_offset, qk_scale, lo, full_lo, BLOCK_M, IS_CAUSAL, True,
                                       DOT_PRECISION)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, LSE2 + row_base, DELTA + row_base,
-                                      stride_qs, stride_dos, offs_n, offs_d, seqlen_q, causal_offset, qk_scale,
-                                      tl.maximum(q_even_hi, full_lo), seqlen_q_tiles, HEAD_DIM, BLOCK_D, BLOCK_M,
-                                      IS_CAUSAL, True, DOT_PRECISION)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q,
+                                      causal_offset, qk_scale, full_lo, q_even_hi, BLOCK_M, IS_CAUSAL, False,
+                                      DOT_PRECISION)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q,
+                                      causal_offset, qk_scale, tl.maximum(q_even_hi, full_lo), seqlen_q_tiles,
+                                      BLOCK_M, IS_CAUSAL, True, DOT_PRECISION)
 
     dk *= softmax_scale  # S = scale * Q K^T, so dK = scale * dS^T Q
-    mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
-    tl.store(DK + off_b * stride_dkb + off_hk * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
-             dk.to(DK.dtype.element_ty), mask=mask)
-    tl.store(DV + off_b * stride_dvb + off_hk * stride_dvh + offs_n[:, None] * stride_dvs + offs_d[None, :],
-             dv.to(DV.dtype.element_ty), mask=mask)
+    # rows past seqlen_k and columns past head_dim are not written
+    _head_desc(DK + off_b * stride_dkb + off_hk * stride_dkh, seqlen_k, stride_dks, HEAD_DIM, BLOCK_N,
+               BLOCK_D).store([start_n, 0], dk.to(DK.dtype.element_ty))
+    _head_desc(DV + off_b * stride_dvb + off_hk * stride_dvh, seqlen_k, stride_dvs, HEAD_DIM, BLOCK_N,
+               BLOCK_D).store([start_n, 0], dv.to(DV.dtype.element_ty))
 # --8<-- [end:bwd_dkdv]
 
 
 @triton.jit
-def _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                       seqlen_k, causal_offset, qk_scale, lo, hi,
-                       HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                       IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+def _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale, lo, hi,
+                       BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                       DOT_PRECISION: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N):
-        offs_n = start_n + offs_n0
-        k = _load_tile(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], offs_n, seqlen_k, offs_d,
-                       HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
-        v = _load_tile(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], offs_n, seqlen_k, offs_d,
-                       HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
+        k = k_desc.load([start_n, 0])  # rows past seqlen_k read as zeros
+        v = v_desc.load([start_n, 0])
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
+            offs_n = start_n + offs_n0
             keep = offs_n[None, :] < seqlen_k
             if IS_CAUSAL:
                 keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
@@ -252,46 +229,43 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    q = _load_tile(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :],
-                   offs_m, seqlen_q, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
-    do = _load_tile(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :],
-                    offs_m, seqlen_q, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = _head_desc(Q + off_b * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M,
+                   BLOCK_D).load([start_m, 0])
+    do = _head_desc(DO + off_b * stride_dob + off_h * stride_doh, seqlen_q, stride_dos, HEAD_DIM, BLOCK_M,
+                    BLOCK_D).load([start_m, 0])
     row = pid_bh.to(tl.int64) * seqlen_q + offs_m
     lse2 = tl.load(LSE2 + row, mask=offs_m < seqlen_q, other=float("inf"))
     delta = tl.load(DELTA + row, mask=offs_m < seqlen_q, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    k_base = K + off_b * stride_kb + off_hk * stride_kh
-    v_base = V + off_b * stride_vb + off_hk * stride_vh
+    k_desc = _head_desc(K + off_b * stride_kb + off_hk * stride_kh, seqlen_k, stride_ks, HEAD_DIM, BLOCK_N, BLOCK_D)
+    v_desc = _head_desc(V + off_b * stride_vb + off_hk * stride_vh, seqlen_k, stride_vs, HEAD_DIM, BLOCK_N, BLOCK_D)
     if IS_CAUSAL:
-        full_hi = tl.maximum(pid_m * BLOCK_M + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
+        full_hi = tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
         full_hi = tl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-        masked_hi = tl.minimum((pid_m + 1) * BLOCK_M + causal_offset, seqlen_k)
+        masked_hi = tl.minimum(start_m + BLOCK_M + causal_offset, seqlen_k)
     else:
         full_hi = seqlen_k // BLOCK_N * BLOCK_N
         masked_hi = seqlen_k
-    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                            seqlen_k, causal_offset, qk_scale, 0, full_hi,
-                            HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, False, DOT_PRECISION)
-    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                            seqlen_k, causal_offset, qk_scale, full_hi, masked_hi,
-                            HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, True, DOT_PRECISION)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale,
+                            0, full_hi, BLOCK_N, IS_CAUSAL, False, DOT_PRECISION)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale,
+                            full_hi, masked_hi, BLOCK_N, IS_CAUSAL, True, DOT_PRECISION)
     dq *= softmax_scale
-    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqs + offs_d[None, :],
-             dq.to(DQ.dtype.element_ty), mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM))
+    _head_desc(DQ + off_b * stride_dqb + off_h * stride_dqh, seqlen_q, stride_dqs, HEAD_DIM, BLOCK_M,
+               BLOCK_D).store([start_m, 0], dq.to(DQ.dtype.element_ty))
 # --8<-- [end:bwd_dq]
 
 
-if not INTERPRET:
-    _attn_bwd_dkdv_tuned = triton.autotune(
-        configs=[c for cs in DKDV_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
-        prune_configs_by={"early_config_prune": _prune_dkdv_configs},
-    )(_attn_bwd_dkdv)
-    _attn_bwd_dq_tuned = triton.autotune(
-        configs=[c for cs in DQ_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
-        prune_configs_by={"early_config_prune": _prune_dq_configs},
-    )(_attn_bwd_dq)
+_attn_bwd_dkdv_tuned = None if INTERPRET else triton.autotune(
+    configs=[c for cs in DKDV_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
+    prune_configs_by={"early_config_prune": _prune_dkdv_configs},
+)(_attn_bwd_dkdv)
+_attn_bwd_dq_tuned = None if INTERPRET else triton.autotune(
+    configs=[c for cs in DQ_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
+    prune_configs_by={"early_config_prune": _prune_dq_configs},
+)(_attn_bwd_dq)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -300,10 +274,61 @@ if not INTERPRET:
 
 
 def bwd_configs_for(head_dim: int, dtype) -> list:
-    """(dK/dV config, dQ config) pairs the autotuners may pick for this head dim and dtype (first = default)."""
+    """(dK/dV config, dQ config) pairs that together cover every config either autotuner may pick for this head
+    dim and dtype; the first pair is the default."""
     dkdv = configs_for(DKDV_CONFIGS, block_d_for(head_dim), dtype)
     dq = configs_for(DQ_CONFIGS, block_d_for(head_dim), dtype)
-    return list(zip(dkdv, dq))
+    return [(dkdv[min(i, len(dkdv) - 1)], dq[min(i, len(dq) - 1)]) for i in range(max(len(dkdv), len(dq)))]
+
+
+def bwd_preprocess(dout, out, lse, dlse):
+    """delta (B, H, Sq) and the LSE in log2 units, both fp32, from O, dO (B, Sq, H, D) and the LSE (B, H, Sq)."""
+    batch, seqlen_q, n_heads, head_dim = out.shape
+    ensure_descriptor_allocator()
+    delta = torch.empty((batch, n_heads, seqlen_q), device=out.device, dtype=torch.float32)
+    lse2 = torch.empty_like(delta)
+    _attn_bwd_preprocess[(triton.cdiv(seqlen_q, PRE_BLOCK_M), batch * n_heads)](
+        out, dout, lse, dlse if dlse is not None else lse, delta, lse2,
+        out.stride(0), out.stride(1), out.stride(2),
+        dout.stride(0), dout.stride(1), dout.stride(2),
+        n_heads, seqlen_q,
+        HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), BLOCK_M=PRE_BLOCK_M, HAS_DLSE=dlse is not None)
+    return delta, lse2
+
+
+def _common_args(q, k, v, dout, softmax_scale, causal, bottom_right):
+    """Strides, scalars and compile-time constants shared by the dK/dV and dQ kernels."""
+    n_heads, head_dim = q.shape[2], q.shape[3]
+    seqlen_q, seqlen_k, n_kv_heads = q.shape[1], k.shape[1], k.shape[2]
+    strides = (q.stride(0), q.stride(1), q.stride(2),
+               k.stride(0), k.stride(1), k.stride(2),
+               v.stride(0), v.stride(1), v.stride(2),
+               dout.stride(0), dout.stride(1), dout.stride(2))
+    scalars = (n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
+               softmax_scale, softmax_scale * LOG2E, seq_bucket(max(seqlen_q, seqlen_k)))
+    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
+                DOT_PRECISION=dot_precision(q.dtype))
+    return strides, scalars, meta
+
+
+def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
+             config=None):
+    """Launch the dK/dV kernel (dk, dv written in place); config: a ``triton.Config`` instead of autotuning."""
+    strides, scalars, meta = _common_args(q, k, v, dout, softmax_scale, causal, bottom_right)
+    args = (q, k, v, dout, dk, dv, lse2, delta, *strides,
+            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), *scalars)
+    batch, seqlen_k, n_kv_heads = k.shape[0], k.shape[1], k.shape[2]
+    launch(_attn_bwd_dkdv, _attn_bwd_dkdv_tuned, lambda m: (triton.cdiv(seqlen_k, m["BLOCK_N"]), batch * n_kv_heads),
+           args, meta, config, configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
+
+
+def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
+    """Launch the dQ kernel (dq written in place); config: a ``triton.Config`` instead of autotuning."""
+    strides, scalars, meta = _common_args(q, k, v, dout, softmax_scale, causal, bottom_right)
+    args = (q, k, v, dout, dq, lse2, delta, *strides, dq.stride(0), dq.stride(1), dq.stride(2), *scalars)
+    batch, seqlen_q, n_heads = q.shape[0], q.shape[1], q.shape[2]
+    launch(_attn_bwd_dq, _attn_bwd_dq_tuned, lambda m: (triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads),
+           args, meta, config, configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
 
 
 def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool,
@@ -312,40 +337,7 @@ def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, ca
 
     config: a (dK/dV ``triton.Config``, dQ ``triton.Config``) pair instead of autotuning.
     """
-    batch, seqlen_q, n_heads, head_dim = q.shape
-    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
-    group_size = n_heads // n_kv_heads
-    causal_offset = seqlen_k - seqlen_q if bottom_right else 0
-    block_d = block_d_for(head_dim)
-    delta = torch.empty((batch, n_heads, seqlen_q), device=q.device, dtype=torch.float32)
-    lse2 = torch.empty_like(delta)
-    _attn_bwd_preprocess[(triton.cdiv(seqlen_q, PRE_BLOCK_M), batch * n_heads)](
-        out, dout, lse, dlse if dlse is not None else lse, delta, lse2,
-        out.stride(0), out.stride(1), out.stride(2),
-        dout.stride(0), dout.stride(1), dout.stride(2),
-        n_heads, seqlen_q,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=PRE_BLOCK_M, HAS_DLSE=dlse is not None)
-
-    strides = (q.stride(0), q.stride(1), q.stride(2),
-               k.stride(0), k.stride(1), k.stride(2),
-               v.stride(0), v.stride(1), v.stride(2),
-               dout.stride(0), dout.stride(1), dout.stride(2))
-    scalars = (n_heads, group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, softmax_scale * LOG2E,
-               seq_bucket(max(seqlen_q, seqlen_k)))
-    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, DOT_PRECISION=dot_precision(q.dtype))
-    dkdv_args = (q, k, v, dout, dk, dv, lse2, delta, *strides,
-                 dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), *scalars)
-    dq_args = (q, k, v, dout, dq, lse2, delta, *strides, dq.stride(0), dq.stride(1), dq.stride(2), *scalars)
-    if config is None and INTERPRET:
-        config = (_cfg(CPU_BLOCK_M, CPU_BLOCK_N, 1, 4),) * 2
-    if config is None and not AUTOTUNE:
-        config = bwd_configs_for(head_dim, q.dtype)[0]
-    if config is not None:
-        c1, c2 = config
-        kw1 = dict(**meta, **c1.kwargs, num_warps=c1.num_warps, num_stages=c1.num_stages)
-        kw2 = dict(**meta, **c2.kwargs, num_warps=c2.num_warps, num_stages=c2.num_stages)
-        _attn_bwd_dkdv[(triton.cdiv(seqlen_k, c1.kwargs["BLOCK_N"]), batch * n_kv_heads)](*dkdv_args, **kw1)
-        _attn_bwd_dq[(triton.cdiv(seqlen_q, c2.kwargs["BLOCK_M"]), batch * n_heads)](*dq_args, **kw2)
-    else:
-        _attn_bwd_dkdv_tuned[lambda m: (triton.cdiv(seqlen_k, m["BLOCK_N"]), batch * n_kv_heads)](*dkdv_args, **meta)
-        _attn_bwd_dq_tuned[lambda m: (triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads)](*dq_args, **meta)
+    delta, lse2 = bwd_preprocess(dout, out, lse, dlse)
+    dkdv_config, dq_config = config if config is not None else (None, None)
+    bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config)
+    bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right, dq_config)

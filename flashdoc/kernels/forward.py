@@ -21,10 +21,6 @@ from . import INTERPRET
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
-# Under the interpreter every program instance runs one after another in numpy, so the cost is the number of
-# block operations: large blocks mean fewer of them. Nothing is tuned there.
-CPU_BLOCK_M = 32
-CPU_BLOCK_N = 32
 
 # FLASHDOC_AUTOTUNE=0 skips the autotuner and takes the first config that fits the head dim (the one tuning
 # found best most often): one compile per shape family instead of several, for wide test sweeps.
@@ -33,6 +29,11 @@ AUTOTUNE = os.environ.get("FLASHDOC_AUTOTUNE", "1") != "0"
 
 def _cfg(block_m, block_n, stages, warps):
     return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_stages=stages, num_warps=warps)
+
+
+# Under the interpreter every program instance runs one after another in numpy, so the cost is the number of
+# block operations: large blocks mean fewer of them. Nothing is tuned there; every kernel uses these tiles.
+CPU_CONFIG = _cfg(32, 32, 1, 4)
 
 
 # Autotune candidates per (padded head dim, fp32?), the safe default first (FLASHDOC_AUTOTUNE=0 takes it).
@@ -172,12 +173,11 @@ def _attn_fwd(Q, K, V, O, LSE,
 # --8<-- [end:fwd_kernel]
 
 
-if not INTERPRET:
-    _attn_fwd_tuned = triton.autotune(
-        configs=[c for cs in FWD_CONFIGS.values() for c in cs],
-        key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],  # the autotuner adds the tensors' dtypes to the key
-        prune_configs_by={"early_config_prune": _prune_fwd_configs},
-    )(_attn_fwd)
+_attn_fwd_tuned = None if INTERPRET else triton.autotune(
+    configs=[c for cs in FWD_CONFIGS.values() for c in cs],
+    key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],  # the autotuner adds the tensors' dtypes to the key
+    prune_configs_by={"early_config_prune": _prune_fwd_configs},
+)(_attn_fwd)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -215,6 +215,23 @@ def ensure_descriptor_allocator():
         triton.set_allocator(_scratch)
 
 
+def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
+    """Launch ``kernel`` with ``config`` when one is given, with the CPU tiles under the interpreter, with
+    ``default_config`` when autotuning is off, and through its autotuned wrapper otherwise.
+
+    grid: a function of the chosen meta-parameters (BLOCK_M, BLOCK_N, ...) giving the launch grid.
+    """
+    if config is None and INTERPRET:
+        config = CPU_CONFIG
+    if config is None and not AUTOTUNE:
+        config = default_config
+    if config is None:
+        tuned_kernel[grid](*args, **meta)
+    else:
+        kernel[grid(config.kwargs)](*args, **meta, **config.kwargs, num_warps=config.num_warps,
+                                    num_stages=config.num_stages)
+
+
 def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
     """Launch the forward kernel. q, out: (B, Sq, H, D); k, v: (B, Sk, Hk, D); lse: (B, H, Sq) fp32.
 
@@ -233,14 +250,5 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
             seq_bucket(max(seqlen_q, seqlen_k)))
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
                 DOT_PRECISION=dot_precision(q.dtype))
-    if config is None and INTERPRET:
-        config = triton.Config({"BLOCK_M": CPU_BLOCK_M, "BLOCK_N": CPU_BLOCK_N})
-    if config is None and not AUTOTUNE:
-        config = fwd_configs_for(head_dim, q.dtype)[0]
-    if config is not None:
-        grid = (triton.cdiv(seqlen_q, config.kwargs["BLOCK_M"]), batch * n_heads)
-        _attn_fwd[grid](*args, **meta, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
-    else:
-        def grid(meta):
-            return (triton.cdiv(seqlen_q, meta["BLOCK_M"]), batch * n_heads)
-        _attn_fwd_tuned[grid](*args, **meta)
+    launch(_attn_fwd, _attn_fwd_tuned, lambda m: (triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads), args,
+           meta, config, fwd_configs_for(head_dim, q.dtype)[0])

@@ -1,0 +1,353 @@
+# A frozen copy of the v2 backward (plain pointer loads), kept so perf/sweep.py can time it against the
+# package's current backward. Not imported by the package.
+"""FlashAttention-2 backward: preprocess, then dK/dV and dQ in two kernels that recompute P from the LSE.
+
+No N x N matrix is ever stored. Each gradient element is written by exactly one program, with no atomics, so
+the gradients are bit-identical from run to run (``deterministic=True`` costs nothing).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from flashdoc.kernels import INTERPRET
+from flashdoc.kernels.forward import AUTOTUNE, LOG2E, _cfg, block_d_for, configs_for, dot_precision, seq_bucket
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tuning constants
+# ---------------------------------------------------------------------------------------------------------------
+
+# The preprocess kernel is a row reduction over O and dO: memory bound, any moderate tile does.
+PRE_BLOCK_M = 64
+CPU_BLOCK_M = 32
+CPU_BLOCK_N = 32
+
+
+# dK/dV and dQ get their own tiles (FlashAttention-2): each keeps one tile resident and streams the other.
+# dK/dV keeps BLOCK_N keys and two fp32 (BLOCK_N, d) accumulators, streaming narrow 32-row query steps; dQ keeps
+# BLOCK_M queries and one accumulator, streaming 32-key steps. 8 warps split the accumulators at d >= 128 so
+# they fit in registers. Safe default first; fp32 (non tensor-core products) gets small tiles.
+DKDV_CONFIGS = {
+    (64, False): [_cfg(32, 128, 3, 4), _cfg(64, 64, 2, 4), _cfg(64, 128, 2, 8)],
+    (128, False): [_cfg(32, 128, 3, 8), _cfg(64, 64, 2, 8), _cfg(64, 128, 2, 8)],
+    (256, False): [_cfg(32, 64, 2, 8), _cfg(64, 64, 2, 8)],
+    (64, True): [_cfg(32, 64, 2, 4)],
+    (128, True): [_cfg(32, 32, 2, 4)],
+    (256, True): [_cfg(16, 32, 1, 4)],
+}
+DQ_CONFIGS = {
+    (64, False): [_cfg(128, 32, 3, 4), _cfg(64, 64, 2, 4), _cfg(128, 64, 2, 8)],
+    (128, False): [_cfg(128, 32, 3, 8), _cfg(64, 64, 2, 8), _cfg(128, 64, 2, 8)],
+    (256, False): [_cfg(64, 32, 2, 8), _cfg(64, 64, 2, 8)],
+    (64, True): [_cfg(64, 32, 2, 4)],
+    (128, True): [_cfg(32, 32, 2, 4)],
+    (256, True): [_cfg(32, 16, 1, 4)],
+}
+
+
+def _prune_dkdv_configs(configs, named_args, **kwargs):
+    return configs_for(DKDV_CONFIGS, kwargs["BLOCK_D"], named_args["Q"].dtype)
+
+
+def _prune_dq_configs(configs, named_args, **kwargs):
+    return configs_for(DQ_CONFIGS, kwargs["BLOCK_D"], named_args["Q"].dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_tile(ptrs, rows, n_rows, cols, HEAD_DIM: tl.constexpr, CHECK_ROWS: tl.constexpr,
+               CHECK_COLS: tl.constexpr):
+    """Load a (rows, head_dim) tile, masking only what can be out of bounds (decided at compile time)."""
+    if CHECK_ROWS:
+        if CHECK_COLS:
+            x = tl.load(ptrs, mask=(rows[:, None] < n_rows) & (cols[None, :] < HEAD_DIM), other=0.0)
+        else:
+            x = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
+    else:
+        if CHECK_COLS:
+            x = tl.load(ptrs, mask=cols[None, :] < HEAD_DIM, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
+
+
+# --8<-- [start:bwd_preprocess]
+@triton.jit(do_not_specialize=["n_heads", "seqlen_q"])
+def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
+                         stride_ob, stride_os, stride_oh,
+                         stride_dob, stride_dos, stride_doh,
+                         n_heads, seqlen_q,
+                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                         HAS_DLSE: tl.constexpr):
+    """delta = rowsum(dO * O) (minus dLSE when the LSE itself was used), and LSE in log2 units for exp2."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // n_heads).to(tl.int64)
+    off_h = pid_bh % n_heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    o = _load_tile(O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :],
+                   offs_m, seqlen_q, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
+    do = _load_tile(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :],
+                    offs_m, seqlen_q, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    row = pid_bh.to(tl.int64) * seqlen_q + offs_m
+    if HAS_DLSE:
+        # d lse_i / d s_ij = P_ij, so an upstream dLSE just shifts delta: dS = P * (dP - (delta - dLSE))
+        delta -= tl.load(DLSE + row, mask=offs_m < seqlen_q, other=0.0)
+    tl.store(DELTA + row, delta, mask=offs_m < seqlen_q)
+    lse = tl.load(LSE + row, mask=offs_m < seqlen_q, other=0.0)
+    # rows that saw no key have lse = -inf; +inf makes their recomputed P exactly 0 (exp2(s - inf))
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    tl.store(LSE2 + row, lse2, mask=offs_m < seqlen_q)
+# --8<-- [end:bwd_preprocess]
+
+
+@triton.jit
+def _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse2_base, delta_base, stride_qs, stride_dos,
+                         offs_n, offs_d, seqlen_q, causal_offset, qk_scale, lo, hi,
+                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                         IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    offs_m0 = tl.arange(0, BLOCK_M)
+    for start_m in tl.range(lo, hi, BLOCK_M):
+        offs_m = start_m + offs_m0
+        q = _load_tile(q_base + offs_m[:, None] * stride_qs + offs_d[None, :], offs_m, seqlen_q, offs_d,
+                       HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
+        do = _load_tile(do_base + offs_m[:, None] * stride_dos + offs_d[None, :], offs_m, seqlen_q, offs_d,
+                        HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
+        if MASKED:
+            # padded rows: P = exp2(s - inf) = 0, so they add nothing
+            lse2 = tl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
+            delta = tl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+        else:
+            lse2 = tl.load(lse2_base + offs_m)
+            delta = tl.load(delta_base + offs_m)
+        # work transposed (keys x queries) so the accumulators dK, dV stay (BLOCK_N, head_dim)
+        qkT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)
+        pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
+        if MASKED:
+            if IS_CAUSAL:
+                pT = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
+        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+        dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+        dsT = pT * (dpT - delta[None, :])
+        dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
+    return dk, dv
+
+
+# --8<-- [start:bwd_dkdv]
+@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
+def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
+                   stride_qb, stride_qs, stride_qh,
+                   stride_kb, stride_ks, stride_kh,
+                   stride_vb, stride_vs, stride_vh,
+                   stride_dob, stride_dos, stride_doh,
+                   stride_dkb, stride_dks, stride_dkh,
+                   stride_dvb, stride_dvs, stride_dvh,
+                   n_heads, group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
+                   SEQ_BUCKET,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                   DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program = BLOCK_N keys of one (batch, kv head); it streams every query row (of every query head
+    in its GQA group) that sees them. Grid: (cdiv(seqlen_k, BLOCK_N), B * H_kv)."""
+    pid_n = tl.program_id(0)
+    pid_bhk = tl.program_id(1)
+    n_kv_heads = n_heads // group_size
+    off_b = (pid_bhk // n_kv_heads).to(tl.int64)
+    off_hk = pid_bhk % n_kv_heads
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    k = _load_tile(K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :],
+                   offs_n, seqlen_k, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
+    v = _load_tile(V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :],
+                   offs_n, seqlen_k, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+
+    # Query rows i see key j when j <= i + causal_offset. Rows before `lo` see none of these keys; rows from
+    # `full_lo` on see all of them (no mask); rows in between straddle the diagonal.
+    q_even_hi = seqlen_q // BLOCK_M * BLOCK_M
+    if IS_CAUSAL:
+        lo = tl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M
+        full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M
+        full_lo = tl.minimum(full_lo, q_even_hi)
+        lo = tl.minimum(lo, full_lo)
+    else:
+        lo = 0
+        full_lo = 0
+    seqlen_q_tiles = tl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
+    for g in range(group_size):
+        off_h = off_hk * group_size + g
+        q_base = Q + off_b * stride_qb + off_h * stride_qh
+        do_base = DO + off_b * stride_dob + off_h * stride_doh
+        row_base = (off_b * n_heads + off_h) * seqlen_q
+        # diagonal tiles (masked), full tiles (no mask), then the ragged last tile of queries (masked)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, LSE2 + row_base, DELTA + row_base,
+                                      stride_qs, stride_dos, offs_n, offs_d, seqlen_q, causal_offset, qk_scale,
+                                      lo, full_lo, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, True, DOT_PRECISION)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, LSE2 + row_base, DELTA + row_base,
+                                      stride_qs, stride_dos, offs_n, offs_d, seqlen_q, causal_offset, qk_scale,
+                                      full_lo, q_even_hi, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, False,
+                                      DOT_PRECISION)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, LSE2 + row_base, DELTA + row_base,
+                                      stride_qs, stride_dos, offs_n, offs_d, seqlen_q, causal_offset, qk_scale,
+                                      tl.maximum(q_even_hi, full_lo), seqlen_q_tiles, HEAD_DIM, BLOCK_D, BLOCK_M,
+                                      IS_CAUSAL, True, DOT_PRECISION)
+
+    dk *= softmax_scale  # S = scale * Q K^T, so dK = scale * dS^T Q
+    mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
+    tl.store(DK + off_b * stride_dkb + off_hk * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
+             dk.to(DK.dtype.element_ty), mask=mask)
+    tl.store(DV + off_b * stride_dvb + off_hk * stride_dvh + offs_n[:, None] * stride_dvs + offs_d[None, :],
+             dv.to(DV.dtype.element_ty), mask=mask)
+# --8<-- [end:bwd_dkdv]
+
+
+@triton.jit
+def _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
+                       seqlen_k, causal_offset, qk_scale, lo, hi,
+                       HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                       IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k = _load_tile(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], offs_n, seqlen_k, offs_d,
+                       HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
+        v = _load_tile(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], offs_n, seqlen_k, offs_d,
+                       HEAD_DIM, MASKED, HEAD_DIM != BLOCK_D)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        if MASKED:
+            keep = offs_n[None, :] < seqlen_k
+            if IS_CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
+    return dq
+
+
+# --8<-- [start:bwd_dq]
+@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
+def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
+                 stride_qb, stride_qs, stride_qh,
+                 stride_kb, stride_ks, stride_kh,
+                 stride_vb, stride_vs, stride_vh,
+                 stride_dob, stride_dos, stride_doh,
+                 stride_dqb, stride_dqs, stride_dqh,
+                 n_heads, group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
+                 SEQ_BUCKET,
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                 DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program = BLOCK_M query rows of one (batch, head), streaming the keys they see, like the forward.
+    Grid: (cdiv(seqlen_q, BLOCK_M), B * H)."""
+    pid_m = tl.program_id(0)
+    if IS_CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m  # heaviest tiles first
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // n_heads).to(tl.int64)
+    off_h = pid_bh % n_heads
+    off_hk = off_h // group_size
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = _load_tile(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :],
+                   offs_m, seqlen_q, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
+    do = _load_tile(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :],
+                    offs_m, seqlen_q, offs_d, HEAD_DIM, True, HEAD_DIM != BLOCK_D)
+    row = pid_bh.to(tl.int64) * seqlen_q + offs_m
+    lse2 = tl.load(LSE2 + row, mask=offs_m < seqlen_q, other=float("inf"))
+    delta = tl.load(DELTA + row, mask=offs_m < seqlen_q, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    k_base = K + off_b * stride_kb + off_hk * stride_kh
+    v_base = V + off_b * stride_vb + off_hk * stride_vh
+    if IS_CAUSAL:
+        full_hi = tl.maximum(pid_m * BLOCK_M + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
+        full_hi = tl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
+        masked_hi = tl.minimum((pid_m + 1) * BLOCK_M + causal_offset, seqlen_k)
+    else:
+        full_hi = seqlen_k // BLOCK_N * BLOCK_N
+        masked_hi = seqlen_k
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
+                            seqlen_k, causal_offset, qk_scale, 0, full_hi,
+                            HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, False, DOT_PRECISION)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
+                            seqlen_k, causal_offset, qk_scale, full_hi, masked_hi,
+                            HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, True, DOT_PRECISION)
+    dq *= softmax_scale
+    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqs + offs_d[None, :],
+             dq.to(DQ.dtype.element_ty), mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM))
+# --8<-- [end:bwd_dq]
+
+
+if not INTERPRET:
+    _attn_bwd_dkdv_tuned = triton.autotune(
+        configs=[c for cs in DKDV_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
+        prune_configs_by={"early_config_prune": _prune_dkdv_configs},
+    )(_attn_bwd_dkdv)
+    _attn_bwd_dq_tuned = triton.autotune(
+        configs=[c for cs in DQ_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
+        prune_configs_by={"early_config_prune": _prune_dq_configs},
+    )(_attn_bwd_dq)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch functions
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def bwd_configs_for(head_dim: int, dtype) -> list:
+    """(dK/dV config, dQ config) pairs the autotuners may pick for this head dim and dtype (first = default)."""
+    dkdv = configs_for(DKDV_CONFIGS, block_d_for(head_dim), dtype)
+    dq = configs_for(DQ_CONFIGS, block_d_for(head_dim), dtype)
+    return list(zip(dkdv, dq))
+
+
+def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool,
+             config=None):
+    """Launch preprocess, dK/dV and dQ. Shapes as in ``attn_fwd``; dq/dk/dv are written in place.
+
+    config: a (dK/dV ``triton.Config``, dQ ``triton.Config``) pair instead of autotuning.
+    """
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
+    group_size = n_heads // n_kv_heads
+    causal_offset = seqlen_k - seqlen_q if bottom_right else 0
+    block_d = block_d_for(head_dim)
+    delta = torch.empty((batch, n_heads, seqlen_q), device=q.device, dtype=torch.float32)
+    lse2 = torch.empty_like(delta)
+    _attn_bwd_preprocess[(triton.cdiv(seqlen_q, PRE_BLOCK_M), batch * n_heads)](
+        out, dout, lse, dlse if dlse is not None else lse, delta, lse2,
+        out.stride(0), out.stride(1), out.stride(2),
+        dout.stride(0), dout.stride(1), dout.stride(2),
+        n_heads, seqlen_q,
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=PRE_BLOCK_M, HAS_DLSE=dlse is not None)
+
+    strides = (q.stride(0), q.stride(1), q.stride(2),
+               k.stride(0), k.stride(1), k.stride(2),
+               v.stride(0), v.stride(1), v.stride(2),
+               dout.stride(0), dout.stride(1), dout.stride(2))
+    scalars = (n_heads, group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, softmax_scale * LOG2E,
+               seq_bucket(max(seqlen_q, seqlen_k)))
+    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, DOT_PRECISION=dot_precision(q.dtype))
+    dkdv_args = (q, k, v, dout, dk, dv, lse2, delta, *strides,
+                 dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), *scalars)
+    dq_args = (q, k, v, dout, dq, lse2, delta, *strides, dq.stride(0), dq.stride(1), dq.stride(2), *scalars)
+    if config is None and INTERPRET:
+        config = (_cfg(CPU_BLOCK_M, CPU_BLOCK_N, 1, 4),) * 2
+    if config is None and not AUTOTUNE:
+        config = bwd_configs_for(head_dim, q.dtype)[0]
+    if config is not None:
+        c1, c2 = config
+        kw1 = dict(**meta, **c1.kwargs, num_warps=c1.num_warps, num_stages=c1.num_stages)
+        kw2 = dict(**meta, **c2.kwargs, num_warps=c2.num_warps, num_stages=c2.num_stages)
+        _attn_bwd_dkdv[(triton.cdiv(seqlen_k, c1.kwargs["BLOCK_N"]), batch * n_kv_heads)](*dkdv_args, **kw1)
+        _attn_bwd_dq[(triton.cdiv(seqlen_q, c2.kwargs["BLOCK_M"]), batch * n_heads)](*dq_args, **kw2)
+    else:
+        _attn_bwd_dkdv_tuned[lambda m: (triton.cdiv(seqlen_k, m["BLOCK_N"]), batch * n_kv_heads)](*dkdv_args, **meta)
+        _attn_bwd_dq_tuned[lambda m: (triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads)](*dq_args, **meta)

@@ -1,0 +1,168 @@
+"""Tile-config sweep on the GPU: every candidate config of each kernel, launched directly (no autotuner).
+
+    PYTHONPATH=. python perf/sweep.py [--ds 64,128,256] [--kinds fwd,dkdv,dq,dkdv_ptr,dq_ptr] [--out sweep.json]
+
+Kinds: fwd (the package's forward), dkdv / dq (the package's backward kernels, timed one at a time), dkdv_ptr /
+dq_ptr (the same kernels from perf/bwd_v2_pointers.py, plain pointer loads, for comparison). bf16, 16k tokens in
+total (batch = 16384 / N), heads = 2048 / d, layout (B, N, H, d). TFLOP/s: 4 B H N^2 d (halved when causal) per
+forward; the dK/dV kernel does 4 of the backward's 7 matmuls (2.5 x forward in all), dQ the other 3.
+Compilation runs first in parallel worker processes (it is CPU-bound and the cache is shared), timing after.
+"""
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+
+# SWEEP_DEVICE=cpu SWEEP_TOKENS=... give a slow interpreter dry run of the script's plumbing.
+DEVICE = os.environ.get("SWEEP_DEVICE", "cuda")
+TOKENS = int(os.environ.get("SWEEP_TOKENS", 16384))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+def C(bm, bn, s, w):
+    return (bm, bn, s, w)
+
+
+# (BLOCK_M, BLOCK_N, stages, warps). fwd: BLOCK_M query rows, BLOCK_N keys per step. dkdv: BLOCK_N keys kept,
+# BLOCK_M query rows per step. dq: BLOCK_M query rows kept, BLOCK_N keys per step.
+CANDIDATES = {
+    "fwd": {
+        64: [C(128, 64, 3, 4), C(128, 128, 3, 8), C(64, 64, 4, 4), C(128, 64, 4, 4), C(128, 128, 2, 8),
+             C(64, 128, 3, 4), C(128, 64, 3, 8), C(128, 128, 4, 8), C(64, 64, 3, 4), C(64, 128, 2, 4)],
+        128: [C(128, 64, 3, 8), C(128, 128, 2, 8), C(128, 64, 4, 8), C(64, 64, 3, 4), C(64, 128, 2, 4),
+              C(64, 128, 3, 4), C(64, 64, 4, 4), C(128, 64, 2, 8), C(128, 32, 4, 8), C(128, 64, 3, 4)],
+        256: [C(64, 64, 2, 8), C(128, 64, 2, 8), C(64, 32, 3, 4), C(64, 64, 2, 4), C(64, 32, 2, 4),
+              C(128, 32, 2, 8), C(128, 32, 3, 8)],
+    },
+    "dkdv": {
+        64: [C(32, 128, 3, 4), C(64, 64, 2, 4), C(64, 128, 2, 8), C(32, 128, 4, 4), C(32, 128, 5, 4),
+             C(64, 128, 3, 8), C(32, 64, 3, 4), C(16, 128, 4, 4)],
+        128: [C(32, 128, 3, 8), C(64, 64, 2, 8), C(64, 128, 2, 8), C(32, 128, 3, 4), C(32, 128, 5, 4),
+              C(32, 128, 4, 8), C(32, 64, 3, 4), C(64, 64, 3, 4), C(16, 128, 4, 8)],
+        256: [C(32, 64, 2, 8), C(64, 64, 2, 8), C(16, 64, 3, 8), C(32, 64, 3, 8), C(32, 64, 2, 4),
+              C(64, 64, 1, 8), C(16, 64, 2, 4)],
+    },
+    "dq": {
+        64: [C(128, 32, 3, 4), C(64, 64, 2, 4), C(128, 64, 2, 8), C(128, 32, 5, 4), C(128, 64, 3, 8),
+             C(64, 32, 3, 4), C(128, 32, 4, 8)],
+        128: [C(128, 32, 3, 8), C(64, 64, 2, 8), C(128, 64, 2, 8), C(128, 32, 5, 4), C(128, 32, 4, 8),
+              C(64, 32, 3, 4), C(128, 64, 3, 8), C(64, 64, 3, 4)],
+        256: [C(64, 32, 2, 8), C(64, 64, 2, 8), C(128, 32, 2, 8), C(64, 32, 3, 8), C(128, 32, 3, 8),
+              C(64, 16, 3, 4), C(64, 32, 2, 4)],
+    },
+}
+CANDIDATES["dkdv_ptr"] = CANDIDATES["dkdv"]
+CANDIDATES["dq_ptr"] = CANDIDATES["dq"]
+MATMULS = {"fwd": 1.0, "dkdv": 4 / 7 * 2.5, "dq": 3 / 7 * 2.5}
+
+
+def setup(kind, d, n, causal):
+    """Tensors and a launch function f(config) for one kernel kind at one shape."""
+    import torch
+
+    from flashdoc.kernels import backward, forward
+
+    torch.manual_seed(0)
+    b, h = max(TOKENS // n, 1), 2048 // d if DEVICE == "cuda" else 1
+    q, k, v, do = (torch.randn(b, n, h, d, device=DEVICE, dtype=torch.bfloat16 if DEVICE == "cuda" else torch.float16) for _ in range(4))
+    out, dq, dk, dv = (torch.empty_like(q) for _ in range(4))
+    lse = torch.empty(b, h, n, device=DEVICE, dtype=torch.float32)
+    scale = d ** -0.5
+    forward.attn_fwd(q, k, v, out, lse, scale, causal, False, config=forward.fwd_configs_for(d, q.dtype)[0])
+    delta, lse2 = backward.bwd_preprocess(do, out, lse, None)
+    base = kind.removesuffix("_ptr")
+    if kind.endswith("_ptr"):
+        import bwd_v2_pointers as ptr
+        kernel = ptr._attn_bwd_dkdv if base == "dkdv" else ptr._attn_bwd_dq
+    else:
+        kernel = backward._attn_bwd_dkdv if base == "dkdv" else backward._attn_bwd_dq
+
+    def f(cfg):
+        config = forward._cfg(*cfg)
+        if base == "fwd":
+            forward.attn_fwd(q, k, v, out, lse, scale, causal, False, config=config)
+            return
+        saved = backward._attn_bwd_dkdv, backward._attn_bwd_dq
+        backward._attn_bwd_dkdv = backward._attn_bwd_dq = kernel  # the launchers look the kernel up by name
+        try:
+            if base == "dkdv":
+                backward.bwd_dkdv(q, k, v, do, dk, dv, lse2, delta, scale, causal, False, config)
+            else:
+                backward.bwd_dq(q, k, v, do, dq, lse2, delta, scale, causal, False, config)
+        finally:
+            backward._attn_bwd_dkdv, backward._attn_bwd_dq = saved
+
+    flops = 4 * b * h * n * n * d / (2 if causal else 1) * MATMULS[base]
+    return f, flops
+
+
+def compile_job(job):
+    """Compile one (kind, d, causal, config) on a small shape; returns the job and an error string or None."""
+    kind, d, causal, cfg = job
+    try:
+        import torch
+        f, _ = setup(kind, d, min(256, TOKENS), causal)
+        f(cfg)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+        return job, None
+    except Exception as e:  # out of shared memory / registers: the config is skipped
+        return job, f"{type(e).__name__}: {str(e)[:160]}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ds", default="64,128,256")
+    ap.add_argument("--kinds", default="fwd,dkdv,dq,dkdv_ptr,dq_ptr")
+    ap.add_argument("--fwd-ns", default="2048,4096,16384")
+    ap.add_argument("--bwd-ns", default="4096,16384")
+    ap.add_argument("--workers", type=int, default=12)
+    ap.add_argument("--out", default="sweep.json")
+    args = ap.parse_args()
+    ds = [int(x) for x in args.ds.split(",")]
+    kinds = args.kinds.split(",")
+    jobs = [(kind, d, causal, cfg) for kind in kinds for d in ds for causal in (False, True)
+            for cfg in CANDIDATES[kind][d]]
+    t0 = time.time()
+    with mp.get_context("spawn").Pool(args.workers) as pool:
+        failed = {job: err for job, err in pool.imap_unordered(compile_job, jobs) if err}
+    print(f"compiled {len(jobs)} variants in {time.time() - t0:.0f} s; {len(failed)} failed", flush=True)
+    for job, err in failed.items():
+        print("  skip", job, err, flush=True)
+
+    import torch
+    import triton
+
+    rows = []
+    for kind in kinds:
+        ns = [int(x) for x in (args.fwd_ns if kind == "fwd" else args.bwd_ns).split(",")]
+        for d in ds:
+            for causal in (False, True):
+                for n in ns:
+                    f, flops = setup(kind, d, n, causal)
+                    results = {}
+                    for cfg in CANDIDATES[kind][d]:
+                        if (kind, d, causal, cfg) in failed:
+                            continue
+                        ms = triton.testing.do_bench(lambda: f(cfg), warmup=10, rep=40, return_mode="median")
+                        results[cfg] = flops / ms * 1e-9
+                    best = max(results, key=results.get)
+                    default = CANDIDATES[kind][d][0]
+                    line = " ".join(f"{c}:{t:.0f}" for c, t in sorted(results.items(), key=lambda x: -x[1]))
+                    print(f"{kind:>8} d={d:<3} causal={causal!s:<5} N={n:<5} best {best} {results[best]:.0f} "
+                          f"(default {results.get(default, 0):.0f}) | {line}", flush=True)
+                    rows.append({"kind": kind, "d": d, "causal": causal, "n": n,
+                                 "tflops": {str(c): t for c, t in results.items()}})
+                    torch.cuda.empty_cache()
+                    with open(args.out, "w") as fh:
+                        json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, fh, indent=1)
+    print(f"done in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
