@@ -1,6 +1,7 @@
 """Tile-config sweep on the GPU: every candidate config of each kernel, launched directly (no autotuner).
 
     PYTHONPATH=. python perf/sweep.py [--ds 64,128,256] [--kinds fwd,dkdv,dq,dkdv_ptr,dq_ptr] [--out sweep.json]
+    PYTHONPATH=. python perf/sweep.py --round 2 --ds 64,128 --kinds fwd,dkdv,dq
 
 Kinds: fwd (the package's forward), dkdv / dq (the package's backward kernels, timed one at a time), dkdv_ptr /
 dq_ptr (the same kernels from perf/bwd_v2_pointers.py, plain pointer loads, for comparison). bf16, 16k tokens in
@@ -58,6 +59,24 @@ CANDIDATES = {
 }
 CANDIDATES["dkdv_ptr"] = CANDIDATES["dkdv"]
 CANDIDATES["dq_ptr"] = CANDIDATES["dq"]
+# Round 2 (--round 2): round 1's winners (first) and their neighbours; two programs per SM won the forward.
+ROUND2 = {
+    "fwd": {
+        64: [C(64, 128, 2, 4), C(64, 256, 2, 4), C(64, 64, 2, 4), C(64, 128, 2, 8), C(64, 64, 3, 4)],
+        128: [C(64, 64, 3, 4), C(64, 32, 3, 4), C(64, 32, 4, 4), C(64, 64, 2, 4), C(64, 32, 2, 4),
+              C(64, 64, 3, 8), C(128, 64, 3, 8)],
+    },
+    "dkdv": {
+        64: [C(32, 128, 3, 4), C(64, 128, 2, 4), C(32, 128, 2, 4), C(32, 64, 2, 4), C(64, 64, 3, 4)],
+        128: [C(32, 64, 3, 4), C(32, 64, 2, 4), C(32, 64, 4, 4), C(16, 64, 3, 4), C(64, 64, 2, 4),
+              C(32, 64, 3, 8), C(64, 128, 2, 8)],
+    },
+    "dq": {
+        64: [C(128, 64, 3, 8), C(128, 64, 4, 8), C(128, 128, 2, 8), C(64, 64, 3, 4), C(128, 64, 3, 4)],
+        128: [C(128, 64, 3, 8), C(128, 64, 4, 8), C(128, 128, 2, 8), C(64, 64, 2, 4), C(64, 32, 4, 4),
+              C(64, 32, 2, 4)],
+    },
+}
 MATMULS = {"fwd": 1.0, "dkdv": 4 / 7 * 2.5, "dq": 3 / 7 * 2.5}
 
 
@@ -123,7 +142,11 @@ def main():
     ap.add_argument("--bwd-ns", default="4096,16384")
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--out", default="sweep.json")
+    ap.add_argument("--round", type=int, default=1, choices=(1, 2))
     args = ap.parse_args()
+    if args.round == 2:
+        CANDIDATES.clear()
+        CANDIDATES.update(ROUND2)
     ds = [int(x) for x in args.ds.split(",")]
     kinds = args.kinds.split(",")
     jobs = [(kind, d, causal, cfg) for kind in kinds for d in ds for causal in (False, True)

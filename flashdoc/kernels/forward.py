@@ -37,15 +37,17 @@ CPU_CONFIG = _cfg(32, 32, 1, 4)
 
 
 # Autotune candidates per (padded head dim, fp32?), the safe default first (FLASHDOC_AUTOTUNE=0 takes it).
-# At most three each, so a new shape's first call compiles few variants and stays well under 30 s.
-# - 128-row query tiles keep Hopper's tensor cores busy (one warpgroup issues 64-row wgmma; 8 warps = two).
-# - Shared memory holds the Q tile plus `stages` K and V tiles: 2 B x d x (BLOCK_M + 2 x stages x BLOCK_N) must
-#   stay under 227 KiB, which rules out 128-wide key tiles at d = 256.
+# At most three each, so a new shape's first call compiles few variants and stays well under 30 s. Chosen by
+# perf/sweep.py on the H200 (every config timed on its own; perf/NOTES.md has the numbers):
+# - Shared memory holds the Q tile plus `stages` K and V tiles, 2 B x d x (BLOCK_M + 2 x stages x BLOCK_N).
+#   Where that allows two programs per SM (d <= 128, 64-row query tiles, <= 113 KiB each), one program's
+#   softmax overlaps the other's matrix products: +6-20% at N <= 4k over one 128-row program of 8 warps.
+# - At d = 256 a 64-row program holds a 64 x 256 fp32 accumulator in 4 warps; 128 rows over 8 warps is faster.
 # - fp32 inputs use full-precision (non tensor-core) products with 4-byte tiles: small tiles, one candidate.
 FWD_CONFIGS = {
-    (64, False): [_cfg(128, 64, 3, 4), _cfg(128, 128, 3, 8), _cfg(64, 64, 4, 4)],
-    (128, False): [_cfg(128, 64, 3, 8), _cfg(128, 128, 2, 8), _cfg(128, 64, 4, 8)],
-    (256, False): [_cfg(64, 64, 2, 8), _cfg(128, 64, 2, 8), _cfg(64, 32, 3, 4)],
+    (64, False): [_cfg(64, 128, 2, 4), _cfg(64, 64, 3, 4), _cfg(128, 64, 3, 4)],
+    (128, False): [_cfg(64, 64, 3, 4), _cfg(128, 64, 3, 8), _cfg(128, 64, 4, 8)],
+    (256, False): [_cfg(128, 64, 2, 8), _cfg(128, 32, 3, 8), _cfg(64, 32, 2, 4)],
     (64, True): [_cfg(64, 64, 2, 4)],
     (128, True): [_cfg(64, 32, 2, 4)],
     (256, True): [_cfg(32, 32, 2, 4)],
