@@ -11,8 +11,8 @@ import triton
 import triton.language as tl
 
 from . import INTERPRET
-from .forward import (LOG2E, _cfg, _head_desc, block_d_for, configs_for, dot_precision, ensure_descriptor_allocator,
-                      launch, seq_bucket)
+from .forward import (LOG2E, _cfg, _head_desc, _program_tile, block_d_for, configs_for, dot_precision,
+                      ensure_descriptor_allocator, grid_for, launch, seq_bucket)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -133,9 +133,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One program = BLOCK_N keys of one (batch, kv head); it streams every query row (of every query head
-    in its GQA group) that sees them. Grid: (cdiv(seqlen_k, BLOCK_N), B * H_kv)."""
-    pid_n = tl.program_id(0)
-    pid_bhk = tl.program_id(1)
+    in its GQA group) that sees them. Grid: ``grid_for(cdiv(seqlen_k, BLOCK_N), B * H_kv, IS_CAUSAL)``."""
+    pid_n, pid_bhk = _program_tile(IS_CAUSAL, False)  # causal: the first key tiles are seen by the most queries
     n_kv_heads = n_heads // group_size
     off_b = (pid_bhk // n_kv_heads).to(tl.int64)
     off_hk = pid_bhk % n_kv_heads
@@ -223,11 +222,8 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
                  DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One program = BLOCK_M query rows of one (batch, head), streaming the keys they see, like the forward.
-    Grid: (cdiv(seqlen_q, BLOCK_M), B * H)."""
-    pid_m = tl.program_id(0)
-    if IS_CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - pid_m  # heaviest tiles first
-    pid_bh = tl.program_id(1)
+    Grid: ``grid_for(cdiv(seqlen_q, BLOCK_M), B * H, IS_CAUSAL)``."""
+    pid_m, pid_bh = _program_tile(IS_CAUSAL, True)
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size
@@ -320,8 +316,11 @@ def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: b
     args = (q, k, v, dout, dk, dv, lse2, delta, *strides,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), *scalars)
     batch, seqlen_k, n_kv_heads = k.shape[0], k.shape[1], k.shape[2]
-    launch(_attn_bwd_dkdv, _attn_bwd_dkdv_tuned, lambda m: (triton.cdiv(seqlen_k, m["BLOCK_N"]), batch * n_kv_heads),
-           args, meta, config, configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
+
+    def grid(m):
+        return grid_for(triton.cdiv(seqlen_k, m["BLOCK_N"]), batch * n_kv_heads, causal)
+    launch(_attn_bwd_dkdv, _attn_bwd_dkdv_tuned, grid, args, meta, config,
+           configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
 
 
 def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
@@ -329,8 +328,11 @@ def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, b
     strides, scalars, meta = _common_args(q, k, v, dout, softmax_scale, causal, bottom_right)
     args = (q, k, v, dout, dq, lse2, delta, *strides, dq.stride(0), dq.stride(1), dq.stride(2), *scalars)
     batch, seqlen_q, n_heads = q.shape[0], q.shape[1], q.shape[2]
-    launch(_attn_bwd_dq, _attn_bwd_dq_tuned, lambda m: (triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads),
-           args, meta, config, configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
+
+    def grid(m):
+        return grid_for(triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads, causal)
+    launch(_attn_bwd_dq, _attn_bwd_dq_tuned, grid, args, meta, config,
+           configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
 
 
 def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool,

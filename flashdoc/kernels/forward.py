@@ -68,6 +68,22 @@ def _prune_fwd_configs(configs, named_args, **kwargs):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@triton.jit
+def _program_tile(IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr):
+    """(tile index, batch * head index) of this program; the launch grid comes from ``grid_for``.
+
+    Without a mask every tile costs the same and the grid is (tiles, heads): programs launched together share a
+    head, whose K and V stay in L2. Under a causal mask the tiles' costs differ, and the grid is (heads, tiles)
+    walked heaviest tile first across all heads, so the grid does not end on a long tile started late.
+    """
+    if IS_CAUSAL:
+        tile = tl.program_id(1)
+        if HEAVIEST_LAST:
+            tile = tl.num_programs(1) - 1 - tile
+        return tile, tl.program_id(0)
+    return tl.program_id(0), tl.program_id(1)
+
+
 # --8<-- [start:fwd_inner]
 @triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale, lo, hi,
@@ -130,12 +146,9 @@ def _attn_fwd(Q, K, V, O, LSE,
               SEQ_BUCKET,  # only read by the autotuner's key
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
               DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """One program = one tile of BLOCK_M query rows of one (batch, head). Grid: (cdiv(seqlen_q, BLOCK_M), B*H)."""
-    pid_m = tl.program_id(0)
-    if IS_CAUSAL:
-        # causal tiles near the bottom see the most keys: launch them first so the tail of the grid is short
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    pid_bh = tl.program_id(1)
+    """One program = one tile of BLOCK_M query rows of one (batch, head). Grid: ``grid_for(cdiv(seqlen_q,
+    BLOCK_M), B * H, IS_CAUSAL)``."""
+    pid_m, pid_bh = _program_tile(IS_CAUSAL, True)  # causal: the last query tiles see the most keys
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size  # GQA/MQA: group_size query heads share one key/value head
@@ -190,6 +203,11 @@ _attn_fwd_tuned = None if INTERPRET else triton.autotune(
 def seq_bucket(n: int) -> int:
     """Autotune once per power-of-two bucket of sequence length, not once per exact length."""
     return min(triton.next_power_of_2(n), 16384)
+
+
+def grid_for(n_tiles: int, n_heads: int, causal: bool) -> tuple:
+    """The launch grid that ``_program_tile`` reads: (tiles, heads), or (heads, tiles) under a causal mask."""
+    return (n_heads, n_tiles) if causal else (n_tiles, n_heads)
 
 
 def block_d_for(head_dim: int) -> int:
@@ -252,5 +270,7 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
             seq_bucket(max(seqlen_q, seqlen_k)))
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
                 DOT_PRECISION=dot_precision(q.dtype))
-    launch(_attn_fwd, _attn_fwd_tuned, lambda m: (triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads), args,
-           meta, config, fwd_configs_for(head_dim, q.dtype)[0])
+
+    def grid(m):
+        return grid_for(triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads, causal)
+    launch(_attn_fwd, _attn_fwd_tuned, grid, args, meta, config, fwd_configs_for(head_dim, q.dtype)[0])

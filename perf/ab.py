@@ -1,0 +1,186 @@
+"""A/B timing of kernel variants on the GPU, each at fixed tile configs (no autotuner), in one process.
+
+    PYTHONPATH=. python perf/ab.py [--variants base,new,pipe,ws] [--out ab.json]
+
+Variants, each loaded as its own package from a copy of the kernel sources:
+- base: perf/_base/{forward,backward}.py, a snapshot of the kernels before the change under test (copy them
+  there before editing; the folder is git-ignored and travels to the GPU with `carry`);
+- new:  flashdoc/kernels as they are now;
+- pipe: `new` with the unmasked forward loop software-pipelined by hand: the next tile's Q K^T is issued before
+  the current tile's softmax (FlashAttention-3's intra-warpgroup overlap), if Triton keeps that product in flight;
+- ws:   `new` with `warp_specialize=True` on the forward's key loops.
+bf16, 16k tokens in total, heads = 2048 / d, layout (B, N, H, d). Prints TFLOP/s per variant and the ratio to base.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import pathlib
+import sys
+import tempfile
+
+import torch
+import triton
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "flashdoc" / "kernels"
+BASE = ROOT / "perf" / "_base"
+# AB_DEVICE=cpu (with TRITON_INTERPRET=1 and tiny --ns, --tokens) checks the variants' plumbing and results.
+DEVICE = os.environ.get("AB_DEVICE", "cuda")
+
+PIPELINED_INNER = '''
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale, lo, hi,
+                    BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                    DOT_PRECISION: tl.constexpr):
+    offs_n0 = tl.arange(0, BLOCK_N)
+    if MASKED:
+        for start_n in tl.range(lo, hi, BLOCK_N):
+            k = k_desc.load([start_n, 0])
+            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+            offs_n = start_n + offs_n0
+            keep = offs_n[None, :] < seqlen_k
+            if IS_CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+            qk = tl.where(keep, qk, float("-inf"))
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_ij = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+            alpha = tl.math.exp2(m_i - m_ij)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = v_desc.load([start_n, 0])
+            acc = acc * alpha[:, None]
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+            m_i = m_ij
+    else:
+        if lo < hi:
+            k = k_desc.load([lo, 0])
+            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+            for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
+                k_next = k_desc.load([start_n + BLOCK_N, 0])
+                qk_next = tl.dot(q, tl.trans(k_next), input_precision=DOT_PRECISION)
+                m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+                p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+                alpha = tl.math.exp2(m_i - m_ij)
+                l_i = l_i * alpha + tl.sum(p, 1)
+                v = v_desc.load([start_n, 0])
+                acc = acc * alpha[:, None]
+                acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+                m_i = m_ij
+                qk = qk_next
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+            alpha = tl.math.exp2(m_i - m_ij)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = v_desc.load([hi - BLOCK_N, 0])
+            acc = acc * alpha[:, None]
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+            m_i = m_ij
+    return acc, l_i, m_i
+'''
+
+
+def load_variant(name: str, forward_src: str, backward_src: str):
+    """Import a copy of the kernel sources as package `ab_<name>` (relative imports keep working)."""
+    pkg = pathlib.Path(tempfile.mkdtemp()) / f"ab_{name}"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("INTERPRET = False\n")
+    (pkg / "forward.py").write_text(forward_src)
+    (pkg / "backward.py").write_text(backward_src)
+    sys.path.insert(0, str(pkg.parent))
+    return importlib.import_module(f"ab_{name}.forward"), importlib.import_module(f"ab_{name}.backward")
+
+
+def variants(names):
+    fwd_new, bwd_new = (KERNELS / "forward.py").read_text(), (KERNELS / "backward.py").read_text()
+    for name in names:
+        fwd, bwd = fwd_new, bwd_new
+        if name == "base":
+            fwd, bwd = (BASE / "forward.py").read_text(), (BASE / "backward.py").read_text()
+        elif name == "pipe":
+            a = fwd.index("@triton.jit\ndef _attn_fwd_inner")
+            b = fwd.index("# --8<-- [end:fwd_inner]")
+            fwd = fwd[:a] + PIPELINED_INNER.lstrip() + fwd[b:]
+        elif name == "ws":
+            assert "tl.range(lo, hi, BLOCK_N)" in fwd
+            fwd = fwd.replace("tl.range(lo, hi, BLOCK_N)", "tl.range(lo, hi, BLOCK_N, warp_specialize=True)")
+        yield name, load_variant(name, fwd, bwd)
+
+
+# Fixed configs (BLOCK_M, BLOCK_N, stages, warps) per head dim: the sweep's winners.
+FWD = {64: [(64, 128, 2, 4)], 128: [(64, 64, 3, 4), (128, 64, 3, 8)], 256: [(128, 64, 2, 8)]}
+DKDV = {64: (32, 128, 3, 4), 128: (64, 64, 2, 4), 256: (64, 64, 2, 8)}
+DQ = {64: (128, 64, 3, 8), 128: (128, 64, 3, 8), 256: (128, 32, 3, 8)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variants", default="base,new,pipe,ws")
+    ap.add_argument("--ds", default="64,128,256")
+    ap.add_argument("--ns", default="2048,4096,16384")
+    ap.add_argument("--bwd-variants", default="base,new")
+    ap.add_argument("--causal", default="False,True")
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--warm", action="store_true", help="only compile (run each variant once), no timing")
+    ap.add_argument("--out", default="ab.json")
+    args = ap.parse_args()
+    mods = dict(variants(args.variants.split(",")))
+    ds = [int(x) for x in args.ds.split(",")]
+    rows = []
+    for d in ds:
+        for causal in (c == "True" for c in args.causal.split(",")):
+            for n in (int(x) for x in args.ns.split(",")):
+                b, h = max(args.tokens // n, 1), 2048 // d if DEVICE == "cuda" else 2
+                torch.manual_seed(0)
+                dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16  # the interpreter's bf16 is wrong
+                q, k, v, do = (torch.randn(b, n, h, d, device=DEVICE, dtype=dtype) for _ in range(4))
+                flops = 4 * b * h * n * n * d / (2 if causal else 1)
+                tests = []
+                for cfg in FWD[d]:
+                    for name, (fwd, _) in mods.items():
+                        out, lse = torch.empty_like(q), torch.empty(b, h, n, device=DEVICE, dtype=torch.float32)
+
+                        def run(fwd=fwd, cfg=cfg, out=out, lse=lse):
+                            fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False, config=fwd._cfg(*cfg))
+                        tests.append((f"fwd {cfg}", name, run, flops, out))
+                for name in args.bwd_variants.split(","):
+                    fwd, bwd = mods[name]
+                    out, lse = torch.empty_like(q), torch.empty(b, h, n, device=DEVICE, dtype=torch.float32)
+                    fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False, config=fwd._cfg(*FWD[d][0]))
+                    dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+
+                    def run_bwd(fwd=fwd, bwd=bwd, out=out, lse=lse, dq=dq, dk=dk, dv=dv):
+                        bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d ** -0.5, causal, False,
+                                     config=(fwd._cfg(*DKDV[d]), fwd._cfg(*DQ[d])))
+                    tests.append(("bwd", name, run_bwd, 2.5 * flops, dq))
+                results = {}
+                for label, name, fn, fl, result in tests:
+                    try:
+                        fn()
+                        if args.warm:
+                            results.setdefault(label, {})[name] = (1.0, result.float().clone())
+                            continue
+                        ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+                        results.setdefault(label, {})[name] = (fl / ms * 1e-9, result.float().clone())
+                    except Exception as e:
+                        print(f"  {label} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                for label, per in results.items():
+                    ref = per.get("base", next(iter(per.values())))
+                    cells = []
+                    for name, (tf, res) in per.items():
+                        err = (res - ref[1]).abs().max().item()
+                        cells.append(f"{name} {tf:6.1f} ({tf / ref[0]:.3f}x, maxdiff {err:.1e})")
+                    print(f"d={d:<3} causal={causal!s:<5} N={n:<5} {label:<22} " + " | ".join(cells), flush=True)
+                    rows.append({"d": d, "causal": causal, "n": n, "test": label,
+                                 "tflops": {name: tf for name, (tf, _) in per.items()}})
+                del q, k, v, do
+                if DEVICE == "cuda":
+                    torch.cuda.empty_cache()
+                with open(args.out, "w") as fh:
+                    gpu = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
+                    json.dump({"gpu": gpu, "rows": rows}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
