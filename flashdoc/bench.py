@@ -452,8 +452,11 @@ def _environment(device):
             flashdoc_version = version("flashdoc")
     except Exception:
         flashdoc_version = "unknown"
+    # FLASHDOC_COMMIT names the commit when the checkout's .git is not the source of truth (a copied working
+    # tree on a GPU box whose .git lags behind)
+    commit = os.environ.get("FLASHDOC_COMMIT")
     try:
-        commit = subprocess.run(
+        commit = commit or subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
             cwd=Path(__file__).resolve().parent,
         ).stdout.strip() or None

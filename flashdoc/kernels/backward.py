@@ -26,8 +26,9 @@ PRE_BLOCK_M = 64
 # dK/dV keeps BLOCK_N keys and two fp32 (BLOCK_N, d) accumulators, streaming BLOCK_M query rows per step; dQ keeps
 # BLOCK_M queries and one accumulator, streaming BLOCK_N keys per step. Safe default first; chosen by
 # perf/sweep.py on the H200. At d = 128 two 4-warp dK/dV programs per SM beat one 8-warp program by 10-20%; at
-# d = 256 the dQ kernel with 128 query rows over 8 warps runs 3x faster than with 64. fp32 (non tensor-core
-# products) gets small tiles.
+# d = 256 the dQ kernel with 128 query rows over 8 warps runs 3x faster than with 64. Launching causal tiles
+# across heads (see forward._program_tile) measured 0-6% slower here, so no config sets it. fp32 (non
+# tensor-core products) gets small tiles.
 DKDV_CONFIGS = {
     (64, False): [_cfg(32, 128, 3, 4), _cfg(64, 64, 3, 4), _cfg(32, 128, 5, 4)],
     (128, False): [_cfg(64, 64, 2, 4), _cfg(32, 64, 4, 4), _cfg(64, 128, 2, 8)],
@@ -131,10 +132,12 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
                    n_heads, group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
                    SEQ_BUCKET,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                   DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                   DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   ACROSS_HEADS: tl.constexpr):
     """One program = BLOCK_N keys of one (batch, kv head); it streams every query row (of every query head
-    in its GQA group) that sees them. Grid: ``grid_for(cdiv(seqlen_k, BLOCK_N), B * H_kv, IS_CAUSAL)``."""
-    pid_n, pid_bhk = _program_tile(IS_CAUSAL, False)  # causal: the first key tiles are seen by the most queries
+    in its GQA group) that sees them. Grid: ``grid_for(cdiv(seqlen_k, BLOCK_N), B * H_kv, IS_CAUSAL and
+    ACROSS_HEADS)``."""
+    pid_n, pid_bhk = _program_tile(IS_CAUSAL, False, ACROSS_HEADS)  # causal: the first key tiles are the costliest
     n_kv_heads = n_heads // group_size
     off_b = (pid_bhk // n_kv_heads).to(tl.int64)
     off_hk = pid_bhk % n_kv_heads
@@ -220,10 +223,11 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
                  n_heads, group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
                  SEQ_BUCKET,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                 DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 ACROSS_HEADS: tl.constexpr):
     """One program = BLOCK_M query rows of one (batch, head), streaming the keys they see, like the forward.
-    Grid: ``grid_for(cdiv(seqlen_q, BLOCK_M), B * H, IS_CAUSAL)``."""
-    pid_m, pid_bh = _program_tile(IS_CAUSAL, True)
+    Grid: ``grid_for(cdiv(seqlen_q, BLOCK_M), B * H, IS_CAUSAL and ACROSS_HEADS)``."""
+    pid_m, pid_bh = _program_tile(IS_CAUSAL, True, ACROSS_HEADS)
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size
@@ -318,7 +322,7 @@ def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: b
     batch, seqlen_k, n_kv_heads = k.shape[0], k.shape[1], k.shape[2]
 
     def grid(m):
-        return grid_for(triton.cdiv(seqlen_k, m["BLOCK_N"]), batch * n_kv_heads, causal)
+        return grid_for(triton.cdiv(seqlen_k, m["BLOCK_N"]), batch * n_kv_heads, causal and m["ACROSS_HEADS"])
     launch(_attn_bwd_dkdv, _attn_bwd_dkdv_tuned, grid, args, meta, config,
            configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
 
@@ -330,7 +334,7 @@ def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, b
     batch, seqlen_q, n_heads = q.shape[0], q.shape[1], q.shape[2]
 
     def grid(m):
-        return grid_for(triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads, causal)
+        return grid_for(triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads, causal and m["ACROSS_HEADS"])
     launch(_attn_bwd_dq, _attn_bwd_dq_tuned, grid, args, meta, config,
            configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
 

@@ -27,8 +27,10 @@ LN2 = 0.6931471805599453
 AUTOTUNE = os.environ.get("FLASHDOC_AUTOTUNE", "1") != "0"
 
 
-def _cfg(block_m, block_n, stages, warps):
-    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_stages=stages, num_warps=warps)
+def _cfg(block_m, block_n, stages, warps, across_heads=False):
+    """A tile config; across_heads: the causal launch order (see ``_program_tile``)."""
+    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "ACROSS_HEADS": across_heads},
+                         num_stages=stages, num_warps=warps)
 
 
 # Under the interpreter every program instance runs one after another in numpy, so the cost is the number of
@@ -43,11 +45,13 @@ CPU_CONFIG = _cfg(32, 32, 1, 4)
 #   Where that allows two programs per SM (d <= 128, 64-row query tiles, <= 113 KiB each), one program's
 #   softmax overlaps the other's matrix products: +6-20% at N <= 4k over one 128-row program of 8 warps.
 # - At d = 256 a 64-row program holds a 64 x 256 fp32 accumulator in 4 warps; 128 rows over 8 warps is faster.
+#   With one program per SM, launching causal tiles heaviest first across heads gains 6-8% at N = 2k-4k
+#   (perf/ab.py); with several per SM (d <= 128) it loses 3-17%, so only these configs set it.
 # - fp32 inputs use full-precision (non tensor-core) products with 4-byte tiles: small tiles, one candidate.
 FWD_CONFIGS = {
     (64, False): [_cfg(64, 128, 2, 4), _cfg(64, 64, 3, 4), _cfg(128, 64, 3, 4)],
     (128, False): [_cfg(64, 64, 3, 4), _cfg(128, 64, 3, 8), _cfg(128, 64, 4, 8)],
-    (256, False): [_cfg(128, 64, 2, 8), _cfg(128, 32, 3, 8), _cfg(64, 32, 2, 4)],
+    (256, False): [_cfg(128, 64, 2, 8, True), _cfg(128, 32, 3, 8, True), _cfg(64, 32, 2, 4)],
     (64, True): [_cfg(64, 64, 2, 4)],
     (128, True): [_cfg(64, 32, 2, 4)],
     (256, True): [_cfg(32, 32, 2, 4)],
@@ -69,19 +73,22 @@ def _prune_fwd_configs(configs, named_args, **kwargs):
 
 
 @triton.jit
-def _program_tile(IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr):
-    """(tile index, batch * head index) of this program; the launch grid comes from ``grid_for``.
+def _program_tile(IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr, ACROSS_HEADS: tl.constexpr):
+    """(tile index, batch * head index) of this program, for the grid that ``grid_for`` launches.
 
-    Without a mask every tile costs the same and the grid is (tiles, heads): programs launched together share a
-    head, whose K and V stay in L2. Under a causal mask the tiles' costs differ, and the grid is (heads, tiles)
-    walked heaviest tile first across all heads, so the grid does not end on a long tile started late.
+    Programs run roughly in launch order, and the grid is (tiles, heads): programs launched together share a
+    head, whose K and V stay in L2. Under a causal mask tiles differ in cost, and the costliest go first
+    (HEAVIEST_LAST: the last tile is the costliest). With ACROSS_HEADS (a tuning choice, causal only) the grid
+    is (heads, tiles) and the costliest tiles of *all* heads go first, so no long tile starts near the end;
+    that wins with one program per SM and loses L2 reuse when several programs share one.
     """
-    if IS_CAUSAL:
-        tile = tl.program_id(1)
-        if HEAVIEST_LAST:
-            tile = tl.num_programs(1) - 1 - tile
-        return tile, tl.program_id(0)
-    return tl.program_id(0), tl.program_id(1)
+    if IS_CAUSAL and ACROSS_HEADS:
+        tile, n_tiles, head = tl.program_id(1), tl.num_programs(1), tl.program_id(0)
+    else:
+        tile, n_tiles, head = tl.program_id(0), tl.num_programs(0), tl.program_id(1)
+    if IS_CAUSAL and HEAVIEST_LAST:
+        tile = n_tiles - 1 - tile
+    return tile, head
 
 
 # --8<-- [start:fwd_inner]
@@ -145,10 +152,11 @@ def _attn_fwd(Q, K, V, O, LSE,
               n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
               SEQ_BUCKET,  # only read by the autotuner's key
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-              DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+              DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              ACROSS_HEADS: tl.constexpr):
     """One program = one tile of BLOCK_M query rows of one (batch, head). Grid: ``grid_for(cdiv(seqlen_q,
-    BLOCK_M), B * H, IS_CAUSAL)``."""
-    pid_m, pid_bh = _program_tile(IS_CAUSAL, True)  # causal: the last query tiles see the most keys
+    BLOCK_M), B * H, IS_CAUSAL and ACROSS_HEADS)``."""
+    pid_m, pid_bh = _program_tile(IS_CAUSAL, True, ACROSS_HEADS)  # causal: the last query tiles see most keys
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size  # GQA/MQA: group_size query heads share one key/value head
@@ -205,9 +213,10 @@ def seq_bucket(n: int) -> int:
     return min(triton.next_power_of_2(n), 16384)
 
 
-def grid_for(n_tiles: int, n_heads: int, causal: bool) -> tuple:
-    """The launch grid that ``_program_tile`` reads: (tiles, heads), or (heads, tiles) under a causal mask."""
-    return (n_heads, n_tiles) if causal else (n_tiles, n_heads)
+def grid_for(n_tiles: int, n_heads: int, across_heads: bool) -> tuple:
+    """The launch grid that ``_program_tile`` reads: (tiles, heads), or (heads, tiles) when a causal kernel
+    launches its tiles across heads."""
+    return (n_heads, n_tiles) if across_heads else (n_tiles, n_heads)
 
 
 def block_d_for(head_dim: int) -> int:
@@ -272,5 +281,5 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
                 DOT_PRECISION=dot_precision(q.dtype))
 
     def grid(m):
-        return grid_for(triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads, causal)
+        return grid_for(triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads, causal and m["ACROSS_HEADS"])
     launch(_attn_fwd, _attn_fwd_tuned, grid, args, meta, config, fwd_configs_for(head_dim, q.dtype)[0])
