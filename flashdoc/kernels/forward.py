@@ -38,6 +38,7 @@ def _cfg(block_m, block_n, stages, warps, across_heads=False):
 CPU_CONFIG = _cfg(32, 32, 1, 4)
 
 
+# --8<-- [start:fwd_configs]
 # Autotune candidates per (padded head dim, fp32?), the safe default first (FLASHDOC_AUTOTUNE=0 takes it).
 # At most three each, so a new shape's first call compiles few variants and stays well under 30 s. Chosen by
 # perf/sweep.py on the H200 (every config timed on its own; perf/NOTES.md has the numbers):
@@ -56,6 +57,7 @@ FWD_CONFIGS = {
     (128, True): [_cfg(64, 32, 2, 4)],
     (256, True): [_cfg(32, 32, 2, 4)],
 }
+# --8<-- [end:fwd_configs]
 
 
 def configs_for(table, block_d: int, dtype) -> list:
