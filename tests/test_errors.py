@@ -32,6 +32,9 @@ Q = (2, 8, 4, 32)  # (batch, seqlen, heads, head_dim)
     (dict(softmax_scale="0.1"), TypeError, "softmax_scale must be a float"),
     (dict(causal=1), TypeError, "causal must be a bool"),
     (dict(q=[1.0]), TypeError, "q must be a torch.Tensor"),
+    # expanded views: the check runs before anything is allocated
+    (dict(q=t(1, 1, 1, 8).expand(16384, 1, 4, 8), k=t(1, 1, 1, 8).expand(16384, 1, 4, 8),
+          v=t(1, 1, 1, 8).expand(16384, 1, 4, 8)), ValueError, r"batch x heads of q is 16384 x 4 = 65536"),
 ])
 def test_flash_attn_func_rejects(kwargs, exc, match):
     args = dict(q=t(*Q), k=t(*Q), v=t(*Q))
