@@ -8,7 +8,8 @@ Variants, each loaded as its own package from a copy of the kernel sources:
 - new:  flashdoc/kernels as they are now;
 - pipe: `new` with the unmasked forward loop software-pipelined by hand: the next tile's Q K^T is issued before
   the current tile's softmax (FlashAttention-3's intra-warpgroup overlap), if Triton keeps that product in flight;
-- ws:   `new` with `warp_specialize=True` on the forward's key loops.
+- ws:   `new` with `warp_specialize=True` on the forward's key loops;
+- split: `new` with the dK/dV kernel run as two passes, dV then dK, one accumulator each (bwd only).
 bf16, 16k tokens in total, heads = 2048 / d, layout (B, N, H, d). Prints TFLOP/s per variant and the ratio to base.
 """
 
@@ -81,6 +82,60 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_o
 '''
 
 
+def split_dkdv(src: str) -> str:
+    """The backward with a compile-time WANT on the dK/dV kernel (1: dV only, 2: dK only, 3: both) and an
+    attn_bwd that runs it twice when given three configs (dV pass, dK pass, dQ): one fp32 accumulator per
+    program instead of two, room for 128-key tiles at d = 256, for one extra matmul (5 instead of 4)."""
+    edits = [
+        ("                         DOT_PRECISION: tl.constexpr):\n    offs_m0 = tl.arange(0, BLOCK_M)",
+         "                         DOT_PRECISION: tl.constexpr, WANT: tl.constexpr = 3):\n"
+         "    offs_m0 = tl.arange(0, BLOCK_M)"),
+        ("        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)\n"
+         "        dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)\n"
+         "        dsT = pT * (dpT - delta[None, :])\n"
+         "        dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)\n",
+         "        if WANT % 2 == 1:\n"
+         "            dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)\n"
+         "        if WANT >= 2:\n"
+         "            dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)\n"
+         "            dsT = pT * (dpT - delta[None, :])\n"
+         "            dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)\n"),
+        ("                   ACROSS_HEADS: tl.constexpr):\n    \"\"\"One program = BLOCK_N keys",
+         "                   ACROSS_HEADS: tl.constexpr, WANT: tl.constexpr = 3):\n"
+         "    \"\"\"One program = BLOCK_N keys"),
+        ("causal_offset, qk_scale, lo, full_lo, BLOCK_M, IS_CAUSAL, True,\n"
+         "                                      DOT_PRECISION)",
+         "causal_offset, qk_scale, lo, full_lo, BLOCK_M, IS_CAUSAL, True,\n"
+         "                                      DOT_PRECISION, WANT)"),
+        ("causal_offset, qk_scale, full_lo, q_even_hi, BLOCK_M, IS_CAUSAL, False,\n"
+         "                                      DOT_PRECISION)",
+         "causal_offset, qk_scale, full_lo, q_even_hi, BLOCK_M, IS_CAUSAL, False,\n"
+         "                                      DOT_PRECISION, WANT)"),
+        ("                                      BLOCK_M, IS_CAUSAL, True, DOT_PRECISION)\n",
+         "                                      BLOCK_M, IS_CAUSAL, True, DOT_PRECISION, WANT)\n"),
+        ("    _head_desc(DK + off_b * stride_dkb", "    if WANT >= 2:\n        _head_desc(DK + off_b * stride_dkb"),
+        ("               BLOCK_D).store([start_n, 0], dk.to(DK.dtype.element_ty))\n"
+         "    _head_desc(DV + off_b",
+         "               BLOCK_D).store([start_n, 0], dk.to(DK.dtype.element_ty))\n"
+         "    if WANT % 2 == 1:\n        _head_desc(DV + off_b"),
+        ("    dkdv_config, dq_config = config if config is not None else (None, None)\n"
+         "    bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config)\n",
+         "    if config is not None and len(config) == 3:\n"
+         "        for want, cfg in ((1, config[0]), (2, config[1])):\n"
+         "            cfg = triton.Config({**cfg.kwargs, 'WANT': want}, num_warps=cfg.num_warps,\n"
+         "                                num_stages=cfg.num_stages)\n"
+         "            bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, cfg)\n"
+         "        config = (None, config[2])\n"
+         "    dkdv_config, dq_config = config if config is not None else (None, None)\n"
+         "    if dkdv_config is not None or config is None:\n"
+         "        bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config)\n"),
+    ]
+    for old, new in edits:
+        assert src.count(old) == 1, old
+        src = src.replace(old, new)
+    return src
+
+
 def load_variant(name: str, forward_src: str, backward_src: str):
     """Import a copy of the kernel sources as package `ab_<name>` (relative imports keep working)."""
     pkg = pathlib.Path(tempfile.mkdtemp()) / f"ab_{name}"
@@ -102,6 +157,8 @@ def variants(names):
             a = fwd.index("@triton.jit\ndef _attn_fwd_inner")
             b = fwd.index("# --8<-- [end:fwd_inner]")
             fwd = fwd[:a] + PIPELINED_INNER.lstrip() + fwd[b:]
+        elif name == "split":
+            bwd = split_dkdv(bwd)
         elif name == "ws":
             assert "tl.range(lo, hi, BLOCK_N)" in fwd
             fwd = fwd.replace("tl.range(lo, hi, BLOCK_N)", "tl.range(lo, hi, BLOCK_N, warp_specialize=True)")
@@ -112,6 +169,11 @@ def variants(names):
 FWD = {64: [(64, 128, 2, 4)], 128: [(64, 64, 3, 4), (128, 64, 3, 8)], 256: [(128, 64, 2, 8)]}
 DKDV = {64: (32, 128, 3, 4), 128: (64, 64, 2, 4), 256: (64, 64, 2, 8)}
 DQ = {64: (128, 64, 3, 8), 128: (128, 64, 3, 8), 256: (128, 32, 3, 8)}
+# split: (dV pass, dK pass) configs to try, the dQ kernel as in DQ
+SPLIT = {64: [((32, 128, 3, 4), (32, 128, 3, 4))],
+         128: [((64, 128, 2, 8), (64, 64, 2, 4)), ((32, 128, 3, 8), (32, 128, 3, 8))],
+         256: [((64, 128, 2, 8), (64, 128, 2, 8)), ((32, 128, 2, 8), (32, 128, 2, 8)),
+               ((64, 64, 2, 8), (64, 64, 2, 8)), ((64, 128, 2, 8), (64, 64, 2, 8))]}
 
 
 def main():
@@ -119,7 +181,7 @@ def main():
     ap.add_argument("--variants", default="base,new,pipe,ws")
     ap.add_argument("--ds", default="64,128,256")
     ap.add_argument("--ns", default="2048,4096,16384")
-    ap.add_argument("--bwd-variants", default="base,new")
+    ap.add_argument("--bwd-variants", default="base,new", help="also: split (needs it in --variants)")
     ap.add_argument("--causal", default="False,True")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--warm", action="store_true", help="only compile (run each variant once), no timing")
@@ -143,26 +205,32 @@ def main():
 
                         def run(fwd=fwd, cfg=cfg, out=out, lse=lse):
                             fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False, config=fwd._cfg(*cfg))
-                        tests.append((f"fwd {cfg}", name, run, flops, out))
+                        tests.append((f"fwd {cfg}", name, run, flops, lambda out=out: out))
                 for name in args.bwd_variants.split(","):
                     fwd, bwd = mods[name]
                     out, lse = torch.empty_like(q), torch.empty(b, h, n, device=DEVICE, dtype=torch.float32)
                     fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False, config=fwd._cfg(*FWD[d][0]))
                     dq, dk, dv = (torch.empty_like(q) for _ in range(3))
-
-                    def run_bwd(fwd=fwd, bwd=bwd, out=out, lse=lse, dq=dq, dk=dk, dv=dv):
-                        bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d ** -0.5, causal, False,
-                                     config=(fwd._cfg(*DKDV[d]), fwd._cfg(*DQ[d])))
-                    tests.append(("bwd", name, run_bwd, 2.5 * flops, dq))
+                    if name == "split":
+                        configs = {f"split {a}|{b_}": (fwd._cfg(*a), fwd._cfg(*b_), fwd._cfg(*DQ[d]))
+                                   for a, b_ in SPLIT[d]}
+                    else:
+                        configs = {name: (fwd._cfg(*DKDV[d]), fwd._cfg(*DQ[d]))}
+                    for label, config in configs.items():
+                        def run_bwd(bwd=bwd, out=out, lse=lse, dq=dq, dk=dk, dv=dv, config=config):
+                            bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d ** -0.5, causal, False,
+                                         config=config)
+                        grads = (lambda dq=dq, dk=dk, dv=dv: torch.cat([dq.flatten(), dk.flatten(), dv.flatten()]))
+                        tests.append(("bwd", label, run_bwd, 2.5 * flops, grads))
                 results = {}
                 for label, name, fn, fl, result in tests:
                     try:
                         fn()
                         if args.warm:
-                            results.setdefault(label, {})[name] = (1.0, result.float().clone())
+                            results.setdefault(label, {})[name] = (1.0, result().float().clone())
                             continue
                         ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
-                        results.setdefault(label, {})[name] = (fl / ms * 1e-9, result.float().clone())
+                        results.setdefault(label, {})[name] = (fl / ms * 1e-9, result().float().clone())
                     except Exception as e:
                         print(f"  {label} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
                 for label, per in results.items():
