@@ -12,7 +12,7 @@ import triton.language as tl
 
 from . import INTERPRET
 from .forward import (LOG2E, _cfg, _head_desc, _program_tile, block_d_for, configs_for, dot_precision,
-                      ensure_descriptor_allocator, grid_for, launch, seq_bucket)
+                      ensure_descriptor_allocator, launch, seq_bucket, tile_grid)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -135,8 +135,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
                    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    ACROSS_HEADS: tl.constexpr):
     """One program = BLOCK_N keys of one (batch, kv head); it streams every query row (of every query head
-    in its GQA group) that sees them. Grid: ``grid_for(cdiv(seqlen_k, BLOCK_N), B * H_kv, IS_CAUSAL and
-    ACROSS_HEADS)``."""
+    in its GQA group) that sees them. Grid: ``tile_grid(seqlen_k, "BLOCK_N", B * H_kv, IS_CAUSAL)``."""
     pid_n, pid_bhk = _program_tile(IS_CAUSAL, False, ACROSS_HEADS)  # causal: the first key tiles are the costliest
     n_kv_heads = n_heads // group_size
     off_b = (pid_bhk // n_kv_heads).to(tl.int64)
@@ -226,7 +225,7 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
                  DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  ACROSS_HEADS: tl.constexpr):
     """One program = BLOCK_M query rows of one (batch, head), streaming the keys they see, like the forward.
-    Grid: ``grid_for(cdiv(seqlen_q, BLOCK_M), B * H, IS_CAUSAL and ACROSS_HEADS)``."""
+    Grid: ``tile_grid(seqlen_q, "BLOCK_M", B * H, IS_CAUSAL)``."""
     pid_m, pid_bh = _program_tile(IS_CAUSAL, True, ACROSS_HEADS)
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = pid_bh % n_heads
@@ -319,10 +318,7 @@ def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: b
     strides, scalars, meta = _common_args(q, k, v, dout, softmax_scale, causal, bottom_right)
     args = (q, k, v, dout, dk, dv, lse2, delta, *strides,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), *scalars)
-    batch, seqlen_k, n_kv_heads = k.shape[0], k.shape[1], k.shape[2]
-
-    def grid(m):
-        return grid_for(triton.cdiv(seqlen_k, m["BLOCK_N"]), batch * n_kv_heads, causal and m["ACROSS_HEADS"])
+    grid = tile_grid(k.shape[1], "BLOCK_N", k.shape[0] * k.shape[2], causal)  # key tiles x (batch, kv head)
     launch(_attn_bwd_dkdv, _attn_bwd_dkdv_tuned, grid, args, meta, config,
            configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
 
@@ -331,10 +327,7 @@ def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, b
     """Launch the dQ kernel (dq written in place); config: a ``triton.Config`` instead of autotuning."""
     strides, scalars, meta = _common_args(q, k, v, dout, softmax_scale, causal, bottom_right)
     args = (q, k, v, dout, dq, lse2, delta, *strides, dq.stride(0), dq.stride(1), dq.stride(2), *scalars)
-    batch, seqlen_q, n_heads = q.shape[0], q.shape[1], q.shape[2]
-
-    def grid(m):
-        return grid_for(triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads, causal and m["ACROSS_HEADS"])
+    grid = tile_grid(q.shape[1], "BLOCK_M", q.shape[0] * q.shape[2], causal)  # query tiles x (batch, head)
     launch(_attn_bwd_dq, _attn_bwd_dq_tuned, grid, args, meta, config,
            configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
 

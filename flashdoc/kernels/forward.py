@@ -19,7 +19,6 @@ from . import INTERPRET
 
 # exp2 is one instruction on the GPU, exp is exp2 plus a multiply: fold log2(e) into the softmax scale once.
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 # FLASHDOC_AUTOTUNE=0 skips the autotuner and takes the first config that fits the head dim (the one tuning
@@ -76,7 +75,7 @@ def _prune_fwd_configs(configs, named_args, **kwargs):
 
 @triton.jit
 def _program_tile(IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr, ACROSS_HEADS: tl.constexpr):
-    """(tile index, batch * head index) of this program, for the grid that ``grid_for`` launches.
+    """(tile index, batch * head index) of this program, for the grid that ``tile_grid`` launches.
 
     Programs run roughly in launch order, and the grid is (tiles, heads): programs launched together share a
     head, whose K and V stay in L2. Under a causal mask tiles differ in cost, and the costliest go first
@@ -156,8 +155,8 @@ def _attn_fwd(Q, K, V, O, LSE,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
               DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               ACROSS_HEADS: tl.constexpr):
-    """One program = one tile of BLOCK_M query rows of one (batch, head). Grid: ``grid_for(cdiv(seqlen_q,
-    BLOCK_M), B * H, IS_CAUSAL and ACROSS_HEADS)``."""
+    """One program = one tile of BLOCK_M query rows of one (batch, head). Grid: ``tile_grid(seqlen_q, "BLOCK_M",
+    B * H, IS_CAUSAL)``."""
     pid_m, pid_bh = _program_tile(IS_CAUSAL, True, ACROSS_HEADS)  # causal: the last query tiles see most keys
     off_b = (pid_bh // n_heads).to(tl.int64)
     off_h = pid_bh % n_heads
@@ -215,10 +214,14 @@ def seq_bucket(n: int) -> int:
     return min(triton.next_power_of_2(n), 16384)
 
 
-def grid_for(n_tiles: int, n_heads: int, across_heads: bool) -> tuple:
-    """The launch grid that ``_program_tile`` reads: (tiles, heads), or (heads, tiles) when a causal kernel
-    launches its tiles across heads."""
-    return (n_heads, n_tiles) if across_heads else (n_tiles, n_heads)
+def tile_grid(seqlen: int, block: str, n_heads: int, causal: bool):
+    """The launch grid that ``_program_tile`` reads, as a function of the chosen meta-parameters: one program
+    per tile of ``seqlen`` (the meta-parameter ``block`` long) and head, laid out (tiles, heads), or (heads,
+    tiles) when a causal config launches its tiles across heads."""
+    def grid(meta):
+        n_tiles = triton.cdiv(seqlen, meta[block])
+        return (n_heads, n_tiles) if causal and meta["ACROSS_HEADS"] else (n_tiles, n_heads)
+    return grid
 
 
 def block_d_for(head_dim: int) -> int:
@@ -281,7 +284,5 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
             seq_bucket(max(seqlen_q, seqlen_k)))
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
                 DOT_PRECISION=dot_precision(q.dtype))
-
-    def grid(m):
-        return grid_for(triton.cdiv(seqlen_q, m["BLOCK_M"]), batch * n_heads, causal and m["ACROSS_HEADS"])
-    launch(_attn_fwd, _attn_fwd_tuned, grid, args, meta, config, fwd_configs_for(head_dim, q.dtype)[0])
+    launch(_attn_fwd, _attn_fwd_tuned, tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, causal), args, meta, config,
+           fwd_configs_for(head_dim, q.dtype)[0])
