@@ -32,53 +32,33 @@ DEVICE = os.environ.get("AB_DEVICE", "cuda")
 
 PIPELINED_INNER = '''
 @triton.jit
+def _softmax_step(acc, l_i, m_i, qk, v, qk_scale, DOT_PRECISION: tl.constexpr):
+    m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+    alpha = tl.math.exp2(m_i - m_ij)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+    return acc, l_i, m_ij
+
+
+@triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale, lo, hi,
                     BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                     DOT_PRECISION: tl.constexpr):
-    offs_n0 = tl.arange(0, BLOCK_N)
-    if MASKED:
-        for start_n in tl.range(lo, hi, BLOCK_N):
-            k = k_desc.load([start_n, 0])
-            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-            offs_n = start_n + offs_n0
-            keep = offs_n[None, :] < seqlen_k
-            if IS_CAUSAL:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
-            qk = tl.where(keep, qk, float("-inf"))
-            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            m_ij = tl.where(m_ij == float("-inf"), 0.0, m_ij)
-            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
-            alpha = tl.math.exp2(m_i - m_ij)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = v_desc.load([start_n, 0])
-            acc = acc * alpha[:, None]
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-            m_i = m_ij
-    else:
-        if lo < hi:
-            k = k_desc.load([lo, 0])
-            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-            for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
-                k_next = k_desc.load([start_n + BLOCK_N, 0])
-                qk_next = tl.dot(q, tl.trans(k_next), input_precision=DOT_PRECISION)
-                m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-                p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
-                alpha = tl.math.exp2(m_i - m_ij)
-                l_i = l_i * alpha + tl.sum(p, 1)
-                v = v_desc.load([start_n, 0])
-                acc = acc * alpha[:, None]
-                acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-                m_i = m_ij
-                qk = qk_next
-            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
-            alpha = tl.math.exp2(m_i - m_ij)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = v_desc.load([hi - BLOCK_N, 0])
-            acc = acc * alpha[:, None]
-            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-            m_i = m_ij
+    if MASKED:  # the few diagonal and ragged tiles: the package's loop as it is
+        acc, l_i, m_i = _attn_fwd_inner_plain(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_offset,
+                                              qk_scale, lo, hi, BLOCK_N, IS_CAUSAL, MASKED, DOT_PRECISION)
+    elif lo < hi:
+        qk = tl.dot(q, tl.trans(k_desc.load([lo, 0])), input_precision=DOT_PRECISION)
+        for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
+            # the next tile's product is issued before this tile's softmax
+            qk_next = tl.dot(q, tl.trans(k_desc.load([start_n + BLOCK_N, 0])), input_precision=DOT_PRECISION)
+            acc, l_i, m_i = _softmax_step(acc, l_i, m_i, qk, v_desc.load([start_n, 0]), qk_scale, DOT_PRECISION)
+            qk = qk_next
+        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, qk, v_desc.load([hi - BLOCK_N, 0]), qk_scale, DOT_PRECISION)
     return acc, l_i, m_i
+
+
 '''
 
 
@@ -154,9 +134,10 @@ def variants(names):
         if name == "base":
             fwd, bwd = (BASE / "forward.py").read_text(), (BASE / "backward.py").read_text()
         elif name == "pipe":
-            a = fwd.index("@triton.jit\ndef _attn_fwd_inner")
-            b = fwd.index("# --8<-- [end:fwd_inner]")
-            fwd = fwd[:a] + PIPELINED_INNER.lstrip() + fwd[b:]
+            # the package's loop stays as _attn_fwd_inner_plain; the pipelined one takes its name
+            fwd = fwd.replace("def _attn_fwd_inner(", "def _attn_fwd_inner_plain(", 1)
+            end = fwd.index("# --8<-- [end:fwd_inner]")
+            fwd = fwd[:end] + PIPELINED_INNER.lstrip() + fwd[end:]
         elif name == "split":
             bwd = split_dkdv(bwd)
         elif name == "ws":

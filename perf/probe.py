@@ -9,7 +9,6 @@ FLOPs = 4 B H N^2 d, halved when causal; forward+backward counts 3.5x the forwar
 import argparse
 import json
 import os
-import sys
 import time
 
 os.environ.setdefault("FLASHDOC_AUTOTUNE", "1")
@@ -20,8 +19,6 @@ import triton  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import flashdoc  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def bench(fn):
@@ -35,7 +32,6 @@ def main():
     ap.add_argument("--flex-ns", default="4096")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--v1", action="store_true", help="also time perf/fwd_v1_pointers.py (forward only)")
     args = ap.parse_args()
     d, dtype = args.d, getattr(torch, args.dtype)
     flex_ns = {int(n) for n in args.flex_ns.split(",") if n}
@@ -59,16 +55,6 @@ def main():
                     with sdpa_kernel(backend):
                         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 return f
-            if args.v1:
-                import fwd_v1_pointers as v1
-
-                def v1_fwd():
-                    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-                    out = torch.empty_like(qt)
-                    lse = torch.empty(b, h, n, device="cuda", dtype=torch.float32)
-                    v1.attn_fwd(qt, kt, vt, out, lse, d ** -0.5, causal, False)
-                    return out
-                peers["flashdoc-v1"] = v1_fwd
             peers["sdpa-flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
             peers["sdpa-cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
             if flex is not None and n in flex_ns:
@@ -90,8 +76,7 @@ def main():
                 try:
                     f()
                     ms_f = bench(f)
-                    ms_fb = float("nan") if name.endswith("-v1") else bench(
-                        lambda: torch.autograd.grad(f(), (q, k, v), do))
+                    ms_fb = bench(lambda: torch.autograd.grad(f(), (q, k, v), do))
                     row[name] = {"fwd_tflops": flops / ms_f * 1e-9, "fwdbwd_tflops": 3.5 * flops / ms_fb * 1e-9}
                 except Exception as e:  # a backend may refuse a shape
                     row[name] = {"error": repr(e)[:200]}
@@ -103,8 +88,6 @@ def main():
     for r in rows:
         for mode in ("fwd", "fwdbwd"):
             vals = [r.get(p, {}).get(f"{mode}_tflops") for p in ["flashdoc", "sdpa-flash", "sdpa-cudnn", "flex"]]
-            if "flashdoc-v1" in r:
-                vals.append(r["flashdoc-v1"].get(f"{mode}_tflops"))
             ratios = [f"{vals[0] / x:.2f}" if x else "-" for x in vals[1:4]]
             print(f"{r['causal']!s:>6} {r['n']:>6} {mode:>7} " + " ".join(f"{x:11.1f}" if x else f"{'-':>11}" for x in vals)
                   + "   " + "/".join(ratios))

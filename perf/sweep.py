@@ -1,11 +1,11 @@
 """Tile-config sweep on the GPU: every candidate config of each kernel, launched directly (no autotuner).
 
-    PYTHONPATH=. python perf/sweep.py [--ds 64,128,256] [--kinds fwd,dkdv,dq,dkdv_ptr,dq_ptr] [--out sweep.json]
+    PYTHONPATH=. python perf/sweep.py [--ds 64,128,256] [--kinds fwd,dkdv,dq] [--out sweep.json]
     PYTHONPATH=. python perf/sweep.py --round 2 --ds 64,128 --kinds fwd,dkdv,dq
 
-Kinds: fwd (the package's forward), dkdv / dq (the package's backward kernels, timed one at a time), dkdv_ptr /
-dq_ptr (the same kernels from perf/bwd_v2_pointers.py, plain pointer loads, for comparison). bf16, 16k tokens in
-total (batch = 16384 / N), heads = 2048 / d, layout (B, N, H, d). TFLOP/s: 4 B H N^2 d (halved when causal) per
+Kinds: fwd (the package's forward), dkdv / dq (the package's backward kernels, timed one at a time). To compare
+whole kernel versions instead of tile sizes, use perf/ab.py. bf16, 16k tokens in total (batch = 16384 / N),
+heads = 2048 / d, layout (B, N, H, d). TFLOP/s: 4 B H N^2 d (halved when causal) per
 forward; the dK/dV kernel does 4 of the backward's 7 matmuls (2.5 x forward in all), dQ the other 3.
 Compilation runs first in parallel worker processes (it is CPU-bound and the cache is shared), timing after.
 """
@@ -57,8 +57,6 @@ CANDIDATES = {
               C(64, 16, 3, 4), C(64, 32, 2, 4)],
     },
 }
-CANDIDATES["dkdv_ptr"] = CANDIDATES["dkdv"]
-CANDIDATES["dq_ptr"] = CANDIDATES["dq"]
 # Round 2 (--round 2): round 1's winners (first) and their neighbours; two programs per SM won the forward.
 ROUND2 = {
     "fwd": {
@@ -88,35 +86,24 @@ def setup(kind, d, n, causal):
 
     torch.manual_seed(0)
     b, h = max(TOKENS // n, 1), 2048 // d if DEVICE == "cuda" else 1
-    q, k, v, do = (torch.randn(b, n, h, d, device=DEVICE, dtype=torch.bfloat16 if DEVICE == "cuda" else torch.float16) for _ in range(4))
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16  # the interpreter's bf16 is wrong
+    q, k, v, do = (torch.randn(b, n, h, d, device=DEVICE, dtype=dtype) for _ in range(4))
     out, dq, dk, dv = (torch.empty_like(q) for _ in range(4))
     lse = torch.empty(b, h, n, device=DEVICE, dtype=torch.float32)
     scale = d ** -0.5
     forward.attn_fwd(q, k, v, out, lse, scale, causal, False, config=forward.fwd_configs_for(d, q.dtype)[0])
     delta, lse2 = backward.bwd_preprocess(do, out, lse, None)
-    base = kind.removesuffix("_ptr")
-    if kind.endswith("_ptr"):
-        import bwd_v2_pointers as ptr
-        kernel = ptr._attn_bwd_dkdv if base == "dkdv" else ptr._attn_bwd_dq
-    else:
-        kernel = backward._attn_bwd_dkdv if base == "dkdv" else backward._attn_bwd_dq
 
     def f(cfg):
         config = forward._cfg(*cfg)
-        if base == "fwd":
+        if kind == "fwd":
             forward.attn_fwd(q, k, v, out, lse, scale, causal, False, config=config)
-            return
-        saved = backward._attn_bwd_dkdv, backward._attn_bwd_dq
-        backward._attn_bwd_dkdv = backward._attn_bwd_dq = kernel  # the launchers look the kernel up by name
-        try:
-            if base == "dkdv":
-                backward.bwd_dkdv(q, k, v, do, dk, dv, lse2, delta, scale, causal, False, config)
-            else:
-                backward.bwd_dq(q, k, v, do, dq, lse2, delta, scale, causal, False, config)
-        finally:
-            backward._attn_bwd_dkdv, backward._attn_bwd_dq = saved
+        elif kind == "dkdv":
+            backward.bwd_dkdv(q, k, v, do, dk, dv, lse2, delta, scale, causal, False, config)
+        else:
+            backward.bwd_dq(q, k, v, do, dq, lse2, delta, scale, causal, False, config)
 
-    flops = 4 * b * h * n * n * d / (2 if causal else 1) * MATMULS[base]
+    flops = 4 * b * h * n * n * d / (2 if causal else 1) * MATMULS[kind]
     return f, flops
 
 
@@ -137,7 +124,7 @@ def compile_job(job):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ds", default="64,128,256")
-    ap.add_argument("--kinds", default="fwd,dkdv,dq,dkdv_ptr,dq_ptr")
+    ap.add_argument("--kinds", default="fwd,dkdv,dq")
     ap.add_argument("--fwd-ns", default="2048,4096,16384")
     ap.add_argument("--bwd-ns", default="4096,16384")
     ap.add_argument("--workers", type=int, default=12)
