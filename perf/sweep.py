@@ -99,7 +99,7 @@ def setup(kind, d, n, causal):
         if kind == "fwd":
             forward.attn_fwd(q, k, v, out, lse, scale, causal, False, config=config)
         elif kind == "dkdv":
-            backward.bwd_dkdv(q, k, v, do, dk, dv, lse2, delta, scale, causal, False, config=config)
+            backward.bwd_dkdv(q, k, v, do, dk, dv, lse2, delta, scale, causal, False, config)
         else:
             backward.bwd_dq(q, k, v, do, dq, lse2, delta, scale, causal, False, config)
 

@@ -46,19 +46,6 @@ DQ_CONFIGS = {
     (256, True): [_cfg(32, 16, 1, 4)],
 }
 
-# The fused backward: the dK/dV kernel also adds each tile's share of dQ into an fp32 buffer with atomics
-# (FlashAttention-2's own CUDA backward), 5 matrix products per tile instead of 4 + 3 in two kernels.
-FUSED_CONFIGS = {
-    (64, False): [_cfg(64, 128, 2, 8), _cfg(32, 128, 2, 4), _cfg(64, 64, 2, 4)],
-    (128, False): [_cfg(64, 128, 2, 8), _cfg(64, 64, 2, 4), _cfg(32, 128, 2, 8)],
-    (256, False): [_cfg(32, 64, 2, 8), _cfg(64, 64, 2, 8), _cfg(32, 128, 2, 8)],
-    (64, True): [_cfg(32, 64, 2, 4)],
-    (128, True): [_cfg(32, 32, 2, 4)],
-    (256, True): [_cfg(16, 32, 1, 4)],
-}
-# The interpreter has no tensor-descriptor atomics: it adds dQ tiles through pointers.
-DQ_TMA = not INTERPRET
-
 
 def _prune_dkdv_configs(configs, named_args, **kwargs):
     return configs_for(DKDV_CONFIGS, kwargs["BLOCK_D"], named_args["Q"].dtype)
@@ -66,10 +53,6 @@ def _prune_dkdv_configs(configs, named_args, **kwargs):
 
 def _prune_dq_configs(configs, named_args, **kwargs):
     return configs_for(DQ_CONFIGS, kwargs["BLOCK_D"], named_args["Q"].dtype)
-
-
-def _prune_fused_configs(configs, named_args, **kwargs):
-    return configs_for(FUSED_CONFIGS, kwargs["BLOCK_D"], named_args["Q"].dtype)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -109,23 +92,9 @@ def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
 
 
 @triton.jit
-def _add_dq(dq_out, dq, start_m, seqlen_q, stride_dqs, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-            BLOCK_D: tl.constexpr, DQ_TMA: tl.constexpr):
-    """Atomically add a (BLOCK_M, BLOCK_D) fp32 tile into dQ rows [start_m, start_m + BLOCK_M)."""
-    if DQ_TMA:
-        dq_out.atomic_add([start_m, 0], dq)  # one TMA reduce-add; rows and columns out of bounds are dropped
-    else:
-        offs_m = (start_m + tl.arange(0, BLOCK_M)).to(tl.int64)
-        offs_d = tl.arange(0, BLOCK_D)
-        keep = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
-        tl.atomic_add(dq_out + offs_m[:, None] * stride_dqs + offs_d[None, :], dq, mask=keep, sem="relaxed")
-
-
-@triton.jit
-def _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, dq_out, lse2_base, delta_base, offs_n, seqlen_q,
-                         causal_offset, stride_dqs, qk_scale, lo, hi, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                         BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-                         DOT_PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TMA: tl.constexpr):
+def _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q, causal_offset,
+                         qk_scale, lo, hi, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                         DOT_PRECISION: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -148,32 +117,25 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, dq_out, lse2_base, delta
         dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
         dsT = pT * (dpT - delta[None, :])
         dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
-        if ATOMIC_DQ:
-            # this key tile's share of dQ (unscaled) for these query rows; other key tiles add theirs
-            dq = tl.dot(tl.trans(dsT.to(k.dtype)), k, input_precision=DOT_PRECISION)
-            _add_dq(dq_out, dq, start_m, seqlen_q, stride_dqs, HEAD_DIM, BLOCK_M, BLOCK_D, DQ_TMA)
     return dk, dv
 
 
 # --8<-- [start:bwd_dkdv]
 @triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
-def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQ, LSE2, DELTA,
+def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
                    stride_qb, stride_qs, stride_qh,
                    stride_kb, stride_ks, stride_kh,
                    stride_vb, stride_vs, stride_vh,
                    stride_dob, stride_dos, stride_doh,
                    stride_dkb, stride_dks, stride_dkh,
                    stride_dvb, stride_dvs, stride_dvh,
-                   stride_dqb, stride_dqs, stride_dqh,
                    n_heads, group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
                    SEQ_BUCKET,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   ACROSS_HEADS: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TMA: tl.constexpr):
+                   ACROSS_HEADS: tl.constexpr):
     """One program = BLOCK_N keys of one (batch, kv head); it streams every query row (of every query head
-    in its GQA group) that sees them. Grid: ``tile_grid(seqlen_k, "BLOCK_N", B * H_kv, IS_CAUSAL)``.
-
-    ATOMIC_DQ: also add each tile's dS K into the fp32 buffer DQ (the fused backward; no dQ kernel)."""
+    in its GQA group) that sees them. Grid: ``tile_grid(seqlen_k, "BLOCK_N", B * H_kv, IS_CAUSAL)``."""
     pid_n, pid_bhk = _program_tile(IS_CAUSAL, False, ACROSS_HEADS)  # causal: the first key tiles are the costliest
     n_kv_heads = n_heads // group_size
     off_b = (pid_bhk // n_kv_heads).to(tl.int64)
@@ -207,22 +169,16 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQ, LSE2, DELTA,
                              BLOCK_D)
         lse2_base = LSE2 + (off_b * n_heads + off_h) * seqlen_q
         delta_base = DELTA + (off_b * n_heads + off_h) * seqlen_q
-        dq_out = DQ
-        if ATOMIC_DQ:
-            dq_out = DQ + off_b * stride_dqb + off_h * stride_dqh
-            if DQ_TMA:
-                dq_out = _head_desc(dq_out, seqlen_q, stride_dqs, HEAD_DIM, BLOCK_M, BLOCK_D)
         # diagonal tiles (masked), full tiles (no mask), then the ragged last tile of queries (masked)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, dq_out, lse2_base, delta_base, offs_n,
-                                      seqlen_q, causal_offset, stride_dqs, qk_scale, lo, full_lo, HEAD_DIM, BLOCK_M,
-                                      BLOCK_D, IS_CAUSAL, True, DOT_PRECISION, ATOMIC_DQ, DQ_TMA)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, dq_out, lse2_base, delta_base, offs_n,
-                                      seqlen_q, causal_offset, stride_dqs, qk_scale, full_lo, q_even_hi, HEAD_DIM,
-                                      BLOCK_M, BLOCK_D, IS_CAUSAL, False, DOT_PRECISION, ATOMIC_DQ, DQ_TMA)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, dq_out, lse2_base, delta_base, offs_n,
-                                      seqlen_q, causal_offset, stride_dqs, qk_scale, tl.maximum(q_even_hi, full_lo),
-                                      seqlen_q_tiles, HEAD_DIM, BLOCK_M, BLOCK_D, IS_CAUSAL, True, DOT_PRECISION,
-                                      ATOMIC_DQ, DQ_TMA)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q,
+                                      causal_offset, qk_scale, lo, full_lo, BLOCK_M, IS_CAUSAL, True,
+                                      DOT_PRECISION)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q,
+                                      causal_offset, qk_scale, full_lo, q_even_hi, BLOCK_M, IS_CAUSAL, False,
+                                      DOT_PRECISION)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q,
+                                      causal_offset, qk_scale, tl.maximum(q_even_hi, full_lo), seqlen_q_tiles,
+                                      BLOCK_M, IS_CAUSAL, True, DOT_PRECISION)
 
     dk *= softmax_scale  # S = scale * Q K^T, so dK = scale * dS^T Q
     # rows past seqlen_k and columns past head_dim are not written
@@ -311,11 +267,6 @@ _attn_bwd_dq_tuned = None if INTERPRET else triton.autotune(
     configs=[c for cs in DQ_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
     prune_configs_by={"early_config_prune": _prune_dq_configs},
 )(_attn_bwd_dq)
-_attn_bwd_fused_tuned = None if INTERPRET else triton.autotune(
-    configs=[c for cs in FUSED_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
-    prune_configs_by={"early_config_prune": _prune_fused_configs},
-    reset_to_zero=["DQ"],  # every timed run adds into DQ
-)(_attn_bwd_dkdv)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -362,22 +313,14 @@ def _common_args(q, k, v, dout, softmax_scale, causal, bottom_right):
 
 
 def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
-             dq_accum=None, config=None):
-    """Launch the dK/dV kernel (dk, dv written in place); config: a ``triton.Config`` instead of autotuning.
-
-    dq_accum: a zeroed fp32 tensor shaped like q to also add dS K into (dQ / softmax_scale): the fused backward.
-    """
+             config=None):
+    """Launch the dK/dV kernel (dk, dv written in place); config: a ``triton.Config`` instead of autotuning."""
     strides, scalars, meta = _common_args(q, k, v, dout, softmax_scale, causal, bottom_right)
-    fused = dq_accum is not None
-    dq_args = (dq_accum, *dq_accum.stride()[:3]) if fused else (dk, 0, 0, 0)  # unused without ATOMIC_DQ
-    args = (q, k, v, dout, dk, dv, dq_args[0], lse2, delta, *strides,
-            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), *dq_args[1:],
-            *scalars)
-    meta.update(ATOMIC_DQ=fused, DQ_TMA=DQ_TMA)
+    args = (q, k, v, dout, dk, dv, lse2, delta, *strides,
+            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), *scalars)
     grid = tile_grid(k.shape[1], "BLOCK_N", k.shape[0] * k.shape[2], causal)  # key tiles x (batch, kv head)
-    table = FUSED_CONFIGS if fused else DKDV_CONFIGS
-    launch(_attn_bwd_dkdv, _attn_bwd_fused_tuned if fused else _attn_bwd_dkdv_tuned, grid, args, meta, config,
-           configs_for(table, meta["BLOCK_D"], q.dtype)[0])
+    launch(_attn_bwd_dkdv, _attn_bwd_dkdv_tuned, grid, args, meta, config,
+           configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
 
 
 def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
@@ -390,18 +333,12 @@ def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, b
 
 
 def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool,
-             deterministic: bool = True, config=None):
-    """Launch the backward. Shapes as in ``attn_fwd``; dq/dk/dv are written in place.
+             config=None):
+    """Launch preprocess, dK/dV and dQ. Shapes as in ``attn_fwd``; dq/dk/dv are written in place.
 
-    deterministic: preprocess, dK/dV and dQ kernels, no atomics (config: a (dK/dV, dQ) pair of
-    ``triton.Config``); otherwise the fused kernel adds dQ with atomics (config: one ``triton.Config``).
+    config: a (dK/dV ``triton.Config``, dQ ``triton.Config``) pair instead of autotuning.
     """
     delta, lse2 = bwd_preprocess(dout, out, lse, dlse)
-    if not deterministic:
-        dq_accum = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
-        bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dq_accum, config)
-        dq.copy_(dq_accum.mul_(softmax_scale))
-        return
     dkdv_config, dq_config = config if config is not None else (None, None)
-    bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, config=dkdv_config)
+    bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config)
     bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right, dq_config)
