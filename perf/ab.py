@@ -9,6 +9,7 @@ Variants, each loaded as its own package from a copy of the kernel sources:
 - pipe: `new` with the unmasked forward loop software-pipelined by hand: the next tile's Q K^T is issued before
   the current tile's softmax (FlashAttention-3's intra-warpgroup overlap), if Triton keeps that product in flight;
 - ws:   `new` with `warp_specialize=True` on the forward's key loops;
+- perf/<folder>: the forward.py of another git-ignored snapshot folder (with `new`'s backward);
 - split: `new` with the dK/dV kernel run as two passes, dV then dK, one accumulator each (bwd only).
 (The fused backward with atomic dQ was timed with this script at commit cfdb8d3: 0.55-0.96x, see NOTES.md.)
 bf16, 16k tokens in total, heads = 2048 / d, layout (B, N, H, d). Prints TFLOP/s per variant and the ratio to base.
@@ -119,6 +120,7 @@ def split_dkdv(src: str) -> str:
 
 def load_variant(name: str, forward_src: str, backward_src: str):
     """Import a copy of the kernel sources as package `ab_<name>` (relative imports keep working)."""
+    name = name.replace("/", "_")
     pkg = pathlib.Path(tempfile.mkdtemp()) / f"ab_{name}"
     pkg.mkdir()
     (pkg / "__init__.py").write_text((KERNELS / "__init__.py").read_text())
@@ -134,6 +136,8 @@ def variants(names):
         fwd, bwd = fwd_new, bwd_new
         if name == "base":
             fwd, bwd = (BASE / "forward.py").read_text(), (BASE / "backward.py").read_text()
+        elif name.startswith("perf/"):  # another snapshot folder (git-ignored, carried): its forward.py
+            fwd = (ROOT / name / "forward.py").read_text()
         elif name == "pipe":
             # the package's loop stays as _attn_fwd_inner_plain; the pipelined one takes its name
             fwd = fwd.replace("def _attn_fwd_inner(", "def _attn_fwd_inner_plain(", 1)

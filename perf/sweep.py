@@ -1,7 +1,7 @@
 """Tile-config sweep on the GPU: every candidate config of each kernel, launched directly (no autotuner).
 
     PYTHONPATH=. python perf/sweep.py [--ds 64,128,256] [--kinds fwd,dkdv,dq] [--out sweep.json]
-    PYTHONPATH=. python perf/sweep.py --round 2 --ds 64,128 --kinds fwd,dkdv,dq
+    PYTHONPATH=. python perf/sweep.py --round 2 --ds 64,128 --kinds fwd,dkdv,dq   (or --round 3)
 
 Kinds: fwd (the package's forward), dkdv / dq (the package's backward kernels, timed one at a time). To compare
 whole kernel versions instead of tile sizes, use perf/ab.py. bf16, 16k tokens in total (batch = 16384 / N),
@@ -75,6 +75,26 @@ ROUND2 = {
               C(64, 32, 2, 4)],
     },
 }
+# Round 3 (--round 3, session 3): 128-row tiles on 4 warps, which perf/ab.py found fast for the d = 128
+# forward (two such programs fit one SM); the current configs come first.
+ROUND3 = {
+    "fwd": {
+        64: [C(64, 128, 2, 4), C(128, 64, 2, 4), C(128, 32, 2, 4), C(128, 64, 3, 4), C(128, 32, 3, 4)],
+        128: [C(64, 64, 3, 4), C(128, 64, 2, 4), C(128, 32, 2, 4), C(128, 32, 3, 4), C(128, 32, 4, 4),
+              C(128, 64, 3, 4)],
+        256: [C(128, 64, 2, 8), C(128, 32, 2, 4), C(128, 16, 2, 4), C(64, 64, 2, 4), C(128, 32, 3, 4)],
+    },
+    "dkdv": {
+        64: [C(32, 128, 3, 4), C(128, 64, 2, 4), C(64, 64, 2, 4), C(64, 128, 2, 4), C(128, 128, 2, 8)],
+        128: [C(64, 64, 2, 4), C(128, 64, 2, 4), C(128, 64, 2, 8), C(128, 32, 2, 4), C(64, 32, 2, 4)],
+        256: [C(64, 64, 2, 8), C(64, 32, 2, 4), C(128, 32, 2, 4), C(128, 64, 1, 8), C(128, 32, 2, 8)],
+    },
+    "dq": {
+        64: [C(128, 64, 3, 8), C(128, 64, 2, 4), C(128, 32, 2, 4), C(128, 128, 2, 4), C(128, 32, 3, 4)],
+        128: [C(128, 64, 3, 8), C(128, 64, 2, 4), C(128, 32, 2, 4), C(128, 32, 3, 4), C(128, 64, 3, 4)],
+        256: [C(128, 32, 3, 8), C(128, 32, 2, 4), C(128, 16, 2, 4), C(128, 16, 3, 4), C(64, 32, 2, 4)],
+    },
+}
 MATMULS = {"fwd": 1.0, "dkdv": 4 / 7 * 2.5, "dq": 3 / 7 * 2.5}
 
 
@@ -129,11 +149,11 @@ def main():
     ap.add_argument("--bwd-ns", default="4096,16384")
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--out", default="sweep.json")
-    ap.add_argument("--round", type=int, default=1, choices=(1, 2))
+    ap.add_argument("--round", type=int, default=1, choices=(1, 2, 3))
     args = ap.parse_args()
-    if args.round == 2:
+    if args.round > 1:
         CANDIDATES.clear()
-        CANDIDATES.update(ROUND2)
+        CANDIDATES.update(ROUND2 if args.round == 2 else ROUND3)
     ds = [int(x) for x in args.ds.split(",")]
     kinds = args.kinds.split(",")
     jobs = [(kind, d, causal, cfg) for kind in kinds for d in ds for causal in (False, True)

@@ -30,7 +30,7 @@ PRE_BLOCK_M = 64
 # across heads (see forward._program_tile) measured 0-6% slower here, so no config sets it. fp32 (non
 # tensor-core products) gets small tiles.
 DKDV_CONFIGS = {
-    (64, False): [_cfg(32, 128, 3, 4), _cfg(64, 64, 3, 4), _cfg(32, 128, 5, 4)],
+    (64, False): [_cfg(32, 128, 3, 4), _cfg(64, 64, 3, 4), _cfg(128, 64, 2, 4)],
     (128, False): [_cfg(64, 64, 2, 4), _cfg(32, 64, 4, 4), _cfg(64, 128, 2, 8)],
     (256, False): [_cfg(64, 64, 2, 8), _cfg(32, 64, 3, 8)],
     (64, True): [_cfg(32, 64, 2, 4)],

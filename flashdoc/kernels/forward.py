@@ -43,14 +43,15 @@ CPU_CONFIG = _cfg(32, 32, 1, 4)
 # perf/sweep.py on the H200, every config timed on its own (the numbers are in perf/NOTES.md):
 # - Shared memory holds the Q tile plus `stages` K and V tiles, 2 B x d x (BLOCK_M + 2 x stages x BLOCK_N).
 #   Where that allows two programs per SM (d <= 128, 64-row query tiles, <= 113 KiB each), one program's
-#   softmax overlaps the other's matrix products, which beats one 128-row program of 8 warps.
+#   softmax overlaps the other's matrix products, which beats one 128-row program of 8 warps. At d = 128 two
+#   128-row programs of 4 warps each also fit, and win without a mask at every length.
 # - At d = 256 a 64-row program holds a 64 x 256 fp32 accumulator in 4 warps; 128 rows over 8 warps is faster.
 #   With one program per SM, launching causal tiles heaviest first across heads is faster (perf/ab.py); with
 #   several per SM (d <= 128) it is slower, so only these configs set it (the True).
 # - fp32 inputs use full-precision (non tensor-core) products with 4-byte tiles: small tiles, one candidate.
 FWD_CONFIGS = {
     (64, False): [_cfg(64, 128, 2, 4), _cfg(64, 64, 3, 4), _cfg(128, 64, 3, 4)],
-    (128, False): [_cfg(64, 64, 3, 4), _cfg(128, 64, 3, 8), _cfg(128, 64, 4, 8)],
+    (128, False): [_cfg(64, 64, 3, 4), _cfg(128, 64, 2, 4), _cfg(128, 64, 3, 8)],
     (256, False): [_cfg(128, 64, 2, 8, True), _cfg(128, 32, 3, 8, True), _cfg(64, 32, 2, 4)],
     (64, True): [_cfg(64, 64, 2, 4)],
     (128, True): [_cfg(64, 32, 2, 4)],
