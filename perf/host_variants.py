@@ -17,7 +17,8 @@ def rep(s, o, n):
     return s.replace(o, n)
 
 s = src
-s = rep(s, "import triton.language as tl\n", "import triton.language as tl\nfrom triton.tools.tensor_descriptor import TensorDescriptor\n")
+s = rep(s, "import triton.language as tl\n",
+        "import triton.language as tl\nfrom triton.tools.tensor_descriptor import TensorDescriptor\n")
 s = rep(s, '''def _cfg(block_m, block_n, stages, warps, across_heads=False):''', '''HOST_Q = tl.constexpr(@Q@)
 HOST_KV = tl.constexpr(@KV@)
 HOST_O = tl.constexpr(@O@)
@@ -80,7 +81,8 @@ s = rep(s, '''    o_desc = _head_desc(O + off_b * stride_ob + off_h * stride_oh,
         o_desc = _head_desc(O + off_b64 * stride_ob + off_h * stride_oh, seqlen_q, stride_os, HEAD_DIM, BLOCK_M,
                             BLOCK_D)
         o_desc.store([pid_m * BLOCK_M, 0], acc.to(O.dtype.element_ty))''')
-s = rep(s, '''        kernel[grid(config.kwargs)](*args, **meta, **config.kwargs, num_warps=config.num_warps,''', '''        set_block_shapes({**dict(enumerate(args)), **meta, **config.kwargs})
+s = rep(s, '''        kernel[grid(config.kwargs)](*args, **meta, **config.kwargs, num_warps=config.num_warps,''',
+        '''        set_block_shapes({**dict(enumerate(args)), **meta, **config.kwargs})
         kernel[grid(config.kwargs)](*args, **meta, **config.kwargs, num_warps=config.num_warps,''')
 s = rep(s, '''    args = (q, k, v, out, lse,''', '''    host = lambda t, rows, flag: head_tiles(t, rows) if flag else t
     args = (host(q, "BLOCK_M", HOST_Q.value), host(k, "BLOCK_N", HOST_KV.value), host(v, "BLOCK_N", HOST_KV.value),
