@@ -71,3 +71,15 @@ def test_sdpa_rejects(kwargs, exc, match):
     args.update(kwargs)
     with pytest.raises(exc, match=match):
         flashdoc.scaled_dot_product_attention(**args)
+
+
+def test_causal_across_heads_grid_limit():
+    """The d > 128 causal forward launches its query tiles on CUDA's grid axis 1 (65,535 programs at most):
+    past that, a clear error with the fix, raised before the launch, instead of a CUDA launch failure."""
+    from flashdoc.kernels.forward import MAX_GRID_Y, tile_grid
+    meta = {"BLOCK_M": 128, "ACROSS_HEADS": True}
+    assert tile_grid(MAX_GRID_Y * 128, "BLOCK_M", 2, True)(meta) == (2, MAX_GRID_Y)
+    with pytest.raises(ValueError, match=r"at most 8,388,480 query positions \(got 8,388,481\).*Split the queries"):
+        tile_grid(MAX_GRID_Y * 128 + 1, "BLOCK_M", 2, True)(meta)
+    # the other launch order keeps tiles on axis 0, which allows 2**31 - 1
+    assert tile_grid(MAX_GRID_Y * 128 + 1, "BLOCK_M", 2, False)(meta) == (MAX_GRID_Y + 1, 2)

@@ -215,13 +215,26 @@ def seq_bucket(n: int) -> int:
     return min(triton.next_power_of_2(n), 16384)
 
 
+MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1 (and 2); axis 0 allows 2**31 - 1
+
+
 def tile_grid(seqlen: int, block: str, n_heads: int, causal: bool):
     """The launch grid that ``_program_tile`` reads, as a function of the chosen meta-parameters: one program
     per tile of ``seqlen`` (the meta-parameter ``block`` long) and head, laid out (tiles, heads), or (heads,
     tiles) when a causal config launches its tiles across heads."""
     def grid(meta):
         n_tiles = triton.cdiv(seqlen, meta[block])
-        return (n_heads, n_tiles) if causal and meta["ACROSS_HEADS"] else (n_tiles, n_heads)
+        if not (causal and meta["ACROSS_HEADS"]):
+            return (n_tiles, n_heads)
+        if n_tiles > MAX_GRID_Y:  # the tiles are on grid axis 1 here, which CUDA caps at 65,535
+            limit = MAX_GRID_Y * meta[block]
+            raise ValueError(
+                f"a causal call with head_dim > 128 handles at most {limit:,} query positions (got {seqlen:,}): "
+                f"its launch grid puts one program per {meta[block]} positions on a CUDA grid axis capped at "
+                f"{MAX_GRID_Y:,}. Split the queries; for self-attention, flashdoc.flash_attn_func(q[:, a:b], "
+                f"k[:, :b], v[:, :b], causal=True) for chunks [a, b) of at most {limit:,} positions (its causal "
+                "mask is bottom-right aligned, so each chunk sees exactly the keys it should)")
+        return (n_heads, n_tiles)
     return grid
 
 
