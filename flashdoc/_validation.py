@@ -6,11 +6,12 @@ import math
 import torch
 
 from .kernels import INTERPRET
+from .kernels.forward import MAX_GRID_Y
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
-# The kernels' launch grids give (batch, head) pairs a grid axis that CUDA caps at 65,535 programs.
-MAX_BATCH_HEADS = 65535
+# The kernels' launch grids give (batch, head) pairs grid axis 1, which CUDA caps at 65,535 programs.
+MAX_BATCH_HEADS = MAX_GRID_Y
 
 
 def _validate_tensor(t, name: str, ref=None, ref_name: str = "q") -> None:

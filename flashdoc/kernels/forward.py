@@ -226,7 +226,7 @@ def tile_grid(seqlen: int, block: str, n_heads: int, causal: bool):
         n_tiles = triton.cdiv(seqlen, meta[block])
         if not (causal and meta["ACROSS_HEADS"]):
             return (n_tiles, n_heads)
-        if n_tiles > MAX_GRID_Y:  # the tiles are on grid axis 1 here, which CUDA caps at 65,535
+        if n_tiles > MAX_GRID_Y:  # this order puts the tiles on grid axis 1
             limit = MAX_GRID_Y * meta[block]
             raise ValueError(
                 f"a causal call with head_dim > 128 handles at most {limit:,} query positions (got {seqlen:,}): "
