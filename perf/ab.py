@@ -5,11 +5,11 @@
 Variants, each loaded as its own package from a copy of the kernel sources:
 - base: perf/_base/{forward,backward}.py, a snapshot of the kernels before the change under test (copy them
   there before editing; the folder is git-ignored and travels to the GPU with `carry`);
+- perf/<folder>: any other such snapshot folder; a file it lacks comes from `new`;
 - new:  flashdoc/kernels as they are now;
 - pipe: `new` with the unmasked forward loop software-pipelined by hand: the next tile's Q K^T is issued before
   the current tile's softmax (FlashAttention-3's intra-warpgroup overlap), if Triton keeps that product in flight;
 - ws:   `new` with `warp_specialize=True` on the forward's key loops;
-- perf/<folder>: the forward.py of another git-ignored snapshot folder (with `new`'s backward);
 - split: `new` with the dK/dV kernel run as two passes, dV then dK, one accumulator each (bwd only).
 (The fused backward with atomic dQ was timed with this script at commit cfdb8d3: 0.55-0.96x, see NOTES.md.)
 bf16, 16k tokens in total, heads = 2048 / d, layout (B, N, H, d). Prints TFLOP/s per variant and the ratio to base.
@@ -28,7 +28,6 @@ import triton
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "flashdoc" / "kernels"
-BASE = ROOT / "perf" / "_base"
 # AB_DEVICE=cpu (with TRITON_INTERPRET=1 and tiny --ns, --tokens) checks the variants' plumbing and results.
 DEVICE = os.environ.get("AB_DEVICE", "cuda")
 
@@ -134,10 +133,12 @@ def variants(names):
     fwd_new, bwd_new = (KERNELS / "forward.py").read_text(), (KERNELS / "backward.py").read_text()
     for name in names:
         fwd, bwd = fwd_new, bwd_new
-        if name == "base":
-            fwd, bwd = (BASE / "forward.py").read_text(), (BASE / "backward.py").read_text()
-        elif name.startswith("perf/"):  # another snapshot folder (git-ignored, carried): its forward.py
-            fwd = (ROOT / name / "forward.py").read_text()
+        if name == "base" or name.startswith("perf/"):  # a snapshot folder (git-ignored, carried)
+            folder = ROOT / ("perf/_base" if name == "base" else name)
+            if (folder / "forward.py").exists():
+                fwd = (folder / "forward.py").read_text()
+            if (folder / "backward.py").exists():
+                bwd = (folder / "backward.py").read_text()
         elif name == "pipe":
             # the package's loop stays as _attn_fwd_inner_plain; the pipelined one takes its name
             fwd = fwd.replace("def _attn_fwd_inner(", "def _attn_fwd_inner_plain(", 1)

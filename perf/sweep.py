@@ -151,13 +151,11 @@ def main():
     ap.add_argument("--out", default="sweep.json")
     ap.add_argument("--round", type=int, default=1, choices=(1, 2, 3))
     args = ap.parse_args()
-    if args.round > 1:
-        CANDIDATES.clear()
-        CANDIDATES.update(ROUND2 if args.round == 2 else ROUND3)
+    candidates = {1: CANDIDATES, 2: ROUND2, 3: ROUND3}[args.round]
     ds = [int(x) for x in args.ds.split(",")]
     kinds = args.kinds.split(",")
     jobs = [(kind, d, causal, cfg) for kind in kinds for d in ds for causal in (False, True)
-            for cfg in CANDIDATES[kind][d]]
+            for cfg in candidates[kind][d]]
     t0 = time.time()
     with mp.get_context("spawn").Pool(args.workers) as pool:
         failed = {job: err for job, err in pool.imap_unordered(compile_job, jobs) if err}
@@ -176,13 +174,13 @@ def main():
                 for n in ns:
                     f, flops = setup(kind, d, n, causal)
                     results = {}
-                    for cfg in CANDIDATES[kind][d]:
+                    for cfg in candidates[kind][d]:
                         if (kind, d, causal, cfg) in failed:
                             continue
                         ms = triton.testing.do_bench(lambda: f(cfg), warmup=10, rep=40, return_mode="median")
                         results[cfg] = flops / ms * 1e-9
                     best = max(results, key=results.get)
-                    default = CANDIDATES[kind][d][0]
+                    default = candidates[kind][d][0]
                     line = " ".join(f"{c}:{t:.0f}" for c, t in sorted(results.items(), key=lambda x: -x[1]))
                     print(f"{kind:>8} d={d:<3} causal={causal!s:<5} N={n:<5} best {best} {results[best]:.0f} "
                           f"(default {results.get(default, 0):.0f}) | {line}", flush=True)
