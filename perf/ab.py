@@ -10,8 +10,8 @@ Variants, each loaded as its own package from a copy of the kernel sources:
 - pipe: `new` with the unmasked forward loop software-pipelined by hand: the next tile's Q K^T is issued before
   the current tile's softmax (FlashAttention-3's intra-warpgroup overlap), if Triton keeps that product in flight;
 - ws:   `new` with `warp_specialize=True` on the forward's key loops;
-- split: `new` with the dK/dV kernel run as two passes, dV then dK, one accumulator each (bwd only).
-(The fused backward with atomic dQ was timed with this script at commit cfdb8d3: 0.55-0.96x, see NOTES.md.)
+(Variants timed in earlier sessions and rejected live in git: the fused backward with atomic dQ at commit
+cfdb8d3, the dV/dK split of the dK/dV kernel (`split`) at commit 00bd95b; see NOTES.md.)
 bf16, 16k tokens in total, heads = 2048 / d, layout (B, N, H, d). Prints TFLOP/s per variant and the ratio to base.
 """
 
@@ -63,60 +63,6 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_o
 '''
 
 
-def split_dkdv(src: str) -> str:
-    """The backward with a compile-time WANT on the dK/dV kernel (1: dV only, 2: dK only, 3: both) and an
-    attn_bwd that runs it twice when given three configs (dV pass, dK pass, dQ): one fp32 accumulator per
-    program instead of two, room for 128-key tiles at d = 256, for one extra matmul (5 instead of 4)."""
-    edits = [
-        ("                         DOT_PRECISION: tl.constexpr):\n    offs_m0 = tl.arange(0, BLOCK_M)",
-         "                         DOT_PRECISION: tl.constexpr, WANT: tl.constexpr = 3):\n"
-         "    offs_m0 = tl.arange(0, BLOCK_M)"),
-        ("        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)\n"
-         "        dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)\n"
-         "        dsT = pT * (dpT - delta[None, :])\n"
-         "        dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)\n",
-         "        if WANT % 2 == 1:\n"
-         "            dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)\n"
-         "        if WANT >= 2:\n"
-         "            dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)\n"
-         "            dsT = pT * (dpT - delta[None, :])\n"
-         "            dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)\n"),
-        ("                   ACROSS_HEADS: tl.constexpr):\n    \"\"\"One program = BLOCK_N keys",
-         "                   ACROSS_HEADS: tl.constexpr, WANT: tl.constexpr = 3):\n"
-         "    \"\"\"One program = BLOCK_N keys"),
-        ("causal_offset, qk_scale, lo, full_lo, BLOCK_M, IS_CAUSAL, True,\n"
-         "                                      DOT_PRECISION)",
-         "causal_offset, qk_scale, lo, full_lo, BLOCK_M, IS_CAUSAL, True,\n"
-         "                                      DOT_PRECISION, WANT)"),
-        ("causal_offset, qk_scale, full_lo, q_even_hi, BLOCK_M, IS_CAUSAL, False,\n"
-         "                                      DOT_PRECISION)",
-         "causal_offset, qk_scale, full_lo, q_even_hi, BLOCK_M, IS_CAUSAL, False,\n"
-         "                                      DOT_PRECISION, WANT)"),
-        ("                                      BLOCK_M, IS_CAUSAL, True, DOT_PRECISION)\n",
-         "                                      BLOCK_M, IS_CAUSAL, True, DOT_PRECISION, WANT)\n"),
-        ("    _head_desc(DK + off_b * stride_dkb", "    if WANT >= 2:\n        _head_desc(DK + off_b * stride_dkb"),
-        ("               BLOCK_D).store([start_n, 0], dk.to(DK.dtype.element_ty))\n"
-         "    _head_desc(DV + off_b",
-         "               BLOCK_D).store([start_n, 0], dk.to(DK.dtype.element_ty))\n"
-         "    if WANT % 2 == 1:\n        _head_desc(DV + off_b"),
-        ("    dkdv_config, dq_config = config if config is not None else (None, None)\n"
-         "    bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config)\n",
-         "    if config is not None and len(config) == 3:\n"
-         "        for want, cfg in ((1, config[0]), (2, config[1])):\n"
-         "            cfg = triton.Config({**cfg.kwargs, 'WANT': want}, num_warps=cfg.num_warps,\n"
-         "                                num_stages=cfg.num_stages)\n"
-         "            bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, cfg)\n"
-         "        config = (None, config[2])\n"
-         "    dkdv_config, dq_config = config if config is not None else (None, None)\n"
-         "    if dkdv_config is not None or config is None:\n"
-         "        bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config)\n"),
-    ]
-    for old, new in edits:
-        assert src.count(old) == 1, old
-        src = src.replace(old, new)
-    return src
-
-
 def load_variant(name: str, forward_src: str, backward_src: str):
     """Import a copy of the kernel sources as package `ab_<name>` (relative imports keep working)."""
     name = name.replace("/", "_")
@@ -144,8 +90,6 @@ def variants(names):
             fwd = fwd.replace("def _attn_fwd_inner(", "def _attn_fwd_inner_plain(", 1)
             end = fwd.index("# --8<-- [end:fwd_inner]")
             fwd = fwd[:end] + PIPELINED_INNER.lstrip() + fwd[end:]
-        elif name == "split":
-            bwd = split_dkdv(bwd)
         elif name == "ws":
             assert "tl.range(lo, hi, BLOCK_N)" in fwd
             fwd = fwd.replace("tl.range(lo, hi, BLOCK_N)", "tl.range(lo, hi, BLOCK_N, warp_specialize=True)")
@@ -156,11 +100,6 @@ def variants(names):
 FWD = {64: [(64, 128, 2, 4)], 128: [(64, 64, 3, 4), (128, 64, 3, 8)], 256: [(128, 64, 2, 8)]}
 DKDV = {64: (32, 128, 3, 4), 128: (64, 64, 2, 4), 256: (64, 64, 2, 8)}
 DQ = {64: (128, 64, 3, 8), 128: (128, 64, 3, 8), 256: (128, 32, 3, 8)}
-# split: (dV pass, dK pass) configs to try, the dQ kernel as in DQ
-SPLIT = {64: [((32, 128, 3, 4), (32, 128, 3, 4))],
-         128: [((64, 128, 2, 8), (64, 64, 2, 4)), ((32, 128, 3, 8), (32, 128, 3, 8))],
-         256: [((64, 128, 2, 8), (64, 128, 2, 8)), ((32, 128, 2, 8), (32, 128, 2, 8)),
-               ((64, 64, 2, 8), (64, 64, 2, 8)), ((64, 128, 2, 8), (64, 64, 2, 8))]}
 
 
 def main():
@@ -171,7 +110,7 @@ def main():
     ap.add_argument("--fwd-variants", default=None, help="default: every one in --variants")
     ap.add_argument("--fwd-configs", default=None,
                     help="forward configs instead of FWD, e.g. '128=64,32,3,4;128=64,64,3,4;64=64,64,3,4'")
-    ap.add_argument("--bwd-variants", default="base,new", help="also: split (needs it in --variants)")
+    ap.add_argument("--bwd-variants", default="base,new", help="variants to time the backward of")
     ap.add_argument("--causal", default="False,True")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--warm", action="store_true", help="only compile (run each variant once), no timing")
@@ -209,17 +148,13 @@ def main():
                     out, lse = torch.empty_like(q), torch.empty(b, h, n, device=DEVICE, dtype=torch.float32)
                     fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False, config=fwd._cfg(*FWD[d][0]))
                     dq, dk, dv = (torch.empty_like(q) for _ in range(3))
-                    if name == "split":
-                        configs = {f"split {a}|{b_}": (fwd._cfg(*a), fwd._cfg(*b_), fwd._cfg(*DQ[d]))
-                                   for a, b_ in SPLIT[d]}
-                    else:
-                        configs = {name: (fwd._cfg(*DKDV[d]), fwd._cfg(*DQ[d]))}
-                    for label, config in configs.items():
-                        def run_bwd(bwd=bwd, out=out, lse=lse, dq=dq, dk=dk, dv=dv, config=config):
-                            bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d ** -0.5, causal, False,
-                                         config=config)
-                        grads = (lambda dq=dq, dk=dk, dv=dv: torch.cat([dq.flatten(), dk.flatten(), dv.flatten()]))
-                        tests.append(("bwd", label, run_bwd, 2.5 * flops, grads))
+                    config = (fwd._cfg(*DKDV[d]), fwd._cfg(*DQ[d]))
+
+                    def run_bwd(bwd=bwd, out=out, lse=lse, dq=dq, dk=dk, dv=dv, config=config):
+                        bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d ** -0.5, causal, False,
+                                     config=config)
+                    grads = (lambda dq=dq, dk=dk, dv=dv: torch.cat([dq.flatten(), dk.flatten(), dv.flatten()]))
+                    tests.append(("bwd", name, run_bwd, 2.5 * flops, grads))
                 results = {}
                 for label, name, fn, fl, result in tests:
                     try:

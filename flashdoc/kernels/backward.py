@@ -12,7 +12,7 @@ import triton.language as tl
 
 from . import INTERPRET
 from .forward import (LOG2E, _cfg, _head_desc, _program_tile, block_d_for, configs_for, dot_precision,
-                      ensure_descriptor_allocator, launch, seq_bucket, tile_grid)
+                      ensure_descriptor_allocator, head_tiles, launch, seq_bucket, set_block_shapes, tile_grid)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -63,21 +63,18 @@ def _prune_dq_configs(configs, named_args, **kwargs):
 # --8<-- [start:bwd_preprocess]
 @triton.jit(do_not_specialize=["n_heads", "seqlen_q"])
 def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
-                         stride_ob, stride_os, stride_oh,
-                         stride_dob, stride_dos, stride_doh,
                          n_heads, seqlen_q,
                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                          HAS_DLSE: tl.constexpr):
-    """delta = rowsum(dO * O) (minus dLSE when the LSE itself was used), and LSE in log2 units for exp2."""
+    """delta = rowsum(dO * O) (minus dLSE when the LSE itself was used), and LSE in log2 units for exp2.
+    O, DO: ``head_tiles`` descriptors."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    off_b = (pid_bh // n_heads).to(tl.int64)
+    off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    o = _head_desc(O + off_b * stride_ob + off_h * stride_oh, seqlen_q, stride_os, HEAD_DIM, BLOCK_M,
-                   BLOCK_D).load([pid_m * BLOCK_M, 0])
-    do = _head_desc(DO + off_b * stride_dob + off_h * stride_doh, seqlen_q, stride_dos, HEAD_DIM, BLOCK_M,
-                    BLOCK_D).load([pid_m * BLOCK_M, 0])
+    o = O.load([off_b, pid_m * BLOCK_M, off_h, 0]).reshape(BLOCK_M, BLOCK_D)
+    do = DO.load([off_b, pid_m * BLOCK_M, off_h, 0]).reshape(BLOCK_M, BLOCK_D)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     row = pid_bh.to(tl.int64) * seqlen_q + offs_m
     if HAS_DLSE:
@@ -92,14 +89,14 @@ def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
 
 
 @triton.jit
-def _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q, causal_offset,
-                         qk_scale, lo, hi, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-                         DOT_PRECISION: tl.constexpr):
+def _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_base, offs_n, seqlen_q,
+                         causal_offset, qk_scale, lo, hi, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                         IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
-        q = q_desc.load([start_m, 0])  # rows past seqlen_q read as zeros
-        do = do_desc.load([start_m, 0])
+        q = Q.load([off_b, start_m, off_h, 0]).reshape(BLOCK_M, BLOCK_D)  # rows past seqlen_q read as zeros
+        do = DO.load([off_b, start_m, off_h, 0]).reshape(BLOCK_M, BLOCK_D)
         if MASKED:
             # padded rows: P = exp2(s - inf) = 0, so they add nothing
             lse2 = tl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
@@ -123,28 +120,26 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, o
 # --8<-- [start:bwd_dkdv]
 @triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
-                   stride_qb, stride_qs, stride_qh,
                    stride_kb, stride_ks, stride_kh,
                    stride_vb, stride_vs, stride_vh,
-                   stride_dob, stride_dos, stride_doh,
-                   stride_dkb, stride_dks, stride_dkh,
-                   stride_dvb, stride_dvs, stride_dvh,
                    n_heads, group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
                    SEQ_BUCKET,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    ACROSS_HEADS: tl.constexpr):
     """One program = BLOCK_N keys of one (batch, kv head); it streams every query row (of every query head
-    in its GQA group) that sees them. Grid: ``tile_grid(seqlen_k, "BLOCK_N", B * H_kv, IS_CAUSAL)``."""
+    in its GQA group) that sees them. Grid: ``tile_grid(seqlen_k, "BLOCK_N", B * H_kv, IS_CAUSAL)``.
+    Q, DO, DK, DV: ``head_tiles`` descriptors; K, V: (batch, seqlen_k, kv heads, head_dim) tensors, whose tiles
+    stay resident and are read through 2-D descriptors of one head (see ``_attn_fwd``)."""
     pid_n, pid_bhk = _program_tile(IS_CAUSAL, False, ACROSS_HEADS)  # causal: the first key tiles are the costliest
     n_kv_heads = n_heads // group_size
-    off_b = (pid_bhk // n_kv_heads).to(tl.int64)
+    off_b = pid_bhk // n_kv_heads
     off_hk = pid_bhk % n_kv_heads
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _head_desc(K + off_b * stride_kb + off_hk * stride_kh, seqlen_k, stride_ks, HEAD_DIM, BLOCK_N,
+    k = _head_desc(K + off_b.to(tl.int64) * stride_kb + off_hk * stride_kh, seqlen_k, stride_ks, HEAD_DIM, BLOCK_N,
                    BLOCK_D).load([start_n, 0])
-    v = _head_desc(V + off_b * stride_vb + off_hk * stride_vh, seqlen_k, stride_vs, HEAD_DIM, BLOCK_N,
+    v = _head_desc(V + off_b.to(tl.int64) * stride_vb + off_hk * stride_vh, seqlen_k, stride_vs, HEAD_DIM, BLOCK_N,
                    BLOCK_D).load([start_n, 0])
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
@@ -163,40 +158,34 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
     seqlen_q_tiles = tl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
     for g in range(group_size):
         off_h = off_hk * group_size + g
-        q_desc = _head_desc(Q + off_b * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M,
-                            BLOCK_D)
-        do_desc = _head_desc(DO + off_b * stride_dob + off_h * stride_doh, seqlen_q, stride_dos, HEAD_DIM, BLOCK_M,
-                             BLOCK_D)
-        lse2_base = LSE2 + (off_b * n_heads + off_h) * seqlen_q
-        delta_base = DELTA + (off_b * n_heads + off_h) * seqlen_q
+        lse2_base = LSE2 + (off_b.to(tl.int64) * n_heads + off_h) * seqlen_q
+        delta_base = DELTA + (off_b.to(tl.int64) * n_heads + off_h) * seqlen_q
         # diagonal tiles (masked), full tiles (no mask), then the ragged last tile of queries (masked)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q,
-                                      causal_offset, qk_scale, lo, full_lo, BLOCK_M, IS_CAUSAL, True,
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_base, offs_n, seqlen_q,
+                                      causal_offset, qk_scale, lo, full_lo, BLOCK_M, BLOCK_D, IS_CAUSAL, True,
                                       DOT_PRECISION)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q,
-                                      causal_offset, qk_scale, full_lo, q_even_hi, BLOCK_M, IS_CAUSAL, False,
-                                      DOT_PRECISION)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_desc, do_desc, lse2_base, delta_base, offs_n, seqlen_q,
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_base, offs_n, seqlen_q,
+                                      causal_offset, qk_scale, full_lo, q_even_hi, BLOCK_M, BLOCK_D, IS_CAUSAL,
+                                      False, DOT_PRECISION)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_base, offs_n, seqlen_q,
                                       causal_offset, qk_scale, tl.maximum(q_even_hi, full_lo), seqlen_q_tiles,
-                                      BLOCK_M, IS_CAUSAL, True, DOT_PRECISION)
+                                      BLOCK_M, BLOCK_D, IS_CAUSAL, True, DOT_PRECISION)
 
     dk *= softmax_scale  # S = scale * Q K^T, so dK = scale * dS^T Q
     # rows past seqlen_k and columns past head_dim are not written
-    _head_desc(DK + off_b * stride_dkb + off_hk * stride_dkh, seqlen_k, stride_dks, HEAD_DIM, BLOCK_N,
-               BLOCK_D).store([start_n, 0], dk.to(DK.dtype.element_ty))
-    _head_desc(DV + off_b * stride_dvb + off_hk * stride_dvh, seqlen_k, stride_dvs, HEAD_DIM, BLOCK_N,
-               BLOCK_D).store([start_n, 0], dv.to(DV.dtype.element_ty))
+    DK.store([off_b, start_n, off_hk, 0], dk.to(DK.dtype).reshape(1, BLOCK_N, 1, BLOCK_D))
+    DV.store([off_b, start_n, off_hk, 0], dv.to(DV.dtype).reshape(1, BLOCK_N, 1, BLOCK_D))
 # --8<-- [end:bwd_dkdv]
 
 
 @triton.jit
-def _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale, lo, hi,
-                       BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-                       DOT_PRECISION: tl.constexpr):
+def _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale, lo,
+                       hi, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                       MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N):
-        k = k_desc.load([start_n, 0])  # rows past seqlen_k read as zeros
-        v = v_desc.load([start_n, 0])
+        k = K.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)  # rows past seqlen_k read as zeros
+        v = V.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
@@ -215,33 +204,29 @@ def _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_desc, v_desc, offs_m, seqlen_k,
 @triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
 def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
                  stride_qb, stride_qs, stride_qh,
-                 stride_kb, stride_ks, stride_kh,
-                 stride_vb, stride_vs, stride_vh,
                  stride_dob, stride_dos, stride_doh,
-                 stride_dqb, stride_dqs, stride_dqh,
                  n_heads, group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
                  SEQ_BUCKET,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
                  DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  ACROSS_HEADS: tl.constexpr):
     """One program = BLOCK_M query rows of one (batch, head), streaming the keys they see, like the forward.
-    Grid: ``tile_grid(seqlen_q, "BLOCK_M", B * H, IS_CAUSAL)``."""
+    Grid: ``tile_grid(seqlen_q, "BLOCK_M", B * H, IS_CAUSAL)``. K, V, DQ: ``head_tiles`` descriptors; Q, DO:
+    (batch, seqlen_q, heads, head_dim) tensors, resident, read through 2-D descriptors of one head."""
     pid_m, pid_bh = _program_tile(IS_CAUSAL, True, ACROSS_HEADS)
-    off_b = (pid_bh // n_heads).to(tl.int64)
+    off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = _head_desc(Q + off_b * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M,
+    q = _head_desc(Q + off_b.to(tl.int64) * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M,
                    BLOCK_D).load([start_m, 0])
-    do = _head_desc(DO + off_b * stride_dob + off_h * stride_doh, seqlen_q, stride_dos, HEAD_DIM, BLOCK_M,
-                    BLOCK_D).load([start_m, 0])
+    do = _head_desc(DO + off_b.to(tl.int64) * stride_dob + off_h * stride_doh, seqlen_q, stride_dos, HEAD_DIM,
+                    BLOCK_M, BLOCK_D).load([start_m, 0])
     row = pid_bh.to(tl.int64) * seqlen_q + offs_m
     lse2 = tl.load(LSE2 + row, mask=offs_m < seqlen_q, other=float("inf"))
     delta = tl.load(DELTA + row, mask=offs_m < seqlen_q, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    k_desc = _head_desc(K + off_b * stride_kb + off_hk * stride_kh, seqlen_k, stride_ks, HEAD_DIM, BLOCK_N, BLOCK_D)
-    v_desc = _head_desc(V + off_b * stride_vb + off_hk * stride_vh, seqlen_k, stride_vs, HEAD_DIM, BLOCK_N, BLOCK_D)
     if IS_CAUSAL:
         full_hi = tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
         full_hi = tl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
@@ -249,13 +234,12 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
     else:
         full_hi = seqlen_k // BLOCK_N * BLOCK_N
         masked_hi = seqlen_k
-    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale,
-                            0, full_hi, BLOCK_N, IS_CAUSAL, False, DOT_PRECISION)
-    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale,
-                            full_hi, masked_hi, BLOCK_N, IS_CAUSAL, True, DOT_PRECISION)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale,
+                            0, full_hi, BLOCK_N, BLOCK_D, IS_CAUSAL, False, DOT_PRECISION)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale,
+                            full_hi, masked_hi, BLOCK_N, BLOCK_D, IS_CAUSAL, True, DOT_PRECISION)
     dq *= softmax_scale
-    _head_desc(DQ + off_b * stride_dqb + off_h * stride_dqh, seqlen_q, stride_dqs, HEAD_DIM, BLOCK_M,
-               BLOCK_D).store([start_m, 0], dq.to(DQ.dtype.element_ty))
+    DQ.store([off_b, start_m, off_h, 0], dq.to(DQ.dtype).reshape(1, BLOCK_M, 1, BLOCK_D))
 # --8<-- [end:bwd_dq]
 
 
@@ -288,36 +272,32 @@ def bwd_preprocess(dout, out, lse, dlse):
     ensure_descriptor_allocator()
     delta = torch.empty((batch, n_heads, seqlen_q), device=out.device, dtype=torch.float32)
     lse2 = torch.empty_like(delta)
+    o_tiles, do_tiles = head_tiles(out, "BLOCK_M"), head_tiles(dout, "BLOCK_M")
+    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), BLOCK_M=PRE_BLOCK_M, HAS_DLSE=dlse is not None)
+    set_block_shapes({"O": o_tiles, "DO": do_tiles, **meta})
     _attn_bwd_preprocess[(triton.cdiv(seqlen_q, PRE_BLOCK_M), batch * n_heads)](
-        out, dout, lse, dlse if dlse is not None else lse, delta, lse2,
-        out.stride(0), out.stride(1), out.stride(2),
-        dout.stride(0), dout.stride(1), dout.stride(2),
-        n_heads, seqlen_q,
-        HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), BLOCK_M=PRE_BLOCK_M, HAS_DLSE=dlse is not None)
+        o_tiles, do_tiles, lse, dlse if dlse is not None else lse, delta, lse2, n_heads, seqlen_q, **meta)
     return delta, lse2
 
 
-def _common_args(q, k, v, dout, softmax_scale, causal, bottom_right):
-    """Strides, scalars and compile-time constants shared by the dK/dV and dQ kernels."""
+def _common_args(q, k, softmax_scale, causal, bottom_right):
+    """Scalars and compile-time constants shared by the dK/dV and dQ kernels."""
     n_heads, head_dim = q.shape[2], q.shape[3]
     seqlen_q, seqlen_k, n_kv_heads = q.shape[1], k.shape[1], k.shape[2]
-    strides = (q.stride(0), q.stride(1), q.stride(2),
-               k.stride(0), k.stride(1), k.stride(2),
-               v.stride(0), v.stride(1), v.stride(2),
-               dout.stride(0), dout.stride(1), dout.stride(2))
     scalars = (n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
                softmax_scale, softmax_scale * LOG2E, seq_bucket(max(seqlen_q, seqlen_k)))
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
                 DOT_PRECISION=dot_precision(q.dtype))
-    return strides, scalars, meta
+    return scalars, meta
 
 
 def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
              config=None):
     """Launch the dK/dV kernel (dk, dv written in place); config: a ``triton.Config`` instead of autotuning."""
-    strides, scalars, meta = _common_args(q, k, v, dout, softmax_scale, causal, bottom_right)
-    args = (q, k, v, dout, dk, dv, lse2, delta, *strides,
-            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), *scalars)
+    scalars, meta = _common_args(q, k, softmax_scale, causal, bottom_right)
+    args = (head_tiles(q, "BLOCK_M"), k, v, head_tiles(dout, "BLOCK_M"), head_tiles(dk, "BLOCK_N"),
+            head_tiles(dv, "BLOCK_N"), lse2, delta,
+            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), *scalars)
     grid = tile_grid(k.shape[1], "BLOCK_N", k.shape[0] * k.shape[2], causal)  # key tiles x (batch, kv head)
     launch(_attn_bwd_dkdv, _attn_bwd_dkdv_tuned, grid, args, meta, config,
            configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
@@ -325,8 +305,9 @@ def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: b
 
 def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
     """Launch the dQ kernel (dq written in place); config: a ``triton.Config`` instead of autotuning."""
-    strides, scalars, meta = _common_args(q, k, v, dout, softmax_scale, causal, bottom_right)
-    args = (q, k, v, dout, dq, lse2, delta, *strides, dq.stride(0), dq.stride(1), dq.stride(2), *scalars)
+    scalars, meta = _common_args(q, k, softmax_scale, causal, bottom_right)
+    args = (q, head_tiles(k, "BLOCK_N"), head_tiles(v, "BLOCK_N"), dout, head_tiles(dq, "BLOCK_M"), lse2, delta,
+            q.stride(0), q.stride(1), q.stride(2), dout.stride(0), dout.stride(1), dout.stride(2), *scalars)
     grid = tile_grid(q.shape[1], "BLOCK_M", q.shape[0] * q.shape[2], causal)  # query tiles x (batch, head)
     launch(_attn_bwd_dq, _attn_bwd_dq_tuned, grid, args, meta, config,
            configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype)[0])

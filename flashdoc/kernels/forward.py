@@ -10,6 +10,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import INTERPRET
 
@@ -26,10 +27,18 @@ LOG2E = 1.4426950408889634
 AUTOTUNE = os.environ.get("FLASHDOC_AUTOTUNE", "1") != "0"
 
 
+def set_block_shapes(nargs: dict):
+    """Give each ``head_tiles`` descriptor among a launch's arguments its tile shape, once the config is known
+    (the autotuner calls this before timing each config)."""
+    for arg in nargs.values():
+        if isinstance(arg, TensorDescriptor):
+            arg.block_shape = [1, nargs[arg.block_rows], 1, nargs["BLOCK_D"]]
+
+
 def _cfg(block_m, block_n, stages, warps, across_heads=False):
     """A tile config; across_heads: the causal launch order (see ``_program_tile``)."""
     return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "ACROSS_HEADS": across_heads},
-                         num_stages=stages, num_warps=warps)
+                         num_stages=stages, num_warps=warps, pre_hook=set_block_shapes)
 
 
 # Under the interpreter every program instance runs one after another in numpy, so the cost is the number of
@@ -95,8 +104,8 @@ def _program_tile(IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr, ACROSS_H
 
 # --8<-- [start:fwd_inner]
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale, lo, hi,
-                    BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+def _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale, lo, hi,
+                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                     DOT_PRECISION: tl.constexpr):
     """Stream key/value tiles [lo, hi) past one query tile, updating the online softmax.
 
@@ -105,7 +114,7 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_o
     """
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N):
-        k = k_desc.load([start_n, 0])  # (BLOCK_N, BLOCK_D); rows past seqlen_k read as zeros
+        k = K.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)  # keys past seqlen_k read as zeros
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if MASKED:
             offs_n = start_n + offs_n0
@@ -122,7 +131,7 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_o
         p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
         alpha = tl.math.exp2(m_i - m_ij)  # rescales what was accumulated under the old maximum
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = v_desc.load([start_n, 0])
+        v = V.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         m_i = m_ij
@@ -148,26 +157,22 @@ def _head_desc(base, seqlen, stride_s, HEAD_DIM: tl.constexpr, BLOCK_S: tl.const
 @triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
 def _attn_fwd(Q, K, V, O, LSE,
               stride_qb, stride_qs, stride_qh,
-              stride_kb, stride_ks, stride_kh,
-              stride_vb, stride_vs, stride_vh,
-              stride_ob, stride_os, stride_oh,
               n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
               SEQ_BUCKET,  # only read by the autotuner's key
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
               DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               ACROSS_HEADS: tl.constexpr):
     """One program = one tile of BLOCK_M query rows of one (batch, head). Grid: ``tile_grid(seqlen_q, "BLOCK_M",
-    B * H, IS_CAUSAL)``."""
+    B * H, IS_CAUSAL)``. K, V, O: ``head_tiles`` descriptors; Q: a (batch, seqlen, heads, head_dim) tensor."""
     pid_m, pid_bh = _program_tile(IS_CAUSAL, True, ACROSS_HEADS)  # causal: the last query tiles see most keys
-    off_b = (pid_bh // n_heads).to(tl.int64)
+    off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size  # GQA/MQA: group_size query heads share one key/value head
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-
-    q_desc = _head_desc(Q + off_b * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M, BLOCK_D)
-    k_desc = _head_desc(K + off_b * stride_kb + off_hk * stride_kh, seqlen_k, stride_ks, HEAD_DIM, BLOCK_N, BLOCK_D)
-    v_desc = _head_desc(V + off_b * stride_vb + off_hk * stride_vh, seqlen_k, stride_vs, HEAD_DIM, BLOCK_N, BLOCK_D)
-    q = q_desc.load([pid_m * BLOCK_M, 0])
+    # Q is read once and then feeds every Q K^T product: through a 2-D descriptor of this head, so its tile
+    # keeps the shared-memory layout those products read fastest.
+    q = _head_desc(Q + off_b.to(tl.int64) * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M,
+                   BLOCK_D).load([pid_m * BLOCK_M, 0])
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -183,18 +188,17 @@ def _attn_fwd(Q, K, V, O, LSE,
     else:
         full_hi = seqlen_k // BLOCK_N * BLOCK_N
         masked_hi = seqlen_k
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale,
-                                    0, full_hi, BLOCK_N, IS_CAUSAL, False, DOT_PRECISION)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_offset, qk_scale,
-                                    full_hi, masked_hi, BLOCK_N, IS_CAUSAL, True, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset,
+                                    qk_scale, 0, full_hi, BLOCK_N, BLOCK_D, IS_CAUSAL, False, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset,
+                                    qk_scale, full_hi, masked_hi, BLOCK_N, BLOCK_D, IS_CAUSAL, True, DOT_PRECISION)
 
     # Rows that saw no key at all (causal, bottom-right, seqlen_q > seqlen_k) output zeros and LSE = -inf.
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     acc = acc / l_safe[:, None]
     lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)  # log2 -> ln
     tl.store(LSE + pid_bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
-    o_desc = _head_desc(O + off_b * stride_ob + off_h * stride_oh, seqlen_q, stride_os, HEAD_DIM, BLOCK_M, BLOCK_D)
-    o_desc.store([pid_m * BLOCK_M, 0], acc.to(O.dtype.element_ty))
+    O.store([off_b, pid_m * BLOCK_M, off_h, 0], acc.to(O.dtype).reshape(1, BLOCK_M, 1, BLOCK_D))
 # --8<-- [end:fwd_kernel]
 
 
@@ -274,10 +278,22 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
     if config is None and not AUTOTUNE:
         config = default_config
     if config is None:
-        tuned_kernel[grid](*args, **meta)
+        tuned_kernel[grid](*args, **meta)  # each config's pre_hook sets the descriptors' tile shapes
     else:
+        set_block_shapes({**dict(enumerate(args)), **meta, **config.kwargs})
         kernel[grid(config.kwargs)](*args, **meta, **config.kwargs, num_warps=config.num_warps,
                                     num_stages=config.num_stages)
+
+
+def head_tiles(t: torch.Tensor, block_rows: str) -> TensorDescriptor:
+    """A tensor descriptor over a whole (batch, seqlen, heads, head_dim) tensor, made once per launch on the
+    host, read and written in (1, rows, 1, BLOCK_D) tiles: ``rows`` positions of one (batch, head). Rows past
+    seqlen and the columns that pad head_dim read as zeros and are never written. A kernel making its own
+    descriptors (``_head_desc``) pays for writing them to memory in every program, which shows on short
+    sequences. block_rows: the meta-parameter ("BLOCK_M" or "BLOCK_N") that gives ``rows``."""
+    desc = TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 16, 1, 16])  # tile shape: set_block_shapes
+    desc.block_rows = block_rows
+    return desc
 
 
 def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
@@ -289,11 +305,8 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     causal_offset = seqlen_k - seqlen_q if bottom_right else 0
     ensure_descriptor_allocator()
-    args = (q, k, v, out, lse,
+    args = (q, head_tiles(k, "BLOCK_N"), head_tiles(v, "BLOCK_N"), head_tiles(out, "BLOCK_M"), lse,
             q.stride(0), q.stride(1), q.stride(2),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            out.stride(0), out.stride(1), out.stride(2),
             n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, causal_offset, softmax_scale * LOG2E,
             seq_bucket(max(seqlen_q, seqlen_k)))
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
