@@ -113,12 +113,16 @@ def main():
     ap.add_argument("--bwd-variants", default="base,new", help="variants to time the backward of")
     ap.add_argument("--causal", default="False,True")
     ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--autotune", action="store_true",
+                    help="each variant through its own autotuner (as users call it) instead of fixed configs")
     ap.add_argument("--warm", action="store_true", help="only compile (run each variant once), no timing")
     ap.add_argument("--out", default="ab.json")
     args = ap.parse_args()
     mods = dict(variants(args.variants.split(",")))
     fwd_table = FWD
-    if args.fwd_configs:
+    if args.autotune:
+        fwd_table = {d: [None] for d in FWD}
+    elif args.fwd_configs:
         fwd_table = {}
         for item in args.fwd_configs.split(";"):
             d, cfg = item.split("=")
@@ -141,14 +145,15 @@ def main():
                         out, lse = torch.empty_like(q), torch.empty(b, h, n, device=DEVICE, dtype=torch.float32)
 
                         def run(fwd=fwd, cfg=cfg, out=out, lse=lse):
-                            fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False, config=fwd._cfg(*cfg))
-                        tests.append((f"fwd {cfg}", name, run, flops, lambda out=out: out))
+                            fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False,
+                                         config=cfg and fwd._cfg(*cfg))
+                        tests.append((f"fwd {cfg or 'autotuned'}", name, run, flops, lambda out=out: out))
                 for name in filter(None, args.bwd_variants.split(",")):
                     fwd, bwd = mods[name]
                     out, lse = torch.empty_like(q), torch.empty(b, h, n, device=DEVICE, dtype=torch.float32)
                     fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False, config=fwd._cfg(*FWD[d][0]))
                     dq, dk, dv = (torch.empty_like(q) for _ in range(3))
-                    config = (fwd._cfg(*DKDV[d]), fwd._cfg(*DQ[d]))
+                    config = None if args.autotune else (fwd._cfg(*DKDV[d]), fwd._cfg(*DQ[d]))
 
                     def run_bwd(bwd=bwd, out=out, lse=lse, dq=dq, dk=dk, dv=dv, config=config):
                         bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d ** -0.5, causal, False,
