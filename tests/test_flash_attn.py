@@ -192,6 +192,20 @@ def test_gpu_huge_logits(dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_gpu_autotuned(head_dim, causal, dtype, monkeypatch):
+    """The path users take: the autotuners' pruning and pre-hooks pick and set up the configs (the other GPU
+    tests run with FLASHDOC_AUTOTUNE=0 or pass a config directly, which skips both)."""
+    import flashdoc.kernels.forward
+
+    monkeypatch.setattr(flashdoc.kernels.forward, "AUTOTUNE", True)
+    q, k, v = make_qkv(2, 1000, 1203, 4, 2, head_dim, dtype)
+    check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, bottom_right=True)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_gpu_every_autotune_config(head_dim, causal):

@@ -12,7 +12,8 @@ import triton.language as tl
 
 from . import INTERPRET
 from .forward import (LOG2E, _cfg, _head_desc, _program_tile, block_d_for, configs_for, dot_precision,
-                      ensure_descriptor_allocator, head_tiles, launch, seq_bucket, set_block_shapes, tile_grid)
+                      ensure_descriptor_allocator, head_tiles, launch, prune_for, seq_bucket, set_block_shapes,
+                      tile_grid)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -45,14 +46,6 @@ DQ_CONFIGS = {
     (128, True): [_cfg(32, 32, 2, 4)],
     (256, True): [_cfg(32, 16, 1, 4)],
 }
-
-
-def _prune_dkdv_configs(configs, named_args, **kwargs):
-    return configs_for(DKDV_CONFIGS, kwargs["BLOCK_D"], named_args["Q"].dtype)
-
-
-def _prune_dq_configs(configs, named_args, **kwargs):
-    return configs_for(DQ_CONFIGS, kwargs["BLOCK_D"], named_args["Q"].dtype)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -245,11 +238,11 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
 
 _attn_bwd_dkdv_tuned = None if INTERPRET else triton.autotune(
     configs=[c for cs in DKDV_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
-    prune_configs_by={"early_config_prune": _prune_dkdv_configs},
+    prune_configs_by={"early_config_prune": prune_for(DKDV_CONFIGS)},
 )(_attn_bwd_dkdv)
 _attn_bwd_dq_tuned = None if INTERPRET else triton.autotune(
     configs=[c for cs in DQ_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
-    prune_configs_by={"early_config_prune": _prune_dq_configs},
+    prune_configs_by={"early_config_prune": prune_for(DQ_CONFIGS)},
 )(_attn_bwd_dq)
 
 

@@ -74,8 +74,13 @@ def configs_for(table, block_d: int, dtype) -> list:
     return table[(max(block_d, 64), dtype == torch.float32 or dtype == tl.float32)]
 
 
-def _prune_fwd_configs(configs, named_args, **kwargs):
-    return configs_for(FWD_CONFIGS, kwargs["BLOCK_D"], named_args["Q"].dtype)
+def prune_for(table):
+    """An autotuner ``early_config_prune`` keeping ``table``'s candidates for the launch's head dim and Q dtype
+    (Q is a tensor or a host descriptor over one, depending on the kernel)."""
+    def prune(configs, named_args, **kwargs):
+        q = named_args["Q"]
+        return configs_for(table, kwargs["BLOCK_D"], getattr(q, "base", q).dtype)
+    return prune
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -205,7 +210,7 @@ def _attn_fwd(Q, K, V, O, LSE,
 _attn_fwd_tuned = None if INTERPRET else triton.autotune(
     configs=[c for cs in FWD_CONFIGS.values() for c in cs],
     key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],  # the autotuner adds the tensors' dtypes to the key
-    prune_configs_by={"early_config_prune": _prune_fwd_configs},
+    prune_configs_by={"early_config_prune": prune_for(FWD_CONFIGS)},
 )(_attn_fwd)
 
 
