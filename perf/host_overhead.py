@@ -1,0 +1,86 @@
+"""Host (CPU) time per call: how long the Python side of each path takes when the GPU work is negligible.
+
+    PYTHONPATH=. python perf/host_overhead.py [--profile]
+
+At N <= 1k a forward takes 0.1-0.3 ms on the GPU, and do_bench times each call after an L2 flush of about
+60 us: host work beyond that leaves the GPU idle inside the timed window, so it shows up as lower TFLOP/s.
+This times a tiny problem (1 x 128 x 2 x 64, bf16) back to back, synchronising once per batch of calls, for
+the public API, each layer below it, and SDPA-flash; --profile adds cProfile's top entries for the API.
+"""
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashdoc
+from flashdoc.interface import _flash_attn_forward
+from flashdoc.kernels.forward import attn_fwd, fwd_configs_for
+
+CALLS = 2000
+
+
+def per_call_us(fn, calls=CALLS):
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    q, k, v = (torch.randn(1, 128, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    out, lse = torch.empty_like(q), torch.empty(1, 2, 128, device="cuda", dtype=torch.float32)
+    config = fwd_configs_for(64, torch.bfloat16)[0]
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+
+    def sdpa():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+
+    def fwd_bwd():
+        flashdoc.flash_attn_func(qg, kg, vg, causal=True).sum().backward()
+
+    def sdpa_fwd_bwd():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2),
+                                           is_causal=True).sum().backward()
+
+    rows = {
+        "flash_attn_func (validation + custom op + autotuner)": lambda: flashdoc.flash_attn_func(q, k, v, causal=True),
+        "custom op flashdoc::fwd (no validation)": lambda: _flash_attn_forward(q, k, v, 0.125, True, True),
+        "attn_fwd through the autotuner": lambda: attn_fwd(q, k, v, out, lse, 0.125, True, True),
+        "attn_fwd with a fixed config": lambda: attn_fwd(q, k, v, out, lse, 0.125, True, True, config=config),
+        "SDPA-flash forward": sdpa,
+        "flash_attn_func forward + backward": fwd_bwd,
+        "SDPA-flash forward + backward": sdpa_fwd_bwd,
+        "empty CUDA op (torch.empty_like)": lambda: torch.empty_like(q),
+    }
+    for name, fn in rows.items():
+        print(f"{per_call_us(fn):8.1f} us  {name}", flush=True)
+    if args.profile:
+        for name in ("flash_attn_func (validation + custom op + autotuner)", "flash_attn_func forward + backward"):
+            prof = cProfile.Profile()
+            prof.enable()
+            per_call_us(rows[name], calls=500)
+            prof.disable()
+            print(f"\n== cProfile: {name}")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
