@@ -4,7 +4,7 @@ Three layers, as in flash-attn's ``flash_attn_interface.py``:
 
 1. two ``torch.library`` custom ops, ``flashdoc::fwd`` and ``flashdoc::bwd``, each with a fake implementation
    that only allocates outputs, so ``torch.compile(fullgraph=True)`` traces through them without a graph break;
-2. autograd, registered on the forward op with ``torch.library.register_autograd``;
+2. autograd: a ``torch.autograd.Function`` that calls the forward op and, in its backward, the backward op;
 3. friendly public functions that validate, default the scale and pick the causal alignment.
 """
 
@@ -46,7 +46,15 @@ def _cpu_upcast(*ts):
 
 
 # --8<-- [start:custom_ops]
-@torch.library.custom_op("flashdoc::fwd", mutates_args=(), device_types=("cuda", "cpu"))
+# Defined with torch.library.define/impl rather than the @custom_op decorator: the decorator's Python wrappers
+# (and register_autograd) cost tens of microseconds per call, which decides the speed of short sequences.
+torch.library.define("flashdoc::fwd", "(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
+                     "bool bottom_right) -> (Tensor, Tensor)")
+torch.library.define("flashdoc::bwd", "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+                     "Tensor? dlse, float softmax_scale, bool causal, bool bottom_right) -> (Tensor, Tensor, Tensor)")
+
+
+@torch.library.impl("flashdoc::fwd", ("cuda", "cpu"))
 def _flash_attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
                         bottom_right: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """q: (B, Sq, H, D), k and v: (B, Sk, Hk, D) -> out (B, Sq, H, D), lse (B, H, Sq) fp32, natural log."""
@@ -60,12 +68,12 @@ def _flash_attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softm
     return out, lse
 
 
-@_flash_attn_forward.register_fake
+@torch.library.register_fake("flashdoc::fwd")
 def _(q, k, v, softmax_scale, causal, bottom_right):
     return _like(q), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
-@torch.library.custom_op("flashdoc::bwd", mutates_args=(), device_types=("cuda", "cpu"))
+@torch.library.impl("flashdoc::bwd", ("cuda", "cpu"))
 def _flash_attn_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          out: torch.Tensor, lse: torch.Tensor, dlse: Optional[torch.Tensor], softmax_scale: float,
                          causal: bool, bottom_right: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -84,29 +92,42 @@ def _flash_attn_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
     return dq, dk, dv
 
 
-@_flash_attn_backward.register_fake
+@torch.library.register_fake("flashdoc::bwd")
 def _(dout, q, k, v, out, lse, dlse, softmax_scale, causal, bottom_right):
     return _like(q), _like(k), _like(v)
 # --8<-- [end:custom_ops]
 
 
 # --8<-- [start:autograd]
-def _setup_context(ctx, inputs, output):
-    q, k, v, softmax_scale, causal, bottom_right = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
-    ctx.softmax_scale, ctx.causal, ctx.bottom_right = softmax_scale, causal, bottom_right
+_fwd_op, _bwd_op = torch.ops.flashdoc.fwd.default, torch.ops.flashdoc.bwd.default
 
 
-def _backward(ctx, dout, dlse):
-    q, k, v, out, lse = ctx.saved_tensors
-    # dlse is None (or zeros) unless the caller used the returned LSE in its loss; then it is folded into delta.
-    dq, dk, dv = _flash_attn_backward(dout, q, k, v, out, lse, dlse, ctx.softmax_scale, ctx.causal,
-                                      ctx.bottom_right)
-    return dq, dk, dv, None, None, None
+class _FlashAttention(torch.autograd.Function):
+    """Autograd around the two ops, outside them (cheaper per call than an autograd kernel inside the op)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, softmax_scale, causal, bottom_right):
+        out, lse = _fwd_op(q, k, v, softmax_scale, causal, bottom_right)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.softmax_scale, ctx.causal, ctx.bottom_right = softmax_scale, causal, bottom_right
+        ctx.set_materialize_grads(False)  # an unused LSE gets dlse = None, not a tensor of zeros
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        if dout is None:  # only the LSE was used
+            dout = torch.zeros_like(out)
+        # dlse is None unless the caller used the returned LSE in its loss; then it is folded into delta.
+        dq, dk, dv = _bwd_op(dout, q, k, v, out, lse, dlse, ctx.softmax_scale, ctx.causal, ctx.bottom_right)
+        return dq, dk, dv, None, None, None
 
 
-torch.library.register_autograd("flashdoc::fwd", _backward, setup_context=_setup_context)
+def _attention(q, k, v, softmax_scale: float, causal: bool, bottom_right: bool):
+    """The forward op, through autograd only when a gradient will be needed."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _FlashAttention.apply(q, k, v, softmax_scale, causal, bottom_right)
+    return _fwd_op(q, k, v, softmax_scale, causal, bottom_right)
 # --8<-- [end:autograd]
 
 
@@ -152,7 +173,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=Fal
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
-    out, lse = _flash_attn_forward(q, k, v, float(softmax_scale), causal, True)
+    out, lse = _attention(q, k, v, float(softmax_scale), causal, True)
     return (out, lse) if return_lse else out
 
 
@@ -204,6 +225,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if scale is None:
         scale = query.shape[-1] ** -0.5
     # (B, H, S, D) -> (B, S, H, D) views: the kernels take strides, so nothing is copied
-    out, _ = _flash_attn_forward(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                                 float(scale), is_causal, False)
+    out, _ = _attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), float(scale),
+                        is_causal, False)
     return out.transpose(1, 2)

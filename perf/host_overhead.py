@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashdoc
-from flashdoc.interface import _flash_attn_forward
+from flashdoc.kernels.backward import attn_bwd, bwd_configs_for
 from flashdoc.kernels.forward import attn_fwd, fwd_configs_for
 
 CALLS = 2000
@@ -46,6 +46,8 @@ def main():
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
     out, lse = torch.empty_like(q), torch.empty(1, 2, 128, device="cuda", dtype=torch.float32)
     config = fwd_configs_for(64, torch.bfloat16)[0]
+    bwd_config = bwd_configs_for(64, torch.bfloat16)[0]
+    dout, dq, dk, dv = (torch.randn_like(q) for _ in range(4))
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
 
     def sdpa():
@@ -61,25 +63,30 @@ def main():
                                            is_causal=True).sum().backward()
 
     rows = {
-        "flash_attn_func (validation + custom op + autotuner)": lambda: flashdoc.flash_attn_func(q, k, v, causal=True),
-        "custom op flashdoc::fwd (no validation)": lambda: _flash_attn_forward(q, k, v, 0.125, True, True),
+        "flash_attn_func forward": lambda: flashdoc.flash_attn_func(q, k, v, causal=True),
+        "op flashdoc::fwd (no validation, no autograd)": lambda: torch.ops.flashdoc.fwd(q, k, v, 0.125, True, True),
         "attn_fwd through the autotuner": lambda: attn_fwd(q, k, v, out, lse, 0.125, True, True),
         "attn_fwd with a fixed config": lambda: attn_fwd(q, k, v, out, lse, 0.125, True, True, config=config),
         "SDPA-flash forward": sdpa,
         "flash_attn_func forward + backward": fwd_bwd,
+        "op flashdoc::bwd": lambda: torch.ops.flashdoc.bwd(dout, q, k, v, out, lse, None, 0.125, True, True),
+        "attn_bwd through the autotuners (3 launches)":
+            lambda: attn_bwd(dout, q, k, v, out, lse, None, dq, dk, dv, 0.125, True, True),
+        "attn_bwd with fixed configs (3 launches)":
+            lambda: attn_bwd(dout, q, k, v, out, lse, None, dq, dk, dv, 0.125, True, True, config=bwd_config),
         "SDPA-flash forward + backward": sdpa_fwd_bwd,
         "empty CUDA op (torch.empty_like)": lambda: torch.empty_like(q),
     }
     for name, fn in rows.items():
         print(f"{per_call_us(fn):8.1f} us  {name}", flush=True)
     if args.profile:
-        for name in ("flash_attn_func (validation + custom op + autotuner)", "flash_attn_func forward + backward"):
+        for name in ("flash_attn_func forward", "flash_attn_func forward + backward"):
             prof = cProfile.Profile()
             prof.enable()
             per_call_us(rows[name], calls=500)
             prof.disable()
             print(f"\n== cProfile: {name}")
-            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+            pstats.Stats(prof).sort_stats("cumtime").print_stats(30)
 
 
 if __name__ == "__main__":
