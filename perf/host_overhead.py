@@ -79,6 +79,11 @@ def main():
     }
     for name, fn in rows.items():
         print(f"{per_call_us(fn):8.1f} us  {name}", flush=True)
+    # The autograd engine runs a CUDA backward on its own worker thread; the same step with it on this one:
+    torch.autograd.set_multithreading_enabled(False)
+    print(f"{per_call_us(fwd_bwd):8.1f} us  flash_attn_func forward + backward, backward on the calling thread")
+    print(f"{per_call_us(sdpa_fwd_bwd):8.1f} us  SDPA-flash forward + backward, backward on the calling thread")
+    torch.autograd.set_multithreading_enabled(True)
     if args.profile:
         for name in ("flash_attn_func forward", "flash_attn_func forward + backward"):
             prof = cProfile.Profile()

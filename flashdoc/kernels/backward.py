@@ -12,8 +12,7 @@ import triton.language as tl
 
 from . import INTERPRET
 from .forward import (LOG2E, _cfg, _head_desc, _program_tile, block_d_for, configs_for, dot_precision,
-                      ensure_descriptor_allocator, head_tiles, launch, prune_for, seq_bucket, set_block_shapes,
-                      tile_grid)
+                      head_tiles, launch, on_device, prune_for, seq_bucket, set_block_shapes, tile_grid)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -260,9 +259,9 @@ def bwd_configs_for(head_dim: int, dtype) -> list:
 
 
 def bwd_preprocess(dout, out, lse, dlse):
-    """delta (B, H, Sq) and the LSE in log2 units, both fp32, from O, dO (B, Sq, H, D) and the LSE (B, H, Sq)."""
+    """delta (B, H, Sq) and the LSE in log2 units, both fp32, from O, dO (B, Sq, H, D) and the LSE (B, H, Sq).
+    This and the two launchers below run inside ``on_device`` (``attn_bwd`` enters it)."""
     batch, seqlen_q, n_heads, head_dim = out.shape
-    ensure_descriptor_allocator()
     delta = torch.empty((batch, n_heads, seqlen_q), device=out.device, dtype=torch.float32)
     lse2 = torch.empty_like(delta)
     o_tiles, do_tiles = head_tiles(out, "BLOCK_M"), head_tiles(dout, "BLOCK_M")
@@ -312,7 +311,8 @@ def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, ca
 
     config: a (dK/dV ``triton.Config``, dQ ``triton.Config``) pair instead of autotuning.
     """
-    delta, lse2 = bwd_preprocess(dout, out, lse, dlse)
     dkdv_config, dq_config = config if config is not None else (None, None)
-    bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config)
-    bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right, dq_config)
+    with on_device(q.device):
+        delta, lse2 = bwd_preprocess(dout, out, lse, dlse)
+        bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config)
+        bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right, dq_config)

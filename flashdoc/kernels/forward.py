@@ -5,6 +5,8 @@ dimensions and a unit stride for the last. The flash-attn API passes its tensors
 passes transposed views of (batch, heads, seqlen, head_dim) tensors, so neither copies anything.
 """
 
+import ctypes
+import functools
 import os
 
 import torch
@@ -265,11 +267,44 @@ def _scratch(size: int, alignment: int, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def ensure_descriptor_allocator():
-    """In-kernel tensor descriptors (``tl.make_tensor_descriptor``) live in a little global scratch memory that
-    Triton asks an allocator for; the interpreter needs none."""
-    if not INTERPRET:
-        triton.set_allocator(_scratch)
+@functools.cache
+def _libcuda():
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def _bind_primary_context(device_index: int) -> None:
+    """Make the device's primary CUDA context current on this thread if no context is. Host tensor descriptors
+    are encoded by the driver (cuTensorMapEncodeTiled), which needs one, and a thread that has only used
+    PyTorch's caching allocator may have none: a new Python thread fails with "invalid device context".
+    Triton's launcher does the same for the launch itself."""
+    cuda, ctx = _libcuda(), ctypes.c_void_p()
+    cuda.cuCtxGetCurrent(ctypes.byref(ctx))
+    if not ctx.value:
+        dev = ctypes.c_int()
+        cuda.cuDeviceGet(ctypes.byref(dev), device_index)
+        cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+        cuda.cuCtxSetCurrent(ctx)
+
+
+class on_device:
+    """``with on_device(t.device):`` around the launches for tensors on that device, from any thread. Triton
+    launches on the *current* CUDA device and allocates in-kernel descriptors' scratch memory there, so the
+    tensors' device is made current (as ``torch.cuda.device`` does), its context bound, and the scratch
+    allocator set. Nothing to do under the interpreter."""
+
+    def __init__(self, device: torch.device):
+        self.guard = None if INTERPRET else torch.cuda.device(device)
+
+    def __enter__(self):
+        if self.guard is not None:
+            self.guard.__enter__()
+            _bind_primary_context(self.guard.idx)
+            # in-kernel descriptors (tl.make_tensor_descriptor) live in scratch memory from this allocator
+            triton.set_allocator(_scratch)
+
+    def __exit__(self, *exc):
+        if self.guard is not None:
+            self.guard.__exit__(*exc)
 
 
 def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
@@ -309,12 +344,12 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     causal_offset = seqlen_k - seqlen_q if bottom_right else 0
-    ensure_descriptor_allocator()
     args = (q, head_tiles(k, "BLOCK_N"), head_tiles(v, "BLOCK_N"), head_tiles(out, "BLOCK_M"), lse,
             q.stride(0), q.stride(1), q.stride(2),
             n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, causal_offset, softmax_scale * LOG2E,
             seq_bucket(max(seqlen_q, seqlen_k)))
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
                 DOT_PRECISION=dot_precision(q.dtype))
-    launch(_attn_fwd, _attn_fwd_tuned, tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, causal), args, meta, config,
-           fwd_configs_for(head_dim, q.dtype)[0])
+    with on_device(q.device):
+        launch(_attn_fwd, _attn_fwd_tuned, tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, causal), args, meta,
+               config, fwd_configs_for(head_dim, q.dtype)[0])
