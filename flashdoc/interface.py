@@ -46,8 +46,8 @@ def _cpu_upcast(*ts):
 
 
 # --8<-- [start:custom_ops]
-# Defined with torch.library.define/impl rather than the @custom_op decorator: the decorator's Python wrappers
-# (and register_autograd) cost tens of microseconds per call, which decides the speed of short sequences.
+# Defined with torch.library.define/impl rather than the @custom_op decorator, whose Python wrappers (and
+# register_autograd) add host work to every call: on short sequences that work decides the speed.
 torch.library.define("flashdoc::fwd", "(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
                      "bool bottom_right) -> (Tensor, Tensor)")
 torch.library.define("flashdoc::bwd", "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
