@@ -1,11 +1,13 @@
 """Host (CPU) time per call: how long the Python side of each path takes when the GPU work is negligible.
 
-    PYTHONPATH=. python perf/host_overhead.py [--profile]
+    PYTHONPATH=. python perf/host_overhead.py [--profile] [--trace trace.json]
 
 At N <= 1k a forward takes 0.1-0.3 ms on the GPU, and do_bench times each call after an L2 flush of about
 60 us: host work beyond that leaves the GPU idle inside the timed window, so it shows up as lower TFLOP/s.
 This times a tiny problem (1 x 128 x 2 x 64, bf16) back to back, synchronising once per batch of calls, for
-the public API, each layer below it, and SDPA-flash; --profile adds cProfile's top entries for the API.
+the public API, each layer below it, and SDPA-flash; --profile adds cProfile's top entries for the API, and
+--trace writes a torch.profiler timeline (CPU and CUDA, with Python stacks) of ten forward + backward steps,
+for chrome://tracing or Perfetto: the place to see where a step's host time goes, thread by thread.
 """
 
 import argparse
@@ -41,6 +43,7 @@ def per_call_us(fn, calls=CALLS):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--trace", metavar="JSON", help="write a torch.profiler timeline of ten forward + backward steps")
     args = ap.parse_args()
     q, k, v = (torch.randn(1, 128, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
@@ -92,6 +95,15 @@ def main():
             prof.disable()
             print(f"\n== cProfile: {name}")
             pstats.Stats(prof).sort_stats("cumtime").print_stats(30)
+    if args.trace:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
+            for _ in range(10):
+                fwd_bwd()
+            torch.cuda.synchronize()
+        prof.export_chrome_trace(args.trace)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
 
 
 if __name__ == "__main__":
