@@ -114,6 +114,7 @@ class _FlashAttention(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # no double backward: a clear error instead of a wrong one
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
         if dout is None:  # only the LSE was used

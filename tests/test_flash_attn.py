@@ -53,6 +53,16 @@ def test_softmax_scale(scale):
     check_against_oracle(_flash(False, scale), q, k, v, scale, False, bottom_right=True)
 
 
+def test_no_silent_double_backward():
+    """The backward is not itself differentiable: with create_graph=True the gradients come back detached, so
+    a second backward through them fails loudly instead of returning second derivatives that miss terms."""
+    q, k, v = make_qkv(1, 12, 12, 2, 2, 16, torch.float32)
+    (dq,) = torch.autograd.grad(flashdoc.flash_attn_func(q, k, v).sum(), q, create_graph=True)
+    assert not dq.requires_grad
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        dq.sum().backward()
+
+
 def test_bottom_right_rows_without_keys_are_zero():
     # seqlen_q > seqlen_k, causal, bottom-right: the first seqlen_q - seqlen_k rows see no key
     q, k, v = make_qkv(1, 40, 9, 2, 2, 16, torch.float32)
