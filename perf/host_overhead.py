@@ -16,6 +16,7 @@ import pstats
 import time
 
 import torch
+import triton
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -44,6 +45,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--trace", metavar="JSON", help="write a torch.profiler timeline of ten forward + backward steps")
+    ap.add_argument("--trace-shape", default="1,128,2,64", metavar="B,N,H,D",
+                    help="the traced steps' shape (default: the tiny one timed above); e.g. 8,2048,16,128 for a "
+                         "benchmark row whose GPU work is comparable to the host work")
+    ap.add_argument("--skip-table", action="store_true", help="only the trace")
     args = ap.parse_args()
     q, k, v = (torch.randn(1, 128, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
@@ -80,13 +85,14 @@ def main():
         "SDPA-flash forward + backward": sdpa_fwd_bwd,
         "empty CUDA op (torch.empty_like)": lambda: torch.empty_like(q),
     }
-    for name, fn in rows.items():
-        print(f"{per_call_us(fn):8.1f} us  {name}", flush=True)
-    # The autograd engine runs a CUDA backward on its own worker thread; the same step with it on this one:
-    torch.autograd.set_multithreading_enabled(False)
-    print(f"{per_call_us(fwd_bwd):8.1f} us  flash_attn_func forward + backward, backward on the calling thread")
-    print(f"{per_call_us(sdpa_fwd_bwd):8.1f} us  SDPA-flash forward + backward, backward on the calling thread")
-    torch.autograd.set_multithreading_enabled(True)
+    if not args.skip_table:
+        for name, fn in rows.items():
+            print(f"{per_call_us(fn):8.1f} us  {name}", flush=True)
+        # The autograd engine runs a CUDA backward on its own worker thread; the same step with it on this one:
+        torch.autograd.set_multithreading_enabled(False)
+        print(f"{per_call_us(fwd_bwd):8.1f} us  flash_attn_func forward + backward, backward on the calling thread")
+        print(f"{per_call_us(sdpa_fwd_bwd):8.1f} us  SDPA-flash forward + backward, backward on the calling thread")
+        torch.autograd.set_multithreading_enabled(True)
     if args.profile:
         for name in ("flash_attn_func forward", "flash_attn_func forward + backward"):
             prof = cProfile.Profile()
@@ -98,11 +104,28 @@ def main():
     if args.trace:
         from torch.profiler import ProfilerActivity, profile
 
+        b, n, h, d = (int(x) for x in args.trace_shape.split(","))
+        tq, tk, tv = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                      for _ in range(3))
+        tdout = torch.randn_like(tq)
+
+        def step():  # as the benchmark's forward + backward row
+            flashdoc.flash_attn_func(tq, tk, tv, causal=True).backward(tdout)
+            tq.grad = tk.grad = tv.grad = None
+
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
             for _ in range(10):
-                fwd_bwd()
+                step()
             torch.cuda.synchronize()
         prof.export_chrome_trace(args.trace)
+        # Host-bound check: do_bench's time for the step (as the benchmark times it) against the GPU's kernel time
+        kernel_us = sum(e.self_device_time_total for e in prof.key_averages() if e.self_device_time_total) / 10
+        bench_ms = triton.testing.do_bench(step, warmup=25, rep=200)
+        print(f"trace shape {args.trace_shape}: do_bench {bench_ms * 1e3:.0f} us per step, GPU kernels "
+              f"{kernel_us:.0f} us per step, host-only (no flush) {per_call_us(step, calls=50):.0f} us per step")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
 
 
