@@ -1,0 +1,119 @@
+"""Host cost of one kernel launch, layer by layer, and where the forward + backward step's host time goes.
+
+    PYTHONPATH=. python perf/launch_cost.py
+
+Times the dQ kernel on a tiny problem (GPU work negligible), from the public launcher down to Triton's compiled
+launcher called directly, then the whole forward + backward step with the backward on autograd's worker thread
+or on the calling thread, with the process free to use every CPU or pinned to one.
+"""
+
+import cProfile
+import inspect
+import os
+import pstats
+import time
+
+import torch
+
+import flashdoc
+import flashdoc.interface as interface
+from flashdoc.kernels import backward as bwd
+from flashdoc.kernels import forward as fwd
+
+CALLS = 2000
+
+
+def per_call_us(fn, calls=CALLS):
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def pin_all_threads(cpus):
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def main():
+    b, n, h, d = 1, 128, 2, 64
+    q, k, v, dout, out, dq = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(6))
+    lse2, delta = (torch.zeros(b, h, n, device="cuda") for _ in range(2))
+    cfg = bwd.bwd_configs_for(d, q.dtype)[0][1]
+    rows = {}
+    rows["bwd_dq through the autotuner"] = lambda: bwd.bwd_dq(q, k, v, dout, dq, lse2, delta, 0.125, True, True)
+    rows["bwd_dq with a fixed config"] = lambda: bwd.bwd_dq(q, k, v, dout, dq, lse2, delta, 0.125, True, True, cfg)
+    scalars, meta = bwd._common_args(q, k, 0.125, True, True)
+    args = (q, fwd.head_tiles(k, "BLOCK_N"), fwd.head_tiles(v, "BLOCK_N"), dout, fwd.head_tiles(dq, "BLOCK_M"),
+            lse2, delta, q.stride(0), q.stride(1), q.stride(2), dout.stride(0), dout.stride(1), dout.stride(2),
+            *scalars)
+    fwd.set_block_shapes({**dict(enumerate(args)), **meta, **cfg.kwargs})
+    grid = fwd.tile_grid(n, "BLOCK_M", b * h, True)(cfg.kwargs)
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    with fwd.on_device(q.device):
+        compiled = bwd._attn_bwd_dq[grid](*args, **meta, **cfg.kwargs, **opts)
+    rows["JIT launch, arguments prebuilt"] = lambda: bwd._attn_bwd_dq[grid](*args, **meta, **cfg.kwargs, **opts)
+    bound = inspect.signature(bwd._attn_bwd_dq.fn).bind(*args, **meta, **cfg.kwargs).arguments
+    all_args = [bound[name] for name in bwd._attn_bwd_dq.arg_names]
+    stream = torch.cuda.current_stream().cuda_stream
+    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+    rows["compiled kernel's launcher, arguments prebuilt"] = lambda: run(
+        grid[0], grid[1], grid[2], stream, function, packed, None, None, None, *all_args)
+    rows["head_tiles (one host descriptor)"] = lambda: fwd.head_tiles(k, "BLOCK_N")
+    rows["_common_args"] = lambda: bwd._common_args(q, k, 0.125, True, True)
+    def enter_exit():
+        with fwd.on_device(q.device):
+            pass
+
+    rows["on_device enter + exit"] = enter_exit
+    rows["torch.empty_like"] = lambda: torch.empty_like(q)
+    with fwd.on_device(q.device):
+        for name, fn in rows.items():
+            print(f"{per_call_us(fn):8.1f} us  {name}", flush=True)
+
+    # Where the backward op's host time goes (cProfile inflates Python calls; read it for proportions)
+    prof = cProfile.Profile()
+    bwd_op = lambda: torch.ops.flashdoc.bwd(dout, q, k, v, out, lse2, None, 0.125, True, True)  # noqa: E731
+    per_call_us(bwd_op, calls=10)
+    prof.enable()
+    per_call_us(bwd_op, calls=300)
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    backward_us = []
+    real_bwd_op = interface._bwd_op
+
+    def timed_bwd_op(*a):
+        start = time.perf_counter()
+        r = real_bwd_op(*a)
+        backward_us.append((time.perf_counter() - start) * 1e6)
+        return r
+
+    interface._bwd_op = timed_bwd_op
+
+    def step():
+        flashdoc.flash_attn_func(qg, kg, vg, causal=True).backward(dout)
+
+    for pinned in (False, True):
+        if pinned:
+            pin_all_threads({sorted(os.sched_getaffinity(0))[0]})
+        for threaded in (True, False):
+            torch.autograd.set_multithreading_enabled(threaded)
+            backward_us.clear()
+            total = per_call_us(step, calls=500)
+            inside = sorted(backward_us)[len(backward_us) // 2]
+            print(f"{total:8.1f} us  step ({'worker thread' if threaded else 'calling thread'}, "
+                  f"{'one CPU' if pinned else 'all CPUs'}); backward op itself {inside:.0f} us (median)", flush=True)
+    torch.autograd.set_multithreading_enabled(True)
+
+
+if __name__ == "__main__":
+    main()
