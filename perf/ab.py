@@ -69,10 +69,16 @@ def load_variant(name: str, forward_src: str, backward_src: str):
     pkg = pathlib.Path(tempfile.mkdtemp()) / f"ab_{name}"
     pkg.mkdir()
     (pkg / "__init__.py").write_text((KERNELS / "__init__.py").read_text())
+    (pkg / "launch.py").write_text((KERNELS / "launch.py").read_text())  # older snapshots do not import it
     (pkg / "forward.py").write_text(forward_src)
     (pkg / "backward.py").write_text(backward_src)
     sys.path.insert(0, str(pkg.parent))
     return importlib.import_module(f"ab_{name}.forward"), importlib.import_module(f"ab_{name}.backward")
+
+
+def tile_config(fwd, *cfg):
+    """A config from a variant's forward module (named _cfg before the launch module existed)."""
+    return (getattr(fwd, "tile_config", None) or fwd._cfg)(*cfg)
 
 
 def variants(names):
@@ -146,14 +152,14 @@ def main():
 
                         def run(fwd=fwd, cfg=cfg, out=out, lse=lse):
                             fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False,
-                                         config=cfg and fwd._cfg(*cfg))
+                                         config=cfg and tile_config(fwd, *cfg))
                         tests.append((f"fwd {cfg or 'autotuned'}", name, run, flops, lambda out=out: out))
                 for name in filter(None, args.bwd_variants.split(",")):
                     fwd, bwd = mods[name]
                     out, lse = torch.empty_like(q), torch.empty(b, h, n, device=DEVICE, dtype=torch.float32)
-                    fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False, config=fwd._cfg(*FWD[d][0]))
+                    fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False, config=tile_config(fwd, *FWD[d][0]))
                     dq, dk, dv = (torch.empty_like(q) for _ in range(3))
-                    config = None if args.autotune else (fwd._cfg(*DKDV[d]), fwd._cfg(*DQ[d]))
+                    config = None if args.autotune else (tile_config(fwd, *DKDV[d]), tile_config(fwd, *DQ[d]))
 
                     def run_bwd(bwd=bwd, out=out, lse=lse, dq=dq, dk=dk, dv=dv, config=config):
                         bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d ** -0.5, causal, False,

@@ -19,6 +19,7 @@ import flashdoc
 import flashdoc.interface as interface
 from flashdoc.kernels import backward as bwd
 from flashdoc.kernels import forward as fwd
+from flashdoc.kernels import launch
 
 CALLS = 2000
 
@@ -47,17 +48,29 @@ def main():
     q, k, v, dout, out, dq = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(6))
     lse2, delta = (torch.zeros(b, h, n, device="cuda") for _ in range(2))
     cfg = bwd.bwd_configs_for(d, q.dtype)[0][1]
+    # The public paths with flashdoc's launch cache off (Triton's launch path every time) and on
+    paths = {
+        "flash_attn_func forward": lambda: flashdoc.flash_attn_func(q, k, v, causal=True),
+        "op flashdoc::fwd": lambda: torch.ops.flashdoc.fwd(q, k, v, 0.125, True, True),
+        "op flashdoc::bwd": lambda: torch.ops.flashdoc.bwd(dout, q, k, v, out, lse2, None, 0.125, True, True),
+        "bwd_dq through the autotuner": lambda: bwd.bwd_dq(q, k, v, dout, dq, lse2, delta, 0.125, True, True),
+        "bwd_dq with a fixed config": lambda: bwd.bwd_dq(q, k, v, dout, dq, lse2, delta, 0.125, True, True, cfg),
+    }
+    with launch.on_device(q.device):
+        for name, fn in paths.items():
+            launch.LAUNCH_CACHE = False
+            off = per_call_us(fn)
+            launch.LAUNCH_CACHE = True
+            print(f"{off:8.1f} -> {per_call_us(fn):6.1f} us  {name} (launch cache off -> on)", flush=True)
     rows = {}
-    rows["bwd_dq through the autotuner"] = lambda: bwd.bwd_dq(q, k, v, dout, dq, lse2, delta, 0.125, True, True)
-    rows["bwd_dq with a fixed config"] = lambda: bwd.bwd_dq(q, k, v, dout, dq, lse2, delta, 0.125, True, True, cfg)
     scalars, meta = bwd._common_args(q, k, 0.125, True, True)
-    args = (q, fwd.head_tiles(k, "BLOCK_N"), fwd.head_tiles(v, "BLOCK_N"), dout, fwd.head_tiles(dq, "BLOCK_M"),
+    args = (q, launch.head_tiles(k, "BLOCK_N"), launch.head_tiles(v, "BLOCK_N"), dout, launch.head_tiles(dq, "BLOCK_M"),
             lse2, delta, q.stride(0), q.stride(1), q.stride(2), dout.stride(0), dout.stride(1), dout.stride(2),
             *scalars)
-    fwd.set_block_shapes({**dict(enumerate(args)), **meta, **cfg.kwargs})
+    launch.set_block_shapes({**dict(enumerate(args)), **meta, **cfg.kwargs})
     grid = (*fwd.tile_grid(n, "BLOCK_M", b * h, True)(cfg.kwargs), 1, 1)[:3]
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    with fwd.on_device(q.device):
+    with launch.on_device(q.device):
         compiled = bwd._attn_bwd_dq[grid](*args, **meta, **cfg.kwargs, **opts)
     rows["JIT launch, arguments prebuilt"] = lambda: bwd._attn_bwd_dq[grid](*args, **meta, **cfg.kwargs, **opts)
     bound = inspect.signature(bwd._attn_bwd_dq.fn).bind(*args, **meta, **cfg.kwargs).arguments
@@ -66,15 +79,15 @@ def main():
     run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
     rows["compiled kernel's launcher, arguments prebuilt"] = lambda: run(
         grid[0], grid[1], grid[2], stream, function, packed, None, None, None, *all_args)
-    rows["head_tiles (one host descriptor)"] = lambda: fwd.head_tiles(k, "BLOCK_N")
+    rows["head_tiles (one host descriptor)"] = lambda: launch.head_tiles(k, "BLOCK_N")
     rows["_common_args"] = lambda: bwd._common_args(q, k, 0.125, True, True)
     def enter_exit():
-        with fwd.on_device(q.device):
+        with launch.on_device(q.device):
             pass
 
     rows["on_device enter + exit"] = enter_exit
     rows["torch.empty_like"] = lambda: torch.empty_like(q)
-    with fwd.on_device(q.device):
+    with launch.on_device(q.device):
         for name, fn in rows.items():
             print(f"{per_call_us(fn):8.1f} us  {name}", flush=True)
 
@@ -102,6 +115,9 @@ def main():
     def step():
         flashdoc.flash_attn_func(qg, kg, vg, causal=True).backward(dout)
 
+    for cache in (False, True):
+        launch.LAUNCH_CACHE = cache
+        print(f"{per_call_us(step, calls=500):8.1f} us  step, launch cache {'on' if cache else 'off'}", flush=True)
     for pinned in (False, True):
         if pinned:
             pin_all_threads({sorted(os.sched_getaffinity(0))[0]})

@@ -115,7 +115,7 @@ def setup(kind, d, n, causal):
     delta, lse2 = backward.bwd_preprocess(do, out, lse, None)
 
     def f(cfg):
-        config = forward._cfg(*cfg)
+        config = forward.tile_config(*cfg)
         if kind == "fwd":
             forward.attn_fwd(q, k, v, out, lse, scale, causal, False, config=config)
         elif kind == "dkdv":

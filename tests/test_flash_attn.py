@@ -134,13 +134,14 @@ def test_out_matches_oracle_not_a_tautology():
 def test_causal_launch_order_changes_nothing_but_speed():
     """Causal tiles launch per head or across heads (a tuning choice): every output bit stays the same."""
     from flashdoc.kernels.backward import attn_bwd
-    from flashdoc.kernels.forward import _cfg, attn_fwd
+    from flashdoc.kernels.forward import attn_fwd
+    from flashdoc.kernels.launch import tile_config
 
     q, k, v = make_qkv(2, 70, 90, 4, 2, 32, torch.float16, requires_grad=False)
     dout = torch.randn_like(q)
     results = []
     for across_heads in (False, True):
-        config = _cfg(32, 32, 1, 4, across_heads) if DEVICE == "cpu" else _cfg(64, 64, 2, 4, across_heads)
+        config = tile_config(32, 32, 1, 4, across_heads) if DEVICE == "cpu" else tile_config(64, 64, 2, 4, across_heads)
         out, lse = torch.empty_like(q), torch.empty(2, 4, 70, device=q.device, dtype=torch.float32)
         attn_fwd(q, k, v, out, lse, 32 ** -0.5, True, True, config=config)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -247,9 +248,9 @@ def test_gpu_second_device():
 def test_gpu_autotuned(head_dim, causal, dtype, monkeypatch):
     """The path users take: the autotuners' pruning and pre-hooks pick and set up the configs (the other GPU
     tests run with FLASHDOC_AUTOTUNE=0 or pass a config directly, which skips both)."""
-    import flashdoc.kernels.forward
+    import flashdoc.kernels.launch
 
-    monkeypatch.setattr(flashdoc.kernels.forward, "AUTOTUNE", True)
+    monkeypatch.setattr(flashdoc.kernels.launch, "AUTOTUNE", True)
     q, k, v = make_qkv(2, 1000, 1203, 4, 2, head_dim, dtype)
     check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, bottom_right=True)
 

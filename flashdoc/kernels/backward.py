@@ -11,15 +11,16 @@ import triton
 import triton.language as tl
 
 from . import INTERPRET
-from .forward import (LOG2E, _cfg, _head_desc, _program_tile, block_d_for, configs_for, dot_precision,
-                      head_tiles, launch, on_device, prune_for, seq_bucket, set_block_shapes, tile_grid)
+from .forward import (LOG2E, _head_desc, _program_tile, block_d_for, configs_for, dot_precision, prune_for,
+                      seq_bucket, tile_grid)
+from .launch import head_tiles, launch, on_device, tile_config
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
 # ---------------------------------------------------------------------------------------------------------------
 
-# The preprocess kernel is a row reduction over O and dO: memory bound, any moderate tile does.
-PRE_BLOCK_M = 64
+# The preprocess kernel is a row reduction over O and dO: memory bound, any moderate tile does (the same on CPU).
+PRE_CONFIG = triton.Config({"BLOCK_M": 64}, num_warps=4, num_stages=3)
 
 
 # dK/dV and dQ get their own tiles (FlashAttention-2): each keeps one tile resident and streams the other.
@@ -30,20 +31,20 @@ PRE_BLOCK_M = 64
 # across heads (see forward._program_tile) measured 0-6% slower here, so no config sets it. fp32 (non
 # tensor-core products) gets small tiles.
 DKDV_CONFIGS = {
-    (64, False): [_cfg(32, 128, 3, 4), _cfg(64, 64, 3, 4), _cfg(128, 64, 2, 4)],
-    (128, False): [_cfg(64, 64, 2, 4), _cfg(32, 64, 4, 4), _cfg(64, 128, 2, 8)],
-    (256, False): [_cfg(64, 64, 2, 8), _cfg(32, 64, 3, 8)],
-    (64, True): [_cfg(32, 64, 2, 4)],
-    (128, True): [_cfg(32, 32, 2, 4)],
-    (256, True): [_cfg(16, 32, 1, 4)],
+    (64, False): [tile_config(32, 128, 3, 4), tile_config(64, 64, 3, 4), tile_config(128, 64, 2, 4)],
+    (128, False): [tile_config(64, 64, 2, 4), tile_config(32, 64, 4, 4), tile_config(64, 128, 2, 8)],
+    (256, False): [tile_config(64, 64, 2, 8), tile_config(32, 64, 3, 8)],
+    (64, True): [tile_config(32, 64, 2, 4)],
+    (128, True): [tile_config(32, 32, 2, 4)],
+    (256, True): [tile_config(16, 32, 1, 4)],
 }
 DQ_CONFIGS = {
-    (64, False): [_cfg(128, 64, 3, 8), _cfg(64, 64, 3, 4), _cfg(64, 64, 2, 4)],
-    (128, False): [_cfg(128, 64, 3, 8), _cfg(128, 64, 4, 8), _cfg(64, 64, 2, 4)],
-    (256, False): [_cfg(128, 32, 3, 8), _cfg(128, 32, 2, 8), _cfg(64, 16, 3, 4)],
-    (64, True): [_cfg(64, 32, 2, 4)],
-    (128, True): [_cfg(32, 32, 2, 4)],
-    (256, True): [_cfg(32, 16, 1, 4)],
+    (64, False): [tile_config(128, 64, 3, 8), tile_config(64, 64, 3, 4), tile_config(64, 64, 2, 4)],
+    (128, False): [tile_config(128, 64, 3, 8), tile_config(128, 64, 4, 8), tile_config(64, 64, 2, 4)],
+    (256, False): [tile_config(128, 32, 3, 8), tile_config(128, 32, 2, 8), tile_config(64, 16, 3, 4)],
+    (64, True): [tile_config(64, 32, 2, 4)],
+    (128, True): [tile_config(32, 32, 2, 4)],
+    (256, True): [tile_config(32, 16, 1, 4)],
 }
 
 
@@ -264,11 +265,11 @@ def bwd_preprocess(dout, out, lse, dlse):
     batch, seqlen_q, n_heads, head_dim = out.shape
     delta = torch.empty((batch, n_heads, seqlen_q), device=out.device, dtype=torch.float32)
     lse2 = torch.empty_like(delta)
-    o_tiles, do_tiles = head_tiles(out, "BLOCK_M"), head_tiles(dout, "BLOCK_M")
-    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), BLOCK_M=PRE_BLOCK_M, HAS_DLSE=dlse is not None)
-    set_block_shapes({"O": o_tiles, "DO": do_tiles, **meta})
-    _attn_bwd_preprocess[(triton.cdiv(seqlen_q, PRE_BLOCK_M), batch * n_heads)](
-        o_tiles, do_tiles, lse, dlse if dlse is not None else lse, delta, lse2, n_heads, seqlen_q, **meta)
+    args = (head_tiles(out, "BLOCK_M"), head_tiles(dout, "BLOCK_M"), lse, dlse if dlse is not None else lse, delta,
+            lse2, n_heads, seqlen_q)
+    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), HAS_DLSE=dlse is not None)
+    grid = tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, False)
+    launch(_attn_bwd_preprocess, None, grid, args, meta, PRE_CONFIG, PRE_CONFIG)
     return delta, lse2
 
 

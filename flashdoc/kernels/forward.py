@@ -5,16 +5,12 @@ dimensions and a unit stride for the last. The flash-attn API passes its tensors
 passes transposed views of (batch, heads, seqlen, head_dim) tensors, so neither copies anything.
 """
 
-import ctypes
-import functools
-import os
-
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import INTERPRET
+from .launch import head_tiles, launch, on_device, tile_config
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -22,30 +18,6 @@ from . import INTERPRET
 
 # exp2 is one instruction on the GPU, exp is exp2 plus a multiply: fold log2(e) into the softmax scale once.
 LOG2E = 1.4426950408889634
-
-
-# FLASHDOC_AUTOTUNE=0 skips the autotuner and takes the first config that fits the head dim (the one tuning
-# found best most often): one compile per shape family instead of several, for wide test sweeps.
-AUTOTUNE = os.environ.get("FLASHDOC_AUTOTUNE", "1") != "0"
-
-
-def set_block_shapes(nargs: dict):
-    """Give each ``head_tiles`` descriptor among a launch's arguments its tile shape, once the config is known
-    (the autotuner calls this before timing each config)."""
-    for arg in nargs.values():
-        if isinstance(arg, TensorDescriptor):
-            arg.block_shape = [1, nargs[arg.block_rows], 1, nargs["BLOCK_D"]]
-
-
-def _cfg(block_m, block_n, stages, warps, across_heads=False):
-    """A tile config; across_heads: the causal launch order (see ``_program_tile``)."""
-    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "ACROSS_HEADS": across_heads},
-                         num_stages=stages, num_warps=warps, pre_hook=set_block_shapes)
-
-
-# Under the interpreter every program instance runs one after another in numpy, so the cost is the number of
-# block operations: large blocks mean fewer of them. Nothing is tuned there; every kernel uses these tiles.
-CPU_CONFIG = _cfg(32, 32, 1, 4)
 
 
 # --8<-- [start:fwd_configs]
@@ -61,12 +33,12 @@ CPU_CONFIG = _cfg(32, 32, 1, 4)
 #   several per SM (d <= 128) it is slower, so only these configs set it (the True).
 # - fp32 inputs use full-precision (non tensor-core) products with 4-byte tiles: small tiles, one candidate.
 FWD_CONFIGS = {
-    (64, False): [_cfg(64, 128, 2, 4), _cfg(64, 64, 3, 4), _cfg(128, 64, 3, 4)],
-    (128, False): [_cfg(64, 64, 3, 4), _cfg(128, 64, 2, 4), _cfg(128, 64, 3, 8)],
-    (256, False): [_cfg(128, 64, 2, 8, True), _cfg(128, 32, 3, 8, True), _cfg(64, 32, 2, 4)],
-    (64, True): [_cfg(64, 64, 2, 4)],
-    (128, True): [_cfg(64, 32, 2, 4)],
-    (256, True): [_cfg(32, 32, 2, 4)],
+    (64, False): [tile_config(64, 128, 2, 4), tile_config(64, 64, 3, 4), tile_config(128, 64, 3, 4)],
+    (128, False): [tile_config(64, 64, 3, 4), tile_config(128, 64, 2, 4), tile_config(128, 64, 3, 8)],
+    (256, False): [tile_config(128, 64, 2, 8, True), tile_config(128, 32, 3, 8, True), tile_config(64, 32, 2, 4)],
+    (64, True): [tile_config(64, 64, 2, 4)],
+    (128, True): [tile_config(64, 32, 2, 4)],
+    (256, True): [tile_config(32, 32, 2, 4)],
 }
 # --8<-- [end:fwd_configs]
 
@@ -261,79 +233,6 @@ def dot_precision(dtype: torch.dtype) -> str:
 def fwd_configs_for(head_dim: int, dtype) -> list:
     """The GPU configs the autotuner tries for this head dim and dtype (first = default when not autotuning)."""
     return configs_for(FWD_CONFIGS, block_d_for(head_dim), dtype)
-
-
-def _scratch(size: int, alignment: int, stream):
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-@functools.cache
-def _libcuda():
-    return ctypes.CDLL("libcuda.so.1")
-
-
-def _bind_primary_context(device_index: int) -> None:
-    """Make the device's primary CUDA context current on this thread if no context is. Host tensor descriptors
-    are encoded by the driver (cuTensorMapEncodeTiled), which needs one, and a thread that has only used
-    PyTorch's caching allocator may have none: a new Python thread fails with "invalid device context".
-    Triton's launcher does the same for the launch itself."""
-    cuda, ctx = _libcuda(), ctypes.c_void_p()
-    cuda.cuCtxGetCurrent(ctypes.byref(ctx))
-    if not ctx.value:
-        dev = ctypes.c_int()
-        cuda.cuDeviceGet(ctypes.byref(dev), device_index)
-        cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
-        cuda.cuCtxSetCurrent(ctx)
-
-
-class on_device:
-    """``with on_device(t.device):`` around the launches for tensors on that device, from any thread. Triton
-    launches on the *current* CUDA device and allocates in-kernel descriptors' scratch memory there, so the
-    tensors' device is made current (as ``torch.cuda.device`` does), its context bound, and the scratch
-    allocator set. Nothing to do under the interpreter."""
-
-    def __init__(self, device: torch.device):
-        self.guard = None if INTERPRET else torch.cuda.device(device)
-
-    def __enter__(self):
-        if self.guard is not None:
-            self.guard.__enter__()
-            _bind_primary_context(self.guard.idx)
-            # in-kernel descriptors (tl.make_tensor_descriptor) live in scratch memory from this allocator
-            triton.set_allocator(_scratch)
-
-    def __exit__(self, *exc):
-        if self.guard is not None:
-            self.guard.__exit__(*exc)
-
-
-def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
-    """Launch ``kernel`` with ``config`` when one is given, with the CPU tiles under the interpreter, with
-    ``default_config`` when autotuning is off, and through its autotuned wrapper otherwise.
-
-    grid: a function of the chosen meta-parameters (BLOCK_M, BLOCK_N, ...) giving the launch grid.
-    """
-    if config is None and INTERPRET:
-        config = CPU_CONFIG
-    if config is None and not AUTOTUNE:
-        config = default_config
-    if config is None:
-        tuned_kernel[grid](*args, **meta)  # each config's pre_hook sets the descriptors' tile shapes
-    else:
-        set_block_shapes({**dict(enumerate(args)), **meta, **config.kwargs})
-        kernel[grid(config.kwargs)](*args, **meta, **config.kwargs, num_warps=config.num_warps,
-                                    num_stages=config.num_stages)
-
-
-def head_tiles(t: torch.Tensor, block_rows: str) -> TensorDescriptor:
-    """A tensor descriptor over a whole (batch, seqlen, heads, head_dim) tensor, made once per launch on the
-    host, read and written in (1, rows, 1, BLOCK_D) tiles: ``rows`` positions of one (batch, head). Rows past
-    seqlen and the columns that pad head_dim read as zeros and are never written. A kernel making its own
-    descriptors (``_head_desc``) pays for writing them to memory in every program, which shows on short
-    sequences. block_rows: the meta-parameter ("BLOCK_M" or "BLOCK_N") that gives ``rows``."""
-    desc = TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 16, 1, 16])  # tile shape: set_block_shapes
-    desc.block_rows = block_rows
-    return desc
 
 
 def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):

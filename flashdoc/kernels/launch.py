@@ -1,0 +1,201 @@
+"""How a kernel gets launched: on the inputs' device from any thread, with host tensor descriptors, through its
+autotuner or a given config, and, from the second call with the same kind of arguments on, straight through
+Triton's compiled launcher.
+
+Why the last part: a forward + backward step launches four kernels, and Triton's Python launch path (binder,
+autotuner, descriptor bookkeeping) costs 60-80 us of host time per launch, so on sequences up to ~2k tokens the
+GPU waits for Python. ``launch`` remembers, per kernel and per *launch signature* (every property of the
+arguments that Triton specialises a compiled kernel on, plus the autotuner's key), the compiled kernel and the
+config the first launch used, and later calls hand the new arguments to that kernel's launcher directly.
+"""
+
+import ctypes
+import functools
+import os
+
+import torch
+import triton
+from triton import knobs
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from . import INTERPRET
+
+# FLASHDOC_AUTOTUNE=0 skips the autotuner and takes the first config that fits the head dim (the one tuning
+# found best most often): one compile per shape family instead of several, for wide test sweeps.
+AUTOTUNE = os.environ.get("FLASHDOC_AUTOTUNE", "1") != "0"
+
+# FLASHDOC_LAUNCH_CACHE=0 sends every launch through Triton's own launch path (for comparison and debugging).
+LAUNCH_CACHE = os.environ.get("FLASHDOC_LAUNCH_CACHE", "1") != "0"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Configs and host descriptors
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def set_block_shapes(nargs: dict):
+    """Give each ``head_tiles`` descriptor among a launch's arguments its tile shape, once the config is known
+    (the autotuner calls this before timing each config)."""
+    for arg in nargs.values():
+        if isinstance(arg, TensorDescriptor):
+            arg.block_shape = [1, nargs[arg.block_rows], 1, nargs["BLOCK_D"]]
+
+
+def tile_config(block_m, block_n, stages, warps, across_heads=False):
+    """A tile config; across_heads: the causal launch order (see ``forward._program_tile``)."""
+    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "ACROSS_HEADS": across_heads},
+                         num_stages=stages, num_warps=warps, pre_hook=set_block_shapes)
+
+
+# Under the interpreter every program instance runs one after another in numpy, so the cost is the number of
+# block operations: large blocks mean fewer of them. Nothing is tuned there; every kernel uses these tiles.
+CPU_CONFIG = tile_config(32, 32, 1, 4)
+
+
+def head_tiles(t: torch.Tensor, block_rows: str) -> TensorDescriptor:
+    """A tensor descriptor over a whole (batch, seqlen, heads, head_dim) tensor, made once per launch on the
+    host, read and written in (1, rows, 1, BLOCK_D) tiles: ``rows`` positions of one (batch, head). Rows past
+    seqlen and the columns that pad head_dim read as zeros and are never written. A kernel making its own
+    descriptors (``forward._head_desc``) pays for writing them to memory in every program, which shows on short
+    sequences. block_rows: the meta-parameter ("BLOCK_M" or "BLOCK_N") that gives ``rows``."""
+    desc = TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 16, 1, 16])  # tile shape: set_block_shapes
+    desc.block_rows = block_rows
+    return desc
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Device, context and scratch memory
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _scratch(size: int, alignment: int, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+@functools.cache
+def _libcuda():
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def _bind_primary_context(device_index: int) -> None:
+    """Make the device's primary CUDA context current on this thread if no context is. Host tensor descriptors
+    are encoded by the driver (cuTensorMapEncodeTiled), which needs one, and a thread that has only used
+    PyTorch's caching allocator may have none: a new Python thread fails with "invalid device context".
+    Triton's launcher does the same for the launch itself."""
+    cuda, ctx = _libcuda(), ctypes.c_void_p()
+    cuda.cuCtxGetCurrent(ctypes.byref(ctx))
+    if not ctx.value:
+        dev = ctypes.c_int()
+        cuda.cuDeviceGet(ctypes.byref(dev), device_index)
+        cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+        cuda.cuCtxSetCurrent(ctx)
+
+
+class on_device:
+    """``with on_device(t.device):`` around the launches for tensors on that device, from any thread. Triton
+    launches on the *current* CUDA device and allocates in-kernel descriptors' scratch memory there, so the
+    tensors' device is made current (as ``torch.cuda.device`` does), its context bound, and the scratch
+    allocator set. Nothing to do under the interpreter."""
+
+    def __init__(self, device: torch.device):
+        self.guard = None if INTERPRET else torch.cuda.device(device)
+
+    def __enter__(self):
+        if self.guard is not None:
+            self.guard.__enter__()
+            _bind_primary_context(self.guard.idx)
+            # in-kernel descriptors (tl.make_tensor_descriptor) live in scratch memory from this allocator
+            triton.set_allocator(_scratch)
+
+    def __exit__(self, *exc):
+        if self.guard is not None:
+            self.guard.__exit__(*exc)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launching
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _signature(arg):
+    """What Triton specialises a compiled kernel on for one argument (triton/_C specialize.cc): a tensor's dtype
+    and 16-byte alignment; an int's width, whether it is 1 and whether 16 divides it (for every int, even those
+    the kernel does not specialise, so two signatures never share a kernel they should not); a descriptor's
+    dtype and tile (its tile follows from the config, which the rest of the key fixes)."""
+    if isinstance(arg, torch.Tensor):
+        return arg.dtype, arg.data_ptr() % 16 == 0
+    if isinstance(arg, TensorDescriptor):
+        return "desc", arg.base.dtype, arg.block_rows, len(arg.shape)
+    if isinstance(arg, bool) or arg is None:
+        return arg
+    if isinstance(arg, int):
+        return arg == 1, arg % 16 == 0, -2**31 <= arg < 2**31
+    if isinstance(arg, float):
+        return float
+    raise TypeError(f"no launch signature for a {type(arg).__name__} argument")
+
+
+class _Launcher:
+    """A compiled kernel and the config it was compiled for, launched with new arguments of the same
+    signature: what Triton's ``JITFunction.run`` does once it has found the kernel, minus the finding."""
+
+    def __init__(self, kernel, compiled, config, args, meta):
+        constexprs = {**meta, **config.kwargs}
+        # Triton's launcher takes every parameter in order, constexprs included (it skips them)
+        self.tail = tuple(constexprs[name] for name in kernel.arg_names[len(args):])
+        self.config = constexprs
+        self.tiles = [(i, [1, constexprs[a.block_rows], 1, constexprs["BLOCK_D"]])
+                      for i, a in enumerate(args) if isinstance(a, TensorDescriptor)]
+        self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
+
+    def __call__(self, grid, args, device):
+        for i, shape in self.tiles:
+            args[i].block_shape = shape
+        g = grid(self.config)
+        stream = triton.runtime.driver.active.get_current_stream(device)
+        # (launch metadata, enter hook, exit hook): none, as there are no launch hooks (see launch)
+        self.run(g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1, stream, self.function, self.packed,
+                 None, None, None, *args, *self.tail)
+
+
+_launchers: dict = {}
+
+
+def _no_launch_hooks() -> bool:
+    """True when no profiler (e.g. Triton's proton) has registered a launch hook: the cached path calls none."""
+    hook = knobs.runtime.launch_enter_hook
+    return hook is None or not getattr(hook, "calls", True)
+
+
+def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
+    """Launch ``kernel`` with ``config`` when one is given, with the CPU tiles under the interpreter, with
+    ``default_config`` when autotuning is off, and through its autotuned wrapper otherwise.
+
+    grid: a function of the chosen meta-parameters (BLOCK_M, BLOCK_N, ...) giving the launch grid.
+    Runs inside ``on_device``.
+    """
+    if config is None and INTERPRET:
+        config = CPU_CONFIG
+    if config is None and not AUTOTUNE:
+        config = default_config
+    key = None
+    if LAUNCH_CACHE and not INTERPRET and _no_launch_hooks():
+        device = torch.cuda.current_device()
+        # the autotuner's choice depends on its key (sequence bucket, head dim, causal; dtypes are in the rest)
+        tuned_key = () if config is not None else tuple(args[kernel.arg_names.index(k)] if k not in meta else
+                                                        meta[k] for k in tuned_kernel.keys)
+        chosen = () if config is None else (tuple(config.kwargs.items()), config.num_warps, config.num_stages)
+        key = (kernel, chosen, device, *meta.values(), *tuned_key, *map(_signature, args))
+        launcher = _launchers.get(key)
+        if launcher is not None:
+            launcher(grid, args, device)
+            return
+    if config is None:
+        compiled = tuned_kernel[grid](*args, **meta)  # each config's pre_hook sets the descriptors' tile shapes
+        config = tuned_kernel.best_config
+    else:
+        set_block_shapes({**dict(enumerate(args)), **meta, **config.kwargs})
+        compiled = kernel[grid(config.kwargs)](*args, **meta, **config.kwargs, num_warps=config.num_warps,
+                                               num_stages=config.num_stages)
+    if key is not None and compiled is not None:
+        _launchers[key] = _Launcher(kernel, compiled, config, args, meta)
