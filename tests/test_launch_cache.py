@@ -1,0 +1,49 @@
+"""The launch cache (flashdoc/kernels/launch.py): a compiled kernel is reused only for arguments Triton would
+compile the same way, and reusing it changes no bit of any result."""
+
+import pytest
+import torch
+from attention_oracle import make_qkv
+
+import flashdoc
+from flashdoc.kernels import launch
+
+
+def test_signature_separates_what_triton_specialises_on():
+    """Triton compiles a kernel per argument signature: an int's width, whether it is 1, whether 16 divides
+    it; a pointer's 16-byte alignment; a tensor's dtype. Each of those must give a different cache key."""
+    sig = launch._signature
+    assert sig(32) == sig(48)  # both divisible by 16: one kernel
+    assert sig(8) != sig(16)
+    assert sig(1) != sig(17)
+    assert sig(2**31 - 16) != sig(2**31)  # i32 vs i64
+    t = torch.zeros(64, dtype=torch.float16)
+    assert sig(t) != sig(t[1:])  # 16-byte aligned vs 2 bytes off
+    assert sig(t) != sig(t.float())
+    assert sig(0.5) == sig(2.0) and sig(None) is None and sig(True) != sig(False)
+    with pytest.raises(TypeError, match="no launch signature"):
+        sig("tf32")
+
+
+def _forward_backward(q, k, v):
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = flashdoc.flash_attn_func(q, k, v, causal=True)
+    out.backward(torch.ones_like(out))
+    return [out.detach(), q.grad, k.grad, v.grad]
+
+
+@pytest.mark.gpu
+def test_gpu_launch_cache(monkeypatch):
+    """The same bits with and without the cache; a repeated call adds no entry; a call that Triton compiles
+    differently (a row stride of 120 elements, which 16 does not divide, after one of 80) gets its own."""
+    entries = []
+    for heads in (2, 3):  # head_dim 40: Q's row stride is 80, then 120
+        q, k, v = make_qkv(2, 300, 300, heads, heads, 40, torch.bfloat16, requires_grad=False)
+        monkeypatch.setattr(launch, "LAUNCH_CACHE", False)
+        expected = _forward_backward(q, k, v)
+        monkeypatch.setattr(launch, "LAUNCH_CACHE", True)
+        for _ in range(2):  # the first call fills the cache, the second launches from it
+            for a, b in zip(_forward_backward(q, k, v), expected):
+                assert torch.equal(a, b)
+            entries.append(len(launch._launchers))
+    assert entries[0] == entries[1] < entries[2] == entries[3]
