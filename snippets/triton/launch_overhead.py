@@ -1,0 +1,71 @@
+"""Host time per call: how long the Python side of a call takes, with flashdoc's launch cache off and on, next
+to PyTorch's FlashAttention-2 backend, on a problem so small that the GPU's share does not count."""
+# flashdoc: gpu-only
+
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashdoc
+from flashdoc.kernels import launch
+
+cuda = torch.cuda.is_available()
+device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+calls = 1000 if cuda else 2  # on the CPU (Triton's interpreter) this is a smoke run: the numbers mean nothing
+
+
+def host_us(fn):
+    """Microseconds per call of fn(), called back to back with one synchronisation per batch: the GPU finishes
+    a tiny call faster than the host issues the next, so this is the host's time. Best of three batches."""
+    for _ in range(min(calls, 50)):
+        fn()
+    best = float("inf")
+    for _ in range(3):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+# one sequence of 128 tokens, 2 heads of 64: microseconds of GPU work per call
+q, k, v = (torch.randn(1, 128, 2, 64, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+
+
+# --8<-- [start:calls]
+def flashdoc_forward():
+    with torch.no_grad():
+        flashdoc.flash_attn_func(q, k, v, causal=True)
+
+
+def flashdoc_step():  # forward + backward, as in training
+    flashdoc.flash_attn_func(q, k, v, causal=True).sum().backward()
+
+
+def sdpa(backward):
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), torch.set_grad_enabled(backward):
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             is_causal=True)
+        if backward:
+            out.sum().backward()
+
+
+rows = ["| call | flashdoc, launch cache off | flashdoc, launch cache on | SDPA, FlashAttention-2 backend |",
+        "|---|---|---|---|"]
+for name, fn, backward in [("forward", flashdoc_forward, False), ("forward + backward", flashdoc_step, True)]:
+    launch.LAUNCH_CACHE = False  # what FLASHDOC_LAUNCH_CACHE=0 sets at import: Triton's launch path every time
+    off = host_us(fn)
+    launch.LAUNCH_CACHE = True
+    on = host_us(fn)
+    peer = f"{host_us(lambda: sdpa(backward)):.0f} µs" if cuda else "— (needs a GPU)"
+    rows.append(f"| {name} | {off:.0f} µs | {on:.0f} µs | {peer} |")
+# --8<-- [end:calls]
+print("\n".join(rows))
+with open("host_time.md", "w") as f:
+    f.write("\n".join(rows) + "\n")
