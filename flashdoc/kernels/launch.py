@@ -117,6 +117,7 @@ class on_device:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# --8<-- [start:signature]
 def _signature(arg):
     """What Triton specialises a compiled kernel on for one argument (triton/_C specialize.cc): a tensor's dtype
     and 16-byte alignment; an int's width, whether it is 1 and whether 16 divides it (for every int, even those
@@ -133,6 +134,7 @@ def _signature(arg):
     if isinstance(arg, float):
         return float
     raise TypeError(f"no launch signature for a {type(arg).__name__} argument")
+# --8<-- [end:signature]
 
 
 class _Launcher:
