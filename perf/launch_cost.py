@@ -20,23 +20,7 @@ import flashdoc.interface as interface
 from flashdoc.kernels import backward as bwd
 from flashdoc.kernels import forward as fwd
 from flashdoc.kernels import launch
-
-CALLS = 2000
-
-
-def per_call_us(fn, calls=CALLS):
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
-    return best
-
+from host_overhead import per_call_us  # perf/ is this script's directory
 
 def pin_all_threads(cpus):
     for tid in os.listdir("/proc/self/task"):

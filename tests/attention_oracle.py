@@ -103,3 +103,14 @@ def check_against_oracle(fn, q, k, v, softmax_scale, causal, bottom_right, with_
     for name, ours, ref, pt in zip(("dq", "dk", "dv"), (dq, dk, dv), grads_ref, grads_pt):
         assert ours.shape == ref.shape and ours.dtype == dtype
         assert_close_like_flash_attn(name, ours, ref, pt, dtype, mult=grad_mult)
+
+
+def causal_forward_backward(q, k, v):
+    """flashdoc's causal output and the three gradients of out.sum(), on fresh leaves: for bit-for-bit
+    comparisons of the same call made in different ways (another thread, device, launch path)."""
+    import flashdoc
+
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = flashdoc.flash_attn_func(q, k, v, causal=True)
+    out.backward(torch.ones_like(out))
+    return [out.detach(), q.grad, k.grad, v.grad]

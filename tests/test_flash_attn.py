@@ -5,7 +5,8 @@ CPU subset first (runs everywhere, through Triton's interpreter on CPU), then th
 
 import pytest
 import torch
-from attention_oracle import DEVICE, attention_math, check_against_oracle, cpu_sweep, make_qkv
+from attention_oracle import (DEVICE, attention_math, causal_forward_backward, check_against_oracle, cpu_sweep,
+                              make_qkv)
 
 import flashdoc
 
@@ -206,13 +207,6 @@ def test_gpu_huge_logits(dtype):
     assert torch.isfinite(out).all() and torch.isfinite(lse).all() and torch.isfinite(q.grad).all()
 
 
-def _forward_backward(q, k, v):
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    out = flashdoc.flash_attn_func(q, k, v, causal=True)
-    out.backward(torch.ones_like(out))
-    return [out.detach(), q.grad, k.grad, v.grad]
-
-
 @pytest.mark.gpu
 def test_gpu_new_thread():
     """A Python thread that has not called CUDA yet (its first allocations come from PyTorch's cache) has no
@@ -220,8 +214,8 @@ def test_gpu_new_thread():
     import threading
 
     q, k, v = make_qkv(2, 300, 300, 4, 2, 64, torch.bfloat16, requires_grad=False)
-    expected, result = _forward_backward(q, k, v), {}
-    thread = threading.Thread(target=lambda: result.update(value=_forward_backward(q, k, v)))
+    expected, result = causal_forward_backward(q, k, v), {}
+    thread = threading.Thread(target=lambda: result.update(value=causal_forward_backward(q, k, v)))
     thread.start()
     thread.join()
     assert "value" in result, "the call in the new thread raised (see the thread's traceback above)"
@@ -234,9 +228,9 @@ def test_gpu_new_thread():
 def test_gpu_second_device():
     """Tensors on cuda:1 while cuda:0 is current: the kernels must run on the tensors' device."""
     q, k, v = make_qkv(2, 300, 300, 4, 2, 64, torch.bfloat16, requires_grad=False)
-    expected = _forward_backward(q, k, v)
+    expected = causal_forward_backward(q, k, v)
     with torch.cuda.device(0):
-        result = _forward_backward(*(t.to("cuda:1") for t in (q, k, v)))
+        result = causal_forward_backward(*(t.to("cuda:1") for t in (q, k, v)))
     for a, b in zip(result, expected):
         assert a.device == torch.device("cuda:1") and torch.equal(a.cpu(), b.cpu())
 

@@ -3,9 +3,8 @@ compile the same way, and reusing it changes no bit of any result."""
 
 import pytest
 import torch
-from attention_oracle import make_qkv
+from attention_oracle import causal_forward_backward, make_qkv
 
-import flashdoc
 from flashdoc.kernels import launch
 
 
@@ -25,13 +24,6 @@ def test_signature_separates_what_triton_specialises_on():
         sig("tf32")
 
 
-def _forward_backward(q, k, v):
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    out = flashdoc.flash_attn_func(q, k, v, causal=True)
-    out.backward(torch.ones_like(out))
-    return [out.detach(), q.grad, k.grad, v.grad]
-
-
 @pytest.mark.gpu
 def test_gpu_launch_cache(monkeypatch):
     """The same bits with and without the cache; a repeated call adds no entry; a call that Triton compiles
@@ -40,10 +32,10 @@ def test_gpu_launch_cache(monkeypatch):
     for heads in (2, 3):  # head_dim 40: Q's row stride is 80, then 120
         q, k, v = make_qkv(2, 300, 300, heads, heads, 40, torch.bfloat16, requires_grad=False)
         monkeypatch.setattr(launch, "LAUNCH_CACHE", False)
-        expected = _forward_backward(q, k, v)
+        expected = causal_forward_backward(q, k, v)
         monkeypatch.setattr(launch, "LAUNCH_CACHE", True)
         for _ in range(2):  # the first call fills the cache, the second launches from it
-            for a, b in zip(_forward_backward(q, k, v), expected):
+            for a, b in zip(causal_forward_backward(q, k, v), expected):
                 assert torch.equal(a, b)
             entries.append(len(launch._launchers))
     assert entries[0] == entries[1] < entries[2] == entries[3]
