@@ -39,3 +39,40 @@ def test_gpu_launch_cache(monkeypatch):
                 assert torch.equal(a, b)
             entries.append(len(launch._launchers))
     assert entries[0] == entries[1] < entries[2] == entries[3]
+
+
+def test_second_launch_goes_straight_to_the_compiled_launcher(monkeypatch):
+    """The cached path's contract with Triton, on stand-ins (test_gpu_launch_cache checks it for real): the
+    first launch goes through the kernel (Triton's path); the second calls the compiled kernel's launcher
+    with the grid of the first launch's config, no launch hooks, and every parameter in order, constexprs
+    included, after setting each host descriptor's tile shape."""
+    launched = []
+
+    class Compiled:
+        function, packed_metadata = "function", "packed"
+
+        def run(self, *args):
+            launched.append(("cached", args))
+
+    class Kernel:  # a @triton.jit function's interface: kernel[grid](*args, **meta) compiles and launches
+        arg_names = ["X", "DESC", "n", "BLOCK_D", "BLOCK_M", "BLOCK_N", "ACROSS_HEADS"]
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launched.append(("triton", grid)) or Compiled()
+
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    monkeypatch.setattr(launch, "LAUNCH_CACHE", True)
+    monkeypatch.setattr(launch, "_launchers", {})
+    monkeypatch.setattr(launch, "_current_stream", lambda device: "stream")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    kernel, config = Kernel(), launch.tile_config(32, 64, 2, 4)
+    grid = lambda meta: (1000 // meta["BLOCK_M"], 3)  # noqa: E731
+    x = torch.zeros(2, 8, 3, 16)
+    for _ in range(2):
+        desc = launch.head_tiles(x, "BLOCK_N")
+        args = (x, desc, 1000)
+        launch.launch(kernel, None, grid, args, {"BLOCK_D": 16}, config, config)
+    assert launched[0] == ("triton", (31, 3))
+    assert launched[1] == ("cached", (31, 3, 1, "stream", "function", "packed", None, None, None,
+                                      x, desc, 1000, 16, 32, 64, False))
+    assert desc.block_shape == [1, 64, 1, 16]

@@ -154,13 +154,17 @@ class _Launcher:
         for i, shape in self.tiles:
             args[i].block_shape = shape
         g = grid(self.config)
-        stream = triton.runtime.driver.active.get_current_stream(device)
+        stream = _current_stream(device)
         # (launch metadata, enter hook, exit hook): none, as there are no launch hooks (see launch)
         self.run(g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1, stream, self.function, self.packed,
                  None, None, None, *args, *self.tail)
 
 
 _launchers: dict = {}
+
+
+def _current_stream(device: int):
+    return triton.runtime.driver.active.get_current_stream(device)  # the stream Triton's own path launches on
 
 
 def _no_launch_hooks() -> bool:
