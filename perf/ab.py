@@ -10,6 +10,8 @@ Variants, each loaded as its own package from a copy of the kernel sources:
 - pipe: `new` with the unmasked forward loop software-pipelined by hand: the next tile's Q K^T is issued before
   the current tile's softmax (FlashAttention-3's intra-warpgroup overlap), if Triton keeps that product in flight;
 - ws:   `new` with `warp_specialize=True` on the forward's key loops;
+- diag1: `new` with the masked loops (the causal diagonal, the ragged ends) of all three attention kernels
+  left unpipelined (`num_stages=1`): a loop of one or two tiles pays a full pipeline prologue otherwise;
 (Variants timed in earlier sessions and rejected live in git: the fused backward with atomic dQ at commit
 cfdb8d3, the dV/dK split of the dK/dV kernel (`split`) at commit 00bd95b; see NOTES.md.)
 bf16, 16k tokens in total, heads = 2048 / d, layout (B, N, H, d). Prints TFLOP/s per variant and the ratio to base.
@@ -96,6 +98,11 @@ def variants(names):
             fwd = fwd.replace("def _attn_fwd_inner(", "def _attn_fwd_inner_plain(", 1)
             end = fwd.index("# --8<-- [end:fwd_inner]")
             fwd = fwd[:end] + PIPELINED_INNER.lstrip() + fwd[end:]
+        elif name == "diag1":
+            for loop in ("tl.range(lo, hi, BLOCK_N)", "tl.range(lo, hi, BLOCK_M)"):
+                staged = loop[:-1] + ", num_stages=1 if MASKED else None)"
+                fwd, bwd = fwd.replace(loop, staged), bwd.replace(loop, staged)
+            assert fwd.count("num_stages=1 if MASKED") == 1 and bwd.count("num_stages=1 if MASKED") == 2
         elif name == "ws":
             assert "tl.range(lo, hi, BLOCK_N)" in fwd
             fwd = fwd.replace("tl.range(lo, hi, BLOCK_N)", "tl.range(lo, hi, BLOCK_N, warp_specialize=True)")
