@@ -33,12 +33,17 @@ LAUNCH_CACHE = os.environ.get("FLASHDOC_LAUNCH_CACHE", "1") != "0"
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _tile_shape(desc: TensorDescriptor, meta: dict) -> list:
+    """A ``head_tiles`` descriptor's tile under a config's meta-parameters: (1, rows, 1, BLOCK_D)."""
+    return [1, meta[desc.block_rows], 1, meta["BLOCK_D"]]
+
+
 def set_block_shapes(nargs: dict):
     """Give each ``head_tiles`` descriptor among a launch's arguments its tile shape, once the config is known
     (the autotuner calls this before timing each config)."""
     for arg in nargs.values():
         if isinstance(arg, TensorDescriptor):
-            arg.block_shape = [1, nargs[arg.block_rows], 1, nargs["BLOCK_D"]]
+            arg.block_shape = _tile_shape(arg, nargs)
 
 
 def tile_config(block_m, block_n, stages, warps, across_heads=False):
@@ -146,8 +151,7 @@ class _Launcher:
         # Triton's launcher takes every parameter in order, constexprs included (it skips them)
         self.tail = tuple(constexprs[name] for name in kernel.arg_names[len(args):])
         self.config = constexprs
-        self.tiles = [(i, [1, constexprs[a.block_rows], 1, constexprs["BLOCK_D"]])
-                      for i, a in enumerate(args) if isinstance(a, TensorDescriptor)]
+        self.tiles = [(i, _tile_shape(a, constexprs)) for i, a in enumerate(args) if isinstance(a, TensorDescriptor)]
         self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
 
     def __call__(self, grid, args, device):
