@@ -6,12 +6,9 @@ import math
 import torch
 
 from .kernels import INTERPRET
-from .kernels.forward import MAX_GRID_Y
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
-# The kernels' launch grids give (batch, head) pairs grid axis 1, which CUDA caps at 65,535 programs.
-MAX_BATCH_HEADS = MAX_GRID_Y
 
 
 def _validate_tensor(t, name: str, ref=None, ref_name: str = "q") -> None:
@@ -63,10 +60,6 @@ def validate_attention_inputs(q, k, v, *, layout: str, softmax_scale, causal, sc
     if k.shape[h] < 1 or q.shape[h] % k.shape[h] != 0:
         raise ValueError(f"{qn} heads ({q.shape[h]}) must be a multiple of {kn} heads ({k.shape[h]}) "
                          f"(GQA/MQA); layout is {dims}")
-    if q.shape[0] * q.shape[h] > MAX_BATCH_HEADS:
-        raise ValueError(f"batch x heads of {qn} is {q.shape[0]} x {q.shape[h]} = {q.shape[0] * q.shape[h]}; "
-                         f"flashdoc's kernels allow at most {MAX_BATCH_HEADS:,} (one CUDA grid axis): call it on "
-                         "smaller batches, e.g. one per chunk of torch.split along the batch")
     d = q.shape[3]
     if k.shape[3] != d or v.shape[3] != d:
         raise ValueError(f"{qn}, {kn} and {vn} must share one head_dim, got {d}, {k.shape[3]}, {v.shape[3]}")

@@ -10,6 +10,10 @@ Variants, each loaded as its own package from a copy of the kernel sources:
 - pipe: `new` with the unmasked forward loop software-pipelined by hand: the next tile's Q K^T is issued before
   the current tile's softmax (FlashAttention-3's intra-warpgroup overlap), if Triton keeps that product in flight;
 - ws:   `new` with `warp_specialize=True` on the forward's key loops;
+- lazy: `new` with the forward's rescaling of the accumulator skipped while no row's maximum has grown by more
+  than 8 (log2 units, a factor 256), a branch on the whole tile (FlashAttention-4's conditional rescaling);
+- stream: `new` with the dQ kernel on a second CUDA stream, concurrent with the dK/dV kernel (both only read
+  what the preprocess wrote), so each kernel's tail overlaps the other's work;
 - diag1: `new` with the masked loops (the causal diagonal, the ragged ends) of all three attention kernels
   left unpipelined (`num_stages=1`): a loop of one or two tiles pays a full pipeline prologue otherwise;
 (Variants timed in earlier sessions and rejected live in git: the fused backward with atomic dQ at commit
@@ -65,6 +69,41 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_o
 '''
 
 
+LAZY_SOFTMAX = '''
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        if MASKED:
+            m_ij = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+        # rescale only when some row's maximum grew by more than 8 (p stays below 2**8 otherwise)
+        if tl.max(m_ij - m_i, 0) > 8.0:
+            alpha = tl.math.exp2(m_i - m_ij)
+            l_i = l_i * alpha
+            acc = acc * alpha[:, None]
+            m_i = m_ij
+        p = tl.math.exp2(qk * qk_scale - m_i[:, None])
+        l_i = l_i + tl.sum(p, 1)
+        v = V.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+'''
+
+STREAM_BWD = '''
+_side_streams = {}
+
+
+def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool,
+             config=None):
+    dkdv_config, dq_config = config if config is not None else (None, None)
+    with on_device(q.device):
+        delta, lse2 = bwd_preprocess(dout, out, lse, dlse)
+        main = torch.cuda.current_stream()
+        side = _side_streams.setdefault(q.device, torch.cuda.Stream(q.device))
+        side.wait_stream(main)
+        bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config)
+        with torch.cuda.stream(side):
+            bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right, dq_config)
+        main.wait_stream(side)
+'''
+
+
 def load_variant(name: str, forward_src: str, backward_src: str):
     """Import a copy of the kernel sources as package `ab_<name>` (relative imports keep working)."""
     name = name.replace("/", "_")
@@ -103,6 +142,12 @@ def variants(names):
                 staged = loop[:-1] + ", num_stages=1 if MASKED else None)"
                 fwd, bwd = fwd.replace(loop, staged), bwd.replace(loop, staged)
             assert fwd.count("num_stages=1 if MASKED") == 1 and bwd.count("num_stages=1 if MASKED") == 2
+        elif name == "lazy":
+            start = fwd.index("# --8<-- [start:online_softmax]\n") + len("# --8<-- [start:online_softmax]\n")
+            end = fwd.index("        # --8<-- [end:online_softmax]")
+            fwd = fwd[:start] + LAZY_SOFTMAX.lstrip("\n") + fwd[end:]
+        elif name == "stream":
+            bwd = bwd[:bwd.index("def attn_bwd(")] + STREAM_BWD.lstrip("\n")
         elif name == "ws":
             assert "tl.range(lo, hi, BLOCK_N)" in fwd
             fwd = fwd.replace("tl.range(lo, hi, BLOCK_N)", "tl.range(lo, hi, BLOCK_N, warp_specialize=True)")

@@ -52,7 +52,7 @@ def main():
             lse2, delta, q.stride(0), q.stride(1), q.stride(2), dout.stride(0), dout.stride(1), dout.stride(2),
             *scalars)
     launch.set_block_shapes({**dict(enumerate(args)), **meta, **cfg.kwargs})
-    grid = (*fwd.tile_grid(n, "BLOCK_M", b * h, True)(cfg.kwargs), 1, 1)[:3]
+    grid = (*fwd.tile_grid(n, "BLOCK_M", b * h)(cfg.kwargs), 1, 1)[:3]
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     with launch.on_device(q.device):
         compiled = bwd._attn_bwd_dq[grid](*args, **meta, **cfg.kwargs, **opts)

@@ -13,6 +13,8 @@ import os
 import pytest
 import torch
 
+# first: without a GPU, importing flashdoc turns on Triton's interpreter, which must happen before triton loads
+import flashdoc  # noqa: F401, I001
 from attention_oracle import DTYPE_IDS
 
 if torch.cuda.is_available():

@@ -5,10 +5,13 @@ CPU subset first (runs everywhere, through Triton's interpreter on CPU), then th
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from attention_oracle import (DEVICE, attention_math, causal_forward_backward, check_against_oracle, cpu_sweep,
                               make_qkv)
 
 import flashdoc
+from flashdoc.kernels.forward import _program_tile, tile_grid
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 
@@ -152,6 +155,33 @@ def test_causal_launch_order_changes_nothing_but_speed():
         assert torch.equal(a, b)
 
 
+@triton.jit
+def _record_program_tiles(TILE, HEAD, n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr,
+                          ACROSS_HEADS: tl.constexpr):
+    tile, head = _program_tile(n_tiles, IS_CAUSAL, HEAVIEST_LAST, ACROSS_HEADS)
+    tl.store(TILE + tl.program_id(0), tile)
+    tl.store(HEAD + tl.program_id(0), head)
+
+
+@pytest.mark.parametrize("causal,heaviest_last,across_heads", [(False, True, True), (True, False, False),
+                                                                (True, True, False), (True, True, True)])
+def test_program_tile_order(causal, heaviest_last, across_heads):
+    """The 1-D launch grid: every (tile, head) exactly once, in the order each launch mode promises."""
+    n_tiles, n_heads = 5, 3
+    grid = tile_grid(n_tiles * 16, "BLOCK", n_heads)({"BLOCK": 16})
+    assert grid == (n_tiles * n_heads,)
+    tile, head = (torch.full(grid, -1, dtype=torch.int32, device=DEVICE) for _ in range(2))
+    _record_program_tiles[grid](tile, head, n_tiles, causal, heaviest_last, across_heads)
+    tile, head = tile.tolist(), head.tolist()
+    assert sorted(zip(tile, head)) == [(t, h) for t in range(n_tiles) for h in range(n_heads)]
+    if causal and across_heads:  # one tile of every head, then the next tile
+        assert head == [p % n_heads for p in range(len(head))]
+    else:  # the tiles of one head, then the next head (its K and V stay in L2)
+        assert head == [p // n_tiles for p in range(len(head))]
+    first = tile[0]
+    assert first == (n_tiles - 1 if causal and heaviest_last else 0)  # causal: the costliest tile first
+
+
 # --- GPU sweeps ------------------------------------------------------------------------------------------------
 
 ODD_SEQLENS = [(1, 1), (1, 17), (17, 1), (113, 203), (203, 113), (127, 127), (128, 217), (1000, 1000),
@@ -205,6 +235,15 @@ def test_gpu_huge_logits(dtype):
     out, lse = flashdoc.flash_attn_func(q, k, v, causal=True, return_lse=True)
     out.sum().backward()
     assert torch.isfinite(out).all() and torch.isfinite(lse).all() and torch.isfinite(q.grad).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim,causal", [(64, False), (64, True), (256, True)])
+def test_gpu_more_batch_heads_than_a_grid_axis(head_dim, causal):
+    """66,000 (batch, head) pairs: more than a CUDA grid axis other than the first allows (65,535), which the
+    1-D launch grid does not use. d = 256 causal launches its tiles across heads (the other order)."""
+    q, k, v = make_qkv(4125, 24, 24, 16, 16, head_dim, torch.bfloat16)
+    check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, bottom_right=True)
 
 
 @pytest.mark.gpu

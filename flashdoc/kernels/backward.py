@@ -61,8 +61,7 @@ def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
                          HAS_DLSE: tl.constexpr):
     """delta = rowsum(dO * O) (minus dLSE when the LSE itself was used), and LSE in log2 units for exp2.
     O, DO: ``head_tiles`` descriptors."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = _program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, False, False, False)
     off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -121,10 +120,11 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
                    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    ACROSS_HEADS: tl.constexpr):
     """One program = BLOCK_N keys of one (batch, kv head); it streams every query row (of every query head
-    in its GQA group) that sees them. Grid: ``tile_grid(seqlen_k, "BLOCK_N", B * H_kv, IS_CAUSAL)``.
+    in its GQA group) that sees them. Grid: ``tile_grid(seqlen_k, "BLOCK_N", B * H_kv)``.
     Q, DO, DK, DV: ``head_tiles`` descriptors; K, V: (batch, seqlen_k, kv heads, head_dim) tensors, whose tiles
     stay resident and are read through 2-D descriptors of one head (see ``_attn_fwd``)."""
-    pid_n, pid_bhk = _program_tile(IS_CAUSAL, False, ACROSS_HEADS)  # causal: the first key tiles are the costliest
+    # causal: the first key tiles are the costliest
+    pid_n, pid_bhk = _program_tile((seqlen_k + BLOCK_N - 1) // BLOCK_N, IS_CAUSAL, False, ACROSS_HEADS)
     n_kv_heads = n_heads // group_size
     off_b = pid_bhk // n_kv_heads
     off_hk = pid_bhk % n_kv_heads
@@ -204,9 +204,9 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
                  DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  ACROSS_HEADS: tl.constexpr):
     """One program = BLOCK_M query rows of one (batch, head), streaming the keys they see, like the forward.
-    Grid: ``tile_grid(seqlen_q, "BLOCK_M", B * H, IS_CAUSAL)``. K, V, DQ: ``head_tiles`` descriptors; Q, DO:
+    Grid: ``tile_grid(seqlen_q, "BLOCK_M", B * H)``. K, V, DQ: ``head_tiles`` descriptors; Q, DO:
     (batch, seqlen_q, heads, head_dim) tensors, resident, read through 2-D descriptors of one head."""
-    pid_m, pid_bh = _program_tile(IS_CAUSAL, True, ACROSS_HEADS)
+    pid_m, pid_bh = _program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, IS_CAUSAL, True, ACROSS_HEADS)
     off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size
@@ -268,7 +268,7 @@ def bwd_preprocess(dout, out, lse, dlse):
     args = (head_tiles(out, "BLOCK_M"), head_tiles(dout, "BLOCK_M"), lse, dlse if dlse is not None else lse, delta,
             lse2, n_heads, seqlen_q)
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), HAS_DLSE=dlse is not None)
-    grid = tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, False)
+    grid = tile_grid(seqlen_q, "BLOCK_M", batch * n_heads)
     launch(_attn_bwd_preprocess, None, grid, args, meta, PRE_CONFIG, PRE_CONFIG)
     return delta, lse2
 
@@ -291,7 +291,7 @@ def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: b
     args = (head_tiles(q, "BLOCK_M"), k, v, head_tiles(dout, "BLOCK_M"), head_tiles(dk, "BLOCK_N"),
             head_tiles(dv, "BLOCK_N"), lse2, delta,
             k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), *scalars)
-    grid = tile_grid(k.shape[1], "BLOCK_N", k.shape[0] * k.shape[2], causal)  # key tiles x (batch, kv head)
+    grid = tile_grid(k.shape[1], "BLOCK_N", k.shape[0] * k.shape[2])  # key tiles x (batch, kv head)
     launch(_attn_bwd_dkdv, _attn_bwd_dkdv_tuned, grid, args, meta, config,
            configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
 
@@ -301,7 +301,7 @@ def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, b
     scalars, meta = _common_args(q, k, softmax_scale, causal, bottom_right)
     args = (q, head_tiles(k, "BLOCK_N"), head_tiles(v, "BLOCK_N"), dout, head_tiles(dq, "BLOCK_M"), lse2, delta,
             q.stride(0), q.stride(1), q.stride(2), dout.stride(0), dout.stride(1), dout.stride(2), *scalars)
-    grid = tile_grid(q.shape[1], "BLOCK_M", q.shape[0] * q.shape[2], causal)  # query tiles x (batch, head)
+    grid = tile_grid(q.shape[1], "BLOCK_M", q.shape[0] * q.shape[2])  # query tiles x (batch, head)
     launch(_attn_bwd_dq, _attn_bwd_dq_tuned, grid, args, meta, config,
            configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
 

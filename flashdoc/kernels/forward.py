@@ -63,19 +63,22 @@ def prune_for(table):
 
 
 @triton.jit
-def _program_tile(IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr, ACROSS_HEADS: tl.constexpr):
-    """(tile index, batch * head index) of this program, for the grid that ``tile_grid`` launches.
+def _program_tile(n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr, ACROSS_HEADS: tl.constexpr):
+    """(tile index, batch * head index) of this program, on the 1-D grid of ``n_tiles`` x heads programs that
+    ``tile_grid`` launches (one axis, which CUDA allows 2**31 - 1 programs; the others stop at 65,535).
 
-    Programs run roughly in launch order, and the grid is (tiles, heads): programs launched together share a
-    head, whose K and V stay in L2. Under a causal mask tiles differ in cost, and the costliest go first
-    (HEAVIEST_LAST: the last tile is the costliest). With ACROSS_HEADS (a tuning choice, causal only) the grid
-    is (heads, tiles) and the costliest tiles of *all* heads go first, so no long tile starts near the end;
+    Programs run roughly in launch order, and consecutive programs take the tiles of one head, whose K and V
+    stay in L2. Under a causal mask tiles differ in cost, and the costliest go first (HEAVIEST_LAST: the last
+    tile is the costliest). With ACROSS_HEADS (a tuning choice, causal only) consecutive programs take one tile
+    of every head instead, so the costliest tiles of *all* heads go first and no long tile starts near the end;
     that wins with one program per SM and loses L2 reuse when several programs share one.
     """
+    pid = tl.program_id(0)
     if IS_CAUSAL and ACROSS_HEADS:
-        tile, n_tiles, head = tl.program_id(1), tl.num_programs(1), tl.program_id(0)
+        n_heads = tl.num_programs(0) // n_tiles
+        tile, head = pid // n_heads, pid % n_heads
     else:
-        tile, n_tiles, head = tl.program_id(0), tl.num_programs(0), tl.program_id(1)
+        tile, head = pid % n_tiles, pid // n_tiles
     if IS_CAUSAL and HEAVIEST_LAST:
         tile = n_tiles - 1 - tile
     return tile, head
@@ -142,8 +145,9 @@ def _attn_fwd(Q, K, V, O, LSE,
               DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               ACROSS_HEADS: tl.constexpr):
     """One program = one tile of BLOCK_M query rows of one (batch, head). Grid: ``tile_grid(seqlen_q, "BLOCK_M",
-    B * H, IS_CAUSAL)``. K, V, O: ``head_tiles`` descriptors; Q: a (batch, seqlen, heads, head_dim) tensor."""
-    pid_m, pid_bh = _program_tile(IS_CAUSAL, True, ACROSS_HEADS)  # causal: the last query tiles see most keys
+    B * H)``. K, V, O: ``head_tiles`` descriptors; Q: a (batch, seqlen, heads, head_dim) tensor."""
+    # causal: the last query tiles see most keys
+    pid_m, pid_bh = _program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, IS_CAUSAL, True, ACROSS_HEADS)
     off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size  # GQA/MQA: group_size query heads share one key/value head
@@ -198,27 +202,10 @@ def seq_bucket(n: int) -> int:
     return min(triton.next_power_of_2(n), 16384)
 
 
-MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1 (and 2); axis 0 allows 2**31 - 1
-
-
-def tile_grid(seqlen: int, block: str, n_heads: int, causal: bool):
+def tile_grid(seqlen: int, block: str, n_heads: int):
     """The launch grid that ``_program_tile`` reads, as a function of the chosen meta-parameters: one program
-    per tile of ``seqlen`` (the meta-parameter ``block`` long) and head, laid out (tiles, heads), or (heads,
-    tiles) when a causal config launches its tiles across heads."""
-    def grid(meta):
-        n_tiles = triton.cdiv(seqlen, meta[block])
-        if not (causal and meta["ACROSS_HEADS"]):
-            return (n_tiles, n_heads)
-        if n_tiles > MAX_GRID_Y:  # this order puts the tiles on grid axis 1
-            limit = MAX_GRID_Y * meta[block]
-            raise ValueError(
-                f"a causal call with head_dim > 128 handles at most {limit:,} query positions (got {seqlen:,}): "
-                f"its launch grid puts one program per {meta[block]} positions on a CUDA grid axis capped at "
-                f"{MAX_GRID_Y:,}. Split the queries; for self-attention, flashdoc.flash_attn_func(q[:, a:b], "
-                f"k[:, :b], v[:, :b], causal=True) for chunks [a, b) of at most {limit:,} positions (its causal "
-                "mask is bottom-right aligned, so each chunk sees exactly the keys it should)")
-        return (n_heads, n_tiles)
-    return grid
+    per tile of ``seqlen`` (the meta-parameter ``block`` long) and head, all on grid axis 0."""
+    return lambda meta: (triton.cdiv(seqlen, meta[block]) * n_heads,)
 
 
 def block_d_for(head_dim: int) -> int:
@@ -250,5 +237,5 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
                 DOT_PRECISION=dot_precision(q.dtype))
     with on_device(q.device):
-        launch(_attn_fwd, _attn_fwd_tuned, tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, causal), args, meta,
+        launch(_attn_fwd, _attn_fwd_tuned, tile_grid(seqlen_q, "BLOCK_M", batch * n_heads), args, meta,
                config, fwd_configs_for(head_dim, q.dtype)[0])
