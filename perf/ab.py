@@ -14,6 +14,7 @@ Variants, each loaded as its own package from a copy of the kernel sources:
   than 8 (log2 units, a factor 256), a branch on the whole tile (FlashAttention-4's conditional rescaling);
 - stream: `new` with the dQ kernel on a second CUDA stream, concurrent with the dK/dV kernel (both only read
   what the preprocess wrote), so each kernel's tail overlaps the other's work;
+- stream2: `stream` with the dQ kernel launched first;
 - diag1: `new` with the masked loops (the causal diagonal, the ragged ends) of all three attention kernels
   left unpipelined (`num_stages=1`): a loop of one or two tiles pays a full pipeline prologue otherwise;
 (Variants timed in earlier sessions and rejected live in git: the fused backward with atomic dQ at commit
@@ -146,8 +147,11 @@ def variants(names):
             start = fwd.index("# --8<-- [start:online_softmax]\n") + len("# --8<-- [start:online_softmax]\n")
             end = fwd.index("        # --8<-- [end:online_softmax]")
             fwd = fwd[:start] + LAZY_SOFTMAX.lstrip("\n") + fwd[end:]
-        elif name == "stream":
+        elif name in ("stream", "stream2"):
             bwd = bwd[:bwd.index("def attn_bwd(")] + STREAM_BWD.lstrip("\n")
+            if name == "stream2":
+                dkdv_line = next(line for line in bwd.splitlines(keepends=True) if line.startswith("        bwd_dkdv("))
+                bwd = bwd.replace(dkdv_line, "").replace("        main.wait_stream(side)", dkdv_line + "        main.wait_stream(side)")
         elif name == "ws":
             assert "tl.range(lo, hi, BLOCK_N)" in fwd
             fwd = fwd.replace("tl.range(lo, hi, BLOCK_N)", "tl.range(lo, hi, BLOCK_N, warp_specialize=True)")

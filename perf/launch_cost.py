@@ -48,11 +48,12 @@ def main():
             print(f"{off:8.1f} -> {per_call_us(fn):6.1f} us  {name} (launch cache off -> on)", flush=True)
     rows = {}
     scalars, meta = bwd._common_args(q, k, 0.125, True, True)
+    meta["ONE_AXIS"] = False
     args = (q, launch.head_tiles(k, "BLOCK_N"), launch.head_tiles(v, "BLOCK_N"), dout, launch.head_tiles(dq, "BLOCK_M"),
             lse2, delta, q.stride(0), q.stride(1), q.stride(2), dout.stride(0), dout.stride(1), dout.stride(2),
             *scalars)
     launch.set_block_shapes({**dict(enumerate(args)), **meta, **cfg.kwargs})
-    grid = (*fwd.tile_grid(n, "BLOCK_M", b * h)(cfg.kwargs), 1, 1)[:3]
+    grid = (*fwd.tile_grid(n, "BLOCK_M", b * h, True)({**meta, **cfg.kwargs}), 1, 1)[:3]
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     with launch.on_device(q.device):
         compiled = bwd._attn_bwd_dq[grid](*args, **meta, **cfg.kwargs, **opts)

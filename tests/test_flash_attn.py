@@ -11,7 +11,7 @@ from attention_oracle import (DEVICE, attention_math, causal_forward_backward, c
                               make_qkv)
 
 import flashdoc
-from flashdoc.kernels.forward import _program_tile, tile_grid
+from flashdoc.kernels.forward import MAX_GRID_Y, MIN_BLOCK, _program_tile, one_axis, tile_grid
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 
@@ -157,29 +157,39 @@ def test_causal_launch_order_changes_nothing_but_speed():
 
 @triton.jit
 def _record_program_tiles(TILE, HEAD, n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr,
-                          ACROSS_HEADS: tl.constexpr):
-    tile, head = _program_tile(n_tiles, IS_CAUSAL, HEAVIEST_LAST, ACROSS_HEADS)
-    tl.store(TILE + tl.program_id(0), tile)
-    tl.store(HEAD + tl.program_id(0), head)
+                          ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr):
+    tile, head = _program_tile(n_tiles, IS_CAUSAL, HEAVIEST_LAST, ACROSS_HEADS, ONE_AXIS)
+    pid = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)  # launch order
+    tl.store(TILE + pid, tile)
+    tl.store(HEAD + pid, head)
 
 
+@pytest.mark.parametrize("one_axis", [False, True], ids=["2d", "1d"])
 @pytest.mark.parametrize("causal,heaviest_last,across_heads", [(False, True, True), (True, False, False),
                                                                 (True, True, False), (True, True, True)])
-def test_program_tile_order(causal, heaviest_last, across_heads):
-    """The 1-D launch grid: every (tile, head) exactly once, in the order each launch mode promises."""
+def test_program_tile_order(causal, heaviest_last, across_heads, one_axis):
+    """Every (tile, head) exactly once, in the order each launch mode promises, on two grid axes or one."""
     n_tiles, n_heads = 5, 3
-    grid = tile_grid(n_tiles * 16, "BLOCK", n_heads)({"BLOCK": 16})
-    assert grid == (n_tiles * n_heads,)
-    tile, head = (torch.full(grid, -1, dtype=torch.int32, device=DEVICE) for _ in range(2))
-    _record_program_tiles[grid](tile, head, n_tiles, causal, heaviest_last, across_heads)
+    grid = tile_grid(n_tiles * 16, "BLOCK", n_heads, causal)({"BLOCK": 16, "ACROSS_HEADS": across_heads,
+                                                              "ONE_AXIS": one_axis})
+    assert grid == ((n_tiles * n_heads,) if one_axis else (n_heads, n_tiles) if causal and across_heads else
+                    (n_tiles, n_heads))
+    tile, head = (torch.full((n_tiles * n_heads,), -1, dtype=torch.int32, device=DEVICE) for _ in range(2))
+    _record_program_tiles[grid](tile, head, n_tiles, causal, heaviest_last, across_heads, one_axis)
     tile, head = tile.tolist(), head.tolist()
     assert sorted(zip(tile, head)) == [(t, h) for t in range(n_tiles) for h in range(n_heads)]
     if causal and across_heads:  # one tile of every head, then the next tile
         assert head == [p % n_heads for p in range(len(head))]
     else:  # the tiles of one head, then the next head (its K and V stay in L2)
         assert head == [p // n_tiles for p in range(len(head))]
-    first = tile[0]
-    assert first == (n_tiles - 1 if causal and heaviest_last else 0)  # causal: the costliest tile first
+    assert tile[0] == (n_tiles - 1 if causal and heaviest_last else 0)  # causal: the costliest tile first
+
+
+def test_one_axis_only_past_grid_axis_1():
+    assert not one_axis(10**6, MAX_GRID_Y, True)
+    assert one_axis(100, MAX_GRID_Y + 1, False)  # (batch, head) pairs on axis 1
+    assert not one_axis(MAX_GRID_Y * MIN_BLOCK + 1, 4, False)  # tiles stay on axis 0
+    assert one_axis(MAX_GRID_Y * MIN_BLOCK + 1, 4, True)  # the across-heads order puts tiles on axis 1
 
 
 # --- GPU sweeps ------------------------------------------------------------------------------------------------
@@ -240,8 +250,8 @@ def test_gpu_huge_logits(dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("head_dim,causal", [(64, False), (64, True), (256, True)])
 def test_gpu_more_batch_heads_than_a_grid_axis(head_dim, causal):
-    """66,000 (batch, head) pairs: more than a CUDA grid axis other than the first allows (65,535), which the
-    1-D launch grid does not use. d = 256 causal launches its tiles across heads (the other order)."""
+    """66,000 (batch, head) pairs: more than CUDA's grid axis 1 holds (65,535), so the kernels launch on a 1-D
+    grid. d = 256 causal launches its tiles across heads (the other order)."""
     q, k, v = make_qkv(4125, 24, 24, 16, 16, head_dim, torch.bfloat16)
     check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, bottom_right=True)
 
@@ -259,6 +269,29 @@ def test_gpu_new_thread():
     thread.join()
     assert "value" in result, "the call in the new thread raised (see the thread's traceback above)"
     for a, b in zip(result["value"], expected):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph():
+    """A forward + backward captured in a CUDA graph replays to the eager bits. The backward forks a second
+    stream for the dQ kernel, which the capture has to follow and join."""
+    q, k, v = make_qkv(2, 300, 300, 4, 2, 64, torch.bfloat16, requires_grad=False)
+    expected = causal_forward_backward(q, k, v)
+    static = [t.clone() for t in (q, k, v)]
+    warmup = torch.cuda.Stream()  # compiling and autotuning cannot happen during a capture
+    warmup.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warmup):
+        causal_forward_backward(*static)
+    torch.cuda.current_stream().wait_stream(warmup)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = causal_forward_backward(*static)
+    for t in result:
+        t.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(result, expected):
         assert torch.equal(a, b)
 
 

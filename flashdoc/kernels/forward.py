@@ -63,22 +63,32 @@ def prune_for(table):
 
 
 @triton.jit
-def _program_tile(n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr, ACROSS_HEADS: tl.constexpr):
-    """(tile index, batch * head index) of this program, on the 1-D grid of ``n_tiles`` x heads programs that
-    ``tile_grid`` launches (one axis, which CUDA allows 2**31 - 1 programs; the others stop at 65,535).
+def _program_tile(n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr, ACROSS_HEADS: tl.constexpr,
+                  ONE_AXIS: tl.constexpr):
+    """(tile index, batch * head index) of this program, for the grid that ``tile_grid`` launches.
 
-    Programs run roughly in launch order, and consecutive programs take the tiles of one head, whose K and V
-    stay in L2. Under a causal mask tiles differ in cost, and the costliest go first (HEAVIEST_LAST: the last
-    tile is the costliest). With ACROSS_HEADS (a tuning choice, causal only) consecutive programs take one tile
-    of every head instead, so the costliest tiles of *all* heads go first and no long tile starts near the end;
+    Programs run roughly in launch order, and the grid is (tiles, heads): programs launched together share a
+    head, whose K and V stay in L2. Under a causal mask tiles differ in cost, and the costliest go first
+    (HEAVIEST_LAST: the last tile is the costliest). With ACROSS_HEADS (a tuning choice, causal only) the grid
+    is (heads, tiles) and the costliest tiles of *all* heads go first, so no long tile starts near the end;
     that wins with one program per SM and loses L2 reuse when several programs share one.
+
+    CUDA allows 65,535 programs on grid axis 1. Past that (more (batch, head) pairs, or more tiles in the
+    across-heads order) the grid is 1-D, n_tiles x heads programs in the same order (ONE_AXIS). That costs two
+    divisions per program, and they changed the main loops' code enough to slow some configs by 3-9%, so the
+    usual launches keep two axes (perf/NOTES.md, session 6).
     """
-    pid = tl.program_id(0)
-    if IS_CAUSAL and ACROSS_HEADS:
-        n_heads = tl.num_programs(0) // n_tiles
-        tile, head = pid // n_heads, pid % n_heads
+    if ONE_AXIS:
+        pid = tl.program_id(0)
+        if IS_CAUSAL and ACROSS_HEADS:
+            n_heads = tl.num_programs(0) // n_tiles
+            tile, head = pid // n_heads, pid % n_heads
+        else:
+            tile, head = pid % n_tiles, pid // n_tiles
+    elif IS_CAUSAL and ACROSS_HEADS:
+        tile, n_tiles, head = tl.program_id(1), tl.num_programs(1), tl.program_id(0)
     else:
-        tile, head = pid % n_tiles, pid // n_tiles
+        tile, n_tiles, head = tl.program_id(0), tl.num_programs(0), tl.program_id(1)
     if IS_CAUSAL and HEAVIEST_LAST:
         tile = n_tiles - 1 - tile
     return tile, head
@@ -143,11 +153,11 @@ def _attn_fwd(Q, K, V, O, LSE,
               SEQ_BUCKET,  # only read by the autotuner's key
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
               DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              ACROSS_HEADS: tl.constexpr):
+              ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr):
     """One program = one tile of BLOCK_M query rows of one (batch, head). Grid: ``tile_grid(seqlen_q, "BLOCK_M",
-    B * H)``. K, V, O: ``head_tiles`` descriptors; Q: a (batch, seqlen, heads, head_dim) tensor."""
+    B * H, IS_CAUSAL)``. K, V, O: ``head_tiles`` descriptors; Q: a (batch, seqlen, heads, head_dim) tensor."""
     # causal: the last query tiles see most keys
-    pid_m, pid_bh = _program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, IS_CAUSAL, True, ACROSS_HEADS)
+    pid_m, pid_bh = _program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, IS_CAUSAL, True, ACROSS_HEADS, ONE_AXIS)
     off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size  # GQA/MQA: group_size query heads share one key/value head
@@ -202,10 +212,26 @@ def seq_bucket(n: int) -> int:
     return min(triton.next_power_of_2(n), 16384)
 
 
-def tile_grid(seqlen: int, block: str, n_heads: int):
+MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1 (and 2); axis 0 allows 2**31 - 1
+MIN_BLOCK = 16  # the shortest tile any config streams or keeps
+
+
+def one_axis(seqlen: int, n_heads: int, causal: bool) -> bool:
+    """Whether a launch needs the 1-D grid (``_program_tile``'s ONE_AXIS): more (batch, head) pairs than grid
+    axis 1 holds, or a causal launch whose tiles could land there (the across-heads order, at any tile size)."""
+    return n_heads > MAX_GRID_Y or (causal and triton.cdiv(seqlen, MIN_BLOCK) > MAX_GRID_Y)
+
+
+def tile_grid(seqlen: int, block: str, n_heads: int, causal: bool):
     """The launch grid that ``_program_tile`` reads, as a function of the chosen meta-parameters: one program
-    per tile of ``seqlen`` (the meta-parameter ``block`` long) and head, all on grid axis 0."""
-    return lambda meta: (triton.cdiv(seqlen, meta[block]) * n_heads,)
+    per tile of ``seqlen`` (the meta-parameter ``block`` long) and head, laid out (tiles, heads), (heads, tiles)
+    when a causal config launches its tiles across heads, or all on axis 0 (ONE_AXIS, see ``one_axis``)."""
+    def grid(meta):
+        n_tiles = triton.cdiv(seqlen, meta[block])
+        if meta["ONE_AXIS"]:
+            return (n_tiles * n_heads,)
+        return (n_heads, n_tiles) if causal and meta["ACROSS_HEADS"] else (n_tiles, n_heads)
+    return grid
 
 
 def block_d_for(head_dim: int) -> int:
@@ -235,7 +261,7 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
             n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, causal_offset, softmax_scale * LOG2E,
             seq_bucket(max(seqlen_q, seqlen_k)))
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
-                DOT_PRECISION=dot_precision(q.dtype))
+                DOT_PRECISION=dot_precision(q.dtype), ONE_AXIS=one_axis(seqlen_q, batch * n_heads, causal))
     with on_device(q.device):
-        launch(_attn_fwd, _attn_fwd_tuned, tile_grid(seqlen_q, "BLOCK_M", batch * n_heads), args, meta,
+        launch(_attn_fwd, _attn_fwd_tuned, tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, causal), args, meta,
                config, fwd_configs_for(head_dim, q.dtype)[0])

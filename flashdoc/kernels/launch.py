@@ -117,6 +117,36 @@ class on_device:
             self.guard.__exit__(*exc)
 
 
+@functools.cache
+def _side_stream(device_index: int) -> torch.cuda.Stream:
+    return torch.cuda.Stream(device_index)
+
+
+class forked_stream:
+    """A second CUDA stream that starts where the current one is now: launches made ``with`` it run concurrently
+    with later launches on the current stream, until ``join()`` makes the current stream wait for them. Runs
+    inside ``on_device``; under the interpreter everything stays in order on the CPU."""
+
+    def __init__(self):
+        self.stream = None if INTERPRET else _side_stream(torch.cuda.current_device())
+        if self.stream is not None:
+            self.origin = torch.cuda.current_stream()
+            self.stream.wait_stream(self.origin)
+            self.guard = torch.cuda.stream(self.stream)
+
+    def __enter__(self):
+        if self.stream is not None:
+            self.guard.__enter__()
+
+    def __exit__(self, *exc):
+        if self.stream is not None:
+            self.guard.__exit__(*exc)
+
+    def join(self):
+        if self.stream is not None:
+            self.origin.wait_stream(self.stream)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Launching
 # ---------------------------------------------------------------------------------------------------------------
@@ -181,7 +211,8 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
     """Launch ``kernel`` with ``config`` when one is given, with the CPU tiles under the interpreter, with
     ``default_config`` when autotuning is off, and through its autotuned wrapper otherwise.
 
-    grid: a function of the chosen meta-parameters (BLOCK_M, BLOCK_N, ...) giving the launch grid.
+    grid: a function of the launch's constexprs (``meta`` and the config's BLOCK_M, BLOCK_N, ...) giving the
+    launch grid.
     Runs inside ``on_device``.
     """
     if config is None and INTERPRET:
@@ -204,8 +235,9 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
         compiled = tuned_kernel[grid](*args, **meta)  # each config's pre_hook sets the descriptors' tile shapes
         config = tuned_kernel.best_config
     else:
-        set_block_shapes({**dict(enumerate(args)), **meta, **config.kwargs})
-        compiled = kernel[grid(config.kwargs)](*args, **meta, **config.kwargs, num_warps=config.num_warps,
-                                               num_stages=config.num_stages)
+        constexprs = {**meta, **config.kwargs}
+        set_block_shapes({**dict(enumerate(args)), **constexprs})
+        compiled = kernel[grid(constexprs)](*args, **constexprs, num_warps=config.num_warps,
+                                            num_stages=config.num_stages)
     if key is not None and compiled is not None:
         _launchers[key] = _Launcher(kernel, compiled, config, args, meta)
