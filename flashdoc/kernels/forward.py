@@ -74,9 +74,9 @@ def _program_tile(n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr,
     that wins with one program per SM and loses L2 reuse when several programs share one.
 
     CUDA allows 65,535 programs on grid axis 1. Past that (more (batch, head) pairs, or more tiles in the
-    across-heads order) the grid is 1-D, n_tiles x heads programs in the same order (ONE_AXIS). That costs two
-    divisions per program, and they changed the main loops' code enough to slow some configs by 3-9%, so the
-    usual launches keep two axes (perf/NOTES.md, session 6).
+    across-heads order) the grid is 1-D: n_tiles x heads programs in the same order (ONE_AXIS), at the cost of
+    two integer divisions per program. The usual launches keep two axes, so their compiled code stays the code
+    that every measurement in perf/NOTES.md was taken with.
     """
     if ONE_AXIS:
         pid = tl.program_id(0)
