@@ -19,8 +19,8 @@ Variants, each loaded as its own package from a copy of the kernel sources:
   left unpipelined (`num_stages=1`): a loop of one or two tiles pays a full pipeline prologue otherwise;
 (Variants timed in earlier sessions and rejected live in git: the fused backward with atomic dQ at commit
 cfdb8d3, the dV/dK split of the dK/dV kernel (`split`) at commit 00bd95b; see NOTES.md.)
-bf16, 16k tokens in total, heads = 2048 / d, layout (B, N, H, d). Prints each variant's median TFLOP/s over --rounds rounds (the variants in a rotated
-order each round) and its ratio to base.
+bf16, 16k tokens in total, heads = 2048 / d, layout (B, N, H, d). Prints each variant's median TFLOP/s over
+--rounds rounds (the variants in a rotated order each round) and its ratio to base.
 """
 
 import argparse
