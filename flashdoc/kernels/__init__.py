@@ -2,8 +2,9 @@
 
 ``forward.py`` holds the fused forward kernel, ``backward.py`` the three backward kernels. Each file reads in
 the same order: tuning constants, kernels, launch functions. ``launch.py`` holds what launching any of them
-takes: the device and context guard, the host tensor descriptors, and the launch cache. The torch.library ops
-and the autograd wiring live in ``flashdoc/interface.py``.
+takes: the device and context guard, the host tensor descriptors, the launch cache, and the second stream the
+backward forks for its dQ kernel. The torch.library ops and the autograd wiring live in
+``flashdoc/interface.py``.
 
 Importing ``flashdoc`` decides, once, whether these kernels are compiled for the GPU or run by Triton's
 interpreter on the CPU (see ``flashdoc/__init__.py``): Triton makes that choice when ``@triton.jit`` runs.
