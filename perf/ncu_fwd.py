@@ -11,7 +11,6 @@ import argparse
 
 import torch
 
-import flashdoc  # noqa: F401  (sets the scratch allocator path up like the package does)
 from flashdoc.kernels.forward import attn_fwd
 from flashdoc.kernels.launch import tile_config
 
