@@ -10,7 +10,14 @@ Importing ``flashdoc`` decides, once, whether these kernels are compiled for the
 interpreter on the CPU (see ``flashdoc/__init__.py``): Triton makes that choice when ``@triton.jit`` runs.
 """
 
+import triton.language.standard
 from triton import knobs
+from triton.runtime.jit import JITFunction
 
 # True when the kernels were decorated under TRITON_INTERPRET=1: they then run on CPU tensors, in numpy.
 INTERPRET: bool = bool(knobs.runtime.interpret)
+
+# Triton's library functions (tl.zeros, tl.cdiv, ...) were decorated when triton was first imported: for the
+# interpreter to run them, that must have happened with TRITON_INTERPRET=1 already set (importing flashdoc
+# first does it). Otherwise every interpreted kernel would fail inside Triton; ``launch`` refuses instead.
+LIBRARY_INTERPRETED: bool = not any(isinstance(f, JITFunction) for f in vars(triton.language.standard).values())

@@ -18,7 +18,7 @@ import triton
 from triton import knobs
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from . import INTERPRET
+from . import INTERPRET, LIBRARY_INTERPRETED
 
 # FLASHDOC_AUTOTUNE=0 skips the autotuner and takes the first config that fits the head dim (the one tuning
 # found best most often): one compile per shape family instead of several, for wide test sweeps.
@@ -215,6 +215,12 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
     launch grid.
     Runs inside ``on_device``.
     """
+    if INTERPRET and not LIBRARY_INTERPRETED:
+        raise RuntimeError(
+            "flashdoc's kernels run in Triton's interpreter here (no CUDA GPU), but triton was imported before "
+            "flashdoc with the interpreter off, and Triton's own library functions cannot be interpreted that "
+            "way. Import flashdoc before triton (and before anything that imports it, such as torch.compile), "
+            "or set TRITON_INTERPRET=1 in the environment before starting Python")
     if config is None and INTERPRET:
         config = CPU_CONFIG
     if config is None and not AUTOTUNE:
