@@ -12,9 +12,9 @@ Variants, each loaded as its own package from a copy of the kernel sources:
 - ws:   `new` with `warp_specialize=True` on the forward's key loops;
 - lazy: `new` with the forward's rescaling of the accumulator skipped while no row's maximum has grown by more
   than 8 (log2 units, a factor 256), a branch on the whole tile (FlashAttention-4's conditional rescaling);
-- stream: `new` with the dQ kernel on a second CUDA stream, concurrent with the dK/dV kernel (both only read
-  what the preprocess wrote), so each kernel's tail overlaps the other's work;
-- stream2: `stream` with the dQ kernel launched first;
+- serial: `new` with the dQ kernel back on the caller's stream after the dK/dV kernel (the package runs it on a
+  second stream, concurrently: `launch.forked_stream`);
+- stream2: `new` with the dQ kernel launched first, on its second stream;
 - diag1: `new` with the masked loops (the causal diagonal, the ragged ends) of all three attention kernels
   left unpipelined (`num_stages=1`): a loop of one or two tiles pays a full pipeline prologue otherwise;
 (Variants timed in earlier sessions and rejected live in git: the fused backward with atomic dQ at commit
@@ -88,25 +88,6 @@ LAZY_SOFTMAX = '''
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
 '''
 
-STREAM_BWD = '''
-_side_streams = {}
-
-
-def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool,
-             config=None):
-    dkdv_config, dq_config = config if config is not None else (None, None)
-    with on_device(q.device):
-        delta, lse2 = bwd_preprocess(dout, out, lse, dlse)
-        main = torch.cuda.current_stream()
-        side = _side_streams.setdefault(q.device, torch.cuda.Stream(q.device))
-        side.wait_stream(main)
-        bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config)
-        with torch.cuda.stream(side):
-            bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right, dq_config)
-        main.wait_stream(side)
-'''
-
-
 def load_variant(name: str, forward_src: str, backward_src: str):
     """Import a copy of the kernel sources as package `ab_<name>` (relative imports keep working)."""
     name = name.replace("/", "_")
@@ -149,11 +130,14 @@ def variants(names):
             start = fwd.index("# --8<-- [start:online_softmax]\n") + len("# --8<-- [start:online_softmax]\n")
             end = fwd.index("        # --8<-- [end:online_softmax]")
             fwd = fwd[:start] + LAZY_SOFTMAX.lstrip("\n") + fwd[end:]
-        elif name in ("stream", "stream2"):
-            bwd = bwd[:bwd.index("def attn_bwd(")] + STREAM_BWD.lstrip("\n")
-            if name == "stream2":
+        elif name in ("serial", "stream2"):
+            fork, join = "        dq_stream = forked_stream()\n", "        dq_stream.join()\n"
+            assert fork in bwd and join in bwd and "        with dq_stream:\n            bwd_dq(" in bwd
+            if name == "serial":
+                bwd = bwd.replace(fork, "").replace(join, "")
+                bwd = bwd.replace("with dq_stream:\n            bwd_dq(", "bwd_dq(")
+            else:
                 dkdv = next(line for line in bwd.splitlines(keepends=True) if line.startswith("        bwd_dkdv("))
-                join = "        main.wait_stream(side)"
                 bwd = bwd.replace(dkdv, "").replace(join, dkdv + join)
         elif name == "ws":
             assert "tl.range(lo, hi, BLOCK_N)" in fwd
