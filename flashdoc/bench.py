@@ -19,7 +19,8 @@ What is measured, each peer only if it is available (otherwise it is reported as
   64/128/256, causal and not, N = 512 ... 16k with 16k tokens in total (batch = 16384/N, heads = 2048/d, the
   convention of flash-attn's plots). FLOPs = 4·B·H·N²·d, halved when causal; forward+backward counts 3.5× the
   forward (the backward does 2.5×). Times are the median of ``triton.testing.do_bench`` after its warm-up,
-  over at least 10 calls. The forward is timed on inputs that require grad (the training forward, as
+  over at least 10 calls; the peers of each row are timed in turn, in an order rotated from row to row. The
+  forward is timed on inputs that require grad (the training forward, as
   flash-attn's benchmarks do). Naive attention is timed up to N = 8k. FlexAttention is compiled per shape
   (static shapes, its fastest kernels); those compiles, and flashdoc's, happen before any timing, in
   parallel worker processes that fill the compile caches (see ``_precompile``).
@@ -557,10 +558,13 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
     try:
         # -- speed ------------------------------------------------------------------------------------------
         failed = {}  # (peer, mode, dtype, head_dim, causal) -> reason: larger N are skipped after a failure
-        for mode, dtype, head_dim, causal, seqlen in configs:
+        for row, (mode, dtype, head_dim, causal, seqlen) in enumerate(configs):
             batch, heads = sweep.batch_heads(seqlen, head_dim)
             fl = flops(mode, batch, heads, seqlen, head_dim, causal)
-            for peer in PEERS:
+            # Where a kernel sits in the order moved its timing by a few percent (perf/NOTES.md, session 6):
+            # each row starts at the next peer, so none is always timed first and the geomeans average it out.
+            shift = row % len(PEERS)
+            for peer in PEERS[shift:] + PEERS[:shift]:
                 if peer.name not in available:
                     continue
                 bar.set_postfix_str(f"{peer.name} {mode} {dtype} d={head_dim} causal={causal} N={seqlen}")

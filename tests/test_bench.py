@@ -67,6 +67,23 @@ def test_results_json_schema(run):
         assert all(r["peak_extra_bytes"] > 0 for r in memory if r["status"] == "ok")
 
 
+def test_each_row_starts_at_another_peer(run):
+    """The peers are timed in an order rotated from row to row, so no kernel is always timed first."""
+    _, results = run
+    rows = []
+    for r in results["records"]:
+        if r["kind"] == "speed":
+            key = (r["mode"], r["dtype"], r["head_dim"], r["causal"], r["seqlen"])
+            if not rows or rows[-1][0] != key:
+                rows.append((key, []))
+            rows[-1][1].append(r["peer"])
+    names = [p.name for p in bench.PEERS]
+    for i, (_, order) in enumerate(rows):
+        rotated = names[i % len(names):] + names[:i % len(names)]
+        assert order == [name for name in rotated if name in order]
+    assert len({order[0] for _, order in rows}) > 1
+
+
 def test_unavailable_peers_are_skipped_with_a_reason(run):
     _, results = run
     peers = results["peers"]
