@@ -13,16 +13,17 @@ or, from Python (this is what the site's benchmark snippet does)::
 
 What is measured, each peer only if it is available (otherwise it is reported as skipped, with the reason):
 
-- **speed**: TFLOP/s of naive PyTorch attention (matmul-softmax-matmul), ``scaled_dot_product_attention`` with one
-  backend forced at a time (FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION), FlexAttention compiled with
-  ``torch.compile``, flash-attn, and flashdoc; forward and forward+backward, bf16 and fp16, head dims 64/128/256,
-  causal and not, N = 512 ... 16k with 16k tokens in total (batch = 16384/N, heads = 2048/d, the convention of
-  flash-attn's plots). FLOPs = 4·B·H·N²·d, halved when causal; forward+backward counts 3.5× the forward (the
-  backward does 2.5×). Times are the median of ``triton.testing.do_bench`` after its warm-up, over at least 10
-  calls; the peers of each row are timed in turn, in an order rotated from row to row. The forward is timed on
-  inputs that require grad (the training forward, as flash-attn's benchmarks do). Naive attention is timed up to N
-  = 8k. FlexAttention is compiled per shape (static shapes, its fastest kernels); those compiles, and flashdoc's,
-  happen before any timing, in parallel worker processes that fill the compile caches (see ``_precompile``).
+- **speed**: TFLOP/s of naive PyTorch attention (matmul-softmax-matmul), ``scaled_dot_product_attention`` with
+  one backend forced at a time (FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION), FlexAttention compiled
+  with ``torch.compile``, flash-attn, and flashdoc; forward and forward+backward, bf16 and fp16, head dims
+  64/128/256, causal and not, N = 512 ... 16k with 16k tokens in total (batch = 16384/N, heads = 2048/d, the
+  convention of flash-attn's plots). FLOPs = 4·B·H·N²·d, halved when causal; forward+backward counts 3.5× the
+  forward (the backward does 2.5×). Times are the median of ``triton.testing.do_bench`` after its warm-up, over
+  at least 10 calls; the peers of each row are timed in turn, in an order rotated from row to row. The forward
+  is timed on inputs that require grad (the training forward, as flash-attn's benchmarks do). Naive attention is
+  timed up to N = 8k. FlexAttention is compiled per shape (static shapes, its fastest kernels); those compiles,
+  and flashdoc's, happen before any timing, in parallel worker processes that fill the compile caches (see
+  ``_precompile``).
 - **memory**: peak extra GPU memory of a causal forward (batch 1, 32 heads, d 128) vs N up to 64k, where
   "extra" is the peak during the call minus what was allocated before it (the inputs).
 - **first call**: the time flashdoc's first call takes on a new shape in a fresh process with an empty
