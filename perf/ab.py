@@ -160,6 +160,9 @@ def main():
     ap.add_argument("--fwd-configs", default=None,
                     help="forward configs instead of FWD, e.g. '128=64,32,3,4;128=64,64,3,4;64=64,64,3,4'")
     ap.add_argument("--bwd-variants", default="base,new", help="variants to time the backward of")
+    ap.add_argument("--bwd-configs", default=None,
+                    help="(dK/dV, dQ) config pairs instead of DKDV and DQ, timed against each other in one "
+                         "rotation, e.g. '64=32,128,3,4/128,64,3,8;64=64,64,3,4/64,64,2,4'")
     ap.add_argument("--causal", default="False,True")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--autotune", action="store_true",
@@ -177,6 +180,12 @@ def main():
         for item in args.fwd_configs.split(";"):
             d, cfg = item.split("=")
             fwd_table.setdefault(int(d), []).append(tuple(int(x) for x in cfg.split(",")))
+    bwd_table = {d: [(DKDV[d], DQ[d])] for d in DKDV}
+    if args.bwd_configs:
+        bwd_table = {}
+        for item in args.bwd_configs.split(";"):
+            d, pair = item.split("=")
+            bwd_table.setdefault(int(d), []).append(tuple(tuple(int(x) for x in c.split(",")) for c in pair.split("/")))
     ds = [int(x) for x in args.ds.split(",")]
     rows = []
     for d in ds:
@@ -201,18 +210,21 @@ def main():
                             fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False,
                                          config=cfg and tile_config(fwd, *cfg))
                         tests.append((f"fwd {cfg or 'autotuned'}", name, None, run, flops, lambda: out))
+                pairs = bwd_table.get(d, []) if not args.autotune else [None]
                 for name in filter(None, args.bwd_variants.split(",")):
                     fwd, bwd = mods[name]
 
                     def setup(fwd=fwd):  # this variant's forward output, into the shared buffers
                         fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False, config=tile_config(fwd, *FWD[d][0]))
-                    config = None if args.autotune else (tile_config(fwd, *DKDV[d]), tile_config(fwd, *DQ[d]))
+                    for pair in pairs:
+                        config = pair and (tile_config(fwd, *pair[0]), tile_config(fwd, *pair[1]))
 
-                    def run_bwd(bwd=bwd, config=config):
-                        bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d ** -0.5, causal, False,
-                                     config=config)
-                    grads = (lambda: torch.cat([dq.flatten(), dk.flatten(), dv.flatten()]))
-                    tests.append(("bwd", name, setup, run_bwd, 2.5 * flops, grads))
+                        def run_bwd(bwd=bwd, config=config):
+                            bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d ** -0.5, causal, False,
+                                         config=config)
+                        grads = (lambda: torch.cat([dq.flatten(), dk.flatten(), dv.flatten()]))
+                        label = name if len(pairs) == 1 else f"{name} {pair[0]}/{pair[1]}".replace(" (", "(")
+                        tests.append(("bwd", label, setup, run_bwd, 2.5 * flops, grads))
                 # Each variant once per round, the order rotated every round, the median kept: the position in
                 # the order moved an identical copy of a variant by up to +-6% when each was timed once.
                 groups = {}

@@ -156,13 +156,24 @@ def compile_job(job):
     kind, d, causal, cfg = job
     try:
         import torch
+        from flashdoc.kernels import launch
+        compiled = []
+        init = launch._Launcher.__init__
+
+        def keep(self, kernel, compiled_kernel, *rest):  # the compiled kernel, for its register report
+            compiled.append(compiled_kernel)
+            init(self, kernel, compiled_kernel, *rest)
+        launch._Launcher.__init__ = keep
         f, _ = setup(kind, d, min(256, TOKENS), causal)
+        compiled.clear()
+        launch._launchers.clear()  # so that f's launch compiles (or loads) and reports, even at setup's config
         f(cfg)
         if DEVICE == "cuda":
             torch.cuda.synchronize()
-        return job, None
+        report = {k: getattr(compiled[-1], k, None) for k in ("n_regs", "n_spills")} if compiled else {}
+        return job, None, report
     except Exception as e:  # out of shared memory / registers: the config is skipped
-        return job, f"{type(e).__name__}: {str(e)[:160]}"
+        return job, f"{type(e).__name__}: {str(e)[:160]}", {}
 
 
 def main():
@@ -178,6 +189,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3,
                     help="times each config is timed, the configs in a rotated order each time (median kept): a "
                          "fixed order biases configs by their position (perf/NOTES.md, session 6)")
+    ap.add_argument("--regs", action="store_true", help="print each compiled kernel's registers and spills")
+    ap.add_argument("--regs-only", action="store_true", help="with --regs: compile and report, no timing")
     args = ap.parse_args()
     candidates = {1: CANDIDATES, 2: ROUND2, 3: ROUND3, 4: ROUND4}[args.round]
     causals = [c == "True" for c in args.causal.split(",")]
@@ -187,8 +200,15 @@ def main():
             for cfg in candidates[kind][d]]
     t0 = time.time()
     with mp.get_context("spawn").Pool(args.workers) as pool:
-        failed = {job: err for job, err in pool.imap_unordered(compile_job, jobs) if err}
+        compiled = list(pool.imap_unordered(compile_job, jobs))
+    failed = {job: err for job, err, _ in compiled if err}
     print(f"compiled {len(jobs)} variants in {time.time() - t0:.0f} s; {len(failed)} failed", flush=True)
+    if args.regs:  # registers per thread and spills, from each compiled kernel
+        for (kind, d, causal, cfg), err, report in sorted(compiled, key=lambda x: str(x[0])):
+            if not err:
+                print(f"  regs {kind:>4} d={d:<3} causal={causal!s:<5} {cfg}: {report}", flush=True)
+        if args.regs_only:
+            return
     for job, err in failed.items():
         print("  skip", job, err, flush=True)
 
