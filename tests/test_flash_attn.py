@@ -192,6 +192,18 @@ def test_one_axis_only_past_grid_axis_1():
     assert one_axis(MAX_GRID_Y * MIN_BLOCK + 1, 4, True)  # the across-heads order puts tiles on axis 1
 
 
+def test_causal_entries_replace_the_unmasked_ones_under_the_mask():
+    from flashdoc.kernels.forward import configs_for, prune_for
+
+    table = {(64, False): ["both"], (64, False, True): ["causal"], (128, False): ["d128"], (64, True): ["fp32"]}
+    assert configs_for(table, 32, torch.bfloat16, causal=False) == ["both"]
+    assert configs_for(table, 64, torch.float16, causal=True) == ["causal"]
+    assert configs_for(table, 128, torch.bfloat16, causal=True) == ["d128"]  # no causal entry: the shared one
+    assert configs_for(table, 64, torch.float32, causal=True) == ["fp32"]
+    q = torch.empty(1, dtype=torch.bfloat16)
+    assert prune_for(table)([], {"Q": q}, BLOCK_D=64, IS_CAUSAL=True) == ["causal"]  # what the autotuner sees
+
+
 # --- GPU sweeps ------------------------------------------------------------------------------------------------
 
 ODD_SEQLENS = [(1, 1), (1, 17), (17, 1), (113, 203), (203, 113), (127, 127), (128, 217), (1000, 1000),
@@ -338,7 +350,7 @@ def test_gpu_every_autotune_config(head_dim, causal):
     grads_ref = torch.autograd.grad(out_ref, ref_in, dout.double())
     out_pt, _ = attention_math(q, k, v, scale, causal, True, dtype)
     base = (out_pt.double() - out_ref).abs().max().item()
-    for config in fwd_configs_for(head_dim, dtype):
+    for config in fwd_configs_for(head_dim, dtype, causal):
         out = torch.empty_like(q)
         lse = torch.empty(2, 4, 1000, device="cuda", dtype=torch.float32)
         attn_fwd(q, k, v, out, lse, scale, causal, True, config=config)
@@ -347,7 +359,7 @@ def test_gpu_every_autotune_config(head_dim, causal):
         assert err <= 2 * base + 1e-3
     out_ref_dtype = out_ref.detach().to(dtype)
     lse_ref = lse_ref.float().contiguous()
-    for config in bwd_configs_for(head_dim, dtype):
+    for config in bwd_configs_for(head_dim, dtype, causal):
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         attn_bwd(dout, q, k, v, out_ref_dtype, lse_ref, None, dq, dk, dv, scale, causal, True, config=config)
         for name, g, r in zip(("dq", "dk", "dv"), (dq, dk, dv), grads_ref):

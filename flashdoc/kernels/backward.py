@@ -11,8 +11,8 @@ import triton
 import triton.language as tl
 
 from . import INTERPRET
-from .forward import (LOG2E, _head_desc, _program_tile, block_d_for, configs_for, dot_precision, one_axis,
-                      prune_for, seq_bucket, tile_grid)
+from .forward import (LOG2E, _head_desc, _program_tile, all_configs, block_d_for, configs_for, dot_precision,
+                      one_axis, prune_for, seq_bucket, tile_grid)
 from .launch import forked_stream, head_tiles, launch, on_device, tile_config
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -29,9 +29,13 @@ PRE_CONFIG = triton.Config({"BLOCK_M": 64}, num_warps=4, num_stages=3)
 # perf/sweep.py on the H200. At d = 128 two 4-warp dK/dV programs per SM beat one 8-warp program by 10-20%; at
 # d = 256 the dQ kernel with 128 query rows over 8 warps runs 3x faster than with 64. Launching causal tiles
 # across heads (see forward._program_tile) measured 0-6% slower here, so no config sets it. fp32 (non
-# tensor-core products) gets small tiles.
+# tensor-core products) gets small tiles. Under the causal mask at d = 64, 128 keys with 2 stages instead of 3
+# made the whole backward (both kernels timed together, concurrently) 8-11% faster, and 3-5% faster than the pair
+# the autotuner used to pick there (perf/NOTES.md, session 7); without the mask 3 stages stay 6-10% ahead.
+# Keys: (head dim, fp32?); an entry keyed (head dim, fp32?, True) replaces that one under the causal mask.
 DKDV_CONFIGS = {
     (64, False): [tile_config(32, 128, 3, 4), tile_config(64, 64, 3, 4), tile_config(128, 64, 2, 4)],
+    (64, False, True): [tile_config(32, 128, 2, 4), tile_config(64, 64, 3, 4), tile_config(128, 64, 2, 4)],  # causal
     (128, False): [tile_config(64, 64, 2, 4), tile_config(32, 64, 4, 4), tile_config(64, 128, 2, 8)],
     (256, False): [tile_config(64, 64, 2, 8), tile_config(32, 64, 3, 8)],
     (64, True): [tile_config(32, 64, 2, 4)],
@@ -238,11 +242,11 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
 
 
 _attn_bwd_dkdv_tuned = None if INTERPRET else triton.autotune(
-    configs=[c for cs in DKDV_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
+    configs=all_configs(DKDV_CONFIGS), key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
     prune_configs_by={"early_config_prune": prune_for(DKDV_CONFIGS)},
 )(_attn_bwd_dkdv)
 _attn_bwd_dq_tuned = None if INTERPRET else triton.autotune(
-    configs=[c for cs in DQ_CONFIGS.values() for c in cs], key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
+    configs=all_configs(DQ_CONFIGS), key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
     prune_configs_by={"early_config_prune": prune_for(DQ_CONFIGS)},
 )(_attn_bwd_dq)
 
@@ -252,11 +256,11 @@ _attn_bwd_dq_tuned = None if INTERPRET else triton.autotune(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def bwd_configs_for(head_dim: int, dtype) -> list:
+def bwd_configs_for(head_dim: int, dtype, causal: bool = False) -> list:
     """(dK/dV config, dQ config) pairs that together cover every config either autotuner may pick for this head
-    dim and dtype; the first pair is the default."""
-    dkdv = configs_for(DKDV_CONFIGS, block_d_for(head_dim), dtype)
-    dq = configs_for(DQ_CONFIGS, block_d_for(head_dim), dtype)
+    dim, dtype and mask; the first pair is the default."""
+    dkdv = configs_for(DKDV_CONFIGS, block_d_for(head_dim), dtype, causal)
+    dq = configs_for(DQ_CONFIGS, block_d_for(head_dim), dtype, causal)
     return [(dkdv[min(i, len(dkdv) - 1)], dq[min(i, len(dq) - 1)]) for i in range(max(len(dkdv), len(dq)))]
 
 
@@ -297,7 +301,7 @@ def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: b
     meta["ONE_AXIS"] = one_axis(seqlen, n_heads, causal)
     grid = tile_grid(seqlen, "BLOCK_N", n_heads, causal)
     launch(_attn_bwd_dkdv, _attn_bwd_dkdv_tuned, grid, args, meta, config,
-           configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
+           configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype, causal)[0])
 
 
 def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
@@ -309,7 +313,7 @@ def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, b
     meta["ONE_AXIS"] = one_axis(seqlen, n_heads, causal)
     grid = tile_grid(seqlen, "BLOCK_M", n_heads, causal)
     launch(_attn_bwd_dq, _attn_bwd_dq_tuned, grid, args, meta, config,
-           configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype)[0])
+           configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype, causal)[0])
 
 
 def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool,

@@ -43,17 +43,25 @@ FWD_CONFIGS = {
 # --8<-- [end:fwd_configs]
 
 
-def configs_for(table, block_d: int, dtype) -> list:
-    """The candidates for this head dim (16 and 32 share the 64 entry) and dtype."""
-    return table[(max(block_d, 64), dtype == torch.float32 or dtype == tl.float32)]
+def configs_for(table, block_d: int, dtype, causal: bool = False) -> list:
+    """The candidates for this head dim (16 and 32 share the 64 entry), dtype and mask: a table's entry keyed
+    (head dim, fp32?) serves both masks unless an entry keyed (head dim, fp32?, True) overrides it under the
+    causal mask."""
+    key = (max(block_d, 64), dtype == torch.float32 or dtype == tl.float32)
+    return table.get((*key, True), table[key]) if causal else table[key]
+
+
+def all_configs(table) -> list:
+    """Every candidate in a table, for the autotuner (which ``prune_for`` narrows per launch)."""
+    return [c for cs in table.values() for c in cs]
 
 
 def prune_for(table):
-    """An autotuner ``early_config_prune`` keeping ``table``'s candidates for the launch's head dim and Q dtype
-    (Q is a tensor or a host descriptor over one, depending on the kernel)."""
+    """An autotuner ``early_config_prune`` keeping ``table``'s candidates for the launch's head dim, Q dtype and
+    mask (Q is a tensor or a host descriptor over one, depending on the kernel)."""
     def prune(configs, named_args, **kwargs):
         q = named_args["Q"]
-        return configs_for(table, kwargs["BLOCK_D"], getattr(q, "base", q).dtype)
+        return configs_for(table, kwargs["BLOCK_D"], getattr(q, "base", q).dtype, kwargs["IS_CAUSAL"])
     return prune
 
 
@@ -196,7 +204,7 @@ def _attn_fwd(Q, K, V, O, LSE,
 
 
 _attn_fwd_tuned = None if INTERPRET else triton.autotune(
-    configs=[c for cs in FWD_CONFIGS.values() for c in cs],
+    configs=all_configs(FWD_CONFIGS),
     key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],  # the autotuner adds the tensors' dtypes to the key
     prune_configs_by={"early_config_prune": prune_for(FWD_CONFIGS)},
 )(_attn_fwd)
@@ -243,9 +251,10 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def fwd_configs_for(head_dim: int, dtype) -> list:
-    """The GPU configs the autotuner tries for this head dim and dtype (first = default when not autotuning)."""
-    return configs_for(FWD_CONFIGS, block_d_for(head_dim), dtype)
+def fwd_configs_for(head_dim: int, dtype, causal: bool = False) -> list:
+    """The GPU configs the autotuner tries for this head dim, dtype and mask (first = default when not
+    autotuning)."""
+    return configs_for(FWD_CONFIGS, block_d_for(head_dim), dtype, causal)
 
 
 def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
@@ -264,4 +273,4 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
                 DOT_PRECISION=dot_precision(q.dtype), ONE_AXIS=one_axis(seqlen_q, batch * n_heads, causal))
     with on_device(q.device):
         launch(_attn_fwd, _attn_fwd_tuned, tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, causal), args, meta,
-               config, fwd_configs_for(head_dim, q.dtype)[0])
+               config, fwd_configs_for(head_dim, q.dtype, causal)[0])
