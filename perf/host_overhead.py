@@ -94,6 +94,8 @@ def main():
         print(f"{per_call_us(sdpa_fwd_bwd):8.1f} us  SDPA-flash forward + backward, backward on the calling thread")
         torch.autograd.set_multithreading_enabled(True)
     if args.profile:
+        # cProfile sees only the calling thread: the backward runs on it here, not on autograd's worker
+        torch.autograd.set_multithreading_enabled(False)
         for name in ("flash_attn_func forward", "flash_attn_func forward + backward"):
             prof = cProfile.Profile()
             prof.enable()
@@ -101,6 +103,8 @@ def main():
             prof.disable()
             print(f"\n== cProfile: {name}")
             pstats.Stats(prof).sort_stats("cumtime").print_stats(30)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        torch.autograd.set_multithreading_enabled(True)
     if args.trace:
         from torch.profiler import ProfilerActivity, profile
 
