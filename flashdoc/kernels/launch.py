@@ -10,6 +10,7 @@ config the first launch used, and later calls hand the new arguments to that ker
 """
 
 import ctypes
+import dataclasses
 import functools
 import os
 
@@ -57,14 +58,24 @@ def tile_config(block_m, block_n, stages, warps, across_heads=False):
 CPU_CONFIG = tile_config(32, 32, 1, 4)
 
 
+# TensorDescriptor's optional fields at their defaults (zero padding, ...), for head_tiles
+_DESC_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TensorDescriptor)
+                  if f.default is not dataclasses.MISSING}
+
+
 def head_tiles(t: torch.Tensor, block_rows: str) -> TensorDescriptor:
     """A tensor descriptor over a whole (batch, seqlen, heads, head_dim) tensor, made once per launch on the
     host, read and written in (1, rows, 1, BLOCK_D) tiles: ``rows`` positions of one (batch, head). Rows past
     seqlen and the columns that pad head_dim read as zeros and are never written. A kernel making its own
     descriptors (``forward._head_desc``) pays for writing them to memory in every program, which shows on short
-    sequences. block_rows: the meta-parameter ("BLOCK_M" or "BLOCK_N") that gives ``rows``."""
-    desc = TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 16, 1, 16])  # tile shape: set_block_shapes
-    desc.block_rows = block_rows
+    sequences. block_rows: the meta-parameter ("BLOCK_M" or "BLOCK_N") that gives ``rows``.
+
+    Built without TensorDescriptor's constructor, whose checks (16-byte aligned start and strides, unit last
+    stride) the public functions have made true already (``interface._unit_last_stride``): they cost half of
+    this function's time, twelve times per training step."""
+    desc = TensorDescriptor.__new__(TensorDescriptor)
+    desc.__dict__.update(_DESC_DEFAULTS, base=t, shape=list(t.shape), strides=list(t.stride()),
+                         block_shape=[1, 16, 1, 16], block_rows=block_rows)  # tile shape: set_block_shapes
     return desc
 
 
@@ -103,12 +114,19 @@ class on_device:
     allocator set. Nothing to do under the interpreter."""
 
     def __init__(self, device: torch.device):
-        self.guard = None if INTERPRET else torch.cuda.device(device)
+        self.index = None
+        if not INTERPRET:
+            self.index = device.index if device.index is not None else torch.cuda.current_device()
+        # torch.cuda.device's guard costs more host time than the rest of this; most calls need none
+        self.guard = None
+        if self.index is not None and self.index != torch.cuda.current_device():
+            self.guard = torch.cuda.device(self.index)
 
     def __enter__(self):
         if self.guard is not None:
             self.guard.__enter__()
-            _bind_primary_context(self.guard.idx)
+        if self.index is not None:
+            _bind_primary_context(self.index)
             # in-kernel descriptors (tl.make_tensor_descriptor) live in scratch memory from this allocator
             triton.set_allocator(_scratch)
 
@@ -158,6 +176,8 @@ def _signature(arg):
     and 16-byte alignment; an int's width, whether it is 1 and whether 16 divides it (for every int, even those
     the kernel does not specialise, so two signatures never share a kernel they should not); a descriptor's
     dtype and tile (its tile follows from the config, which the rest of the key fixes)."""
+    if type(arg) is int:  # most arguments (strides, lengths, counts): checked first, the cheapest test
+        return arg == 1, arg % 16 == 0, -2**31 <= arg < 2**31
     if isinstance(arg, torch.Tensor):
         return arg.dtype, arg.data_ptr() % 16 == 0
     if isinstance(arg, TensorDescriptor):
@@ -207,6 +227,14 @@ def _no_launch_hooks() -> bool:
     return hook is None or not getattr(hook, "calls", True)
 
 
+@functools.cache
+def _key_positions(kernel, tuned_kernel, n_args: int) -> tuple:
+    """(name, position among the launch's n_args positional arguments, or None for a constexpr passed in meta)
+    of each of the autotuner's keys."""
+    return tuple((k, kernel.arg_names.index(k) if kernel.arg_names.index(k) < n_args else None)
+                 for k in tuned_kernel.keys)
+
+
 def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
     """Launch ``kernel`` with ``config`` when one is given, with the CPU tiles under the interpreter, with
     ``default_config`` when autotuning is off, and through its autotuned wrapper otherwise.
@@ -229,8 +257,8 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
     if LAUNCH_CACHE and not INTERPRET and _no_launch_hooks():
         device = torch.cuda.current_device()
         # the autotuner's choice depends on its key (sequence bucket, head dim, causal; dtypes are in the rest)
-        tuned_key = () if config is not None else tuple(args[kernel.arg_names.index(k)] if k not in meta else
-                                                        meta[k] for k in tuned_kernel.keys)
+        tuned_key = () if config is not None else tuple(meta[k] if i is None else args[i]
+                                                        for k, i in _key_positions(kernel, tuned_kernel, len(args)))
         chosen = () if config is None else (tuple(config.kwargs.items()), config.num_warps, config.num_stages)
         key = (kernel, chosen, device, *meta.values(), *tuned_key, *map(_signature, args))
         launcher = _launchers.get(key)

@@ -56,14 +56,27 @@ def sdpa(backward):
             out.sum().backward()
 
 
+def on_calling_thread(fn):
+    """fn with autograd running the backward on the calling thread (for CUDA tensors it runs on a worker
+    thread of its own otherwise), to see what that hand-over costs."""
+    def wrapped():
+        with torch.autograd.set_multithreading_enabled(False):
+            fn()
+    return wrapped
+
+
 rows = ["| call | flashdoc, launch cache off | flashdoc, launch cache on | SDPA, FlashAttention-2 backend |",
         "|---|---|---|---|"]
-for name, fn, backward in [("forward", flashdoc_forward, False), ("forward + backward", flashdoc_step, True)]:
+cases = [("forward", flashdoc_forward, lambda: sdpa(backward=False)),
+         ("forward + backward", flashdoc_step, lambda: sdpa(backward=True)),
+         ("forward + backward, backward on the calling thread", on_calling_thread(flashdoc_step),
+          on_calling_thread(lambda: sdpa(backward=True)))]
+for name, fn, peer_fn in cases:
     launch.LAUNCH_CACHE = False  # what FLASHDOC_LAUNCH_CACHE=0 sets at import: Triton's launch path every time
     off = host_us(fn)
     launch.LAUNCH_CACHE = True
     on = host_us(fn)
-    peer = f"{host_us(lambda: sdpa(backward)):.0f} µs" if cuda else "— (needs a GPU)"
+    peer = f"{host_us(peer_fn):.0f} µs" if cuda else "— (needs a GPU)"
     rows.append(f"| {name} | {off:.0f} µs | {on:.0f} µs | {peer} |")
 # --8<-- [end:calls]
 print("\n".join(rows))
