@@ -15,6 +15,8 @@ Variants, each loaded as its own package from a copy of the kernel sources:
 - serial: `new` with the dQ kernel back on the caller's stream after the dK/dV kernel (the package runs it on a
   second stream, concurrently: `launch.forked_stream`);
 - stream2: `new` with the dQ kernel launched first, on its second stream;
+- even: `new` without the masked loops of the forward and dQ kernels when there is no causal mask, as an
+  EVEN_N constexpr would compile them for lengths that the key tile divides (the A/B's lengths);
 - diag1: `new` with the masked loops (the causal diagonal, the ragged ends) of all three attention kernels
   left unpipelined (`num_stages=1`): a loop of one or two tiles pays a full pipeline prologue otherwise;
 (Variants timed in earlier sessions and rejected live in git: the fused backward with atomic dQ at commit
@@ -139,6 +141,15 @@ def variants(names):
             else:
                 dkdv = next(line for line in bwd.splitlines(keepends=True) if line.startswith("        bwd_dkdv("))
                 bwd = bwd.replace(dkdv, "").replace(join, dkdv + join)
+        elif name == "even":
+            # what an EVEN_N constexpr would give when seqlen is a multiple of the key tile: no masked loop
+            # compiled at all without the causal mask (valid only for such lengths: the A/B shapes)
+            call = "    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset,\n                                    qk_scale, full_hi, masked_hi,"
+            assert call in fwd
+            fwd = fwd.replace(call, "    if IS_CAUSAL:\n    " + call.replace("\n ", "\n     "))
+            call = "    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale,\n                            full_hi, masked_hi,"
+            assert call in bwd
+            bwd = bwd.replace(call, "    if IS_CAUSAL:\n    " + call.replace("\n ", "\n     "))
         elif name == "ws":
             assert "tl.range(lo, hi, BLOCK_N)" in fwd
             fwd = fwd.replace("tl.range(lo, hi, BLOCK_N)", "tl.range(lo, hi, BLOCK_N, warp_specialize=True)")
