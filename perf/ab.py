@@ -90,13 +90,14 @@ LAZY_SOFTMAX = '''
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
 '''
 
-def load_variant(name: str, forward_src: str, backward_src: str):
-    """Import a copy of the kernel sources as package `ab_<name>` (relative imports keep working)."""
+def load_variant(name: str, forward_src: str, backward_src: str, launch_src: str = None):
+    """Import a copy of the kernel sources as package `ab_<name>` (relative imports keep working); the launch
+    module is the package's own unless launch_src is given (older snapshots do not import one)."""
     name = name.replace("/", "_")
     pkg = pathlib.Path(tempfile.mkdtemp()) / f"ab_{name}"
     pkg.mkdir()
     (pkg / "__init__.py").write_text((KERNELS / "__init__.py").read_text())
-    (pkg / "launch.py").write_text((KERNELS / "launch.py").read_text())  # older snapshots do not import it
+    (pkg / "launch.py").write_text(launch_src or (KERNELS / "launch.py").read_text())
     (pkg / "forward.py").write_text(forward_src)
     (pkg / "backward.py").write_text(backward_src)
     sys.path.insert(0, str(pkg.parent))
