@@ -2,7 +2,14 @@
 to PyTorch's FlashAttention-2 backend, on a problem so small that the GPU's share does not count."""
 # flashdoc: gpu-only
 
+import os
 import time
+
+# Pin this process, and every thread it starts from now on (autograd's worker among them), to one CPU. On a
+# virtual machine, Python's host time otherwise moves a lot with where the scheduler puts each thread, and the
+# numbers below would not repeat from run to run.
+if hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 import torch
 import torch.nn.functional as F
