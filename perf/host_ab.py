@@ -10,22 +10,13 @@ work is negligible, so the time per call is the host's. Across machines and sess
 import pathlib
 import statistics
 import sys
-import time
 
 import torch
 
 from ab import KERNELS, load_variant
+from host_overhead import per_call_us  # perf/ is this script's directory
 
-CALLS, ROUNDS = 2000, 5
-
-
-def per_call_us(fn):
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / CALLS * 1e6
+ROUNDS = 5
 
 
 def main():
@@ -45,9 +36,6 @@ def main():
         calls[name, "attn_bwd"] = lambda bwd=bwd, c=bwd_config: bwd.attn_bwd(dout, q, k, v, out, lse, None, dq, dk,
                                                                                 dv, 0.125, True, True, config=c)
     keys = list(calls)
-    for fn in calls.values():  # compile, fill the launch caches
-        for _ in range(50):
-            fn()
     times = {key: [] for key in keys}
     for r in range(ROUNDS):
         for key in keys[r % len(keys):] + keys[:r % len(keys)]:

@@ -4,7 +4,9 @@
 
 Times the dQ kernel on a tiny problem (GPU work negligible), from the public launcher down to Triton's compiled
 launcher called directly, then the whole forward + backward step with the backward on autograd's worker thread
-or on the calling thread, with the process free to use every CPU or pinned to one.
+or on the calling thread, with the process free to use every CPU or pinned to one, and the same for a step
+whose backward is a Python loop of growing length (session 7: unpinned, the worker thread's extra time did not
+follow the loop's length; pinned, the hand-off cost ~10 us).
 """
 
 import cProfile
@@ -103,34 +105,43 @@ def main():
     for cache in (False, True):
         launch.LAUNCH_CACHE = cache
         print(f"{per_call_us(step, calls=500):8.1f} us  step, launch cache {'on' if cache else 'off'}", flush=True)
+
+    class Busy(torch.autograd.Function):
+        """A backward of n iterations of a plain Python loop and one tiny CUDA op."""
+        @staticmethod
+        def forward(ctx, x, n):
+            ctx.n = n
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            total = 0
+            for i in range(ctx.n):
+                total += i
+            return g * 2, None
+
+    x = torch.randn(1000, device="cuda", requires_grad=True)
     for pinned in (False, True):
         if pinned:
             pin_all_threads({sorted(os.sched_getaffinity(0))[0]})
+        where = "one CPU" if pinned else "all CPUs"
         for threaded in (True, False):
             torch.autograd.set_multithreading_enabled(threaded)
             backward_us.clear()
             total = per_call_us(step, calls=500)
             inside = sorted(backward_us)[len(backward_us) // 2]
-            print(f"{total:8.1f} us  step ({'worker thread' if threaded else 'calling thread'}, "
-                  f"{'one CPU' if pinned else 'all CPUs'}); backward op itself {inside:.0f} us (median)", flush=True)
-    torch.autograd.set_multithreading_enabled(True)
-
-    # The same step with an autograd.Function whose backward does almost nothing: what the engine and the
-    # thread hand-off cost by themselves, without flashdoc's Python
-    class Trivial(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x * 2
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * 2
-
-    x = torch.randn(1000, device="cuda", requires_grad=True)
-    for threaded in (True, False):
-        torch.autograd.set_multithreading_enabled(threaded)
-        us = per_call_us(lambda: Trivial.apply(x).sum().backward(), calls=500)
-        print(f"{us:8.1f} us  trivial autograd.Function step ({'worker' if threaded else 'calling'} thread)")
+            print(f"{total:8.1f} us  step ({'worker thread' if threaded else 'calling thread'}, {where}); "
+                  f"backward op itself {inside:.0f} us (median)", flush=True)
+        # What the engine and the thread hand-off cost without flashdoc's Python: if the worker thread's extra
+        # time stays constant as the backward's Python work grows, it is the hand-off; if it grows, Python
+        # itself runs slower on that thread
+        for n in (0, 1000, 4000, 16000):
+            us = {}
+            for threaded in (True, False):
+                torch.autograd.set_multithreading_enabled(threaded)
+                us[threaded] = per_call_us(lambda: Busy.apply(x, n).sum().backward(), calls=500)
+            print(f"{us[True]:8.1f} us  autograd.Function step, backward = {n} Python loop iterations ({where}); "
+                  f"calling thread {us[False]:.1f}, worker thread's extra {us[True] - us[False]:.1f}", flush=True)
     torch.autograd.set_multithreading_enabled(True)
 
 

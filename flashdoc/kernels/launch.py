@@ -231,8 +231,8 @@ def _no_launch_hooks() -> bool:
 def _key_positions(kernel, tuned_kernel, n_args: int) -> tuple:
     """(name, position among the launch's n_args positional arguments, or None for a constexpr passed in meta)
     of each of the autotuner's keys."""
-    return tuple((k, kernel.arg_names.index(k) if kernel.arg_names.index(k) < n_args else None)
-                 for k in tuned_kernel.keys)
+    positions = {k: kernel.arg_names.index(k) for k in tuned_kernel.keys}
+    return tuple((k, i if i < n_args else None) for k, i in positions.items())
 
 
 def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
