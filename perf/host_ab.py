@@ -7,14 +7,19 @@ work is negligible, so the time per call is the host's. Across machines and sess
 30% apart (perf/NOTES.md, session 5): only a comparison inside one run means anything.
 """
 
+import os
 import pathlib
 import statistics
 import sys
 
-import torch
+# One CPU for this process and the threads it starts: unpinned, host timings on the VM do not repeat (NOTES.md,
+# session 7)
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
-from ab import KERNELS, load_variant
-from host_overhead import per_call_us  # perf/ is this script's directory
+import torch  # noqa: E402
+
+from ab import KERNELS, load_variant  # noqa: E402
+from host_overhead import per_call_us  # noqa: E402  perf/ is this script's directory
 
 ROUNDS = 5
 
