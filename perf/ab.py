@@ -9,6 +9,9 @@ Variants, each loaded as its own package from a copy of the kernel sources:
 - new:  flashdoc/kernels as they are now;
 - pipe: `new` with the unmasked forward loop software-pipelined by hand: the next tile's Q K^T is issued before
   the current tile's softmax (FlashAttention-3's intra-warpgroup overlap), if Triton keeps that product in flight;
+- poly: `new` with half of each unmasked forward tile's exponentials computed by a polynomial on the FMA units
+  instead of the MUFU (FlashAttention-4's split: the MUFU's 16 exp2 per clock per SM bind at d = 64); poly4:
+  a quarter of them;
 - ws:   `new` with `warp_specialize=True` on the forward's key loops;
 - lazy: `new` with the forward's rescaling of the accumulator skipped while no row's maximum has grown by more
   than 8 (log2 units, a factor 256), a branch on the whole tile (FlashAttention-4's conditional rescaling);
@@ -90,6 +93,40 @@ LAZY_SOFTMAX = '''
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
 '''
 
+EXP2_POLY = '''
+@triton.jit
+def _exp2_poly(x):
+    """2^x for x <= 0 on the FMA and integer units (FlashAttention-4's trick): 2^x = 2^r * 2^f with r = x
+    rounded by the float add of 1.5 * 2^23 (whose low bits then hold r) and f in [-0.5, 0.5]; 2^f from a
+    degree-3 polynomial (relative error 1.1e-4, below bf16's 3.9e-3), r added into its exponent bits. No
+    floor or float-to-int conversion: those run on the same slow pipe as the MUFU's exp2."""
+    x = tl.maximum(x, -126.0)  # 2^-126: the smallest normal float; below it P is 0 for every purpose
+    t = x + 12582912.0
+    f = x - (t - 12582912.0)
+    p = tl.fma(f, tl.fma(f, tl.fma(f, 0.05459282, 0.24221784), 0.6933686), 1.0)
+    return (p.to(tl.int32, bitcast=True) + ((t.to(tl.int32, bitcast=True) - 0x4B400000) << 23)).to(tl.float32,
+                                                                                                   bitcast=True)
+
+
+'''
+POLY_P = '''        if MASKED:
+            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+        else:  # half the exponentials on the MUFU, half on the FMA units
+            x = qk * qk_scale - m_ij[:, None]
+            xa, xb = tl.split(x.reshape(x.shape[0], BLOCK_N // 2, 2))
+            p = tl.join(tl.math.exp2(xa), _exp2_poly(xb)).reshape(x.shape[0], BLOCK_N)
+'''
+POLY4_P = '''        if MASKED:
+            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+        else:  # a quarter of the exponentials on the FMA units
+            x = qk * qk_scale - m_ij[:, None]
+            xa, xb = tl.split(x.reshape(x.shape[0], BLOCK_N // 2, 2))
+            xb1, xb2 = tl.split(xb.reshape(x.shape[0], BLOCK_N // 4, 2))
+            pb = tl.join(tl.math.exp2(xb1), _exp2_poly(xb2)).reshape(x.shape[0], BLOCK_N // 2)
+            p = tl.join(tl.math.exp2(xa), pb).reshape(x.shape[0], BLOCK_N)
+'''
+
+
 def load_variant(name: str, forward_src: str, backward_src: str, launch_src: str = None):
     """Import a copy of the kernel sources as package `ab_<name>` (relative imports keep working); the launch
     module is the package's own unless launch_src is given (older snapshots do not import one)."""
@@ -151,10 +188,34 @@ def variants(names):
             call = "    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale,\n                            full_hi, masked_hi,"
             assert call in bwd
             bwd = bwd.replace(call, "    if IS_CAUSAL:\n    " + call.replace("\n ", "\n     "))
+        elif name in ("poly", "poly4"):
+            line = "        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])\n"
+            assert fwd.count(line) == 1
+            fwd = fwd.replace(line, POLY_P if name == "poly" else POLY4_P)
+            fwd = fwd.replace("# --8<-- [start:fwd_inner]\n", EXP2_POLY.lstrip() + "# --8<-- [start:fwd_inner]\n")
         elif name == "ws":
             assert "tl.range(lo, hi, BLOCK_N)" in fwd
             fwd = fwd.replace("tl.range(lo, hi, BLOCK_N)", "tl.range(lo, hi, BLOCK_N, warp_specialize=True)")
         yield name, load_variant(name, fwd, bwd)
+
+
+def report_registers(name, launch, dump=None):
+    """Print registers per thread and spills of each kernel this variant compiles (once per kernel and config);
+    with dump, a folder, also write each kernel's Triton GPU IR and PTX there."""
+    init = launch._Launcher.__init__
+
+    def init_and_report(self, kernel, compiled, config, args, meta):
+        init(self, kernel, compiled, config, args, meta)
+        tiles = {k: v for k, v in self.config.items() if k.startswith("BLOCK_") and k != "BLOCK_D"}
+        print(f"  regs {name} {getattr(kernel, '__name__', kernel)} {tiles} stages={config.num_stages} warps={config.num_warps}: "
+              f"n_regs={getattr(compiled, 'n_regs', None)} n_spills={getattr(compiled, 'n_spills', None)}", flush=True)
+        if dump:
+            stem = "_".join([name.replace("/", "_"), getattr(kernel, "__name__", "kernel"), *map(str, tiles.values()),
+                             str(config.num_stages), str(config.num_warps), str(self.config.get("IS_CAUSAL", ""))])
+            for ext in ("ttgir", "ptx"):
+                if ext in compiled.asm:
+                    pathlib.Path(dump, f"{stem}.{ext}").write_text(compiled.asm[ext])
+    launch._Launcher.__init__ = init_and_report
 
 
 # Fixed configs (BLOCK_M, BLOCK_N, stages, warps) per head dim: the sweep's winners.
@@ -181,9 +242,14 @@ def main():
                     help="each variant through its own autotuner (as users call it) instead of fixed configs")
     ap.add_argument("--rounds", type=int, default=3, help="times each variant is timed, in rotated order")
     ap.add_argument("--warm", action="store_true", help="only compile (run each variant once), no timing")
+    ap.add_argument("--regs", action="store_true", help="print each compiled kernel's registers and spills")
+    ap.add_argument("--dump", default=None, help="with --regs: a folder to write each kernel's TTGIR and PTX to")
     ap.add_argument("--out", default="ab.json")
     args = ap.parse_args()
     mods = dict(variants(args.variants.split(",")))
+    if args.regs:
+        for name, (fwd, _) in mods.items():
+            report_registers(name, sys.modules[fwd.__package__ + ".launch"], args.dump)
     fwd_table = FWD
     if args.autotune:
         fwd_table = {d: [None] for d in FWD}
