@@ -12,6 +12,8 @@ Variants, each loaded as its own package from a copy of the kernel sources:
 - poly: `new` with half of each unmasked forward tile's exponentials computed by a polynomial on the FMA units
   instead of the MUFU (FlashAttention-4's split: the MUFU's 16 exp2 per clock per SM bind at d = 64); poly4:
   a quarter of them;
+- qk:   `new` with the dK/dV step computed queries-by-keys (S = Q K^T, K and V as B operands, P^T and dS^T into
+  the accumulating products; rejected in session 8: same registers, same speed);
 - ws:   `new` with `warp_specialize=True` on the forward's key loops;
 - lazy: `new` with the forward's rescaling of the accumulator skipped while no row's maximum has grown by more
   than 8 (log2 units, a factor 256), a branch on the whole tile (FlashAttention-4's conditional rescaling);
@@ -127,6 +129,19 @@ POLY4_P = '''        if MASKED:
 '''
 
 
+# The dK/dV step queries-by-keys: K and V become B operands, P^T and dS^T feed the accumulating products.
+QK_DKDV = '''        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        if MASKED:
+            if IS_CAUSAL:
+                p = tl.where(offs_n[None, :] <= offs_m[:, None] + causal_offset, p, 0.0)
+        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=DOT_PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+        ds = p * (dp - delta[:, None])
+        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=DOT_PRECISION)
+'''
+
+
 def load_variant(name: str, forward_src: str, backward_src: str, launch_src: str = None):
     """Import a copy of the kernel sources as package `ab_<name>` (relative imports keep working); the launch
     module is the package's own unless launch_src is given (older snapshots do not import one)."""
@@ -188,6 +203,10 @@ def variants(names):
             call = "    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale,\n                            full_hi, masked_hi,"
             assert call in bwd
             bwd = bwd.replace(call, "    if IS_CAUSAL:\n    " + call.replace("\n ", "\n     "))
+        elif name == "qk":
+            start = bwd.index("        qkT = tl.dot(k, tl.trans(q)")
+            end = bwd.index("    return dk, dv\n", start)
+            bwd = bwd[:start] + QK_DKDV + bwd[end:]
         elif name in ("poly", "poly4"):
             line = "        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])\n"
             assert fwd.count(line) == 1
