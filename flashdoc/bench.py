@@ -97,6 +97,10 @@ class Sweep:
     warmup_ms: float = 10.0
     rep_ms: float = 30.0
     first_call: bool = True  # the cold first-call measurement in a fresh process
+    # Time in a process whose threads all run on one CPU (Linux). On a virtual machine Python's host time moved
+    # by up to 2x with where the scheduler put each thread (perf/NOTES.md, session 7), which made the rows
+    # where host time shows (N <= 1k) unrepeatable. Every peer is timed under the same pinning.
+    pin_cpu: bool = True
     # Processes that compile FlexAttention and flashdoc kernels ahead of the timing (0: no compiling ahead),
     # and how long they may take before the rest is left to the timed run.
     precompile_workers: int = min(12, max(1, (os.cpu_count() or 4) - 2))
@@ -435,6 +439,35 @@ def measure_first_call(batch, seqlen, heads, head_dim, causal, timeout_s=300):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _pin_threads(cpus):
+    """Set the CPU affinity of every thread of this process (threads started later inherit it)."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:  # the thread ended meanwhile
+            pass
+
+
+def autotuned_configs():
+    """The config flashdoc's autotuner picked, so far in this process, for each kernel and autotuning key
+    (sequence-length bucket, head dim, causal, dtypes): which tiles each flashdoc row ran with. Empty under
+    Triton's interpreter, which does not autotune."""
+    from flashdoc.kernels import backward, forward
+
+    picks = []
+    for kernel, tuned in (("fwd", forward._attn_fwd_tuned), ("dkdv", backward._attn_bwd_dkdv_tuned),
+                          ("dq", backward._attn_bwd_dq_tuned)):
+        for key, config in (tuned.cache.items() if tuned is not None else ()):
+            seq_bucket, head_dim, causal = key[:3]
+            # the autotuner appends the dtypes of the tensor arguments; the first is the inputs' dtype
+            dtype = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}.get(
+                str(key[3]) if len(key) > 3 else "", "?")
+            picks.append(dict(kernel=kernel, dtype=dtype, seq_bucket=seq_bucket, head_dim=head_dim,
+                              causal=bool(causal), key=str(key), block_m=config.kwargs["BLOCK_M"], block_n=config.kwargs["BLOCK_N"],
+                              num_stages=config.num_stages, num_warps=config.num_warps))
+    return sorted(picks, key=lambda p: (p["kernel"], p["key"]))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------------------
@@ -549,6 +582,13 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
 
         inductor_config.compile_threads = 1
 
+    all_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    pinned_cpu = None
+    if device == "cuda" and sweep.pin_cpu and all_cpus:
+        pinned_cpu = min(all_cpus)
+        _pin_threads({pinned_cpu})
+        say(f"Timing with every thread of this process on CPU {pinned_cpu}")
+
     configs = list(_speed_configs(sweep))
     memory_peers = [p for p in PEERS if p.name in MEMORY_PEERS and p.name in available]
     n_memory = len(memory_peers) * len(sweep.memory_seqlens) if device == "cuda" else 0
@@ -628,6 +668,8 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
             record(**first, status="skipped", reason="not measured in this sweep (first_call=False; on the CPU nothing is compiled)")
         else:
             say("Measuring flashdoc's first call in a fresh process with an empty Triton cache ...")
+            if pinned_cpu is not None:  # compiles as a user's process would, on every CPU
+                _pin_threads(all_cpus)
             try:
                 fc = measure_first_call(shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"],
                                         shape["causal"])
@@ -638,6 +680,8 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
         interrupted = "interrupted: the records cover only part of the sweep"
         bar.close()
         say(f"\n{interrupted}; writing them")
+    if pinned_cpu is not None:
+        _pin_threads(all_cpus)
 
     results = dict(
         schema=SCHEMA,
@@ -653,6 +697,8 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
         wall_s=time.perf_counter() - t_start,
         interrupted=interrupted,
         precompiled=precompiled,
+        pinned_cpu=pinned_cpu,
+        flashdoc_autotuned=autotuned_configs(),
         records=records,
     )
     (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
@@ -838,6 +884,24 @@ def summary_text(results):
     return "\n\n".join(parts) + "\n"
 
 
+def autotuned_table(results):
+    """The autotuner's pick per kernel, one row per (dtype, head dim, masking, length bucket)."""
+    picks = results.get("flashdoc_autotuned") or []
+    if not picks:
+        return "No autotuning in this run (Triton's interpreter runs each kernel's first config)."
+    cells = {}
+    for p in picks:
+        row = (p["dtype"], p["head_dim"], p["causal"], p["seq_bucket"])
+        cells.setdefault(row, {})[p["kernel"]] = (f"{p['block_m']}×{p['block_n']}, {p['num_stages']} stages, "
+                                                  f"{p['num_warps']} warps")
+    rows = [[dtype, str(d), "causal" if causal else "full", _fmt_n(n)] + [cells[dtype, d, causal, n].get(k, "—")
+            for k in ("fwd", "dkdv", "dq")] for (dtype, d, causal, n) in sorted(cells)]
+    header = ["dtype", "d", "mask", "N bucket", "forward", "dK/dV", "dQ"]
+    return _md_table(header, rows) + (
+        "\n\nTiles are BLOCK_M query rows × BLOCK_N keys. The forward and dQ kernels keep their query rows and "
+        "stream the keys, BLOCK_N per step; the dK/dV kernel keeps its keys and streams the query rows.")
+
+
 def write_tables(results, out_dir):
     header = f"<!-- {results['gpu']}, torch {results['torch']}, triton {results['triton']}, {results['date']} -->\n"
     if results.get("note"):
@@ -847,7 +911,8 @@ def write_tables(results, out_dir):
     mem = memory_table(results)
     targets = targets_table(results) + ("\n\nPeak extra GPU memory (causal forward):\n\n" + mem if mem else "")
     (out_dir / "targets.md").write_text(header + "\n" + targets + "\n")
-    return ["ratios.md", "tflops.md", "targets.md"]
+    (out_dir / "autotuned.md").write_text(header + "\n" + autotuned_table(results) + "\n")
+    return ["ratios.md", "tflops.md", "targets.md", "autotuned.md"]
 
 
 def _fmt_n(n):

@@ -9,7 +9,7 @@ import argparse
 import torch
 
 import flashdoc
-from flashdoc.kernels import backward, forward
+from flashdoc import bench
 
 
 def main():
@@ -24,12 +24,9 @@ def main():
                                        requires_grad=True) for _ in range(3))
                 flashdoc.flash_attn_func(q, k, v, causal=causal).sum().backward()
     torch.cuda.synchronize()
-    for name, tuned in [("fwd", forward._attn_fwd_tuned), ("dkdv", backward._attn_bwd_dkdv_tuned),
-                        ("dq", backward._attn_bwd_dq_tuned)]:
-        for key, config in sorted(tuned.cache.items(), key=str):
-            kw = config.kwargs
-            print(f"{name:>4} key={key[:3]} -> ({kw['BLOCK_M']}, {kw['BLOCK_N']}, {config.num_stages}, "
-                  f"{config.num_warps})")
+    for p in bench.autotuned_configs():
+        print(f"{p['kernel']:>4} key={p['key'][:40]} -> ({p['block_m']}, {p['block_n']}, {p['num_stages']}, "
+              f"{p['num_warps']})")
 
 
 if __name__ == "__main__":

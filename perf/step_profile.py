@@ -16,17 +16,6 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from flashdoc import bench
-from flashdoc.kernels import backward, forward
-
-
-def picks():
-    """The autotuner's current pick per kernel and key (BLOCK_M, BLOCK_N, stages, warps)."""
-    out = {}
-    for name, tuned in [("fwd", forward._attn_fwd_tuned), ("dkdv", backward._attn_bwd_dkdv_tuned),
-                        ("dq", backward._attn_bwd_dq_tuned)]:
-        for key, c in tuned.cache.items():
-            out[name, key[:3]] = (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_stages, c.num_warps)
-    return out
 
 
 def main():
@@ -70,8 +59,9 @@ def main():
                 for name, us in sorted(per_name.items(), key=lambda x: -x[1]):
                     print(f"    {us / 1e3:8.3f} ms  {name}", flush=True)
                 del q, k, v, dout
-    for key, cfg in sorted(picks().items(), key=str):
-        print(f"  pick {key[0]:>4} {key[1]} -> {cfg}")
+    for p in bench.autotuned_configs():
+        print(f"  pick {p['kernel']:>4} {p['key'][:40]} -> ({p['block_m']}, {p['block_n']}, {p['num_stages']}, "
+              f"{p['num_warps']})")
 
 
 if __name__ == "__main__":

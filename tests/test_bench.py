@@ -6,6 +6,8 @@ CPU numbers (flashdoc runs through the Triton interpreter here) mean nothing.
 """
 
 import json
+import os
+import threading
 
 import pytest
 import torch
@@ -17,6 +19,8 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # On a GPU machine the same tiny sweep runs on the GPU, without FlexAttention (its compiles take a minute).
 TINY = dict(seqlens=(32,), total_tokens=64, hidden=32, head_dims=(32,), dtypes=("fp16",), memory_seqlens=(256,),
             first_call=False)
+# This process's CPUs before any benchmark ran (the GPU run pins itself to one of them while it times).
+ALL_CPUS = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
 PEERS = None if DEVICE == "cpu" else ["naive", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "flashdoc"]
 
 RECORD_KEYS = {"kind", "peer", "mode", "dtype", "head_dim", "causal", "seqlen", "batch", "heads", "status",
@@ -38,6 +42,15 @@ def test_results_json_schema(run):
                 "records", "quantiles"):
         assert key in on_disk, key
     assert on_disk["schema"] == bench.SCHEMA
+    if DEVICE == "cpu":  # no pinning and, under the interpreter, no autotuner
+        assert on_disk["pinned_cpu"] is None and on_disk["flashdoc_autotuned"] == []
+    else:  # timed on one CPU, and every (length bucket, head dim, masking) that flashdoc ran has its picks
+        assert on_disk["pinned_cpu"] == min(os.sched_getaffinity(0))
+        ran = {(r["head_dim"], r["causal"]) for r in on_disk["records"] if r["kind"] == "speed"
+               and r["peer"] == "flashdoc" and r["status"] == "ok"}
+        for kernel in ("fwd", "dkdv", "dq"):
+            assert ran <= {(p["head_dim"], p["causal"]) for p in on_disk["flashdoc_autotuned"]
+                           if p["kernel"] == kernel}, kernel
     assert on_disk["device"] == DEVICE
     if DEVICE == "cpu":
         assert "not meaningful" in on_disk["note"].lower()
@@ -84,6 +97,28 @@ def test_each_row_starts_at_another_peer(run):
     assert len({order[0] for _, order in rows}) > 1
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is a Linux feature")
+def test_pinning_moves_every_thread_and_is_undone(run):
+    """The GPU run times on one CPU and gives the others back afterwards; _pin_threads reaches every thread,
+    including ones started before it (autograd's worker, for one)."""
+    everyone = os.sched_getaffinity(0)
+    assert everyone == ALL_CPUS  # the fixture's run (pinned on a GPU) gave every CPU back
+    started = threading.Event()
+    stop = threading.Event()
+    worker = threading.Thread(target=lambda: (started.set(), stop.wait()))
+    worker.start()
+    started.wait()
+    try:
+        bench._pin_threads({min(everyone)})
+        for tid in os.listdir("/proc/self/task"):
+            assert os.sched_getaffinity(int(tid)) == {min(everyone)}, tid
+    finally:
+        bench._pin_threads(everyone)
+        stop.set()
+        worker.join()
+    assert os.sched_getaffinity(0) == everyone
+
+
 def test_unavailable_peers_are_skipped_with_a_reason(run):
     _, results = run
     peers = results["peers"]
@@ -104,6 +139,23 @@ def test_plots_and_tables_are_written(run):
     assert "fwd+bwd fp16 d=32 causal" in ratios
     assert "| issue 4 target |" in (out / "targets.md").read_text()
     assert "fwd fp16 d=32 full" in (out / "tflops.md").read_text()
+    autotuned = (out / "autotuned.md").read_text()
+    if DEVICE == "cpu":
+        assert "No autotuning in this run" in autotuned
+    else:
+        assert "| fp16 | 32 | causal | 32 |" in autotuned
+
+
+def test_autotuned_table_has_one_row_per_shape_and_a_column_per_kernel():
+    pick = dict(dtype="bf16", head_dim=128, causal=False, seq_bucket=4096, block_m=128, block_n=64, num_stages=2,
+                num_warps=4)
+    picks = [dict(pick, kernel="fwd"), dict(pick, kernel="dq", block_n=32),
+             dict(pick, kernel="fwd", causal=True, seq_bucket=2048)]
+    lines = bench.autotuned_table({"flashdoc_autotuned": picks}).splitlines()
+    assert lines[0] == "| dtype | d | mask | N bucket | forward | dK/dV | dQ |"
+    # sorted full before causal; a kernel the row never ran (no backward there) shows a dash
+    assert lines[2] == "| bf16 | 128 | full | 4k | 128×64, 2 stages, 4 warps | — | 128×32, 2 stages, 4 warps |"
+    assert lines[3] == "| bf16 | 128 | causal | 2k | 128×64, 2 stages, 4 warps | — | — |"
 
 
 def test_ratio_table_is_printed(tmp_path, capsys):
