@@ -892,14 +892,16 @@ def autotuned_table(results):
     cells = {}
     for p in picks:
         row = (p["dtype"], p["head_dim"], p["causal"], p["seq_bucket"])
-        cells.setdefault(row, {})[p["kernel"]] = (f"{p['block_m']}×{p['block_n']}, {p['num_stages']} stages, "
-                                                  f"{p['num_warps']} warps")
-    rows = [[dtype, str(d), "causal" if causal else "full", _fmt_n(n)] + [cells[dtype, d, causal, n].get(k, "—")
-            for k in ("fwd", "dkdv", "dq")] for (dtype, d, causal, n) in sorted(cells)]
-    header = ["dtype", "d", "mask", "N bucket", "forward", "dK/dV", "dQ"]
+        cells.setdefault(row, {})[p["kernel"]] = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} w{p['num_warps']}"
+    nbsp = "\u00a0"  # keeps each cell on one line in the page's narrow column
+    rows = [[f"{dtype} d={d} {'causal' if causal else 'full'} N={_fmt_n(n)}".replace(" ", nbsp)]
+            + [cells[dtype, d, causal, n].get(k, "—").replace(" ", nbsp) for k in ("fwd", "dkdv", "dq")]
+            for (dtype, d, causal, n) in sorted(cells)]
+    header = ["configuration (N: its length bucket)", "forward", "dK/dV", "dQ"]
     return _md_table(header, rows) + (
-        "\n\nTiles are BLOCK_M query rows × BLOCK_N keys. The forward and dQ kernels keep their query rows and "
-        "stream the keys, BLOCK_N per step; the dK/dV kernel keeps its keys and streams the query rows.")
+        "\n\nEach cell: BLOCK_M query rows × BLOCK_N keys, s pipeline stages, w warps. The forward and dQ kernels "
+        "keep their query rows and stream the keys, BLOCK_N per step; the dK/dV kernel keeps its keys and streams "
+        "the query rows.")
 
 
 def write_tables(results, out_dir):

@@ -143,7 +143,7 @@ def test_plots_and_tables_are_written(run):
     if DEVICE == "cpu":
         assert "No autotuning in this run" in autotuned
     else:
-        assert "| fp16 | 32 | causal | 32 |" in autotuned
+        assert "| fp16 d=32 causal N=32 |" in autotuned.replace("\u00a0", " ")
 
 
 def test_autotuned_table_has_one_row_per_shape_and_a_column_per_kernel():
@@ -152,10 +152,11 @@ def test_autotuned_table_has_one_row_per_shape_and_a_column_per_kernel():
     picks = [dict(pick, kernel="fwd"), dict(pick, kernel="dq", block_n=32),
              dict(pick, kernel="fwd", causal=True, seq_bucket=2048)]
     lines = bench.autotuned_table({"flashdoc_autotuned": picks}).splitlines()
-    assert lines[0] == "| dtype | d | mask | N bucket | forward | dK/dV | dQ |"
+    lines = [line.replace("\u00a0", " ") for line in lines]  # non-breaking spaces keep cells on one line
+    assert lines[0] == "| configuration (N: its length bucket) | forward | dK/dV | dQ |"
     # sorted full before causal; a kernel the row never ran (no backward there) shows a dash
-    assert lines[2] == "| bf16 | 128 | full | 4k | 128×64, 2 stages, 4 warps | — | 128×32, 2 stages, 4 warps |"
-    assert lines[3] == "| bf16 | 128 | causal | 2k | 128×64, 2 stages, 4 warps | — | — |"
+    assert lines[2] == "| bf16 d=128 full N=4k | 128×64 s2 w4 | — | 128×32 s2 w4 |"
+    assert lines[3] == "| bf16 d=128 causal N=2k | 128×64 s2 w4 | — | — |"
 
 
 def test_ratio_table_is_printed(tmp_path, capsys):
