@@ -19,7 +19,8 @@ What is measured, each peer only if it is available (otherwise it is reported as
   64/128/256, causal and not, N = 512 ... 16k with 16k tokens in total (batch = 16384/N, heads = 2048/d, the
   convention of flash-attn's plots). FLOPs = 4·B·H·N²·d, halved when causal; forward+backward counts 3.5× the
   forward (the backward does 2.5×). Times are the median of ``triton.testing.do_bench`` after its warm-up, over
-  at least 10 calls; the peers of each row are timed in turn, in an order rotated from row to row. The forward
+  at least 10 calls; the peers of each row are timed in turn, in an order rotated from row to row, by a process
+  whose threads all run on one CPU (unpinned, host time on a virtual machine moves with thread placement). The forward
   is timed on inputs that require grad (the training forward, as flash-attn's benchmarks do). Naive attention is
   timed up to N = 8k. FlexAttention is compiled per shape (static shapes, its fastest kernels); those compiles,
   and flashdoc's, happen before any timing, in parallel worker processes that fill the compile caches (see
@@ -32,7 +33,8 @@ What is measured, each peer only if it is available (otherwise it is reported as
 Outputs in ``out_dir``: ``results.json`` (one record per measurement, each with GPU name, timestamp and
 versions), ``tflops_bf16.png`` / ``tflops_fp16.png`` (TFLOP/s vs N, one subplot per mode, head dim and
 causality), ``memory.png``, ``ratios.md`` (flashdoc's speed ratio to each peer per configuration, also printed
-at the end), ``tflops.md`` (every TFLOP/s number) and ``targets.md`` (issue 4's targets, met or not).
+at the end), ``tflops.md`` (every TFLOP/s number), ``targets.md`` (issue 4's targets, met or not) and
+``autotuned.md`` (the tiles flashdoc's autotuner picked for each kernel and shape, also in results.json).
 """
 
 from __future__ import annotations
@@ -463,8 +465,9 @@ def autotuned_configs():
             dtype = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}.get(
                 str(key[3]) if len(key) > 3 else "", "?")
             picks.append(dict(kernel=kernel, dtype=dtype, seq_bucket=seq_bucket, head_dim=head_dim,
-                              causal=bool(causal), key=str(key), block_m=config.kwargs["BLOCK_M"], block_n=config.kwargs["BLOCK_N"],
-                              num_stages=config.num_stages, num_warps=config.num_warps))
+                              causal=bool(causal), key=str(key), block_m=config.kwargs["BLOCK_M"],
+                              block_n=config.kwargs["BLOCK_N"], num_stages=config.num_stages,
+                              num_warps=config.num_warps))
     return sorted(picks, key=lambda p: (p["kernel"], p["key"]))
 
 
@@ -680,8 +683,9 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
         interrupted = "interrupted: the records cover only part of the sweep"
         bar.close()
         say(f"\n{interrupted}; writing them")
-    if pinned_cpu is not None:
-        _pin_threads(all_cpus)
+    finally:  # the caller's process gets its CPUs back, whatever happened
+        if pinned_cpu is not None:
+            _pin_threads(all_cpus)
 
     results = dict(
         schema=SCHEMA,
@@ -892,7 +896,8 @@ def autotuned_table(results):
     cells = {}
     for p in picks:
         row = (p["dtype"], p["head_dim"], p["causal"], p["seq_bucket"])
-        cells.setdefault(row, {})[p["kernel"]] = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} w{p['num_warps']}"
+        cell = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} w{p['num_warps']}"
+        cells.setdefault(row, {})[p["kernel"]] = cell
     nbsp = "\u00a0"  # keeps each cell on one line in the page's narrow column
     rows = [[f"{dtype} d={d} {'causal' if causal else 'full'} N={_fmt_n(n)}".replace(" ", nbsp)]
             + [cells[dtype, d, causal, n].get(k, "—").replace(" ", nbsp) for k in ("fwd", "dkdv", "dq")]
@@ -1033,6 +1038,8 @@ def main(argv=None):
     parser.add_argument("--no-first-call", action="store_true", help="skip the cold first-call measurement")
     parser.add_argument("--precompile-workers", type=int,
                         help="processes compiling kernels ahead of the timing (0: none; default: min(8, CPUs/2))")
+    parser.add_argument("--no-pin-cpu", action="store_true",
+                        help="time without pinning the process to one CPU (the short rows then vary more)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
@@ -1057,6 +1064,8 @@ def main(argv=None):
         overrides["naive_max_seqlen"] = args.naive_max_seqlen
     if args.no_first_call:
         overrides["first_call"] = False
+    if args.no_pin_cpu:
+        overrides["pin_cpu"] = False
     if args.precompile_workers is not None:
         overrides["precompile_workers"] = args.precompile_workers
     # `timeout` and job schedulers stop a run with SIGTERM: turn it into KeyboardInterrupt, so that what was

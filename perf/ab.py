@@ -226,7 +226,8 @@ def report_registers(name, launch, dump=None):
     def init_and_report(self, kernel, compiled, config, args, meta):
         init(self, kernel, compiled, config, args, meta)
         tiles = {k: v for k, v in self.config.items() if k.startswith("BLOCK_") and k != "BLOCK_D"}
-        print(f"  regs {name} {getattr(kernel, '__name__', kernel)} {tiles} stages={config.num_stages} warps={config.num_warps}: "
+        print(f"  regs {name} {getattr(kernel, '__name__', kernel)} {tiles} stages={config.num_stages} "
+              f"warps={config.num_warps}: "
               f"n_regs={getattr(compiled, 'n_regs', None)} n_spills={getattr(compiled, 'n_spills', None)}", flush=True)
         if dump:
             stem = "_".join([name.replace("/", "_"), getattr(kernel, "__name__", "kernel"), *map(str, tiles.values()),

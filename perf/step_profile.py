@@ -50,7 +50,8 @@ def main():
                     per_name[e.name[:40]] += e.time_range.elapsed_us() / args.calls
                 # one call = the kernels from one _attn_fwd to the next
                 starts = [i for i, e in enumerate(kernels) if e.name.startswith("_attn_fwd")] + [len(kernels)]
-                spans = [(kernels[b - 1].time_range.end - kernels[a].time_range.start) for a, b in zip(starts, starts[1:])]
+                spans = [(kernels[b - 1].time_range.end - kernels[a].time_range.start)
+                         for a, b in zip(starts, starts[1:])]
                 gaps = [(kernels[b].time_range.start - kernels[b - 1].time_range.end) for b in starts[1:-1]]
                 print(f"d={d} causal={causal} N={n} {args.dtype}: benchmark fwd {timed['fwd']['ms']:.3f} ms, "
                       f"fwd+bwd {timed['fwd_bwd']['ms']:.3f} ms; profiled span per call median "
