@@ -16,6 +16,8 @@ run hdT $F -k "test_gpu_head_dims and True" &
 run gqa $F -k "test_gpu_gqa or non_contiguous_packed or gpu_huge or every_autotune" &
 run auto $F -k "test_gpu_autotuned" &
 run sdpa tests/test_sdpa.py tests/test_determinism.py tests/test_launch_cache.py &
+# the benchmark harness and the references on the GPU (the snippets are recorded there by `nox -s snippets`)
+run other tests/test_bench.py tests/test_reference.py tests/test_outputs.py &
 run rest tests/test_errors.py tests/test_compile.py $F -k "not test_gpu_seqlens and not test_gpu_head_dims and not test_gpu_gqa and not non_contiguous_packed and not gpu_huge and not every_autotune and not test_gpu_autotuned" &
 wait
 for f in $OUT/logs/*.txt; do echo "== $f: $(tail -n 1 $f)"; done

@@ -161,8 +161,8 @@ def test_autotuned_table_has_one_row_per_shape_and_a_column_per_kernel():
 
 def test_ratio_table_is_printed(tmp_path, capsys):
     bench.main(["--device", DEVICE, "--out", str(tmp_path), "--no-progress", "--peers", "naive,flashdoc",
-                "--modes", "fwd", "--causal", "no", "--seqlens", "32", "--memory-seqlens", "256",
-                "--no-first-call", "--no-pin-cpu"])
+                "--modes", "fwd", "--causal", "no", "--seqlens", "32", "--dtypes", "fp16", "--head-dims", "32",
+                "--memory-seqlens", "256", "--no-first-call", "--no-pin-cpu"])
     printed = capsys.readouterr().out
     assert json.loads((tmp_path / "results.json").read_text())["pinned_cpu"] is None  # --no-pin-cpu
     if DEVICE == "cpu":
