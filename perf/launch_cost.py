@@ -19,14 +19,11 @@ import torch
 
 import flashdoc
 import flashdoc.interface as interface
+from flashdoc.bench import _pin_threads  # every thread of this process, as the benchmark pins
 from flashdoc.kernels import backward as bwd
 from flashdoc.kernels import forward as fwd
 from flashdoc.kernels import launch
 from host_overhead import per_call_us  # perf/ is this script's directory
-
-def pin_all_threads(cpus):
-    for tid in os.listdir("/proc/self/task"):
-        os.sched_setaffinity(int(tid), cpus)
 
 
 def main():
@@ -123,7 +120,7 @@ def main():
     x = torch.randn(1000, device="cuda", requires_grad=True)
     for pinned in (False, True):
         if pinned:
-            pin_all_threads({sorted(os.sched_getaffinity(0))[0]})
+            _pin_threads({sorted(os.sched_getaffinity(0))[0]})
         where = "one CPU" if pinned else "all CPUs"
         for threaded in (True, False):
             torch.autograd.set_multithreading_enabled(threaded)
