@@ -13,12 +13,12 @@ run seqbf $F -k "test_gpu_seqlens and bf16" &
 run seq32 $F -k "test_gpu_seqlens and fp32" &
 run hdF $F -k "test_gpu_head_dims and False" &
 run hdT $F -k "test_gpu_head_dims and True" &
-run gqa $F -k "test_gpu_gqa or non_contiguous_packed or gpu_huge or every_autotune" &
+run gqa $F -k "test_gpu_gqa or non_contiguous_packed or gpu_huge or every_autotune or hopper" &
 run auto $F -k "test_gpu_autotuned" &
 run sdpa tests/test_sdpa.py tests/test_determinism.py tests/test_launch_cache.py &
 # the benchmark harness and the references on the GPU (the snippets are recorded there by `nox -s snippets`)
 run other tests/test_bench.py tests/test_reference.py tests/test_outputs.py &
-run rest tests/test_errors.py tests/test_compile.py $F -k "not test_gpu_seqlens and not test_gpu_head_dims and not test_gpu_gqa and not non_contiguous_packed and not gpu_huge and not every_autotune and not test_gpu_autotuned" &
+run rest tests/test_errors.py tests/test_compile.py $F -k "not test_gpu_seqlens and not test_gpu_head_dims and not test_gpu_gqa and not non_contiguous_packed and not gpu_huge and not every_autotune and not test_gpu_autotuned and not hopper" &
 wait
 for f in $OUT/logs/*.txt; do echo "== $f: $(tail -n 1 $f)"; done
 grep -h -E "^(FAILED|ERROR)" $OUT/logs/*.txt | head -30

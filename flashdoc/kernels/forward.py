@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import INTERPRET
+from . import INTERPRET, forward_hopper
 from .launch import head_tiles, launch, on_device, tile_config
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -260,8 +260,13 @@ def fwd_configs_for(head_dim: int, dtype, causal: bool = False) -> list:
 def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
     """Launch the forward kernel. q, out: (B, Sq, H, D); k, v: (B, Sk, Hk, D); lse: (B, H, Sq) fp32.
 
-    config: a ``triton.Config`` to use instead of autotuning (tests use it to check every config).
+    config: a ``triton.Config`` to use instead of autotuning (tests use it to check every config); it also
+    keeps the call on this kernel, which otherwise goes to ``forward_hopper`` where that one applies.
     """
+    if config is None and forward_hopper.supports(q, causal):
+        with on_device(q.device):
+            forward_hopper.attn_fwd_hopper(q, k, v, out, lse, softmax_scale, causal, bottom_right)
+        return
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     causal_offset = seqlen_k - seqlen_q if bottom_right else 0

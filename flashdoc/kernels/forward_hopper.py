@@ -1,0 +1,280 @@
+"""The forward on Hopper (H100, H200): warp-specialised, written in Gluon, Triton's lower-level dialect.
+
+``forward.py``'s kernel is the portable one: it runs everywhere Triton does, and under the CPU interpreter. On
+Hopper, Triton's compiler schedules it as one stream of instructions per program, so a program's softmax and
+its matrix products take turns. FlashAttention-3's answer is warp specialisation, which Triton's ``tl`` does not
+give on Hopper (perf/NOTES.md) but Gluon, shipped with Triton 3.6, does: the program is split into partitions
+of warps that run different code, with their own register budgets (``setmaxnreg``).
+
+One program owns N_CONSUMERS x BLOCK_M query rows of one (batch, head):
+
+- a *producer* partition (one thread of it, in practice) issues the TMA copies: the query tiles once, then the
+  key and value tiles into a ring of STAGES shared-memory buffers, each guarded by mbarriers ("ready" when a
+  copy lands, "empty" when every consumer is done with it);
+- N_CONSUMERS *consumer* warpgroups of 4 warps each own BLOCK_M query rows and run the same online softmax as
+  ``forward._attn_fwd_inner`` on the shared key/value tiles. They are only loosely coupled, through the ring,
+  so while one does its softmax on the CUDA cores another's products run on the tensor cores.
+
+Same inputs, outputs and semantics as ``forward._attn_fwd`` (GQA, both causal alignments, any lengths); head
+dim 64 or 128, fp16/bf16. ``forward.attn_fwd`` sends the calls this kernel takes here (``supports``).
+"""
+
+import functools
+import os
+
+import torch
+import triton
+
+from . import INTERPRET
+
+# FLASHDOC_HOPPER=0 keeps every forward on the portable kernel (for comparisons and debugging).
+ENABLED = os.environ.get("FLASHDOC_HOPPER", "1") != "0"
+
+# Gluon is experimental and its API moves between Triton releases: only the tested one is used.
+TESTED_TRITON = "3.6."
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
+        warpgroup_mma, warpgroup_mma_wait
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    GLUON = triton.__version__.startswith(TESTED_TRITON) and not INTERPRET
+except ImportError:  # a Triton without Gluon
+    GLUON = False
+
+LOG2E = 1.4426950408889634
+
+# --8<-- [start:hopper_configs]
+# (BLOCK_M rows per consumer, BLOCK_N keys per tile, STAGES of the key/value ring, N_CONSUMERS) per (head dim,
+# causal), chosen with perf/gluon_fwd.py on the H200 (perf/NOTES.md, session 9). With three consumers of 4 warps
+# plus the producer's 4, each consumer thread gets 160 registers (240 with two): enough for a 64 x 128 fp32
+# score tile, its 16-bit probabilities and a 64 x d accumulator at d <= 128.
+HOPPER_CONFIGS = {
+    (64, False): (64, 128, 2, 3),
+    (64, True): (64, 128, 3, 3),
+    (128, False): (64, 128, 2, 3),
+    (128, True): (64, 128, 2, 2),
+}
+# Shorter causal calls at d = 64 stay on the portable kernel, whose two programs per SM share out the uneven
+# causal tiles better: at 2k-4k tokens it is as fast or faster (0.88-1.01x for this one).
+MIN_SEQLEN = {(64, True): 8192}
+# --8<-- [end:hopper_configs]
+MAX_GRID_Y = 65535
+
+
+@functools.cache
+def _is_hopper(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index)[0] == 9
+
+
+def supports(q: torch.Tensor, causal: bool) -> bool:
+    """Whether this kernel takes a forward call: Gluon from the tested Triton, a Hopper GPU, fp16/bf16, a head dim
+    with a tuned config, a length where it wins, and a (batch * heads) count that fits the grid's second axis."""
+    key = (q.shape[3], causal)
+    return (GLUON and ENABLED and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+            and key in HOPPER_CONFIGS and q.shape[1] >= MIN_SEQLEN.get(key, 0)
+            and q.shape[0] * q.shape[2] <= MAX_GRID_Y
+            and _is_hopper(q.device.index if q.device.index is not None else torch.cuda.current_device()))
+
+
+if GLUON:
+    @gluon.jit
+    def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+                  off_b, off_h, off_hk, row0, hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
+        N_CONSUMERS: gl.constexpr = q_smem.shape[0]
+        mbarrier.expect(q_ready, N_CONSUMERS * q_desc.block_type.nbytes)
+        for c in gl.static_range(N_CONSUMERS):
+            tma.async_copy_global_to_shared(q_desc, [off_b, row0 + c * BLOCK_M, off_h, 0], q_ready, q_smem.index(c))
+        for j in range(gl.cdiv(hi, BLOCK_N)):
+            s = j % STAGES
+            # a fresh barrier counts as having completed the phase before its first: the first pass never waits
+            mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s),
+                                            k_smem.index(s))
+            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s),
+                                            v_smem.index(s))
+
+    # --8<-- [start:hopper_consume]
+    @gluon.jit
+    def _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k, causal_offset,
+                 qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+                 BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
+                 p_layout: gl.constexpr, row_o: gl.constexpr):
+        """``forward._attn_fwd_inner`` for one consumer warpgroup: key/value tiles [lo, hi) from the ring."""
+        dtype: gl.constexpr = k_smem.dtype
+        offs_n0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
+        for start_n in range(lo, hi, BLOCK_N):
+            j = start_n // BLOCK_N
+            s = j % STAGES
+            phase = (j // STAGES) & 1
+            mbarrier.wait(k_ready.index(s), phase)
+            k = k_smem.index(s).reshape([BLOCK_N, BLOCK_D])
+            qk = warpgroup_mma(q, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            qk = warpgroup_mma_wait(0, deps=(qk, ))
+            if MASKED:
+                offs_n = start_n + offs_n0
+                keep = offs_n[None, :] < seqlen_k
+                if IS_CAUSAL:
+                    keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+                qk = gl.where(keep, qk, float("-inf"))
+            m_ij = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
+            if MASKED:
+                m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
+            p = gl.exp2(qk * qk_scale - m_ij[:, None])
+            alpha = gl.exp2(m_i - m_ij)
+            l_i = l_i * alpha + gl.sum(p, 1)
+            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+            # the probabilities feed the next product from registers, as its A operand
+            p = gl.convert_layout(p.to(dtype), p_layout)
+            mbarrier.wait(v_ready.index(s), phase)
+            acc = warpgroup_mma(p, v_smem.index(s).reshape([BLOCK_N, BLOCK_D]), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc, ))
+            mbarrier.arrive(kv_empty.index(s), count=1)  # one arrival per warpgroup: this stage may be refilled
+            m_i = m_ij
+        return acc, l_i, m_i
+    # --8<-- [end:hopper_consume]
+
+    @gluon.jit
+    def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+                  off_b, off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                  SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
+        """Consumer warpgroup SUB: rows row0 + SUB * BLOCK_M + [0, BLOCK_M) of the program's query tile."""
+        dtype: gl.constexpr = o_desc.dtype
+        # wgmma's accumulator layouts: 4 warps stacked along the rows, 16 rows per instruction
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_D, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+        q_tile = q_smem.index(SUB)  # (1, BLOCK_M, 1, BLOCK_D), the descriptor's tile
+        q = q_tile.reshape([BLOCK_M, BLOCK_D])
+        offs_m = row0 + SUB * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
+        l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
+        acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
+        mbarrier.wait(q_ready, 0)
+        acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k,
+                                 causal_offset, qk_scale, 0, full_hi, False, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
+                                 STAGES, s_layout, p_layout, row_o)
+        acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k,
+                                 causal_offset, qk_scale, full_hi, hi, True, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
+                                 STAGES, s_layout, p_layout, row_o)
+
+        # as in forward._attn_fwd: rows that saw no key output zeros and LSE = -inf
+        l_safe = gl.where(l_i == 0.0, 1.0, l_i)
+        lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+        gl.store(LSE + pid_bh.to(gl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+        acc = acc / gl.convert_layout(l_safe, row_o)[:, None]
+        # every Q K^T of this warpgroup has completed: its query tile's shared memory takes the output tile
+        q.store(acc.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [off_b, row0 + SUB * BLOCK_M, off_h, 0], q_tile)
+        tma.store_wait(0)
+
+    # --8<-- [start:hopper_kernel]
+    # Lengths, offsets and head counts change from call to call: no specialising on their value.
+    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
+    def _attn_fwd_hopper(q_desc, k_desc, v_desc, o_desc, LSE, n_heads, group_size, seqlen_q, seqlen_k,
+                         causal_offset, qk_scale, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr):
+        """Grid: (query tiles of N_CONSUMERS * BLOCK_M rows, batch * heads); q/k/v/o_desc: ``descriptors``."""
+        BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
+        dtype: gl.constexpr = q_desc.dtype
+        tile = gl.program_id(0)
+        pid_bh = gl.program_id(1)
+        if IS_CAUSAL:
+            tile = gl.num_programs(0) - 1 - tile  # the last query tiles see most keys: launch them first
+        off_b = pid_bh // n_heads
+        off_h = pid_bh % n_heads
+        off_hk = off_h // group_size  # GQA/MQA
+        row0 = tile * (N_CONSUMERS * BLOCK_M)
+        # key tiles [0, full_hi) need no mask for any row of the program; [full_hi, hi) are masked
+        if IS_CAUSAL:
+            full_hi = gl.maximum(row0 + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
+            full_hi = gl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
+            hi = gl.maximum(gl.minimum(row0 + N_CONSUMERS * BLOCK_M + causal_offset, seqlen_k), 0)
+        else:
+            full_hi = seqlen_k // BLOCK_N * BLOCK_N
+            hi = seqlen_k
+
+        q_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
+        q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_ready, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(kv_empty.index(i), count=N_CONSUMERS)  # every consumer releases a stage
+
+        # (Gluon needs each partition's function written out in the list, so the two cases are spelled out)
+        if N_CONSUMERS == 2:
+            gl.warp_specialize([
+                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+                             off_b, off_h, off_hk, row0, hi, BLOCK_N, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, off_b,
+                             off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale, 0,
+                             IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, off_b,
+                             off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale, 1,
+                             IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+            ], [4, 4], [240, 240])
+        else:
+            gl.warp_specialize([
+                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+                             off_b, off_h, off_hk, row0, hi, BLOCK_N, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, off_b,
+                             off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale, 0,
+                             IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, off_b,
+                             off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale, 1,
+                             IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, off_b,
+                             off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale, 2,
+                             IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+            ], [4, 4, 4], [160, 160, 160])
+    # --8<-- [end:hopper_kernel]
+
+
+@functools.cache
+def _smem_layout(rows: int, head_dim: int, dtype: torch.dtype):
+    element = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
+    return gl.NVMMASharedLayout.get_default_for([1, rows, 1, head_dim], element)
+
+
+def descriptors(q, k, v, out, block_m: int, block_n: int):
+    """Gluon host descriptors over (batch, seqlen, heads, head_dim) tensors, read and written in (1, rows, 1,
+    head_dim) tiles of one (batch, head): Q and O BLOCK_M rows (one consumer's), K and V BLOCK_N. Rows past
+    seqlen read as zeros and are never written. Built without the constructor's checks, which the interface has
+    made true already (``interface._unit_last_stride``), as ``launch.head_tiles`` does."""
+    def desc(t, rows):
+        d = TensorDescriptor.__new__(TensorDescriptor)
+        d.__dict__.update(base=t, shape=list(t.shape), strides=list(t.stride()), block_shape=[1, rows, 1, t.shape[3]],
+                          layout=_smem_layout(rows, t.shape[3], t.dtype), padding="zero")
+        return d
+    return desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(out, block_m)
+
+
+def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
+    """``forward.attn_fwd`` on Hopper (``supports`` said yes). config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS),
+    default ``HOPPER_CONFIGS[head_dim, causal]``. Runs inside ``launch.on_device``."""
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
+    block_m, block_n, stages, consumers = config or HOPPER_CONFIGS[head_dim, causal]
+    grid = (triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads)
+    _attn_fwd_hopper[grid](*descriptors(q, k, v, out, block_m, block_n), lse, n_heads, n_heads // n_kv_heads,
+                           seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0, softmax_scale * LOG2E,
+                           IS_CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages,
+                           N_CONSUMERS=consumers, num_warps=4)
