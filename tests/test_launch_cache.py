@@ -76,3 +76,27 @@ def test_second_launch_goes_straight_to_the_compiled_launcher(monkeypatch):
     assert launched[1] == ("cached", (31, 3, 1, "stream", "function", "packed", None, None, None,
                                       x, desc, 1000, 16, 32, 64, False))
     assert desc.block_shape == [1, 64, 1, 16]
+
+
+def test_unchecked_descriptor_equals_the_checked_one():
+    """The descriptors flashdoc builds without the constructor's checks (``launch.unchecked_descriptor``, for
+    Triton's host descriptor and for Gluon's) hold the same fields as the constructor would give them."""
+    import dataclasses
+
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    classes = [(TensorDescriptor, {})]
+    try:
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+        layout = gl.NVMMASharedLayout.get_default_for([1, 64, 1, 64], gl.bfloat16)
+        classes.append((GluonDescriptor, {"layout": layout}))
+    except ImportError:  # a Triton without Gluon
+        pass
+    t = torch.zeros(2, 100, 3, 64, dtype=torch.bfloat16)
+    for cls, extra in classes:
+        fields = dict(base=t, shape=list(t.shape), strides=list(t.stride()), block_shape=[1, 64, 1, 64], **extra)
+        checked, unchecked = cls(**fields), launch.unchecked_descriptor(cls, **fields)
+        for f in dataclasses.fields(cls):
+            assert getattr(unchecked, f.name) is getattr(checked, f.name) or \
+                getattr(unchecked, f.name) == getattr(checked, f.name), (cls, f.name)

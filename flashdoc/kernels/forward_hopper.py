@@ -26,6 +26,7 @@ import torch
 import triton
 
 from . import INTERPRET
+from .launch import unchecked_descriptor
 
 # FLASHDOC_HOPPER=0 keeps every forward on the portable kernel (for comparisons and debugging).
 ENABLED = os.environ.get("FLASHDOC_HOPPER", "1") != "0"
@@ -257,13 +258,11 @@ def _smem_layout(rows: int, head_dim: int, dtype: torch.dtype):
 def descriptors(q, k, v, out, block_m: int, block_n: int):
     """Gluon host descriptors over (batch, seqlen, heads, head_dim) tensors, read and written in (1, rows, 1,
     head_dim) tiles of one (batch, head): Q and O BLOCK_M rows (one consumer's), K and V BLOCK_N. Rows past
-    seqlen read as zeros and are never written. Built without the constructor's checks, which the interface has
-    made true already (``interface._unit_last_stride``), as ``launch.head_tiles`` does."""
+    seqlen read as zeros and are never written."""
     def desc(t, rows):
-        d = TensorDescriptor.__new__(TensorDescriptor)
-        d.__dict__.update(base=t, shape=list(t.shape), strides=list(t.stride()), block_shape=[1, rows, 1, t.shape[3]],
-                          layout=_smem_layout(rows, t.shape[3], t.dtype), padding="zero")
-        return d
+        block, layout = [1, rows, 1, t.shape[3]], _smem_layout(rows, t.shape[3], t.dtype)
+        return unchecked_descriptor(TensorDescriptor, base=t, shape=list(t.shape), strides=list(t.stride()),
+                                    block_shape=block, layout=layout)
     return desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(out, block_m)
 
 

@@ -58,9 +58,20 @@ def tile_config(block_m, block_n, stages, warps, across_heads=False):
 CPU_CONFIG = tile_config(32, 32, 1, 4)
 
 
-# TensorDescriptor's optional fields at their defaults (zero padding, ...), for head_tiles
-_DESC_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TensorDescriptor)
-                  if f.default is not dataclasses.MISSING}
+@functools.cache
+def _field_defaults(cls) -> dict:
+    """A dataclass's optional fields at their defaults (a descriptor's zero padding, ...)."""
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+
+
+def unchecked_descriptor(cls, **fields):
+    """A host tensor descriptor (Triton's ``TensorDescriptor`` or Gluon's, both dataclasses) built without its
+    constructor, whose checks (16-byte aligned start and strides, unit last stride) the public functions have
+    made true already (``interface._unit_last_stride``): they cost half the time of making one, and a training
+    step makes a dozen."""
+    desc = cls.__new__(cls)
+    desc.__dict__.update(_field_defaults(cls), **fields)
+    return desc
 
 
 def head_tiles(t: torch.Tensor, block_rows: str) -> TensorDescriptor:
@@ -68,15 +79,9 @@ def head_tiles(t: torch.Tensor, block_rows: str) -> TensorDescriptor:
     host, read and written in (1, rows, 1, BLOCK_D) tiles: ``rows`` positions of one (batch, head). Rows past
     seqlen and the columns that pad head_dim read as zeros and are never written. A kernel making its own
     descriptors (``forward._head_desc``) pays for writing them to memory in every program, which shows on short
-    sequences. block_rows: the meta-parameter ("BLOCK_M" or "BLOCK_N") that gives ``rows``.
-
-    Built without TensorDescriptor's constructor, whose checks (16-byte aligned start and strides, unit last
-    stride) the public functions have made true already (``interface._unit_last_stride``): they cost half of
-    this function's time, twelve times per training step."""
-    desc = TensorDescriptor.__new__(TensorDescriptor)
-    desc.__dict__.update(_DESC_DEFAULTS, base=t, shape=list(t.shape), strides=list(t.stride()),
-                         block_shape=[1, 16, 1, 16], block_rows=block_rows)  # tile shape: set_block_shapes
-    return desc
+    sequences. block_rows: the meta-parameter ("BLOCK_M" or "BLOCK_N") that gives ``rows``."""
+    return unchecked_descriptor(TensorDescriptor, base=t, shape=list(t.shape), strides=list(t.stride()),
+                                block_shape=[1, 16, 1, 16], block_rows=block_rows)  # tile shape: set_block_shapes
 
 
 # ---------------------------------------------------------------------------------------------------------------
