@@ -4,7 +4,7 @@
                                                             # wheel unpacked in /tmp/t36; no GPU needed)
     python3 perf/gluon_fwd.py --check --bench              # on the H200: against the portable kernel
 
-Configs are (BLOCK_M per consumer, BLOCK_N, STAGES, consumers).
+Configs are (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent).
 """
 
 import argparse
@@ -20,13 +20,14 @@ from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.forward import attn_fwd as tl_fwd
 from flashdoc.kernels.launch import on_device
 
-# (BLOCK_M per consumer, BLOCK_N, STAGES, consumers)
-CONFIGS = [(64, 128, 2, 3), (64, 128, 2, 2), (64, 128, 3, 3), (64, 64, 4, 3)]
+# (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent)
+CONFIGS = [(64, 128, 2, 3, False), (64, 128, 2, 2, False), (64, 128, 2, 3, True), (64, 128, 2, 2, True),
+           (64, 128, 3, 3, True)]
 
 
 def smem_bytes(d, cfg):
-    bm, bn, st, nc = cfg
-    return 2 * d * (nc * bm + 2 * st * bn)
+    bm, bn, st, nc, persistent = cfg
+    return 2 * d * (2 * nc * bm + 2 * st * bn)  # Q and O tiles, the key/value ring
 
 
 def configs(d):
@@ -40,16 +41,16 @@ def aot(head_dims=(64, 128)):
     from triton.runtime.jit import mangle_type
     for d in head_dims:
         for causal in (False, True):
-            for bm, bn, st, nc in configs(d):
-                smem = smem_bytes(d, (bm, bn, st, nc))
+            for bm, bn, st, nc, persistent in configs(d):
+                smem = smem_bytes(d, (bm, bn, st, nc, persistent))
                 q = torch.empty(4, 1024, 8, d, dtype=torch.bfloat16)
                 descs = fh.descriptors(q, q, q, q, bm, bn)
                 names = ["q_desc", "k_desc", "v_desc", "o_desc"]
                 sig = {n: mangle_type(x) for n, x in zip(names, descs)}
-                sig.update(LSE="*fp32", n_heads="i32", group_size="i32", seqlen_q="i32", seqlen_k="i32",
+                sig.update(LSE="*fp32", COUNTER="*i32", n_tiles="i32", total="i32", n_heads="i32", group_size="i32", seqlen_q="i32", seqlen_k="i32",
                            causal_offset="i32", qk_scale="fp32", IS_CAUSAL="constexpr", BLOCK_M="constexpr",
                            BLOCK_N="constexpr", STAGES="constexpr", N_CONSUMERS="constexpr")
-                consts = {(i,): v for i, v in zip(range(11, 16), (causal, bm, bn, st, nc))}
+                consts = {(i,): v for i, v in zip(range(14, 19), (causal, bm, bn, st, nc))}
                 src = GluonASTSource(fh._attn_fwd_hopper, sig, consts)
                 ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
                 with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
@@ -59,7 +60,7 @@ def aot(head_dims=(64, 128)):
                     res = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", f.name, "-o", "/dev/null"],
                                          capture_output=True, text=True)
                 info = " ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr))
-                print(f"d={d} causal={causal} ({bm}, {bn}, {st}, {nc}) smem={smem // 1024} KiB: {info}", flush=True)
+                print(f"d={d} causal={causal} ({bm}, {bn}, {st}, {nc}, {persistent}) smem={smem // 1024} KiB: {info}", flush=True)
 
 
 def hopper(q, k, v, causal, cfg, bottom_right=False, out=None, lse=None):
@@ -89,7 +90,7 @@ def check():
     for dtype in (torch.bfloat16, torch.float16):
         for d in (64, 128):
             for (b, sq, sk, h, hk) in [(2, 1024, 1024, 4, 4), (1, 1000, 1000, 3, 3), (2, 333, 777, 4, 2),
-                                       (1, 777, 333, 2, 1), (3, 4096, 4096, 2, 2)]:
+                                       (1, 777, 333, 2, 1), (3, 4096, 4096, 2, 2), (2, 4096, 4096, 16, 8)]:
                 for causal in (False, True):
                     for cfg in configs(d) if dtype == torch.bfloat16 else configs(d)[:1]:
                         q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
@@ -119,7 +120,7 @@ def bench(causal_modes=(False, True)):
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
                 runs = {"portable": lambda: portable(q, k, v, o, lse, causal)}
                 for cfg in configs(d):
-                    runs["g%d-%d-%d-%d" % cfg] = lambda cfg=cfg: hopper(q, k, v, causal, cfg, out=o, lse=lse)
+                    runs["g%d-%d-%d-%d%s" % (*cfg[:4], "p" * cfg[4])] = lambda cfg=cfg: hopper(q, k, v, causal, cfg, out=o, lse=lse)
                 for f in runs.values():
                     f()
                 times = {name: [] for name in runs}

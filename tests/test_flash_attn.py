@@ -376,14 +376,16 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_gpu_hopper_every_config(head_dim, causal, dtype):
-    """The Hopper forward (forward_hopper.py) in its tuned config and with two consumer warpgroups and other
-    rings, against the oracle, by the portable configs' criterion: ragged lengths, GQA, both causal alignments
-    (seqlen_q > seqlen_k leaves rows with no key under the bottom-right mask)."""
+def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
+    """The Hopper forward (forward_hopper.py) in its tuned config and with two or three consumer warpgroups,
+    other rings, and persistent grids, against the oracle, by the portable configs' criterion: ragged lengths,
+    GQA, both causal alignments (seqlen_q > seqlen_k leaves rows with no key under the bottom-right mask)."""
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.launch import on_device
 
     assert fh.GLUON, f"Gluon from Triton {fh.TESTED_TRITON}x should be available here (triton {triton.__version__})"
+    # a persistent grid of 7 programs: each takes several work items, over odd and even rounds and a partial one
+    monkeypatch.setattr(fh, "_sm_count", lambda device_index: 7)
     for shape in [(2, 1000, 1203, 4, 2), (1, 777, 333, 2, 1), (3, 64, 64, 2, 2)]:
         q, k, v = make_qkv(*shape, head_dim, dtype, requires_grad=False)
         scale = head_dim ** -0.5
@@ -391,8 +393,10 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype):
             out_ref, lse_ref = attention_math(q.double(), k.double(), v.double(), scale, causal, bottom_right)
             out_pt, _ = attention_math(q, k, v, scale, causal, bottom_right, dtype)
             base = (out_pt.double() - out_ref).abs().max().item()
-            # (two consumers; a deeper ring of narrower tiles; three stages where shared memory holds them)
-            others = [(64, 128, 2, 2), (64, 64, 4, 3)] + ([(64, 128, 3, 3)] if head_dim == 64 else [])
+            # (two and three consumers, one program per tile or persistent; a deeper ring of narrower tiles;
+            # three stages where shared memory holds them)
+            others = [(64, 128, 2, 2, False), (64, 128, 2, 2, True), (64, 128, 2, 3, True), (64, 64, 4, 3, False)]
+            others += [(64, 128, 3, 3, True)] if head_dim == 64 else []
             for config in {fh.HOPPER_CONFIGS[head_dim, causal], *others}:
                 out = torch.empty_like(q)
                 lse = torch.empty(shape[0], shape[3], shape[1], device="cuda", dtype=torch.float32)
@@ -406,8 +410,8 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon forward runs on Hopper GPUs only")
 def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
-    """fp16/bf16 at head dims 64 and 128 go to the Hopper forward; other dtypes and head dims, lengths under
-    MIN_SEQLEN, a config passed explicitly, and FLASHDOC_HOPPER=0 (its ENABLED) stay on the portable kernel."""
+    """fp16/bf16 at head dims 64 and 128 go to the Hopper forward, with or without the causal mask; other dtypes
+    and head dims, a config passed explicitly, and FLASHDOC_HOPPER=0 (its ENABLED) stay on the portable kernel."""
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.forward import attn_fwd, fwd_configs_for
 
@@ -415,7 +419,7 @@ def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
     real = fh.attn_fwd_hopper
     monkeypatch.setattr(fh, "attn_fwd_hopper", lambda *a, **kw: calls.append(a[0].shape) or real(*a, **kw))
     for head_dim, dtype, causal, taken in [(64, torch.bfloat16, False, True), (128, torch.float16, True, True),
-                                           (64, torch.bfloat16, True, False),  # under MIN_SEQLEN
+                                           (64, torch.bfloat16, True, True),
                                            (96, torch.bfloat16, False, False), (256, torch.bfloat16, False, False),
                                            (128, torch.float32, False, False)]:
         q, k, v = make_qkv(1, 200, 200, 2, 2, head_dim, dtype, requires_grad=False)

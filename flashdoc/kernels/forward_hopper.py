@@ -6,14 +6,18 @@ its matrix products take turns. FlashAttention-3's answer is warp specialisation
 give on Hopper (perf/NOTES.md) but Gluon, shipped with Triton 3.6, does: the program is split into partitions
 of warps that run different code, with their own register budgets (``setmaxnreg``).
 
-One program owns N_CONSUMERS x BLOCK_M query rows of one (batch, head):
+The work is cut into items of N_CONSUMERS x BLOCK_M query rows of one (batch, head). The grid is persistent, one
+program per SM, and each program claims items from a global counter until none is left, causal ones heaviest
+first (FlashAttention-3's longest-processing-time order), so the programs finish together. In a program:
 
-- a *producer* partition (one thread of it, in practice) issues the TMA copies: the query tiles once, then the
-  key and value tiles into a ring of STAGES shared-memory buffers, each guarded by mbarriers ("ready" when a
-  copy lands, "empty" when every consumer is done with it);
-- N_CONSUMERS *consumer* warpgroups of 4 warps each own BLOCK_M query rows and run the same online softmax as
-  ``forward._attn_fwd_inner`` on the shared key/value tiles. They are only loosely coupled, through the ring,
-  so while one does its softmax on the CUDA cores another's products run on the tensor cores.
+- a *producer* partition (one thread of it, in practice) claims the items and issues the TMA copies: an item's
+  query tiles, then its key and value tiles into a ring of STAGES shared-memory buffers, each guarded by
+  mbarriers ("ready" when a copy lands, "empty" when every consumer is done with it). It runs ahead into the next
+  item while the consumers finish the last one;
+- N_CONSUMERS *consumer* warpgroups of 4 warps each own BLOCK_M query rows of the item and run the same online
+  softmax as ``forward._attn_fwd_inner`` on the shared key/value tiles. They are only loosely coupled, through
+  the ring, so while one does its softmax on the CUDA cores another's products run on the tensor cores. Under
+  the causal mask each stops at its own last key tile.
 
 Same inputs, outputs and semantics as ``forward._attn_fwd`` (GQA, both causal alignments, any lengths); head
 dim 64 or 128, fp16/bf16. ``forward.attn_fwd`` sends the calls this kernel takes here (``supports``).
@@ -47,21 +51,19 @@ except ImportError:  # a Triton without Gluon
 LOG2E = 1.4426950408889634
 
 # --8<-- [start:hopper_configs]
-# (BLOCK_M rows per consumer, BLOCK_N keys per tile, STAGES of the key/value ring, N_CONSUMERS) per (head dim,
-# causal), chosen with perf/gluon_fwd.py on the H200 (perf/NOTES.md, session 9). With three consumers of 4 warps
-# plus the producer's 4, each consumer thread gets 160 registers (240 with two): enough for a 64 x 128 fp32
-# score tile, its 16-bit probabilities and a 64 x d accumulator at d <= 128.
+# (BLOCK_M rows per consumer, BLOCK_N keys per tile, STAGES of the key/value ring, N_CONSUMERS, PERSISTENT: one
+# program per SM taking tiles until none is left, instead of one program per tile) per (head dim, causal), chosen
+# with perf/gluon_fwd.py on the H200 (perf/NOTES.md, sessions 9-10). One config now wins at every key; the table
+# stays so that a head dim or mask can be tuned apart. With three consumers of 4 warps plus the producer's 4, each
+# consumer thread gets 160 registers (240 with two): enough for a 64 x 128 fp32 score tile, its 16-bit
+# probabilities and a 64 x d accumulator at d <= 128.
 HOPPER_CONFIGS = {
-    (64, False): (64, 128, 2, 3),
-    (64, True): (64, 128, 3, 3),
-    (128, False): (64, 128, 2, 3),
-    (128, True): (64, 128, 2, 2),
+    (64, False): (64, 128, 2, 3, True),
+    (64, True): (64, 128, 2, 3, True),
+    (128, False): (64, 128, 2, 3, True),
+    (128, True): (64, 128, 2, 3, True),
 }
-# Shorter causal calls at d = 64 stay on the portable kernel, whose two programs per SM share out the uneven
-# causal tiles better: at 2k-4k tokens it is as fast or faster (0.88-1.01x for this one).
-MIN_SEQLEN = {(64, True): 8192}
 # --8<-- [end:hopper_configs]
-MAX_GRID_Y = 65535
 
 
 @functools.cache
@@ -69,50 +71,105 @@ def _is_hopper(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] == 9
 
 
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def supports(q: torch.Tensor, causal: bool) -> bool:
-    """Whether this kernel takes a forward call: Gluon from the tested Triton, a Hopper GPU, fp16/bf16, a head dim
-    with a tuned config, a length where it wins, and a (batch * heads) count that fits the grid's second axis."""
-    key = (q.shape[3], causal)
+    """Whether this kernel takes a forward call: Gluon from the tested Triton, a Hopper GPU, fp16/bf16 and a head
+    dim with a tuned config."""
     return (GLUON and ENABLED and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-            and key in HOPPER_CONFIGS and q.shape[1] >= MIN_SEQLEN.get(key, 0)
-            and q.shape[0] * q.shape[2] <= MAX_GRID_Y
+            and (q.shape[3], causal) in HOPPER_CONFIGS
             and _is_hopper(q.device.index if q.device.index is not None else torch.cuda.current_device()))
 
 
 if GLUON:
     @gluon.jit
-    def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-                  off_b, off_h, off_hk, row0, hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    def _read_item(item_smem):
+        """The work item the producer last published in shared memory (a one-element buffer)."""
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+        return gl.max(item_smem.load(layout), 0)
+
+    @gluon.jit
+    def _work(i, n_tiles, n_heads, group_size, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr,
+              ROWS: gl.constexpr):
+        """Work item i: a tile of ROWS query rows of one (batch, head). Items are handed out in order (``_producer``),
+        tile by tile within a head, so that the programs running at one time share a few heads' keys and values
+        in L2; causal tiles go from the last (which sees the most keys) to the first, so that the light ones fill
+        in at the end. Returns the head indices, the first row and the key count."""
+        pid_bh = i // n_tiles
+        tile = i % n_tiles
+        if IS_CAUSAL:
+            tile = n_tiles - 1 - tile
+        off_b = pid_bh // n_heads
+        off_h = pid_bh % n_heads
+        off_hk = off_h // group_size  # GQA/MQA
+        row0 = tile * ROWS
+        if IS_CAUSAL:
+            hi = gl.maximum(gl.minimum(row0 + ROWS + causal_offset, seqlen_k), 0)
+        else:
+            hi = seqlen_k
+        return pid_bh, off_b, off_h, off_hk, row0, hi
+
+    @gluon.jit
+    def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
+                  kv_empty, COUNTER, n_tiles, total, n_heads, group_size, seqlen_k, causal_offset,
+                  IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+        """Claims work items from the global COUNTER (heaviest first, so the first program free takes the next:
+        greedy, longest-first scheduling), publishes each in item_smem with its queries, and streams its keys
+        and values through the ring."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         N_CONSUMERS: gl.constexpr = q_smem.shape[0]
-        mbarrier.expect(q_ready, N_CONSUMERS * q_desc.block_type.nbytes)
-        for c in gl.static_range(N_CONSUMERS):
-            tma.async_copy_global_to_shared(q_desc, [off_b, row0 + c * BLOCK_M, off_h, 0], q_ready, q_smem.index(c))
-        for j in range(gl.cdiv(hi, BLOCK_N)):
-            s = j % STAGES
-            # a fresh barrier counts as having completed the phase before its first: the first pass never waits
-            mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
-            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s),
-                                            k_smem.index(s))
-            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s),
-                                            v_smem.index(s))
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+        kv_it = 0  # key/value tiles loaded so far, over all of this program's work items: the ring's position
+        r = 0  # work items so far
+        i = gl.atomic_add(COUNTER, 1)
+        while i < total:
+            _, off_b, off_h, off_hk, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_k, causal_offset,
+                                                      IS_CAUSAL, N_CONSUMERS * BLOCK_M)
+            # the consumers are done with the last item's queries (a fresh barrier counts as having completed the
+            # phase before its first: the first item never waits)
+            mbarrier.wait(q_empty, (r & 1) ^ 1)
+            item_smem.store(gl.full([1], i, gl.int32, layout))
+            mbarrier.expect(q_ready, N_CONSUMERS * q_desc.block_type.nbytes)
+            for c in gl.static_range(N_CONSUMERS):
+                tma.async_copy_global_to_shared(q_desc, [off_b, row0 + c * BLOCK_M, off_h, 0], q_ready,
+                                                q_smem.index(c))
+            n_kv = gl.cdiv(hi, BLOCK_N)
+            for j in range(n_kv):
+                it = kv_it + j
+                s = it % STAGES
+                mbarrier.wait(kv_empty.index(s), ((it // STAGES) & 1) ^ 1)
+                mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s),
+                                                k_smem.index(s))
+                mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s),
+                                                v_smem.index(s))
+            kv_it += n_kv
+            r += 1
+            i = gl.atomic_add(COUNTER, 1)
+        # no work left: the consumers read an item past the end and stop
+        mbarrier.wait(q_empty, (r & 1) ^ 1)
+        item_smem.store(gl.full([1], total, gl.int32, layout))
+        mbarrier.arrive(q_ready, count=1)
 
     # --8<-- [start:hopper_consume]
     @gluon.jit
-    def _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k, causal_offset,
-                 qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-                 BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
-                 p_layout: gl.constexpr, row_o: gl.constexpr):
-        """``forward._attn_fwd_inner`` for one consumer warpgroup: key/value tiles [lo, hi) from the ring."""
+    def _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m, seqlen_k,
+                 causal_offset, qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+                 s_layout: gl.constexpr, p_layout: gl.constexpr, row_o: gl.constexpr):
+        """``forward._attn_fwd_inner`` for one consumer warpgroup: key/value tiles [lo, hi) from the ring, whose
+        tile 0 is the ring's kv_it-th."""
         dtype: gl.constexpr = k_smem.dtype
         offs_n0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
         for start_n in range(lo, hi, BLOCK_N):
-            j = start_n // BLOCK_N
-            s = j % STAGES
-            phase = (j // STAGES) & 1
+            it = kv_it + start_n // BLOCK_N
+            s = it % STAGES
+            phase = (it // STAGES) & 1
             mbarrier.wait(k_ready.index(s), phase)
             k = k_smem.index(s).reshape([BLOCK_N, BLOCK_D])
             qk = warpgroup_mma(q, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -141,12 +198,13 @@ if GLUON:
     # --8<-- [end:hopper_consume]
 
     @gluon.jit
-    def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-                  off_b, off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                  SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
-        """Consumer warpgroup SUB: rows row0 + SUB * BLOCK_M + [0, BLOCK_M) of the program's query tile."""
+    def _consumer(o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
+                  kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, SUB: gl.constexpr,
+                  IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
+                  STAGES: gl.constexpr):
+        """Consumer warpgroup SUB: rows row0 + SUB * BLOCK_M + [0, BLOCK_M) of each work item's query tile."""
         dtype: gl.constexpr = o_desc.dtype
+        N_CONSUMERS: gl.constexpr = q_smem.shape[0]
         # wgmma's accumulator layouts: 4 warps stacked along the rows, 16 rows per instruction
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
@@ -156,65 +214,84 @@ if GLUON:
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
-        q_tile = q_smem.index(SUB)  # (1, BLOCK_M, 1, BLOCK_D), the descriptor's tile
-        q = q_tile.reshape([BLOCK_M, BLOCK_D])
-        offs_m = row0 + SUB * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
-        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
-        l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
-        acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
-        mbarrier.wait(q_ready, 0)
-        acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k,
-                                 causal_offset, qk_scale, 0, full_hi, False, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
-                                 STAGES, s_layout, p_layout, row_o)
-        acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k,
-                                 causal_offset, qk_scale, full_hi, hi, True, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
-                                 STAGES, s_layout, p_layout, row_o)
+        kv_it = 0
+        r = 0
+        mbarrier.wait(q_ready, 0)  # the first item's queries have landed, or the producer found no work
+        i = _read_item(item_smem)
+        while i < total:
+            pid_bh, off_b, off_h, _, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_k, causal_offset,
+                                                      IS_CAUSAL, N_CONSUMERS * BLOCK_M)
+            first = row0 + SUB * BLOCK_M  # this warpgroup's first row
+            # its own key range: under the causal mask, the upper warpgroups' rows see fewer keys than the
+            # program loads; [0, full_hi) needs no mask, [full_hi, my_hi) does, [my_hi, hi) it skips
+            if IS_CAUSAL:
+                full_hi = gl.maximum(first + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
+                full_hi = gl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
+                my_hi = gl.maximum(gl.minimum(first + BLOCK_M + causal_offset, seqlen_k), 0)
+            else:
+                full_hi = seqlen_k // BLOCK_N * BLOCK_N
+                my_hi = seqlen_k
+            q = q_smem.index(SUB).reshape([BLOCK_M, BLOCK_D])  # from the descriptor's (1, BLOCK_M, 1, BLOCK_D) tile
+            offs_m = first + gl.arange(0, BLOCK_M, layout=row_s)
+            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
+            l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
+            acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
+            acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m,
+                                     seqlen_k, causal_offset, qk_scale, 0, full_hi, False, IS_CAUSAL, BLOCK_M,
+                                     BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o)
+            acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m,
+                                     seqlen_k, causal_offset, qk_scale, full_hi, my_hi, True, IS_CAUSAL, BLOCK_M,
+                                     BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o)
+            # every Q K^T of this item is done: the producer may load the next item's queries during the epilogue
+            mbarrier.arrive(q_empty, count=1)
 
-        # as in forward._attn_fwd: rows that saw no key output zeros and LSE = -inf
-        l_safe = gl.where(l_i == 0.0, 1.0, l_i)
-        lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
-        gl.store(LSE + pid_bh.to(gl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
-        acc = acc / gl.convert_layout(l_safe, row_o)[:, None]
-        # every Q K^T of this warpgroup has completed: its query tile's shared memory takes the output tile
-        q.store(acc.to(dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [off_b, row0 + SUB * BLOCK_M, off_h, 0], q_tile)
+            # as in forward._attn_fwd: rows that saw no key output zeros and LSE = -inf
+            l_safe = gl.where(l_i == 0.0, 1.0, l_i)
+            lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+            gl.store(LSE + pid_bh.to(gl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+            acc = acc / gl.convert_layout(l_safe, row_o)[:, None]
+            o_tile = o_smem.index(SUB)
+            tma.store_wait(0)  # the last item's output has left o_tile
+            o_tile.reshape([BLOCK_M, BLOCK_D]).store(acc.to(dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(o_desc, [off_b, first, off_h, 0], o_tile)
+            # the key tiles this warpgroup skipped are still released, in order, once loaded (an early arrival
+            # would count towards the stage's previous use)
+            for j in range(gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N)):
+                it = kv_it + j
+                mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
+                mbarrier.arrive(kv_empty.index(it % STAGES), count=1)
+            kv_it += gl.cdiv(hi, BLOCK_N)
+            r += 1
+            mbarrier.wait(q_ready, r & 1)
+            i = _read_item(item_smem)
         tma.store_wait(0)
 
     # --8<-- [start:hopper_kernel]
-    # Lengths, offsets and head counts change from call to call: no specialising on their value.
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
-    def _attn_fwd_hopper(q_desc, k_desc, v_desc, o_desc, LSE, n_heads, group_size, seqlen_q, seqlen_k,
-                         causal_offset, qk_scale, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+    # Lengths, offsets and counts change from call to call: no specialising on their value.
+    @gluon.jit(do_not_specialize=["n_tiles", "total", "n_heads", "group_size", "seqlen_q", "seqlen_k",
+                                  "causal_offset"])
+    def _attn_fwd_hopper(q_desc, k_desc, v_desc, o_desc, LSE, COUNTER, n_tiles, total, n_heads, group_size, seqlen_q,
+                         seqlen_k, causal_offset, qk_scale, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr):
-        """Grid: (query tiles of N_CONSUMERS * BLOCK_M rows, batch * heads); q/k/v/o_desc: ``descriptors``."""
+        """Work items: ``total`` tiles of N_CONSUMERS * BLOCK_M query rows (``n_tiles`` per (batch, head)), claimed
+        one at a time through COUNTER (an int32 zero): one per program, or, on a persistent grid of one program per
+        SM, as many as each program gets through, the producer loading an item's queries and first keys while the
+        consumers finish the one before. q/k/v/o_desc: ``descriptors``."""
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
-        tile = gl.program_id(0)
-        pid_bh = gl.program_id(1)
-        if IS_CAUSAL:
-            tile = gl.num_programs(0) - 1 - tile  # the last query tiles see most keys: launch them first
-        off_b = pid_bh // n_heads
-        off_h = pid_bh % n_heads
-        off_hk = off_h // group_size  # GQA/MQA
-        row0 = tile * (N_CONSUMERS * BLOCK_M)
-        # key tiles [0, full_hi) need no mask for any row of the program; [full_hi, hi) are masked
-        if IS_CAUSAL:
-            full_hi = gl.maximum(row0 + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-            full_hi = gl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-            hi = gl.maximum(gl.minimum(row0 + N_CONSUMERS * BLOCK_M + causal_offset, seqlen_k), 0)
-        else:
-            full_hi = seqlen_k // BLOCK_N * BLOCK_N
-            hi = seqlen_k
-
         q_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
+        o_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], o_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
+        item_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         mbarrier.init(q_ready, count=1)
+        mbarrier.init(q_empty, count=N_CONSUMERS)  # every consumer releases its query tile
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
@@ -223,27 +300,29 @@ if GLUON:
         # (Gluon needs each partition's function written out in the list, so the two cases are spelled out)
         if N_CONSUMERS == 2:
             gl.warp_specialize([
-                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-                             off_b, off_h, off_hk, row0, hi, BLOCK_N, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, off_b,
-                             off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale, 0,
+                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
+                             v_ready, kv_empty, COUNTER, n_tiles, total, n_heads, group_size, seqlen_k, causal_offset, IS_CAUSAL,
+                             BLOCK_N, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                             n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, 0,
                              IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, off_b,
-                             off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale, 1,
+                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                             n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, 1,
                              IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
-                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-                             off_b, off_h, off_hk, row0, hi, BLOCK_N, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, off_b,
-                             off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale, 0,
+                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
+                             v_ready, kv_empty, COUNTER, n_tiles, total, n_heads, group_size, seqlen_k, causal_offset, IS_CAUSAL,
+                             BLOCK_N, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                             n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, 0,
                              IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, off_b,
-                             off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale, 1,
+                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                             n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, 1,
                              IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, off_b,
-                             off_h, pid_bh, row0, full_hi, hi, seqlen_q, seqlen_k, causal_offset, qk_scale, 2,
+                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
+                             n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, 2,
                              IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
             ], [4, 4, 4], [160, 160, 160])
     # --8<-- [end:hopper_kernel]
@@ -267,13 +346,17 @@ def descriptors(q, k, v, out, block_m: int, block_n: int):
 
 
 def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
-    """``forward.attn_fwd`` on Hopper (``supports`` said yes). config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS),
-    default ``HOPPER_CONFIGS[head_dim, causal]``. Runs inside ``launch.on_device``."""
+    """``forward.attn_fwd`` on Hopper (``supports`` said yes). config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS,
+    PERSISTENT), default ``HOPPER_CONFIGS[head_dim, causal]``. Runs inside ``launch.on_device``."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
-    block_m, block_n, stages, consumers = config or HOPPER_CONFIGS[head_dim, causal]
-    grid = (triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads)
-    _attn_fwd_hopper[grid](*descriptors(q, k, v, out, block_m, block_n), lse, n_heads, n_heads // n_kv_heads,
-                           seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0, softmax_scale * LOG2E,
-                           IS_CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages,
-                           N_CONSUMERS=consumers, num_warps=4)
+    block_m, block_n, stages, consumers, persistent = config or HOPPER_CONFIGS[head_dim, causal]
+    n_tiles = triton.cdiv(seqlen_q, consumers * block_m)
+    total = n_tiles * batch * n_heads
+    # persistent: one program per SM, each taking its work items in turn
+    grid = (min(total, _sm_count(q.device.index)) if persistent else total,)
+    counter = torch.zeros(1, device=q.device, dtype=torch.int32)  # the next work item to claim
+    _attn_fwd_hopper[grid](*descriptors(q, k, v, out, block_m, block_n), lse, counter, n_tiles, total, n_heads,
+                           n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
+                           softmax_scale * LOG2E, IS_CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n,
+                           STAGES=stages, N_CONSUMERS=consumers, num_warps=4)
