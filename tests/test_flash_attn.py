@@ -410,8 +410,8 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon forward runs on Hopper GPUs only")
 def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
-    """fp16/bf16 at head dims 64 and 128 go to the Hopper forward, with or without the causal mask; other dtypes
-    and head dims, a config passed explicitly, and FLASHDOC_HOPPER=0 (its ENABLED) stay on the portable kernel."""
+    """fp16/bf16 at head dims 64 and 128 go to the Hopper forward; other dtypes and head dims, lengths under
+    MIN_SEQLEN, a config passed explicitly, and FLASHDOC_HOPPER=0 (its ENABLED) stay on the portable kernel."""
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.forward import attn_fwd, fwd_configs_for
 
@@ -419,13 +419,18 @@ def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
     real = fh.attn_fwd_hopper
     monkeypatch.setattr(fh, "attn_fwd_hopper", lambda *a, **kw: calls.append(a[0].shape) or real(*a, **kw))
     for head_dim, dtype, causal, taken in [(64, torch.bfloat16, False, True), (128, torch.float16, True, True),
-                                           (64, torch.bfloat16, True, True),
+                                           (64, torch.bfloat16, True, False),  # under MIN_SEQLEN
                                            (96, torch.bfloat16, False, False), (256, torch.bfloat16, False, False),
                                            (128, torch.float32, False, False)]:
         q, k, v = make_qkv(1, 200, 200, 2, 2, head_dim, dtype, requires_grad=False)
         calls.clear()
         flashdoc.flash_attn_func(q, k, v, causal=causal)
         assert bool(calls) == taken, (head_dim, dtype, causal)
+    key = (64, True)
+    q, k, v = make_qkv(1, fh.MIN_SEQLEN[key], fh.MIN_SEQLEN[key], 1, 1, 64, torch.bfloat16, requires_grad=False)
+    calls.clear()
+    flashdoc.flash_attn_func(q, k, v, causal=True)
+    assert calls, "a causal call at d = 64 and MIN_SEQLEN tokens should take the Hopper forward"
     q, k, v = make_qkv(1, 200, 200, 2, 2, 128, torch.bfloat16, requires_grad=False)
     calls.clear()
     lse = torch.empty(1, 2, 200, device="cuda")
