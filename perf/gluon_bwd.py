@@ -42,15 +42,22 @@ DQ_CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 128, 2, 2), (64, 64, 2, 3)]
 
 
 @gluon.jit
+def _load_resident(a_desc, b_desc, a_smem, b_smem, ready, off_b, row0, off_h):
+    """The tiles each consumer keeps for the whole program (K and V for dK/dV, Q and dO for dQ): rows row0 +
+    c * rows of head off_h for consumer c, both landing on one barrier."""
+    ROWS: gl.constexpr = a_desc.block_type.shape[1]
+    N_CONSUMERS: gl.constexpr = a_smem.shape[0]
+    mbarrier.expect(ready, N_CONSUMERS * (a_desc.block_type.nbytes + b_desc.block_type.nbytes))
+    for c in gl.static_range(N_CONSUMERS):
+        tma.async_copy_global_to_shared(a_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, a_smem.index(c))
+        tma.async_copy_global_to_shared(b_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, b_smem.index(c))
+
+
+@gluon.jit
 def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
               off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
-    N_CONSUMERS: gl.constexpr = k_smem.shape[0]
-    mbarrier.expect(kv_ready, N_CONSUMERS * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
-    for c in gl.static_range(N_CONSUMERS):
-        tma.async_copy_global_to_shared(k_desc, [off_b, start_n + c * BLOCK_N, off_hk, 0], kv_ready, k_smem.index(c))
-        tma.async_copy_global_to_shared(v_desc, [off_b, start_n + c * BLOCK_N, off_hk, 0], kv_ready, v_smem.index(c))
+    _load_resident(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, start_n, off_hk)
     n_m = gl.cdiv(hi - lo, BLOCK_M)
     for g in range(group_size):
         off_h = off_hk * group_size + g
@@ -66,13 +73,13 @@ def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
 
 
 @gluon.jit
-def _skip(qdo_ready, qdo_empty, it0, n, STAGES: gl.constexpr):
-    """Release n streamed tiles this consumer does not need, in order, once each has landed (an early arrival
-    would count towards the slot's previous use)."""
+def _skip(ready, empty, it0, n, STAGES: gl.constexpr):
+    """Release the n streamed tiles from the ring's it0-th that this consumer does not need, in order, once each
+    has landed (an early arrival would count towards the slot's previous use)."""
     for t in range(n):
         it = it0 + t
-        mbarrier.wait(qdo_ready.index(it % STAGES), (it // STAGES) & 1)
-        mbarrier.arrive(qdo_empty.index(it % STAGES), count=1)
+        mbarrier.wait(ready.index(it % STAGES), (it // STAGES) & 1)
+        mbarrier.arrive(empty.index(it % STAGES), count=1)
 
 
 @gluon.jit
@@ -229,14 +236,8 @@ def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE
 @gluon.jit
 def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
                  kv_empty, off_b, off_h, off_hk, row0, hi, STAGES: gl.constexpr):
-    BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
-    N_CONSUMERS: gl.constexpr = q_smem.shape[0]
-    mbarrier.expect(qdo_ready, N_CONSUMERS * (q_desc.block_type.nbytes + do_desc.block_type.nbytes))
-    for c in gl.static_range(N_CONSUMERS):
-        tma.async_copy_global_to_shared(q_desc, [off_b, row0 + c * BLOCK_M, off_h, 0], qdo_ready, q_smem.index(c))
-        tma.async_copy_global_to_shared(do_desc, [off_b, row0 + c * BLOCK_M, off_h, 0], qdo_ready,
-                                        do_smem.index(c))
+    _load_resident(q_desc, do_desc, q_smem, do_smem, qdo_ready, off_b, row0, off_h)
     for j in range(gl.cdiv(hi, BLOCK_N)):
         s = j % STAGES
         mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
@@ -319,10 +320,7 @@ def _dq_consumer(dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_read
     q.store((dq * softmax_scale).to(dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(dq_desc, [off_b, first, off_h, 0], q_tile)
-    # the key tiles this warpgroup skipped are still released, in order, once loaded
-    for j in range(gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N)):
-        mbarrier.wait(k_ready.index(j % STAGES), (j // STAGES) & 1)
-        mbarrier.arrive(kv_empty.index(j % STAGES), count=1)
+    _skip(k_ready, kv_empty, gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N) - gl.cdiv(my_hi, BLOCK_N), STAGES)
     tma.store_wait(0)
 
 

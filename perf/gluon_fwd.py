@@ -8,10 +8,6 @@ Configs are (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent).
 """
 
 import argparse
-import os
-import re
-import subprocess
-import tempfile
 
 import torch
 import triton
@@ -19,6 +15,7 @@ import triton
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.forward import attn_fwd as tl_fwd
 from flashdoc.kernels.launch import on_device
+from perf.gluon_bwd import _ptxas_info
 
 # (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent)
 CONFIGS = [(64, 128, 2, 3, False), (64, 128, 2, 2, False), (64, 128, 2, 3, True), (64, 128, 2, 2, True),
@@ -47,20 +44,15 @@ def aot(head_dims=(64, 128)):
                 descs = fh.descriptors(q, q, q, q, bm, bn)
                 names = ["q_desc", "k_desc", "v_desc", "o_desc"]
                 sig = {n: mangle_type(x) for n, x in zip(names, descs)}
-                sig.update(LSE="*fp32", COUNTER="*i32", n_tiles="i32", total="i32", n_heads="i32", group_size="i32", seqlen_q="i32", seqlen_k="i32",
-                           causal_offset="i32", qk_scale="fp32", IS_CAUSAL="constexpr", BLOCK_M="constexpr",
-                           BLOCK_N="constexpr", STAGES="constexpr", N_CONSUMERS="constexpr")
+                sig.update(LSE="*fp32", COUNTER="*i32", n_tiles="i32", total="i32", n_heads="i32", group_size="i32",
+                           seqlen_q="i32", seqlen_k="i32", causal_offset="i32", qk_scale="fp32", IS_CAUSAL="constexpr",
+                           BLOCK_M="constexpr", BLOCK_N="constexpr", STAGES="constexpr", N_CONSUMERS="constexpr")
                 consts = {(i,): v for i, v in zip(range(14, 19), (causal, bm, bn, st, nc))}
                 src = GluonASTSource(fh._attn_fwd_hopper, sig, consts)
                 ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
-                with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-                    f.write(ck.asm["ptx"])
-                    f.flush()
-                    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
-                    res = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", f.name, "-o", "/dev/null"],
-                                         capture_output=True, text=True)
-                info = " ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr))
-                print(f"d={d} causal={causal} ({bm}, {bn}, {st}, {nc}, {persistent}) smem={smem // 1024} KiB: {info}", flush=True)
+                info = _ptxas_info(ck)
+                print(f"d={d} causal={causal} ({bm}, {bn}, {st}, {nc}, {persistent}) smem={smem // 1024} KiB: {info}",
+                      flush=True)
 
 
 def hopper(q, k, v, causal, cfg, bottom_right=False, out=None, lse=None):
@@ -120,7 +112,8 @@ def bench(causal_modes=(False, True)):
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
                 runs = {"portable": lambda: portable(q, k, v, o, lse, causal)}
                 for cfg in configs(d):
-                    runs["g%d-%d-%d-%d%s" % (*cfg[:4], "p" * cfg[4])] = lambda cfg=cfg: hopper(q, k, v, causal, cfg, out=o, lse=lse)
+                    name = "g%d-%d-%d-%d%s" % (*cfg[:4], "p" * cfg[4])
+                    runs[name] = lambda cfg=cfg: hopper(q, k, v, causal, cfg, out=o, lse=lse)
                 for f in runs.values():
                     f()
                 times = {name: [] for name in runs}

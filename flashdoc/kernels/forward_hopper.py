@@ -203,9 +203,9 @@ if GLUON:
 
     @gluon.jit
     def _consumer(o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
-                  kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, SUB: gl.constexpr,
-                  IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
-                  STAGES: gl.constexpr):
+                  kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                  SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
         """Consumer warpgroup SUB: rows row0 + SUB * BLOCK_M + [0, BLOCK_M) of each work item's query tile."""
         dtype: gl.constexpr = o_desc.dtype
         N_CONSUMERS: gl.constexpr = q_smem.shape[0]
@@ -305,29 +305,29 @@ if GLUON:
         if N_CONSUMERS == 2:
             gl.warp_specialize([
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, COUNTER, n_tiles, total, n_heads, group_size, seqlen_k, causal_offset, IS_CAUSAL,
-                             BLOCK_N, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                             n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, 0,
-                             IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                             n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, 1,
-                             IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             v_ready, kv_empty, COUNTER, n_tiles, total, n_heads, group_size, seqlen_k,
+                             causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
+                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
+                             causal_offset, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
+                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
+                             causal_offset, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, COUNTER, n_tiles, total, n_heads, group_size, seqlen_k, causal_offset, IS_CAUSAL,
-                             BLOCK_N, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                             n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, 0,
-                             IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                             n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, 1,
-                             IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready, kv_empty,
-                             n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, 2,
-                             IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             v_ready, kv_empty, COUNTER, n_tiles, total, n_heads, group_size, seqlen_k,
+                             causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
+                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
+                             causal_offset, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
+                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
+                             causal_offset, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
+                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
+                             causal_offset, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
             ], [4, 4, 4], [160, 160, 160])
     # --8<-- [end:hopper_kernel]
 
