@@ -560,7 +560,7 @@ def _time(runs, flops):
 
 def bench():
     """Each kernel against the portable one (autotuned), bf16, 16k tokens: dK/dV in TFLOP/s of its 4 products
-    (8 B H N^2 d), dQ of its 3 (6 B H N^2 d), both halved when causal."""
+    (8 B H N^2 d), dQ of its 3 (6 B H N^2 d), then both together, all halved when causal."""
     for d in (64, 128):
         for causal in (False, True):
             for n in (2048, 4096, 8192, 16384):
@@ -581,6 +581,16 @@ def bench():
                         runs["g%d-%d-%d-%d" % cfg] = (lambda cfg=cfg: dq_hopper(*args[:4], dq, *args[4:], d ** -0.5,
                                                                                  causal, False, cfg))
                 print(f"dq   d={d} causal={int(causal)} N={n}: {_time(runs, 6 * b * h * n * n * d / half)}",
+                      flush=True)
+                # the two kernels one after the other (the portable pair as attn_bwd runs it minus the preprocess,
+                # but on one stream), each prototype in its first config
+                runs = {"portable": lambda: (_portable(*args[:4], dk, dv, *args[4:], causal, False),
+                                             _portable_dq(*args[:4], dq, *args[4:], causal, False)),
+                        "gluon": lambda: (dkdv_hopper(*args[:4], dk, dv, *args[4:], d ** -0.5, causal, False,
+                                                      CONFIGS[0]),
+                                          dq_hopper(*args[:4], dq, *args[4:], d ** -0.5, causal, False,
+                                                    DQ_CONFIGS[0]))}
+                print(f"both d={d} causal={int(causal)} N={n}: {_time(runs, 14 * b * h * n * n * d / half)}",
                       flush=True)
 
 
