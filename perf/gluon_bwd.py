@@ -101,14 +101,16 @@ def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_base, delta
         # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
         lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
         delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+        # both products that need only the resident tiles and the streamed ones go out together: dP^T runs on the
+        # tensor cores while P^T's exponentials run on the CUDA cores
         qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        qkT = warpgroup_mma_wait(0, deps=(qkT, ))
+        dpT = warpgroup_mma(v, do.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        qkT = warpgroup_mma_wait(1, deps=(qkT, ))
         pT = gl.exp2(qkT * qk_scale - lse2[None, :])
         if MASKED:
             pT = gl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
         dv = warpgroup_mma(gl.convert_layout(pT.to(dtype), p_layout), do, dv, is_async=True)
-        dpT = warpgroup_mma(v, do.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        dv, dpT = warpgroup_mma_wait(0, deps=(dv, dpT))
+        dpT, dv = warpgroup_mma_wait(0, deps=(dpT, dv))
         dsT = pT * (dpT - delta[None, :])
         dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
         dk = warpgroup_mma_wait(0, deps=(dk, ))
@@ -266,7 +268,7 @@ def _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty
         mbarrier.wait(v_ready.index(s), phase)
         v = v_smem.index(s).reshape([BLOCK_N, BLOCK_D])
         dp = warpgroup_mma(do, v.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        qk, dp = warpgroup_mma_wait(0, deps=(qk, dp))
+        qk = warpgroup_mma_wait(1, deps=(qk, ))  # dP may still be running during the exponentials
         p = gl.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
             offs_n = start_n + offs_n0
@@ -274,6 +276,7 @@ def _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty
             if IS_CAUSAL:
                 keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
             p = gl.where(keep, p, 0.0)
+        dp = warpgroup_mma_wait(0, deps=(dp, ))
         ds = p * (dp - delta[:, None])
         dq = warpgroup_mma(gl.convert_layout(ds.to(dtype), p_layout), k, dq, is_async=True)
         dq = warpgroup_mma_wait(0, deps=(dq, ))
