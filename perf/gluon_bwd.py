@@ -30,10 +30,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, \
     warpgroup_mma_wait
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from flashdoc.kernels.forward_hopper import LOG2E, _smem_layout
-from flashdoc.kernels.launch import unchecked_descriptor
+from flashdoc.kernels import LOG2E
+from flashdoc.kernels.forward_hopper import descriptor as _desc
 
 # dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS)
 CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 64, 2, 3)]
@@ -388,12 +387,6 @@ def _attn_bwd_dq_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, n
                             kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
                             softmax_scale, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
         ], [4, 4, 4], [160, 160, 160])
-
-
-def _desc(t, rows):
-    """A Gluon host descriptor over a (batch, seqlen, heads, head_dim) tensor in (1, rows, 1, head_dim) tiles."""
-    return unchecked_descriptor(TensorDescriptor, base=t, shape=list(t.shape), strides=list(t.stride()),
-                                block_shape=[1, rows, 1, t.shape[3]], layout=_smem_layout(rows, t.shape[3], t.dtype))
 
 
 def descriptors(q, k, v, dout, dk, dv, block_m, block_n):

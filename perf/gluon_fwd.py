@@ -15,7 +15,7 @@ import triton
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.forward import attn_fwd as tl_fwd
 from flashdoc.kernels.launch import on_device
-from perf.gluon_bwd import _ptxas_info
+from perf.gluon_bwd import _ptxas_info, _time
 
 # (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent)
 CONFIGS = [(64, 128, 2, 3, False), (64, 128, 2, 2, False), (64, 128, 2, 3, True), (64, 128, 2, 2, True),
@@ -102,7 +102,6 @@ def check():
 
 def bench(causal_modes=(False, True)):
     """TFLOP/s of each config against the portable kernel (autotuned), same process, rotated order, median of 3."""
-    from triton.testing import do_bench
     for d in (64, 128):
         for causal in causal_modes:
             for n in (2048, 4096, 8192, 16384):
@@ -114,17 +113,7 @@ def bench(causal_modes=(False, True)):
                 for cfg in configs(d):
                     name = "g%d-%d-%d-%d%s" % (*cfg[:4], "p" * cfg[4])
                     runs[name] = lambda cfg=cfg: hopper(q, k, v, causal, cfg, out=o, lse=lse)
-                for f in runs.values():
-                    f()
-                times = {name: [] for name in runs}
-                names = list(runs)
-                for r in range(3):
-                    for name in names[r % len(names):] + names[:r % len(names)]:
-                        times[name].append(do_bench(runs[name], warmup=25, rep=100))
-                tf = {name: flops / (sorted(t)[1] * 1e-3) / 1e12 for name, t in times.items()}
-                base = tf["portable"]
-                row = "  ".join(f"{name} {x:.0f} ({x / base:.2f})" for name, x in tf.items())
-                print(f"d={d} causal={int(causal)} N={n}: {row}", flush=True)
+                print(f"d={d} causal={int(causal)} N={n}: {_time(runs, flops)}", flush=True)
 
 
 if __name__ == "__main__":

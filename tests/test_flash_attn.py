@@ -384,7 +384,7 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
     from flashdoc.kernels.launch import on_device
 
     assert fh.GLUON, f"Gluon from Triton {fh.TESTED_TRITON}x should be available here (triton {triton.__version__})"
-    # a persistent grid of 7 programs: each takes several work items, over odd and even rounds and a partial one
+    # a persistent grid of 7 programs: each claims several work items from the counter, some more than others
     monkeypatch.setattr(fh, "_sm_count", lambda device_index: 7)
     for shape in [(2, 1000, 1203, 4, 2), (1, 777, 333, 2, 1), (3, 64, 64, 2, 2)]:
         q, k, v = make_qkv(*shape, head_dim, dtype, requires_grad=False)

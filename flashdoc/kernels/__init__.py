@@ -22,3 +22,7 @@ INTERPRET: bool = bool(knobs.runtime.interpret)
 # interpreter to run them, that must have happened with TRITON_INTERPRET=1 already set (importing flashdoc
 # first does it). Otherwise every interpreted kernel would fail inside Triton; ``launch`` refuses instead.
 LIBRARY_INTERPRETED: bool = not any(isinstance(f, JITFunction) for f in vars(triton.language.standard).values())
+
+# exp2 is one instruction on the GPU, exp is exp2 plus a multiply: every forward kernel folds log2(e) into the
+# softmax scale once.
+LOG2E = 1.4426950408889634

@@ -10,8 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import INTERPRET
-from .forward import (LOG2E, _head_desc, _program_tile, all_configs, block_d_for, configs_for, dot_precision,
+from . import INTERPRET, LOG2E
+from .forward import (_head_desc, _program_tile, all_configs, block_d_for, configs_for, dot_precision,
                       one_axis, prune_for, seq_bucket, tile_grid)
 from .launch import forked_stream, head_tiles, launch, on_device, tile_config
 

@@ -9,15 +9,12 @@ import torch
 import triton
 import triton.language as tl
 
-from . import INTERPRET, forward_hopper
+from . import INTERPRET, LOG2E, forward_hopper
 from .launch import head_tiles, launch, on_device, tile_config
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
 # ---------------------------------------------------------------------------------------------------------------
-
-# exp2 is one instruction on the GPU, exp is exp2 plus a multiply: fold log2(e) into the softmax scale once.
-LOG2E = 1.4426950408889634
 
 
 # --8<-- [start:fwd_configs]

@@ -29,7 +29,7 @@ import os
 import torch
 import triton
 
-from . import INTERPRET
+from . import INTERPRET, LOG2E
 from .launch import unchecked_descriptor
 
 # FLASHDOC_HOPPER=0 keeps every forward on the portable kernel (for comparisons and debugging).
@@ -47,8 +47,6 @@ try:
     GLUON = triton.__version__.startswith(TESTED_TRITON) and not INTERPRET
 except ImportError:  # a Triton without Gluon
     GLUON = False
-
-LOG2E = 1.4426950408889634
 
 # --8<-- [start:hopper_configs]
 # (BLOCK_M rows per consumer, BLOCK_N keys per tile, STAGES of the key/value ring, N_CONSUMERS, PERSISTENT: one
@@ -338,15 +336,16 @@ def _smem_layout(rows: int, head_dim: int, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for([1, rows, 1, head_dim], element)
 
 
+def descriptor(t, rows: int):
+    """A Gluon host descriptor over a (batch, seqlen, heads, head_dim) tensor, read and written in (1, rows, 1,
+    head_dim) tiles of one (batch, head). Rows past seqlen read as zeros and are never written."""
+    return unchecked_descriptor(TensorDescriptor, base=t, shape=list(t.shape), strides=list(t.stride()),
+                                block_shape=[1, rows, 1, t.shape[3]], layout=_smem_layout(rows, t.shape[3], t.dtype))
+
+
 def descriptors(q, k, v, out, block_m: int, block_n: int):
-    """Gluon host descriptors over (batch, seqlen, heads, head_dim) tensors, read and written in (1, rows, 1,
-    head_dim) tiles of one (batch, head): Q and O BLOCK_M rows (one consumer's), K and V BLOCK_N. Rows past
-    seqlen read as zeros and are never written."""
-    def desc(t, rows):
-        block, layout = [1, rows, 1, t.shape[3]], _smem_layout(rows, t.shape[3], t.dtype)
-        return unchecked_descriptor(TensorDescriptor, base=t, shape=list(t.shape), strides=list(t.stride()),
-                                    block_shape=block, layout=layout)
-    return desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(out, block_m)
+    """``descriptor``s for the kernel: Q and O in BLOCK_M rows (one consumer's), K and V in BLOCK_N."""
+    return descriptor(q, block_m), descriptor(k, block_n), descriptor(v, block_n), descriptor(out, block_m)
 
 
 def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
