@@ -1,24 +1,15 @@
-"""Prototype (session 10): the dK/dV backward kernel on Hopper in Gluon, warp-specialised like the forward.
+"""A/B of the Hopper backward kernels (flashdoc/kernels/backward_hopper.py) against the portable ones, and
+their sm_90 compile (registers, spills) without a GPU.
 
-Status: written and compiled for sm_90 on a CPU machine (``--aot``); NOT yet run on a GPU. It is not wired into
-flashdoc. Next session: ``python3 perf/gluon_bwd.py --check --bench`` on the H200 (against the portable dK/dV
-kernel, ``flashdoc.kernels.backward.bwd_dkdv``), then decide (perf/NOTES.md, lead 1).
+    python3 perf/gluon_bwd.py --check --bench          # on the H200: every config against the portable kernels
+    PYTHONPATH=/tmp/t36:. python perf/gluon_bwd.py --aot   # here, with a Triton 3.6 wheel unpacked in /tmp/t36
 
-    PYTHONPATH=/tmp/t36:. python perf/gluon_bwd.py --aot   # a Triton 3.6 wheel unpacked in /tmp/t36
-
-Design (FlashAttention-3's backward, without its dQ atomics, so that it stays deterministic):
-
-- one program = N_CONSUMERS x BLOCK_N keys of one (batch, kv head);
-- a producer partition loads every consumer's K and V tiles once, then streams (Q, dO) tiles of BLOCK_M query
-  rows, of every query head of the GQA group, through a STAGES-slot ring;
-- consumer warpgroup c owns keys [start_n + c * BLOCK_N, + BLOCK_N) and their fp32 dK and dV accumulators, and
-  on each streamed tile runs the portable kernel's step, transposed (keys x queries):
-  S^T = K Q^T, P^T = exp2(S^T * scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
-  dK += dS^T Q. Under the causal mask it skips (still releasing, in order) the query tiles that see none of
-  its keys.
+The kernels were written here as a prototype in session 10, compiled for sm_90 without a GPU, and moved into
+flashdoc in session 11 after their first H200 run (perf/NOTES.md).
 """
 
 import argparse
+import contextlib
 import os
 import re
 import subprocess
@@ -26,400 +17,19 @@ import tempfile
 
 import torch
 import triton
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, \
-    warpgroup_mma_wait
 
-from flashdoc.kernels import LOG2E
-from flashdoc.kernels.forward_hopper import descriptor as _desc
+from flashdoc.kernels.backward_hopper import _attn_bwd_dkdv_hopper, _attn_bwd_dq_hopper, bwd_dkdv_hopper, \
+    bwd_dq_hopper
+from flashdoc.kernels import forward_hopper as fh
+from flashdoc.kernels.backward import bwd_dkdv, bwd_dq, bwd_preprocess
+from flashdoc.kernels.forward import attn_fwd
+from flashdoc.kernels.forward_hopper import descriptor
+from flashdoc.kernels.launch import on_device
 
-# dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS)
+# candidates, dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS)
 CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 64, 2, 3)]
 # dQ: (BLOCK_M query rows per consumer, BLOCK_N keys per streamed tile, STAGES, N_CONSUMERS)
 DQ_CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 128, 2, 2), (64, 64, 2, 3)]
-
-
-@gluon.jit
-def _load_resident(a_desc, b_desc, a_smem, b_smem, ready, off_b, row0, off_h):
-    """The tiles each consumer keeps for the whole program (K and V for dK/dV, Q and dO for dQ): rows row0 +
-    c * rows of head off_h for consumer c, both landing on one barrier."""
-    ROWS: gl.constexpr = a_desc.block_type.shape[1]
-    N_CONSUMERS: gl.constexpr = a_smem.shape[0]
-    mbarrier.expect(ready, N_CONSUMERS * (a_desc.block_type.nbytes + b_desc.block_type.nbytes))
-    for c in gl.static_range(N_CONSUMERS):
-        tma.async_copy_global_to_shared(a_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, a_smem.index(c))
-        tma.async_copy_global_to_shared(b_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, b_smem.index(c))
-
-
-@gluon.jit
-def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
-              off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr):
-    BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
-    _load_resident(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, start_n, off_hk)
-    n_m = gl.cdiv(hi - lo, BLOCK_M)
-    for g in range(group_size):
-        off_h = off_hk * group_size + g
-        for j in range(n_m):
-            it = g * n_m + j
-            s = it % STAGES
-            mbarrier.wait(qdo_empty.index(s), ((it // STAGES) & 1) ^ 1)
-            mbarrier.expect(qdo_ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
-                                            q_smem.index(s))
-            tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
-                                            do_smem.index(s))
-
-
-@gluon.jit
-def _skip(ready, empty, it0, n, STAGES: gl.constexpr):
-    """Release the n streamed tiles from the ring's it0-th that this consumer does not need, in order, once each
-    has landed (an early arrival would count towards the slot's previous use)."""
-    for t in range(n):
-        it = it0 + t
-        mbarrier.wait(ready.index(it % STAGES), (it // STAGES) & 1)
-        mbarrier.arrive(empty.index(it % STAGES), count=1)
-
-
-@gluon.jit
-def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_base, delta_base, offs_n, seqlen_q,
-           causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, BLOCK_M: gl.constexpr,
-           BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
-           p_layout: gl.constexpr):
-    """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first."""
-    dtype: gl.constexpr = q_smem.dtype
-    offs_m0 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=s_layout)
-    for start_m in range(m_lo, m_hi, BLOCK_M):
-        it = it0 + (start_m - m_lo) // BLOCK_M
-        s = it % STAGES
-        mbarrier.wait(qdo_ready.index(s), (it // STAGES) & 1)
-        q = q_smem.index(s).reshape([BLOCK_M, BLOCK_D])
-        do = do_smem.index(s).reshape([BLOCK_M, BLOCK_D])
-        offs_m = start_m + offs_m0
-        # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
-        lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
-        delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
-        # both products that need only the resident tiles and the streamed ones go out together: dP^T runs on the
-        # tensor cores while P^T's exponentials run on the CUDA cores
-        qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        dpT = warpgroup_mma(v, do.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        qkT = warpgroup_mma_wait(1, deps=(qkT, ))
-        pT = gl.exp2(qkT * qk_scale - lse2[None, :])
-        if MASKED:
-            pT = gl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
-        dv = warpgroup_mma(gl.convert_layout(pT.to(dtype), p_layout), do, dv, is_async=True)
-        dpT, dv = warpgroup_mma_wait(0, deps=(dpT, dv))
-        dsT = pT * (dpT - delta[None, :])
-        dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
-        dk = warpgroup_mma_wait(0, deps=(dk, ))
-        mbarrier.arrive(qdo_empty.index(s), count=1)  # one arrival per warpgroup: this slot may be refilled
-    return dk, dv
-
-
-@gluon.jit
-def _consumer(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
-              off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale,
-              SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
-    dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_M, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_D, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    first = start_n + SUB * BLOCK_N  # this warpgroup's first key
-    offs_n = first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
-    k_tile = k_smem.index(SUB)
-    v_tile = v_smem.index(SUB)
-    k = k_tile.reshape([BLOCK_N, BLOCK_D])
-    v = v_tile.reshape([BLOCK_N, BLOCK_D])
-    dk = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
-    dv = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
-    # Query rows i see key j when j <= i + causal_offset: tiles before my_lo see none of this warpgroup's keys,
-    # tiles from full_lo on see all of them; the ragged last tile needs no mask (its padded rows get P = 0).
-    if IS_CAUSAL:
-        my_lo = gl.maximum(gl.minimum(gl.maximum(first - causal_offset, 0) // BLOCK_M * BLOCK_M, hi), lo)
-        full_lo = gl.minimum(gl.cdiv(gl.maximum(first + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M, hi)
-        full_lo = gl.maximum(full_lo, my_lo)
-    else:
-        my_lo = lo
-        full_lo = lo
-    n_m = gl.cdiv(hi - lo, BLOCK_M)
-    mbarrier.wait(kv_ready, 0)
-    for g in range(group_size):
-        off_h = off_hk * group_size + g
-        row = (off_b.to(gl.int64) * n_heads + off_h) * seqlen_q
-        it0 = g * n_m
-        _skip(qdo_ready, qdo_empty, it0, (my_lo - lo) // BLOCK_M, STAGES)
-        dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
-                        seqlen_q, causal_offset, qk_scale, it0 + (my_lo - lo) // BLOCK_M, my_lo, full_lo, True,
-                        BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
-        dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
-                        seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, False,
-                        BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
-    # every product of this warpgroup has completed: its K and V tiles' shared memory takes dK and dV
-    k.store((dk * softmax_scale).to(dtype))
-    v.store(dv.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(dk_desc, [off_b, first, off_hk, 0], k_tile)
-    tma.async_copy_shared_to_global(dv_desc, [off_b, first, off_hk, 0], v_tile)
-    tma.store_wait(0)
-
-
-@gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
-def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads, group_size,
-                          seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale, IS_CAUSAL: gl.constexpr,
-                          STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr):
-    """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
-    rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q)."""
-    BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
-    BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
-    dtype: gl.constexpr = q_desc.dtype
-    pid_n = gl.program_id(0)
-    pid_bhk = gl.program_id(1)
-    if IS_CAUSAL:
-        pid_n = gl.num_programs(0) - 1 - pid_n  # the first keys are seen by the most query rows: launch them first
-    n_kv_heads = n_heads // group_size
-    off_b = pid_bhk // n_kv_heads
-    off_hk = pid_bhk % n_kv_heads
-    start_n = pid_n * (N_CONSUMERS * BLOCK_N)
-    hi = gl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
-    if IS_CAUSAL:
-        lo = gl.minimum(gl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M, hi)
-    else:
-        lo = 0
-
-    k_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
-    q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], do_desc.layout)
-    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    qdo_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    qdo_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(kv_ready, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(qdo_ready.index(i), count=1)
-        mbarrier.init(qdo_empty.index(i), count=N_CONSUMERS)
-
-    if N_CONSUMERS == 2:
-        gl.warp_specialize([
-            (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                         qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
-            (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                         qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                         softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-            (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                         qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                         softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-        ], [4, 4], [240, 240])
-    else:
-        gl.warp_specialize([
-            (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                         qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
-            (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                         qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                         softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-            (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                         qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                         softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-            (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                         qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                         softmax_scale, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-        ], [4, 4, 4], [160, 160, 160])
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# dQ: the forward's skeleton (the producer streams K and V; each consumer keeps its query rows' Q and dO)
-# ---------------------------------------------------------------------------------------------------------------
-
-@gluon.jit
-def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                 kv_empty, off_b, off_h, off_hk, row0, hi, STAGES: gl.constexpr):
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
-    _load_resident(q_desc, do_desc, q_smem, do_smem, qdo_ready, off_b, row0, off_h)
-    for j in range(gl.cdiv(hi, BLOCK_N)):
-        s = j % STAGES
-        mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
-        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s), k_smem.index(s))
-        mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s), v_smem.index(s))
-
-
-@gluon.jit
-def _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k, causal_offset,
-              qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
-              p_layout: gl.constexpr):
-    """The portable ``_attn_bwd_dq_inner`` for one consumer: key/value tiles [lo, hi) from the ring."""
-    dtype: gl.constexpr = k_smem.dtype
-    offs_n0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
-    for start_n in range(lo, hi, BLOCK_N):
-        j = start_n // BLOCK_N
-        s = j % STAGES
-        phase = (j // STAGES) & 1
-        mbarrier.wait(k_ready.index(s), phase)
-        k = k_smem.index(s).reshape([BLOCK_N, BLOCK_D])
-        qk = warpgroup_mma(q, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        mbarrier.wait(v_ready.index(s), phase)
-        v = v_smem.index(s).reshape([BLOCK_N, BLOCK_D])
-        dp = warpgroup_mma(do, v.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        qk = warpgroup_mma_wait(1, deps=(qk, ))  # dP may still be running during the exponentials
-        p = gl.exp2(qk * qk_scale - lse2[:, None])
-        if MASKED:
-            offs_n = start_n + offs_n0
-            keep = offs_n[None, :] < seqlen_k
-            if IS_CAUSAL:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
-            p = gl.where(keep, p, 0.0)
-        dp = warpgroup_mma_wait(0, deps=(dp, ))
-        ds = p * (dp - delta[:, None])
-        dq = warpgroup_mma(gl.convert_layout(ds.to(dtype), p_layout), k, dq, is_async=True)
-        dq = warpgroup_mma_wait(0, deps=(dq, ))
-        mbarrier.arrive(kv_empty.index(s), count=1)
-    return dq
-
-
-@gluon.jit
-def _dq_consumer(dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready, kv_empty,
-                 off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
-                 SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
-    dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_D, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    first = row0 + SUB * BLOCK_M
-    offs_m = first + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    row = pid_bh.to(gl.int64) * seqlen_q + offs_m
-    lse2 = gl.load(LSE2 + row, mask=offs_m < seqlen_q, other=float("inf"))
-    delta = gl.load(DELTA + row, mask=offs_m < seqlen_q, other=0.0)
-    # this warpgroup's key range, as in the forward's consumers
-    if IS_CAUSAL:
-        full_hi = gl.maximum(first + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-        full_hi = gl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-        my_hi = gl.maximum(gl.minimum(first + BLOCK_M + causal_offset, seqlen_k), 0)
-    else:
-        full_hi = seqlen_k // BLOCK_N * BLOCK_N
-        my_hi = seqlen_k
-    q_tile = q_smem.index(SUB)
-    q = q_tile.reshape([BLOCK_M, BLOCK_D])
-    do = do_smem.index(SUB).reshape([BLOCK_M, BLOCK_D])
-    dq = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
-    mbarrier.wait(qdo_ready, 0)
-    dq = _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k,
-                   causal_offset, qk_scale, 0, full_hi, False, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                   s_layout, p_layout)
-    dq = _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k,
-                   causal_offset, qk_scale, full_hi, my_hi, True, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                   s_layout, p_layout)
-    # every product of this warpgroup has completed: its query tile's shared memory takes dQ
-    q.store((dq * softmax_scale).to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(dq_desc, [off_b, first, off_h, 0], q_tile)
-    _skip(k_ready, kv_empty, gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N) - gl.cdiv(my_hi, BLOCK_N), STAGES)
-    tma.store_wait(0)
-
-
-@gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
-def _attn_bwd_dq_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, n_heads, group_size, seqlen_q,
-                        seqlen_k, causal_offset, softmax_scale, qk_scale, IS_CAUSAL: gl.constexpr,
-                        STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr):
-    """Grid: (query tiles of N_CONSUMERS * BLOCK_M, batch * heads)."""
-    BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
-    BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
-    dtype: gl.constexpr = q_desc.dtype
-    tile = gl.program_id(0)
-    pid_bh = gl.program_id(1)
-    if IS_CAUSAL:
-        tile = gl.num_programs(0) - 1 - tile  # the last query rows see the most keys: launch them first
-    off_b = pid_bh // n_heads
-    off_h = pid_bh % n_heads
-    off_hk = off_h // group_size
-    row0 = tile * (N_CONSUMERS * BLOCK_M)
-    if IS_CAUSAL:
-        hi = gl.maximum(gl.minimum(row0 + N_CONSUMERS * BLOCK_M + causal_offset, seqlen_k), 0)
-    else:
-        hi = seqlen_k
-
-    q_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], do_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
-    qdo_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(qdo_ready, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=N_CONSUMERS)
-
-    if N_CONSUMERS == 2:
-        gl.warp_specialize([
-            (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready,
-                            v_ready, kv_empty, off_b, off_h, off_hk, row0, hi, STAGES)),
-            (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                            kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                            softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-            (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                            kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                            softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-        ], [4, 4], [240, 240])
-    else:
-        gl.warp_specialize([
-            (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready,
-                            v_ready, kv_empty, off_b, off_h, off_hk, row0, hi, STAGES)),
-            (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                            kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                            softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-            (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                            kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                            softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-            (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                            kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                            softmax_scale, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-        ], [4, 4, 4], [160, 160, 160])
-
-
-def descriptors(q, k, v, dout, dk, dv, block_m, block_n):
-    return (_desc(q, block_m), _desc(dout, block_m), _desc(k, block_n), _desc(v, block_n), _desc(dk, block_n),
-            _desc(dv, block_n))
-
-
-def dq_descriptors(q, k, v, dout, dq, block_m, block_n):
-    return _desc(q, block_m), _desc(dout, block_m), _desc(k, block_n), _desc(v, block_n), _desc(dq, block_m)
-
-
-def dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, cfg):
-    """dK, dV (written in place) with the prototype; lse2, delta from ``backward.bwd_preprocess``."""
-    block_m, block_n, stages, consumers = cfg
-    batch, seqlen_q, n_heads, _ = q.shape
-    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
-    grid = (triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads)
-    _attn_bwd_dkdv_hopper[grid](*descriptors(q, k, v, dout, dk, dv, block_m, block_n), lse2, delta, n_heads,
-                                n_heads // n_kv_heads, seqlen_q, seqlen_k,
-                                seqlen_k - seqlen_q if bottom_right else 0, softmax_scale, softmax_scale * LOG2E,
-                                IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, num_warps=4)
-
-
-def dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right, cfg):
-    """dQ (written in place) with the prototype."""
-    block_m, block_n, stages, consumers = cfg
-    batch, seqlen_q, n_heads, _ = q.shape
-    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
-    grid = (triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads)
-    _attn_bwd_dq_hopper[grid](*dq_descriptors(q, k, v, dout, dq, block_m, block_n), lse2, delta, n_heads,
-                              n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
-                              softmax_scale, softmax_scale * LOG2E, IS_CAUSAL=causal, STAGES=stages,
-                              N_CONSUMERS=consumers, num_warps=4)
 
 
 def smem_bytes(d, cfg):
@@ -450,11 +60,11 @@ def aot(head_dims=(64, 128)):
     scalars = dict(LSE2="*fp32", DELTA="*fp32", n_heads="i32", group_size="i32", seqlen_q="i32", seqlen_k="i32",
                    causal_offset="i32", softmax_scale="fp32", qk_scale="fp32", IS_CAUSAL="constexpr",
                    STAGES="constexpr", N_CONSUMERS="constexpr")
-    kernels = [("dkdv", _attn_bwd_dkdv_hopper, CONFIGS, smem_bytes, descriptors,
+    kernels = [("dkdv", _attn_bwd_dkdv_hopper, CONFIGS, smem_bytes,
                 ["q_desc", "do_desc", "k_desc", "v_desc", "dk_desc", "dv_desc"]),
-               ("dq", _attn_bwd_dq_hopper, DQ_CONFIGS, dq_smem_bytes, dq_descriptors,
+               ("dq", _attn_bwd_dq_hopper, DQ_CONFIGS, dq_smem_bytes,
                 ["q_desc", "do_desc", "k_desc", "v_desc", "dq_desc"])]
-    for name, kernel, cfgs, smem, descs, names in kernels:
+    for name, kernel, cfgs, smem, names in kernels:
         for d in head_dims:
             for causal in (False, True):
                 for cfg in cfgs:
@@ -462,7 +72,9 @@ def aot(head_dims=(64, 128)):
                     if smem(d, cfg) > 226 * 1024:
                         continue
                     t = torch.empty(2, 1024, 4, d, dtype=torch.bfloat16)
-                    sig = {n: mangle_type(x) for n, x in zip(names, descs(*[t] * len(names), bm, bn))}
+                    # Q, dO and dQ move in BLOCK_M rows, K, V, dK and dV in BLOCK_N
+                    sig = {n: mangle_type(descriptor(t, bm if n in ("q_desc", "do_desc", "dq_desc") else bn))
+                           for n in names}
                     sig.update(scalars)
                     first = len(names) + 9  # IS_CAUSAL's position
                     consts = {(first,): causal, (first + 1,): st, (first + 2,): nc}
@@ -475,9 +87,6 @@ def aot(head_dims=(64, 128)):
 def _inputs(b, sq, sk, h, hk, d, dtype, causal, bottom_right):
     """Random inputs and what the backward kernels read: lse2 and delta from flashdoc's own forward and
     preprocess."""
-    from flashdoc.kernels.backward import bwd_preprocess
-    from flashdoc.kernels.forward import attn_fwd
-    from flashdoc.kernels.launch import on_device
     q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
     k, v = (torch.randn(b, sk, hk, d, device="cuda", dtype=dtype) for _ in range(2))
     dout = torch.randn_like(q)
@@ -488,17 +97,30 @@ def _inputs(b, sq, sk, h, hk, d, dtype, causal, bottom_right):
     return q, k, v, dout, lse2, delta
 
 
+@contextlib.contextmanager
+def _portable_kernels():
+    """backward.bwd_dkdv / bwd_dq on the portable (autotuned) kernels: the Hopper ones switched off meanwhile."""
+    fh.ENABLED = False
+    try:
+        yield
+    finally:
+        fh.ENABLED = True
+
+
 def _portable(q, k, v, dout, dk, dv, lse2, delta, causal, bottom_right):
-    from flashdoc.kernels.backward import bwd_dkdv
-    from flashdoc.kernels.launch import on_device
-    with on_device(q.device):
+    with _portable_kernels(), on_device(q.device):
         bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, q.shape[3] ** -0.5, causal, bottom_right)
 
 
 def _portable_dq(q, k, v, dout, dq, lse2, delta, causal, bottom_right):
-    from flashdoc.kernels.backward import bwd_dq
-    from flashdoc.kernels.launch import on_device
+    with _portable_kernels(), on_device(q.device):
+        bwd_dq(q, k, v, dout, dq, lse2, delta, q.shape[3] ** -0.5, causal, bottom_right)
+
+
+def _dispatched(q, k, v, dout, dk, dv, dq, lse2, delta, causal, bottom_right):
+    """Both kernels as flashdoc dispatches them (the Hopper ones where their tables say so), one stream."""
     with on_device(q.device):
+        bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, q.shape[3] ** -0.5, causal, bottom_right)
         bwd_dq(q, k, v, dout, dq, lse2, delta, q.shape[3] ** -0.5, causal, bottom_right)
 
 
@@ -517,7 +139,7 @@ def check():
                         if smem_bytes(d, cfg) > 226 * 1024:
                             continue
                         got = [torch.empty_like(args[1]), torch.empty_like(args[2])]
-                        dkdv_hopper(*args[:4], *got, *args[4:], d ** -0.5, causal, True, cfg)
+                        bwd_dkdv_hopper(*args[:4], *got, *args[4:], d ** -0.5, causal, True, cfg)
                         err = max((a.float() - b.float()).abs().max().item() for a, b in zip(got, ref))
                         scale = max(b.float().abs().max().item() for b in ref)
                         worst = max(worst, err / scale)
@@ -530,7 +152,7 @@ def check():
                         if dq_smem_bytes(d, cfg) > 226 * 1024:
                             continue
                         got = torch.empty_like(args[0])
-                        dq_hopper(*args[:4], got, *args[4:], d ** -0.5, causal, True, cfg)
+                        bwd_dq_hopper(*args[:4], got, *args[4:], d ** -0.5, causal, True, cfg)
                         err = (got.float() - ref.float()).abs().max().item()
                         scale = ref.float().abs().max().item()
                         worst = max(worst, err / scale)
@@ -554,12 +176,12 @@ def _time(runs, flops):
     return "  ".join(f"{name} {x:.0f} ({x / tf['portable']:.2f})" for name, x in tf.items())
 
 
-def bench():
+def bench(lengths):
     """Each kernel against the portable one (autotuned), bf16, 16k tokens: dK/dV in TFLOP/s of its 4 products
     (8 B H N^2 d), dQ of its 3 (6 B H N^2 d), then both together, all halved when causal."""
     for d in (64, 128):
         for causal in (False, True):
-            for n in (2048, 4096, 8192, 16384):
+            for n in lengths:
                 b, h = 16384 // n, 2048 // d
                 args = _inputs(b, n, n, h, h, d, torch.bfloat16, causal, False)
                 dk, dv, dq = torch.empty_like(args[1]), torch.empty_like(args[2]), torch.empty_like(args[0])
@@ -567,25 +189,21 @@ def bench():
                 runs = {"portable": lambda: _portable(*args[:4], dk, dv, *args[4:], causal, False)}
                 for cfg in CONFIGS:
                     if smem_bytes(d, cfg) <= 226 * 1024:
-                        runs["g%d-%d-%d-%d" % cfg] = (lambda cfg=cfg: dkdv_hopper(*args[:4], dk, dv, *args[4:],
-                                                                                   d ** -0.5, causal, False, cfg))
+                        runs["g%d-%d-%d-%d" % cfg] = (lambda cfg=cfg: bwd_dkdv_hopper(
+                            *args[:4], dk, dv, *args[4:], d ** -0.5, causal, False, cfg))
                 print(f"dkdv d={d} causal={int(causal)} N={n}: {_time(runs, 8 * b * h * n * n * d / half)}",
                       flush=True)
                 runs = {"portable": lambda: _portable_dq(*args[:4], dq, *args[4:], causal, False)}
                 for cfg in DQ_CONFIGS:
                     if dq_smem_bytes(d, cfg) <= 226 * 1024:
-                        runs["g%d-%d-%d-%d" % cfg] = (lambda cfg=cfg: dq_hopper(*args[:4], dq, *args[4:], d ** -0.5,
-                                                                                 causal, False, cfg))
+                        runs["g%d-%d-%d-%d" % cfg] = (lambda cfg=cfg: bwd_dq_hopper(
+                            *args[:4], dq, *args[4:], d ** -0.5, causal, False, cfg))
                 print(f"dq   d={d} causal={int(causal)} N={n}: {_time(runs, 6 * b * h * n * n * d / half)}",
                       flush=True)
-                # the two kernels one after the other (the portable pair as attn_bwd runs it minus the preprocess,
-                # but on one stream), each prototype in its first config
+                # the two kernels one after the other, as flashdoc dispatches them and on the portable kernels only
                 runs = {"portable": lambda: (_portable(*args[:4], dk, dv, *args[4:], causal, False),
                                              _portable_dq(*args[:4], dq, *args[4:], causal, False)),
-                        "gluon": lambda: (dkdv_hopper(*args[:4], dk, dv, *args[4:], d ** -0.5, causal, False,
-                                                      CONFIGS[0]),
-                                          dq_hopper(*args[:4], dq, *args[4:], d ** -0.5, causal, False,
-                                                    DQ_CONFIGS[0]))}
+                        "flashdoc": lambda: _dispatched(*args[:4], dk, dv, dq, *args[4:], causal, False)}
                 print(f"both d={d} causal={int(causal)} N={n}: {_time(runs, 14 * b * h * n * n * d / half)}",
                       flush=True)
 
@@ -595,10 +213,11 @@ if __name__ == "__main__":
     ap.add_argument("--aot", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
     a = ap.parse_args()
     if a.aot:
         aot()
     if a.check:
         check()
     if a.bench:
-        bench()
+        bench(a.lengths)

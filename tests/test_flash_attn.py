@@ -7,8 +7,8 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from attention_oracle import (DEVICE, attention_math, causal_forward_backward, check_against_oracle, cpu_sweep,
-                              make_qkv)
+from attention_oracle import (DEVICE, assert_close_like_flash_attn, attention_math, causal_forward_backward,
+                              check_against_oracle, cpu_sweep, make_qkv)
 
 import flashdoc
 from flashdoc.kernels.forward import MAX_GRID_Y, MIN_BLOCK, _program_tile, one_axis, tile_grid
@@ -408,6 +408,49 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon backward runs on Hopper GPUs only")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gpu_hopper_backward_every_config(head_dim, causal, dtype):
+    """The Hopper dK/dV and dQ kernels (backward_hopper.py) in their tuned configs and with three consumers or a
+    deeper ring, against the oracle's gradients by flash-attn's criterion (the one the autograd tests use):
+    ragged lengths, GQA, both causal alignments (seqlen_q > seqlen_k leaves rows with no key, and keys no row
+    sees)."""
+    from flashdoc.kernels import backward_hopper as bh
+    from flashdoc.kernels.backward import bwd_preprocess
+    from flashdoc.kernels.launch import on_device
+
+    scale = head_dim ** -0.5
+    for shape in [(2, 1000, 1203, 4, 2), (1, 777, 333, 2, 1), (3, 64, 64, 2, 2)]:
+        q, k, v = make_qkv(*shape, head_dim, dtype, requires_grad=False)
+        dout = torch.randn_like(q)
+        for bottom_right in (False, True):
+            ref_in = [t.double().requires_grad_() for t in (q, k, v)]
+            pt_in = [t.clone().requires_grad_() for t in (q, k, v)]
+            out_ref, lse_ref = attention_math(*ref_in, scale, causal, bottom_right)
+            out_pt, _ = attention_math(*pt_in, scale, causal, bottom_right, dtype)
+            dq_ref, dk_ref, dv_ref = torch.autograd.grad(out_ref, ref_in, dout.double())
+            dq_pt, dk_pt, dv_pt = torch.autograd.grad(out_pt, pt_in, dout)
+            with on_device(q.device):
+                delta, lse2 = bwd_preprocess(dout, out_ref.detach().to(dtype), lse_ref.contiguous(), None)
+            where = f"{shape} bottom_right={bottom_right}"
+            for config in {bh.HOPPER_DKDV_CONFIGS.get((head_dim, causal)), (64, 64, 2, 2), (64, 64, 3, 2),
+                           (64, 64, 2, 3)} - {None}:
+                dk, dv = torch.empty_like(k), torch.empty_like(v)
+                with on_device(q.device):
+                    bh.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, scale, causal, bottom_right, config)
+                assert_close_like_flash_attn(f"dk {where} {config}", dk, dk_ref, dk_pt, dtype, mult=3.0)
+                assert_close_like_flash_attn(f"dv {where} {config}", dv, dv_ref, dv_pt, dtype, mult=3.0)
+            for config in {bh.HOPPER_DQ_CONFIGS.get((head_dim, causal)), (64, 64, 2, 2), (64, 128, 2, 2),
+                           (64, 64, 3, 2), (64, 64, 2, 3)} - {None}:
+                dq = torch.empty_like(q)
+                with on_device(q.device):
+                    bh.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, scale, causal, bottom_right, config)
+                assert_close_like_flash_attn(f"dq {where} {config}", dq, dq_ref, dq_pt, dtype, mult=3.0)
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon forward runs on Hopper GPUs only")
 def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
     """fp16/bf16 at head dims 64 and 128 go to the Hopper forward; other dtypes and head dims, lengths under
@@ -438,3 +481,44 @@ def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
     monkeypatch.setattr(fh, "ENABLED", False)
     flashdoc.flash_attn_func(q, k, v)
     assert not calls
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon backward runs on Hopper GPUs only")
+def test_gpu_hopper_backward_takes_the_calls_it_supports(monkeypatch):
+    """Each backward kernel goes to its Hopper version where that one's table has the (head dim, causal) key, for
+    fp16/bf16; fp32, other head dims, configs passed explicitly and FLASHDOC_HOPPER=0 stay portable."""
+    from flashdoc.kernels import backward_hopper as bh
+    from flashdoc.kernels import forward_hopper as fh
+    from flashdoc.kernels.backward import attn_bwd, bwd_configs_for
+
+    calls = []
+    for name in ("bwd_dkdv_hopper", "bwd_dq_hopper"):
+        real = getattr(bh, name)
+        monkeypatch.setattr(bh, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
+
+    def backward_calls(head_dim, dtype, causal):
+        q, k, v = make_qkv(1, 300, 300, 2, 2, head_dim, dtype)
+        calls.clear()
+        flashdoc.flash_attn_func(q, k, v, causal=causal).sum().backward()
+        return set(calls)
+
+    for head_dim, dtype in [(64, torch.bfloat16), (128, torch.float16), (128, torch.bfloat16),
+                            (96, torch.bfloat16), (256, torch.bfloat16), (128, torch.float32)]:
+        for causal in (False, True):
+            expected = set()
+            if dtype != torch.float32:
+                expected |= {"bwd_dkdv_hopper"} if (head_dim, causal) in bh.HOPPER_DKDV_CONFIGS else set()
+                expected |= {"bwd_dq_hopper"} if (head_dim, causal) in bh.HOPPER_DQ_CONFIGS else set()
+            assert backward_calls(head_dim, dtype, causal) == expected, (head_dim, dtype, causal)
+    assert (128, False) in bh.HOPPER_DKDV_CONFIGS and (128, False) in bh.HOPPER_DQ_CONFIGS
+    # an explicit config pair keeps both kernels portable
+    q, k, v = make_qkv(1, 300, 300, 2, 2, 128, torch.bfloat16, requires_grad=False)
+    out, lse, dout = torch.randn_like(q), torch.zeros(1, 2, 300, device="cuda"), torch.randn_like(q)
+    calls.clear()
+    attn_bwd(dout, q, k, v, out, lse, None, torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), 0.1,
+             False, False, config=bwd_configs_for(128, q.dtype)[0])
+    assert not calls
+    monkeypatch.setattr(fh, "ENABLED", False)
+    assert backward_calls(128, torch.bfloat16, False) == set()
+

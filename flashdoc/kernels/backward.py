@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import INTERPRET, LOG2E
+from . import INTERPRET, LOG2E, backward_hopper
 from .forward import (_head_desc, _program_tile, all_configs, block_d_for, configs_for, dot_precision,
                       one_axis, prune_for, seq_bucket, tile_grid)
 from .launch import forked_stream, head_tiles, launch, on_device, tile_config
@@ -292,7 +292,11 @@ def _common_args(q, k, softmax_scale, causal, bottom_right):
 
 def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
              config=None):
-    """Launch the dK/dV kernel (dk, dv written in place); config: a ``triton.Config`` instead of autotuning."""
+    """Launch the dK/dV kernel (dk, dv written in place); config: a ``triton.Config`` instead of autotuning, which
+    also keeps the call on this kernel, which otherwise goes to ``backward_hopper`` where that one applies."""
+    if config is None and backward_hopper.supports_dkdv(q, causal):
+        backward_hopper.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right)
+        return
     scalars, meta = _common_args(q, k, softmax_scale, causal, bottom_right)
     args = (head_tiles(q, "BLOCK_M"), k, v, head_tiles(dout, "BLOCK_M"), head_tiles(dk, "BLOCK_N"),
             head_tiles(dv, "BLOCK_N"), lse2, delta,
@@ -305,7 +309,11 @@ def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: b
 
 
 def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
-    """Launch the dQ kernel (dq written in place); config: a ``triton.Config`` instead of autotuning."""
+    """Launch the dQ kernel (dq written in place); config: as in ``bwd_dkdv`` (``backward_hopper`` otherwise takes
+    the calls it supports)."""
+    if config is None and backward_hopper.supports_dq(q, causal):
+        backward_hopper.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right)
+        return
     scalars, meta = _common_args(q, k, softmax_scale, causal, bottom_right)
     args = (q, head_tiles(k, "BLOCK_N"), head_tiles(v, "BLOCK_N"), dout, head_tiles(dq, "BLOCK_M"), lse2, delta,
             q.stride(0), q.stride(1), q.stride(2), dout.stride(0), dout.stride(1), dout.stride(2), *scalars)

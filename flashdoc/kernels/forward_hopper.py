@@ -32,7 +32,7 @@ import triton
 from . import INTERPRET, LOG2E
 from .launch import unchecked_descriptor
 
-# FLASHDOC_HOPPER=0 keeps every forward on the portable kernel (for comparisons and debugging).
+# FLASHDOC_HOPPER=0 keeps every forward and backward on the portable kernels (for comparisons and debugging).
 ENABLED = os.environ.get("FLASHDOC_HOPPER", "1") != "0"
 
 # Gluon is experimental and its API moves between Triton releases: only the tested one is used.
@@ -77,13 +77,18 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def supports(q: torch.Tensor, causal: bool) -> bool:
-    """Whether this kernel takes a forward call: Gluon from the tested Triton, a Hopper GPU, fp16/bf16, a head dim
-    with a tuned config, and a length where it wins."""
-    key = (q.shape[3], causal)
+def gluon_runs(q: torch.Tensor) -> bool:
+    """Whether the Gluon kernels (this forward, ``backward_hopper``) can take a call on q: Gluon from the tested
+    Triton, not switched off, a Hopper GPU, fp16/bf16."""
     return (GLUON and ENABLED and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-            and key in HOPPER_CONFIGS and q.shape[1] >= MIN_SEQLEN.get(key, 0)
             and _is_hopper(q.device.index if q.device.index is not None else torch.cuda.current_device()))
+
+
+def supports(q: torch.Tensor, causal: bool) -> bool:
+    """Whether this kernel takes a forward call: ``gluon_runs``, a head dim with a tuned config, and a length
+    where it wins."""
+    key = (q.shape[3], causal)
+    return key in HOPPER_CONFIGS and q.shape[1] >= MIN_SEQLEN.get(key, 0) and gluon_runs(q)
 
 
 if GLUON:
@@ -258,7 +263,8 @@ if GLUON:
             fence_async_shared()
             tma.async_copy_shared_to_global(o_desc, [off_b, first, off_h, 0], o_tile)
             # the key tiles this warpgroup skipped are still released, in order, once loaded (an early arrival
-            # would count towards the stage's previous use)
+            # would count towards the stage's previous use). (backward_hopper._release_skipped does the same; called
+            # here, it made ptxas spill 260 bytes instead of 12 at d = 128, so the loop stays written out.)
             for j in range(gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N)):
                 it = kv_it + j
                 mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
