@@ -86,7 +86,6 @@ if GLUON:
             tma.async_copy_global_to_shared(a_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, a_smem.index(c))
             tma.async_copy_global_to_shared(b_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, b_smem.index(c))
 
-
     @gluon.jit
     def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
                   off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr):
@@ -105,7 +104,6 @@ if GLUON:
                 tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
                                                 do_smem.index(s))
 
-
     @gluon.jit
     def _release_skipped(ready, empty, it0, n, STAGES: gl.constexpr):
         """Release the n streamed tiles from the ring's it0-th on that this consumer does not need, in order, each
@@ -117,6 +115,7 @@ if GLUON:
             mbarrier.wait(ready.index(it % STAGES), (it // STAGES) & 1)
             mbarrier.arrive(empty.index(it % STAGES), count=1)
 
+    # --8<-- [start:hopper_bwd_step]
     @gluon.jit
     def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_base, delta_base, offs_n, seqlen_q,
                causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -151,7 +150,7 @@ if GLUON:
             dk = warpgroup_mma_wait(0, deps=(dk, ))
             mbarrier.arrive(qdo_empty.index(s), count=1)  # one arrival per warpgroup: this slot may be refilled
         return dk, dv
-
+    # --8<-- [end:hopper_bwd_step]
 
     @gluon.jit
     def _consumer(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
@@ -201,7 +200,6 @@ if GLUON:
         tma.async_copy_shared_to_global(dk_desc, [off_b, first, off_hk, 0], k_tile)
         tma.async_copy_shared_to_global(dv_desc, [off_b, first, off_hk, 0], v_tile)
         tma.store_wait(0)
-
 
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
     def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads, group_size,
@@ -281,7 +279,6 @@ if GLUON:
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s), v_smem.index(s))
 
-
     @gluon.jit
     def _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k, causal_offset,
                   qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -315,7 +312,6 @@ if GLUON:
             dq = warpgroup_mma_wait(0, deps=(dq, ))
             mbarrier.arrive(kv_empty.index(s), count=1)
         return dq
-
 
     @gluon.jit
     def _dq_consumer(dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready, kv_empty,
@@ -359,7 +355,6 @@ if GLUON:
         _release_skipped(k_ready, kv_empty, gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N) - gl.cdiv(my_hi, BLOCK_N),
                          STAGES)
         tma.store_wait(0)
-
 
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
     def _attn_bwd_dq_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, n_heads, group_size, seqlen_q,
