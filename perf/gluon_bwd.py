@@ -124,18 +124,18 @@ def _dispatched(q, k, v, dout, dk, dv, dq, lse2, delta, causal, bottom_right):
         bwd_dq(q, k, v, dout, dq, lse2, delta, q.shape[3] ** -0.5, causal, bottom_right)
 
 
-def check():
+def check(head_dims, kernels):
     """Every config of both kernels against the portable ones: ragged lengths, GQA, both causal alignments."""
     torch.manual_seed(0)
     worst = 0.0
     for dtype in (torch.bfloat16, torch.float16):
-        for d in (64, 128):
+        for d in head_dims:
             for shape in [(2, 1024, 1024, 4, 4), (1, 1000, 1000, 3, 3), (2, 333, 777, 4, 2), (1, 777, 333, 2, 1)]:
                 for causal in (False, True):
                     args = _inputs(*shape, d, dtype, causal, True)
                     ref = [torch.empty_like(args[1]), torch.empty_like(args[2])]
                     _portable(*args[:4], *ref, *args[4:], causal, True)
-                    for cfg in CONFIGS if dtype == torch.bfloat16 else CONFIGS[:1]:
+                    for cfg in (CONFIGS if dtype == torch.bfloat16 else CONFIGS[:1]) if "dkdv" in kernels else []:
                         if smem_bytes(d, cfg) > 226 * 1024:
                             continue
                         got = [torch.empty_like(args[1]), torch.empty_like(args[2])]
@@ -148,7 +148,7 @@ def check():
                                   f"(max {scale:.3g})", flush=True)
                     ref = torch.empty_like(args[0])
                     _portable_dq(*args[:4], ref, *args[4:], causal, True)
-                    for cfg in DQ_CONFIGS if dtype == torch.bfloat16 else DQ_CONFIGS[:1]:
+                    for cfg in (DQ_CONFIGS if dtype == torch.bfloat16 else DQ_CONFIGS[:1]) if "dq" in kernels else []:
                         if dq_smem_bytes(d, cfg) > 226 * 1024:
                             continue
                         got = torch.empty_like(args[0])
@@ -176,10 +176,10 @@ def _time(runs, flops):
     return "  ".join(f"{name} {x:.0f} ({x / tf['portable']:.2f})" for name, x in tf.items())
 
 
-def bench(lengths):
+def bench(lengths, head_dims, kernels):
     """Each kernel against the portable one (autotuned), bf16, 16k tokens: dK/dV in TFLOP/s of its 4 products
     (8 B H N^2 d), dQ of its 3 (6 B H N^2 d), then both together, all halved when causal."""
-    for d in (64, 128):
+    for d in head_dims:
         for causal in (False, True):
             for n in lengths:
                 b, h = 16384 // n, 2048 // d
@@ -187,25 +187,28 @@ def bench(lengths):
                 dk, dv, dq = torch.empty_like(args[1]), torch.empty_like(args[2]), torch.empty_like(args[0])
                 half = 2 if causal else 1
                 runs = {"portable": lambda: _portable(*args[:4], dk, dv, *args[4:], causal, False)}
-                for cfg in CONFIGS:
+                for cfg in CONFIGS if "dkdv" in kernels else []:
                     if smem_bytes(d, cfg) <= 226 * 1024:
                         runs["g%d-%d-%d-%d" % cfg] = (lambda cfg=cfg: bwd_dkdv_hopper(
                             *args[:4], dk, dv, *args[4:], d ** -0.5, causal, False, cfg))
-                print(f"dkdv d={d} causal={int(causal)} N={n}: {_time(runs, 8 * b * h * n * n * d / half)}",
-                      flush=True)
+                if "dkdv" in kernels:
+                    print(f"dkdv d={d} causal={int(causal)} N={n}: {_time(runs, 8 * b * h * n * n * d / half)}",
+                          flush=True)
                 runs = {"portable": lambda: _portable_dq(*args[:4], dq, *args[4:], causal, False)}
-                for cfg in DQ_CONFIGS:
+                for cfg in DQ_CONFIGS if "dq" in kernels else []:
                     if dq_smem_bytes(d, cfg) <= 226 * 1024:
                         runs["g%d-%d-%d-%d" % cfg] = (lambda cfg=cfg: bwd_dq_hopper(
                             *args[:4], dq, *args[4:], d ** -0.5, causal, False, cfg))
-                print(f"dq   d={d} causal={int(causal)} N={n}: {_time(runs, 6 * b * h * n * n * d / half)}",
-                      flush=True)
+                if "dq" in kernels:
+                    print(f"dq   d={d} causal={int(causal)} N={n}: {_time(runs, 6 * b * h * n * n * d / half)}",
+                          flush=True)
                 # the two kernels one after the other, as flashdoc dispatches them and on the portable kernels only
                 runs = {"portable": lambda: (_portable(*args[:4], dk, dv, *args[4:], causal, False),
                                              _portable_dq(*args[:4], dq, *args[4:], causal, False)),
                         "flashdoc": lambda: _dispatched(*args[:4], dk, dv, dq, *args[4:], causal, False)}
-                print(f"both d={d} causal={int(causal)} N={n}: {_time(runs, 14 * b * h * n * n * d / half)}",
-                      flush=True)
+                if "both" in kernels:
+                    print(f"both d={d} causal={int(causal)} N={n}: {_time(runs, 14 * b * h * n * n * d / half)}",
+                          flush=True)
 
 
 if __name__ == "__main__":
@@ -213,11 +216,13 @@ if __name__ == "__main__":
     ap.add_argument("--aot", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--kernels", nargs="+", default=["dkdv", "dq", "both"], choices=["dkdv", "dq", "both"])
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
     a = ap.parse_args()
     if a.aot:
         aot()
     if a.check:
-        check()
+        check(a.head_dims, a.kernels)
     if a.bench:
-        bench(a.lengths)
+        bench(a.lengths, a.head_dims, a.kernels)
