@@ -292,8 +292,8 @@ def _common_args(q, k, softmax_scale, causal, bottom_right):
 
 def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
              config=None):
-    """Launch the dK/dV kernel (dk, dv written in place); config: a ``triton.Config`` instead of autotuning, which
-    also keeps the call on this kernel, which otherwise goes to ``backward_hopper`` where that one applies."""
+    """Launch the dK/dV kernel (dk, dv written in place). config: a ``triton.Config`` instead of autotuning; it
+    also keeps the call here. Without one, the calls ``backward_hopper`` supports go to its kernel."""
     if config is None and backward_hopper.supports_dkdv(q, causal):
         backward_hopper.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right)
         return
@@ -309,8 +309,8 @@ def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: b
 
 
 def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
-    """Launch the dQ kernel (dq written in place); config: as in ``bwd_dkdv`` (``backward_hopper`` otherwise takes
-    the calls it supports)."""
+    """Launch the dQ kernel (dq written in place). config: as in ``bwd_dkdv``, and so is the routing to
+    ``backward_hopper``."""
     if config is None and backward_hopper.supports_dq(q, causal):
         backward_hopper.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right)
         return
