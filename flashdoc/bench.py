@@ -471,6 +471,35 @@ def autotuned_configs():
     return sorted(picks, key=lambda p: (p["kernel"], p["key"]))
 
 
+def hopper_configs(sweep):
+    """The configs of the Hopper (Gluon) kernels for the sweep's rows that they take, as picks like
+    ``autotuned_configs``'s with ``gluon=True`` and their consumer warpgroups: these kernels do not autotune, so
+    the autotuner's cache does not know them. Empty where they do not run (another GPU or Triton, the CPU)."""
+    from flashdoc.kernels import backward_hopper, forward_hopper
+    from flashdoc.kernels.forward import seq_bucket
+
+    picks = []
+    for dtype in sweep.dtypes:
+        for head_dim in sweep.head_dims:
+            for causal in sweep.causals:
+                for seqlen in sweep.seqlens:
+                    batch, heads = sweep.batch_heads(seqlen, head_dim)
+                    # what the dispatch looks at (shape, dtype, device), with no memory behind it
+                    q = torch.empty(1, 1, 1, head_dim, device=sweep.device, dtype=DTYPES[dtype]).expand(
+                        batch, seqlen, heads, head_dim)
+                    key = (head_dim, causal)
+                    for kernel, taken, table in (
+                            ("fwd", forward_hopper.supports(q, causal), forward_hopper.HOPPER_CONFIGS),
+                            ("dkdv", backward_hopper.supports_dkdv(q, causal), backward_hopper.HOPPER_DKDV_CONFIGS),
+                            ("dq", backward_hopper.supports_dq(q, causal), backward_hopper.HOPPER_DQ_CONFIGS)):
+                        if taken:
+                            block_m, block_n, stages, consumers = table[key][:4]
+                            picks.append(dict(kernel=kernel, gluon=True, dtype=dtype, seq_bucket=seq_bucket(seqlen),
+                                              head_dim=head_dim, causal=causal, block_m=block_m, block_n=block_n,
+                                              num_stages=stages, consumers=consumers))
+    return picks
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------------------
@@ -702,7 +731,7 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
         interrupted=interrupted,
         precompiled=precompiled,
         pinned_cpu=pinned_cpu,
-        flashdoc_autotuned=autotuned_configs(),
+        flashdoc_autotuned=autotuned_configs() + hopper_configs(sweep),
         records=records,
     )
     (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
@@ -889,14 +918,18 @@ def summary_text(results):
 
 
 def autotuned_table(results):
-    """The autotuner's pick per kernel, one row per (dtype, head dim, masking, length bucket)."""
+    """The autotuner's pick per kernel, one row per (dtype, head dim, masking, length bucket), and the fixed
+    config of each Hopper kernel where one ran."""
     picks = results.get("flashdoc_autotuned") or []
     if not picks:
         return "No autotuning in this run (Triton's interpreter runs each kernel's first config)."
     cells = {}
     for p in picks:
         row = (p["dtype"], p["head_dim"], p["causal"], p["seq_bucket"])
-        cell = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} w{p['num_warps']}"
+        if p.get("gluon"):
+            cell = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} c{p['consumers']} (Gluon)"
+        else:
+            cell = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} w{p['num_warps']}"
         cells.setdefault(row, {})[p["kernel"]] = cell
     nbsp = "\u00a0"  # keeps each cell on one line in the page's narrow column
     rows = [[f"{dtype} d={d} {'causal' if causal else 'full'} N={_fmt_n(n)}".replace(" ", nbsp)]
@@ -906,7 +939,9 @@ def autotuned_table(results):
     return _md_table(header, rows) + (
         "\n\nEach cell: BLOCK_M query rows × BLOCK_N keys, s pipeline stages, w warps. The forward and dQ kernels "
         "keep their query rows and stream the keys, BLOCK_N per step; the dK/dV kernel keeps its keys and streams "
-        "the query rows.")
+        "the query rows. (Gluon): the Hopper kernel, whose config is fixed (no autotuning); c consumer warpgroups "
+        "of 4 warps, each with its own BLOCK_M query rows (forward, dQ) or BLOCK_N keys (dK/dV). — : the kernel "
+        "did not run in that row.")
 
 
 def write_tables(results, out_dir):

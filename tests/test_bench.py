@@ -159,6 +159,29 @@ def test_autotuned_table_has_one_row_per_shape_and_a_column_per_kernel():
     assert lines[3] == "| bf16 d=128 causal N=2k | 128×64 s2 w4 | — | — |"
 
 
+def test_hopper_kernels_are_listed_with_their_fixed_configs(monkeypatch):
+    """The Gluon kernels do not autotune, so the autotuner's cache misses them: the table lists their configs for
+    the rows the dispatch sends them (here faked: forward at d = 128, dK/dV under the mask)."""
+    import dataclasses
+
+    from flashdoc.kernels import backward_hopper, forward_hopper
+
+    monkeypatch.setattr(forward_hopper, "supports", lambda q, causal: q.shape[3] == 128)
+    monkeypatch.setattr(backward_hopper, "supports_dkdv", lambda q, causal: causal)
+    monkeypatch.setattr(backward_hopper, "supports_dq", lambda q, causal: False)
+    sweep = dataclasses.replace(bench.SWEEPS["cpu"], head_dims=(64, 128), seqlens=(2048,), total_tokens=2048,
+                                hidden=256)
+    picks = bench.hopper_configs(sweep)
+    assert sorted((p["kernel"], p["head_dim"], p["causal"]) for p in picks) == [
+        ("dkdv", 64, True), ("dkdv", 128, True), ("fwd", 128, False), ("fwd", 128, True)]
+    lines = [line.replace("\u00a0", " ") for line in bench.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
+    block_m, block_n, stages, consumers = forward_hopper.HOPPER_CONFIGS[128, False][:4]
+    assert lines[2] == (f"| fp16 d=64 causal N=2k | — | "
+                        f"{'%d×%d s%d c%d' % backward_hopper.HOPPER_DKDV_CONFIGS[64, True]} (Gluon) | — |")
+    assert lines[3] == f"| fp16 d=128 full N=2k | {block_m}×{block_n} s{stages} c{consumers} (Gluon) | — | — |"
+    assert "(Gluon): the Hopper kernel" in lines[-1]
+
+
 def test_ratio_table_is_printed(tmp_path, capsys):
     bench.main(["--device", DEVICE, "--out", str(tmp_path), "--no-progress", "--peers", "naive,flashdoc",
                 "--modes", "fwd", "--causal", "no", "--seqlens", "32", "--dtypes", "fp16", "--head-dims", "32",
