@@ -45,8 +45,8 @@ if GLUON:
 # (perf/NOTES.md, session 11). dK/dV: BLOCK_N keys per consumer, BLOCK_M query rows per streamed tile. dQ:
 # BLOCK_M query rows per consumer, BLOCK_N keys per streamed tile. Two consumers, so that each thread has 240
 # registers: dK/dV holds two 64 x d fp32 accumulators (three consumers spilled 1.6-4.6 KB at d = 128 and ran at
-# 0.28-0.47x the portable kernel's speed). A key that is missing stays on the portable kernel, which measured as fast there (d =
-# 64 without the mask: the Gluon kernels ran at 0.88-1.01x).
+# 0.28-0.47x the portable kernel's speed). A key that is missing stays on the portable kernel, which measured as
+# fast there (d = 64 without the mask: the Gluon kernels ran at 0.88-1.01x).
 HOPPER_DKDV_CONFIGS = {
     (64, True): (64, 64, 2, 2),
     (128, False): (64, 64, 2, 2),
