@@ -40,6 +40,8 @@ if GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
         warpgroup_mma, warpgroup_mma_wait
 
+    from .forward_hopper import _key_range
+
 # --8<-- [start:hopper_bwd_configs]
 # (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS) per (head dim, causal), chosen with perf/gluon_bwd.py on the H200
 # (perf/NOTES.md, session 11). dK/dV: BLOCK_N keys per consumer, BLOCK_M query rows per streamed tile. dQ:
@@ -329,14 +331,7 @@ if GLUON:
         row = pid_bh.to(gl.int64) * seqlen_q + offs_m
         lse2 = gl.load(LSE2 + row, mask=offs_m < seqlen_q, other=float("inf"))
         delta = gl.load(DELTA + row, mask=offs_m < seqlen_q, other=0.0)
-        # this warpgroup's key range, as in the forward's consumers
-        if IS_CAUSAL:
-            full_hi = gl.maximum(first + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-            full_hi = gl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-            my_hi = gl.maximum(gl.minimum(first + BLOCK_M + causal_offset, seqlen_k), 0)
-        else:
-            full_hi = seqlen_k // BLOCK_N * BLOCK_N
-            my_hi = seqlen_k
+        full_hi, my_hi = _key_range(first, seqlen_k, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
         q_tile = q_smem.index(SUB)
         q = q_tile.reshape([BLOCK_M, BLOCK_D])
         do = do_smem.index(SUB).reshape([BLOCK_M, BLOCK_D])

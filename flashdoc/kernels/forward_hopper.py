@@ -92,11 +92,15 @@ def supports(q: torch.Tensor, causal: bool) -> bool:
 
 
 if GLUON:
+    @gluon.constexpr_function
+    def _item_layout(num_warps):
+        """The register layout of the one-element work-item buffer, in a partition of num_warps warps."""
+        return gl.BlockedLayout([1], [32], [num_warps], [0])
+
     @gluon.jit
     def _read_item(item_smem):
         """The work item the producer last published in shared memory (a one-element buffer)."""
-        layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-        return gl.max(item_smem.load(layout), 0)
+        return gl.max(item_smem.load(_item_layout(gl.num_warps())), 0)
 
     @gluon.jit
     def _work(i, n_tiles, n_heads, group_size, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr,
@@ -120,6 +124,21 @@ if GLUON:
         return pid_bh, off_b, off_h, off_hk, row0, hi
 
     @gluon.jit
+    def _key_range(first, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+                   BLOCK_N: gl.constexpr):
+        """The keys that one consumer's BLOCK_M query rows from ``first`` on need: [0, full_hi) with no mask,
+        [full_hi, my_hi) masked. Under the causal mask, the upper warpgroups' rows see fewer keys than the
+        program loads; a consumer skips [my_hi, hi)."""
+        if IS_CAUSAL:
+            full_hi = gl.maximum(first + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
+            full_hi = gl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
+            my_hi = gl.maximum(gl.minimum(first + BLOCK_M + causal_offset, seqlen_k), 0)
+        else:
+            full_hi = seqlen_k // BLOCK_N * BLOCK_N
+            my_hi = seqlen_k
+        return full_hi, my_hi
+
+    @gluon.jit
     def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
                   kv_empty, COUNTER, n_tiles, total, n_heads, group_size, seqlen_k, causal_offset,
                   IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
@@ -128,7 +147,7 @@ if GLUON:
         and values through the ring."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         N_CONSUMERS: gl.constexpr = q_smem.shape[0]
-        layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+        layout: gl.constexpr = _item_layout(gl.num_warps())
         kv_it = 0  # key/value tiles loaded so far, over all of this program's work items: the ring's position
         r = 0  # work items so far
         i = gl.atomic_add(COUNTER, 1)
@@ -229,15 +248,7 @@ if GLUON:
             pid_bh, off_b, off_h, _, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_k, causal_offset,
                                                       IS_CAUSAL, N_CONSUMERS * BLOCK_M)
             first = row0 + SUB * BLOCK_M  # this warpgroup's first row
-            # its own key range: under the causal mask, the upper warpgroups' rows see fewer keys than the
-            # program loads; [0, full_hi) needs no mask, [full_hi, my_hi) does, [my_hi, hi) it skips
-            if IS_CAUSAL:
-                full_hi = gl.maximum(first + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-                full_hi = gl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-                my_hi = gl.maximum(gl.minimum(first + BLOCK_M + causal_offset, seqlen_k), 0)
-            else:
-                full_hi = seqlen_k // BLOCK_N * BLOCK_N
-                my_hi = seqlen_k
+            full_hi, my_hi = _key_range(first, seqlen_k, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
             q = q_smem.index(SUB).reshape([BLOCK_M, BLOCK_D])  # from the descriptor's (1, BLOCK_M, 1, BLOCK_D) tile
             offs_m = first + gl.arange(0, BLOCK_M, layout=row_s)
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
