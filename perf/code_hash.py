@@ -10,16 +10,30 @@ on these kernels is sensitive to small source changes (perf/NOTES.md, session 11
 """
 
 import hashlib
+import os
+import re
+import subprocess
+import tempfile
 
 import torch
 import triton
 
 from flashdoc.kernels import backward_hopper as bh
 from flashdoc.kernels import forward_hopper as fh
-from perf.gluon_bwd import _ptxas_info
 
 POINTERS = {"LSE": "*fp32", "LSE2": "*fp32", "DELTA": "*fp32", "COUNTER": "*i32"}
 FLOATS = {"qk_scale", "softmax_scale"}
+
+
+def ptxas_info(ck):
+    """ptxas's register count and spill stores for a kernel compiled for sm_90 (its PTX assembled again)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ck.asm["ptx"])
+        f.flush()
+        ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+        res = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", f.name, "-o", "/dev/null"], capture_output=True,
+                             text=True)
+    return " ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr))
 
 
 def code_hash(ptx):
@@ -74,4 +88,4 @@ def tuned_kernels():
 if __name__ == "__main__":
     for label, kernel, descs, consts in tuned_kernels():
         ck = compile_sm90(kernel, descs, consts)
-        print(f"{label}: code {code_hash(ck.asm['ptx'])}  {_ptxas_info(ck)}", flush=True)
+        print(f"{label}: code {code_hash(ck.asm['ptx'])}  {ptxas_info(ck)}", flush=True)

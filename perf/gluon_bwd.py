@@ -10,10 +10,6 @@ flashdoc in session 11 after their first H200 run (perf/NOTES.md).
 
 import argparse
 import contextlib
-import os
-import re
-import subprocess
-import tempfile
 
 import torch
 import triton
@@ -25,6 +21,7 @@ from flashdoc.kernels.backward import bwd_dkdv, bwd_dq, bwd_preprocess
 from flashdoc.kernels.forward import attn_fwd
 from flashdoc.kernels.forward_hopper import descriptor
 from flashdoc.kernels.launch import on_device
+from perf.code_hash import ptxas_info
 
 # candidates, dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS)
 CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 64, 2, 3)]
@@ -40,16 +37,6 @@ def smem_bytes(d, cfg):
 def dq_smem_bytes(d, cfg):
     bm, bn, st, nc = cfg
     return 2 * d * (2 * nc * bm + 2 * st * bn)  # dQ: resident Q and dO, the K/V ring
-
-
-def _ptxas_info(ck):
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(ck.asm["ptx"])
-        f.flush()
-        ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
-        res = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", f.name, "-o", "/dev/null"], capture_output=True,
-                             text=True)
-    return " ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr))
 
 
 def aot(head_dims=(64, 128)):
@@ -80,7 +67,7 @@ def aot(head_dims=(64, 128)):
                     consts = {(first,): causal, (first + 1,): st, (first + 2,): nc}
                     ck = triton.compile(GluonASTSource(kernel, sig, consts), target=GPUTarget("cuda", 90, 32),
                                         options=dict(num_warps=4))
-                    print(f"{name} d={d} causal={causal} {cfg} smem={smem(d, cfg) // 1024} KiB: {_ptxas_info(ck)}",
+                    print(f"{name} d={d} causal={causal} {cfg} smem={smem(d, cfg) // 1024} KiB: {ptxas_info(ck)}",
                           flush=True)
 
 

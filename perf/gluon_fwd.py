@@ -15,7 +15,8 @@ import triton
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.forward import attn_fwd as tl_fwd
 from flashdoc.kernels.launch import on_device
-from perf.gluon_bwd import _ptxas_info, _time
+from perf.code_hash import ptxas_info
+from perf.gluon_bwd import _time
 
 # (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent)
 CONFIGS = [(64, 128, 2, 3, False), (64, 128, 2, 2, False), (64, 128, 2, 3, True), (64, 128, 2, 2, True),
@@ -50,7 +51,7 @@ def aot(head_dims=(64, 128)):
                 consts = {(i,): v for i, v in zip(range(14, 19), (causal, bm, bn, st, nc))}
                 src = GluonASTSource(fh._attn_fwd_hopper, sig, consts)
                 ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
-                info = _ptxas_info(ck)
+                info = ptxas_info(ck)
                 print(f"d={d} causal={causal} ({bm}, {bn}, {st}, {nc}, {persistent}) smem={smem // 1024} KiB: {info}",
                       flush=True)
 
