@@ -172,30 +172,28 @@ def bench(lengths, head_dims, kernels):
                 b, h = 16384 // n, 2048 // d
                 args = _inputs(b, n, n, h, h, d, torch.bfloat16, causal, False)
                 dk, dv, dq = torch.empty_like(args[1]), torch.empty_like(args[2]), torch.empty_like(args[0])
-                half = 2 if causal else 1
-                runs = {"portable": lambda: _portable(*args[:4], dk, dv, *args[4:], causal, False)}
-                for cfg in CONFIGS if "dkdv" in kernels else []:
-                    if smem_bytes(d, cfg) <= 226 * 1024:
-                        runs["g%d-%d-%d-%d" % cfg] = (lambda cfg=cfg: bwd_dkdv_hopper(
-                            *args[:4], dk, dv, *args[4:], d ** -0.5, causal, False, cfg))
-                if "dkdv" in kernels:
-                    print(f"dkdv d={d} causal={int(causal)} N={n}: {_time(runs, 8 * b * h * n * n * d / half)}",
-                          flush=True)
-                runs = {"portable": lambda: _portable_dq(*args[:4], dq, *args[4:], causal, False)}
-                for cfg in DQ_CONFIGS if "dq" in kernels else []:
-                    if dq_smem_bytes(d, cfg) <= 226 * 1024:
-                        runs["g%d-%d-%d-%d" % cfg] = (lambda cfg=cfg: bwd_dq_hopper(
-                            *args[:4], dq, *args[4:], d ** -0.5, causal, False, cfg))
-                if "dq" in kernels:
-                    print(f"dq   d={d} causal={int(causal)} N={n}: {_time(runs, 6 * b * h * n * n * d / half)}",
-                          flush=True)
-                # the two kernels one after the other, as flashdoc dispatches them and on the portable kernels only
-                runs = {"portable": lambda: (_portable(*args[:4], dk, dv, *args[4:], causal, False),
-                                             _portable_dq(*args[:4], dq, *args[4:], causal, False)),
-                        "flashdoc": lambda: _dispatched(*args[:4], dk, dv, dq, *args[4:], causal, False)}
+                flops = 2 * b * h * n * n * d / (2 if causal else 1)  # one product, halved when causal
+                # (name, products, the portable kernel, the Hopper one in config cfg, candidate configs, smem)
+                singles = [("dkdv", 4, lambda: _portable(*args[:4], dk, dv, *args[4:], causal, False),
+                            lambda cfg: bwd_dkdv_hopper(*args[:4], dk, dv, *args[4:], d ** -0.5, causal, False, cfg),
+                            CONFIGS, smem_bytes),
+                           ("dq  ", 3, lambda: _portable_dq(*args[:4], dq, *args[4:], causal, False),
+                            lambda cfg: bwd_dq_hopper(*args[:4], dq, *args[4:], d ** -0.5, causal, False, cfg),
+                            DQ_CONFIGS, dq_smem_bytes)]
+                for name, products, portable, hopper, configs, smem in singles:
+                    if name.strip() not in kernels:
+                        continue
+                    runs = {"portable": portable}
+                    runs.update({"g" + "-".join(str(int(x)) for x in cfg): (lambda cfg=cfg, hopper=hopper: hopper(cfg))
+                                 for cfg in configs if smem(d, cfg) <= 226 * 1024})
+                    print(f"{name} d={d} causal={int(causal)} N={n}: {_time(runs, products * flops)}", flush=True)
                 if "both" in kernels:
-                    print(f"both d={d} causal={int(causal)} N={n}: {_time(runs, 14 * b * h * n * n * d / half)}",
-                          flush=True)
+                    # the two kernels one after the other, as flashdoc dispatches them and on the portable
+                    # kernels only
+                    runs = {"portable": lambda: (_portable(*args[:4], dk, dv, *args[4:], causal, False),
+                                                 _portable_dq(*args[:4], dq, *args[4:], causal, False)),
+                            "flashdoc": lambda: _dispatched(*args[:4], dk, dv, dq, *args[4:], causal, False)}
+                    print(f"both d={d} causal={int(causal)} N={n}: {_time(runs, 7 * flops)}", flush=True)
 
 
 if __name__ == "__main__":
