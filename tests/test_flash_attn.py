@@ -204,6 +204,36 @@ def test_causal_entries_replace_the_unmasked_ones_under_the_mask():
     assert prune_for(table)([], {"Q": q}, BLOCK_D=64, IS_CAUSAL=True) == ["causal"]  # what the autotuner sees
 
 
+def test_hopper_dispatch_rules(monkeypatch):
+    """Which calls the Gluon kernels take once the GPU checks pass (faked here, so that the rules run on any
+    machine): the keys of their tables, the forward's MIN_SEQLEN, and no more (batch, head) pairs in the backward
+    than grid axis 1 holds. The GPU tests check the real dispatch end to end."""
+    from flashdoc.kernels import backward_hopper as bh
+    from flashdoc.kernels import forward_hopper as fh
+
+    monkeypatch.setattr(fh, "gluon_runs", lambda q: True)
+    monkeypatch.setattr(bh, "gluon_runs", lambda q: True)
+
+    def q(batch, seqlen, heads, head_dim):  # the shape is all the rules read; no memory behind it
+        return torch.empty(1, 1, 1, head_dim).expand(batch, seqlen, heads, head_dim)
+
+    for head_dim in (64, 96, 128, 256):
+        for causal in (False, True):
+            key = (head_dim, causal)
+            long_enough = q(2, max(4096, fh.MIN_SEQLEN.get(key, 0)), 4, head_dim)
+            assert fh.supports(long_enough, causal) == (key in fh.HOPPER_CONFIGS), key
+            assert bh.supports_dkdv(long_enough, causal) == (key in bh.HOPPER_DKDV_CONFIGS), key
+            assert bh.supports_dq(long_enough, causal) == (key in bh.HOPPER_DQ_CONFIGS), key
+    for key, min_seqlen in fh.MIN_SEQLEN.items():
+        assert not fh.supports(q(1, min_seqlen - 1, 1, key[0]), key[1])
+        assert fh.supports(q(1, min_seqlen, 1, key[0]), key[1])
+    key = next(iter(bh.HOPPER_DKDV_CONFIGS))
+    assert bh.supports_dkdv(q(1, 64, MAX_GRID_Y, key[0]), key[1])
+    assert not bh.supports_dkdv(q(3, 64, MAX_GRID_Y // 2, key[0]), key[1])  # 98,301 pairs: the portable 1-D grid
+    key = next(iter(bh.HOPPER_DQ_CONFIGS))
+    assert not bh.supports_dq(q(4125, 24, 16, key[0]), key[1])  # 66,000 pairs, as in the GPU test of that limit
+
+
 # --- GPU sweeps ------------------------------------------------------------------------------------------------
 
 ODD_SEQLENS = [(1, 1), (1, 17), (17, 1), (113, 203), (203, 113), (127, 127), (128, 217), (1000, 1000),
