@@ -40,7 +40,7 @@ if GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
         warpgroup_mma, warpgroup_mma_wait
 
-    from .forward_hopper import _key_range
+    from .forward_hopper import _key_range, _keys_seen
 
 # --8<-- [start:hopper_bwd_configs]
 # (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS) per (head dim, causal), chosen with perf/gluon_bwd.py on the H200
@@ -368,10 +368,7 @@ if GLUON:
         off_h = pid_bh % n_heads
         off_hk = off_h // group_size
         row0 = tile * (N_CONSUMERS * BLOCK_M)
-        if IS_CAUSAL:
-            hi = gl.maximum(gl.minimum(row0 + N_CONSUMERS * BLOCK_M + causal_offset, seqlen_k), 0)
-        else:
-            hi = seqlen_k
+        hi = _keys_seen(row0, N_CONSUMERS * BLOCK_M, seqlen_k, causal_offset, IS_CAUSAL)
 
         q_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
         do_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], do_desc.layout)

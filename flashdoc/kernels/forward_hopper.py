@@ -103,6 +103,14 @@ if GLUON:
         return gl.max(item_smem.load(_item_layout(gl.num_warps())), 0)
 
     @gluon.jit
+    def _keys_seen(row0, ROWS: gl.constexpr, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr):
+        """How many keys (from key 0) the query rows [row0, row0 + ROWS) see between them."""
+        if IS_CAUSAL:
+            return gl.maximum(gl.minimum(row0 + ROWS + causal_offset, seqlen_k), 0)
+        else:
+            return seqlen_k
+
+    @gluon.jit
     def _work(i, n_tiles, n_heads, group_size, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr,
               ROWS: gl.constexpr):
         """Work item i: a tile of ROWS query rows of one (batch, head). Items are handed out in order (``_producer``),
@@ -117,11 +125,7 @@ if GLUON:
         off_h = pid_bh % n_heads
         off_hk = off_h // group_size  # GQA/MQA
         row0 = tile * ROWS
-        if IS_CAUSAL:
-            hi = gl.maximum(gl.minimum(row0 + ROWS + causal_offset, seqlen_k), 0)
-        else:
-            hi = seqlen_k
-        return pid_bh, off_b, off_h, off_hk, row0, hi
+        return pid_bh, off_b, off_h, off_hk, row0, _keys_seen(row0, ROWS, seqlen_k, causal_offset, IS_CAUSAL)
 
     @gluon.jit
     def _key_range(first, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -132,11 +136,9 @@ if GLUON:
         if IS_CAUSAL:
             full_hi = gl.maximum(first + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
             full_hi = gl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-            my_hi = gl.maximum(gl.minimum(first + BLOCK_M + causal_offset, seqlen_k), 0)
         else:
             full_hi = seqlen_k // BLOCK_N * BLOCK_N
-            my_hi = seqlen_k
-        return full_hi, my_hi
+        return full_hi, _keys_seen(first, BLOCK_M, seqlen_k, causal_offset, IS_CAUSAL)
 
     @gluon.jit
     def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
