@@ -62,17 +62,20 @@ HOPPER_DQ_CONFIGS = {
 # --8<-- [end:hopper_bwd_configs]
 
 
+def _takes(table, q: torch.Tensor, causal: bool) -> bool:
+    """``forward_hopper.gluon_runs``, a tuned config in table, and few enough (batch, head) pairs for the grid's
+    second axis (more go to the portable kernels' 1-D grid)."""
+    return (q.shape[3], causal) in table and q.shape[0] * q.shape[2] <= MAX_GRID_Y and gluon_runs(q)
+
+
 def supports_dkdv(q: torch.Tensor, causal: bool) -> bool:
-    """Whether the Hopper dK/dV kernel takes this backward call: ``forward_hopper.gluon_runs``, a tuned config,
-    and few enough (batch, head) pairs for the grid's second axis (more go to the portable kernel's 1-D grid)."""
-    return ((q.shape[3], causal) in HOPPER_DKDV_CONFIGS and q.shape[0] * q.shape[2] <= MAX_GRID_Y
-            and gluon_runs(q))
+    """Whether the Hopper dK/dV kernel takes this backward call (``_takes`` with its table)."""
+    return _takes(HOPPER_DKDV_CONFIGS, q, causal)
 
 
 def supports_dq(q: torch.Tensor, causal: bool) -> bool:
-    """Whether the Hopper dQ kernel takes this backward call (the same conditions with its own table)."""
-    return ((q.shape[3], causal) in HOPPER_DQ_CONFIGS and q.shape[0] * q.shape[2] <= MAX_GRID_Y
-            and gluon_runs(q))
+    """Whether the Hopper dQ kernel takes this backward call (``_takes`` with its table)."""
+    return _takes(HOPPER_DQ_CONFIGS, q, causal)
 
 
 if GLUON:
