@@ -23,6 +23,7 @@ from flashdoc.kernels import forward_hopper as fh
 
 POINTERS = {"LSE": "*fp32", "LSE2": "*fp32", "DELTA": "*fp32", "COUNTER": "*i32"}
 FLOATS = {"qk_scale", "softmax_scale"}
+QUERY_ROWS = ("q_desc", "do_desc", "o_desc", "dq_desc")  # tiles of query rows; the other descriptors hold keys
 
 
 def ptxas_info(ck):
@@ -65,27 +66,28 @@ def compile_sm90(kernel, descriptors, constants):
                           options=dict(num_warps=4))
 
 
+def compile_config(kernel, head_dim, block_m, block_n, constants):
+    """One of the Gluon kernels compiled for sm_90 in bf16 at head_dim: its query-row descriptors (Q, dO, O, dQ)
+    in BLOCK_M rows, its key ones (K, V, dK, dV) in BLOCK_N."""
+    t = torch.empty(2, 1024, 4, head_dim, dtype=torch.bfloat16)
+    descriptors = {name: fh.descriptor(t, block_m if name in QUERY_ROWS else block_n)
+                   for name in kernel.arg_names if name.endswith("_desc")}
+    return compile_sm90(kernel, descriptors, constants)
+
+
 def tuned_kernels():
-    """(label, kernel, descriptors, constants) for every entry of the three Hopper config tables, in bf16."""
+    """(label, compiled kernel) for every entry of the three Hopper config tables."""
     for (d, causal), (bm, bn, stages, consumers, _persistent) in fh.HOPPER_CONFIGS.items():
-        t = torch.empty(2, 1024, 4, d, dtype=torch.bfloat16)
-        descs = dict(zip(["q_desc", "k_desc", "v_desc", "o_desc"], fh.descriptors(t, t, t, t, bm, bn)))
-        yield (f"fwd  d={d} causal={causal}", fh._attn_fwd_hopper, descs,
-               dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, N_CONSUMERS=consumers))
-    for name, kernel, table, m_rows in (("dkdv", "_attn_bwd_dkdv_hopper", bh.HOPPER_DKDV_CONFIGS, ("q", "do")),
-                                        ("dq  ", "_attn_bwd_dq_hopper", bh.HOPPER_DQ_CONFIGS, ("q", "do", "dq"))):
-        kernel = getattr(bh, kernel)
-        for (d, causal), (bm, bn, stages, consumers, *rest) in table.items():
-            t = torch.empty(2, 1024, 4, d, dtype=torch.bfloat16)
-            # Q, dO (and dQ) move in BLOCK_M rows, K, V (and dK, dV) in BLOCK_N
-            descs = {n: fh.descriptor(t, bm if n[:-5] in m_rows else bn) for n in kernel.arg_names
-                     if n.endswith("_desc")}
-            consts = dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers)
-            consts.update({k: v for k, v in (("PIPELINE", bool(rest and rest[0])),) if k in kernel.arg_names})
-            yield f"{name} d={d} causal={causal}", kernel, descs, consts
+        yield f"fwd  d={d} causal={causal}", compile_config(
+            fh._attn_fwd_hopper, d, bm, bn,
+            dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, N_CONSUMERS=consumers))
+    for name, kernel, table in (("dkdv", bh._attn_bwd_dkdv_hopper, bh.HOPPER_DKDV_CONFIGS),
+                                ("dq  ", bh._attn_bwd_dq_hopper, bh.HOPPER_DQ_CONFIGS)):
+        for (d, causal), (bm, bn, stages, consumers) in table.items():
+            yield f"{name} d={d} causal={causal}", compile_config(
+                kernel, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers))
 
 
 if __name__ == "__main__":
-    for label, kernel, descs, consts in tuned_kernels():
-        ck = compile_sm90(kernel, descs, consts)
+    for label, ck in tuned_kernels():
         print(f"{label}: code {code_hash(ck.asm['ptx'])}  {ptxas_info(ck)}", flush=True)

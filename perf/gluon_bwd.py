@@ -12,16 +12,14 @@ import argparse
 import contextlib
 
 import torch
-import triton
 
 from flashdoc.kernels.backward_hopper import _attn_bwd_dkdv_hopper, _attn_bwd_dq_hopper, bwd_dkdv_hopper, \
     bwd_dq_hopper
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.backward import bwd_dkdv, bwd_dq, bwd_preprocess
 from flashdoc.kernels.forward import attn_fwd
-from flashdoc.kernels.forward_hopper import descriptor
 from flashdoc.kernels.launch import on_device
-from perf.code_hash import ptxas_info
+from perf.code_hash import compile_config, ptxas_info
 
 # candidates, dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS)
 CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 64, 2, 3)]
@@ -41,32 +39,15 @@ def dq_smem_bytes(d, cfg):
 
 def aot(head_dims=(64, 128)):
     """Compile every config of both kernels for sm_90 without a GPU and print registers/spills from ptxas."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-    scalars = dict(LSE2="*fp32", DELTA="*fp32", n_heads="i32", group_size="i32", seqlen_q="i32", seqlen_k="i32",
-                   causal_offset="i32", softmax_scale="fp32", qk_scale="fp32", IS_CAUSAL="constexpr",
-                   STAGES="constexpr", N_CONSUMERS="constexpr")
-    kernels = [("dkdv", _attn_bwd_dkdv_hopper, CONFIGS, smem_bytes,
-                ["q_desc", "do_desc", "k_desc", "v_desc", "dk_desc", "dv_desc"]),
-               ("dq", _attn_bwd_dq_hopper, DQ_CONFIGS, dq_smem_bytes,
-                ["q_desc", "do_desc", "k_desc", "v_desc", "dq_desc"])]
-    for name, kernel, cfgs, smem, names in kernels:
+    for name, kernel, cfgs, smem in (("dkdv", _attn_bwd_dkdv_hopper, CONFIGS, smem_bytes),
+                                     ("dq", _attn_bwd_dq_hopper, DQ_CONFIGS, dq_smem_bytes)):
         for d in head_dims:
             for causal in (False, True):
                 for cfg in cfgs:
                     bm, bn, st, nc = cfg
                     if smem(d, cfg) > 226 * 1024:
                         continue
-                    t = torch.empty(2, 1024, 4, d, dtype=torch.bfloat16)
-                    # Q, dO and dQ move in BLOCK_M rows, K, V, dK and dV in BLOCK_N
-                    sig = {n: mangle_type(descriptor(t, bm if n in ("q_desc", "do_desc", "dq_desc") else bn))
-                           for n in names}
-                    sig.update(scalars)
-                    first = len(names) + 9  # IS_CAUSAL's position
-                    consts = {(first,): causal, (first + 1,): st, (first + 2,): nc}
-                    ck = triton.compile(GluonASTSource(kernel, sig, consts), target=GPUTarget("cuda", 90, 32),
-                                        options=dict(num_warps=4))
+                    ck = compile_config(kernel, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=st, N_CONSUMERS=nc))
                     print(f"{name} d={d} causal={causal} {cfg} smem={smem(d, cfg) // 1024} KiB: {ptxas_info(ck)}",
                           flush=True)
 

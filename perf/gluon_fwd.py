@@ -10,12 +10,11 @@ Configs are (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent).
 import argparse
 
 import torch
-import triton
 
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.forward import attn_fwd as tl_fwd
 from flashdoc.kernels.launch import on_device
-from perf.code_hash import ptxas_info
+from perf.code_hash import compile_config, ptxas_info
 from perf.gluon_bwd import _time
 
 # (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent)
@@ -34,23 +33,12 @@ def configs(d):
 
 def aot(head_dims=(64, 128)):
     """Compile every config for sm_90 without a GPU and print registers/spills from ptxas."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
     for d in head_dims:
         for causal in (False, True):
             for bm, bn, st, nc, persistent in configs(d):
                 smem = smem_bytes(d, (bm, bn, st, nc, persistent))
-                q = torch.empty(4, 1024, 8, d, dtype=torch.bfloat16)
-                descs = fh.descriptors(q, q, q, q, bm, bn)
-                names = ["q_desc", "k_desc", "v_desc", "o_desc"]
-                sig = {n: mangle_type(x) for n, x in zip(names, descs)}
-                sig.update(LSE="*fp32", COUNTER="*i32", n_tiles="i32", total="i32", n_heads="i32", group_size="i32",
-                           seqlen_q="i32", seqlen_k="i32", causal_offset="i32", qk_scale="fp32", IS_CAUSAL="constexpr",
-                           BLOCK_M="constexpr", BLOCK_N="constexpr", STAGES="constexpr", N_CONSUMERS="constexpr")
-                consts = {(i,): v for i, v in zip(range(14, 19), (causal, bm, bn, st, nc))}
-                src = GluonASTSource(fh._attn_fwd_hopper, sig, consts)
-                ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+                ck = compile_config(fh._attn_fwd_hopper, d, bm, bn,
+                                    dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=st, N_CONSUMERS=nc))
                 info = ptxas_info(ck)
                 print(f"d={d} causal={causal} ({bm}, {bn}, {st}, {nc}, {persistent}) smem={smem // 1024} KiB: {info}",
                       flush=True)
