@@ -24,6 +24,6 @@ INTERPRET: bool = bool(knobs.runtime.interpret)
 # first does it). Otherwise every interpreted kernel would fail inside Triton; ``launch`` refuses instead.
 LIBRARY_INTERPRETED: bool = not any(isinstance(f, JITFunction) for f in vars(triton.language.standard).values())
 
-# exp2 is one instruction on the GPU, exp is exp2 plus a multiply: every forward kernel folds log2(e) into the
-# softmax scale once.
+# exp2 is one instruction on the GPU, exp is exp2 plus a multiply: the forward and backward kernels fold log2(e)
+# into the softmax scale once, on the host.
 LOG2E = 1.4426950408889634
