@@ -66,11 +66,11 @@ def compile_sm90(kernel, descriptors, constants):
                           options=dict(num_warps=4))
 
 
-def compile_config(kernel, head_dim, block_m, block_n, constants):
+def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0):
     """One of the Gluon kernels compiled for sm_90 in bf16 at head_dim: its query-row descriptors (Q, dO, O, dQ)
-    in BLOCK_M rows, its key ones (K, V, dK, dV) in BLOCK_N."""
+    in BLOCK_M rows, its key ones (K, V, dK, dV) in BLOCK_N, all of cols columns (default: head_dim)."""
     t = torch.empty(2, 1024, 4, head_dim, dtype=torch.bfloat16)
-    descriptors = {name: fh.descriptor(t, block_m if name in QUERY_ROWS else block_n)
+    descriptors = {name: fh.descriptor(t, block_m if name in QUERY_ROWS else block_n, cols)
                    for name in kernel.arg_names if name.endswith("_desc")}
     return compile_sm90(kernel, descriptors, constants)
 

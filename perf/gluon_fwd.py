@@ -15,7 +15,7 @@ from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.forward import attn_fwd as tl_fwd
 from flashdoc.kernels.launch import on_device
 from perf.code_hash import compile_config, ptxas_info
-from perf.gluon_bwd import _time
+from perf.gluon_bwd import _config, _time
 
 # (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent)
 CONFIGS = [(64, 128, 2, 3, False), (64, 128, 2, 2, False), (64, 128, 2, 3, True), (64, 128, 2, 2, True),
@@ -63,13 +63,13 @@ def portable(q, k, v, out, lse, causal, bottom_right=False):
         fh.ENABLED = enabled
 
 
-def check():
+def check(head_dims=(64, 128)):
     """Every config against the portable kernel: bf16 (fp16 on the first config), ragged lengths, GQA, both
     causal alignments."""
     torch.manual_seed(0)
     worst = 0.0
     for dtype in (torch.bfloat16, torch.float16):
-        for d in (64, 128):
+        for d in head_dims:
             for (b, sq, sk, h, hk) in [(2, 1024, 1024, 4, 4), (1, 1000, 1000, 3, 3), (2, 333, 777, 4, 2),
                                        (1, 777, 333, 2, 1), (3, 4096, 4096, 2, 2), (2, 4096, 4096, 16, 8)]:
                 for causal in (False, True):
@@ -89,9 +89,9 @@ def check():
     print(f"check done: worst |out - portable| {worst:.3g}", flush=True)
 
 
-def bench(causal_modes=(False, True)):
+def bench(causal_modes=(False, True), head_dims=(64, 128)):
     """TFLOP/s of each config against the portable kernel (autotuned), same process, rotated order, median of 3."""
-    for d in (64, 128):
+    for d in head_dims:
         for causal in causal_modes:
             for n in (2048, 4096, 8192, 16384):
                 b, h = 16384 // n, 2048 // d
@@ -111,10 +111,13 @@ if __name__ == "__main__":
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--causal-only", action="store_true")
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--configs", type=_config, nargs="+", help="instead of CONFIGS, e.g. 64,64,2,2,1")
     a = ap.parse_args()
+    CONFIGS[:] = [(*c[:4], bool(c[4])) for c in a.configs] if a.configs else CONFIGS
     if a.aot:
-        aot()
+        aot(a.head_dims)
     if a.check:
-        check()
+        check(a.head_dims)
     if a.bench:
-        bench((True,) if a.causal_only else (False, True))
+        bench((True,) if a.causal_only else (False, True), a.head_dims)

@@ -355,11 +355,13 @@ def _smem_layout(rows: int, head_dim: int, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for([1, rows, 1, head_dim], element)
 
 
-def descriptor(t, rows: int):
+def descriptor(t, rows: int, cols: int = 0):
     """A Gluon host descriptor over a (batch, seqlen, heads, head_dim) tensor, read and written in (1, rows, 1,
-    head_dim) tiles of one (batch, head). Rows past seqlen read as zeros and are never written."""
+    cols) tiles of one (batch, head), cols = head_dim unless given. Rows past seqlen read as zeros and are never
+    written."""
+    cols = cols or t.shape[3]
     return unchecked_descriptor(TensorDescriptor, base=t, shape=list(t.shape), strides=list(t.stride()),
-                                block_shape=[1, rows, 1, t.shape[3]], layout=_smem_layout(rows, t.shape[3], t.dtype))
+                                block_shape=[1, rows, 1, cols], layout=_smem_layout(rows, cols, t.dtype))
 
 
 def descriptors(q, k, v, out, block_m: int, block_n: int):
