@@ -6,7 +6,8 @@ their sm_90 compile (registers, spills) without a GPU.
 
 The kernels were written here as a prototype in session 10, compiled for sm_90 without a GPU, and moved into
 flashdoc in session 11 after their first H200 run (perf/NOTES.md). Head dims over 128 run dK/dV on the prototype
-in perf/gluon_bwd_wide.py (session 12, not yet run on a GPU). Candidate configs can be given on the command line:
+in perf/gluon_bwd_wide.py, and a dK/dV config with a fifth field runs the pipelined prototype in
+perf/gluon_bwd_pipelined.py (both session 12, not yet run on a GPU). Candidate configs can be given on the command line:
 
     python3 perf/gluon_bwd.py --check --bench --head-dims 256 --dkdv-configs 64,64,2,2 --dq-configs 64,32,2,2
 """
@@ -23,6 +24,7 @@ from flashdoc.kernels.backward import bwd_dkdv, bwd_dq, bwd_preprocess
 from flashdoc.kernels.forward import attn_fwd
 from flashdoc.kernels.launch import on_device
 from perf.code_hash import compile_config, ptxas_info
+from perf.gluon_bwd_pipelined import _attn_bwd_dkdv_hopper_pipelined, bwd_dkdv_pipelined
 from perf.gluon_bwd_wide import MAX_NARROW_HEAD_DIM, _attn_bwd_dkdv_hopper_wide, bwd_dkdv_wide
 
 # candidates, dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS)
@@ -37,14 +39,14 @@ def _config(text):
 
 
 def smem_bytes(d, cfg):
-    bm, bn, st, nc = cfg
+    bm, bn, st, nc = cfg[:4]
     if d > MAX_NARROW_HEAD_DIM:  # the wide kernel: the consumers share the keys and exchange P^T and dS^T
         return 2 * d * (2 * bn + 2 * st * bm) + 2 * 2 * 4 * bn * bm // 2
     return 2 * d * (2 * nc * bn + 2 * st * bm)  # dK/dV: resident K and V, the Q/dO ring
 
 
 def dq_smem_bytes(d, cfg):
-    bm, bn, st, nc = cfg
+    bm, bn, st, nc = cfg[:4]
     return 2 * d * (2 * nc * bm + 2 * st * bn)  # dQ: resident Q and dO, the K/V ring
 
 
@@ -55,10 +57,13 @@ def aot(head_dims=(64, 128)):
         for d in head_dims:
             for causal in (False, True):
                 for cfg in cfgs:
-                    bm, bn, st, nc = cfg
+                    bm, bn, st, nc = cfg[:4]
                     if smem(d, cfg) > 226 * 1024:
                         continue
-                    if name == "dkdv" and d > MAX_NARROW_HEAD_DIM:
+                    if name == "dkdv" and len(cfg) == 5:
+                        ck = compile_config(_attn_bwd_dkdv_hopper_pipelined, d, bm, bn,
+                                            dict(IS_CAUSAL=causal, STAGES=st, OVERLAP=bool(cfg[4])))
+                    elif name == "dkdv" and d > MAX_NARROW_HEAD_DIM:
                         ck = compile_config(_attn_bwd_dkdv_hopper_wide, d, bm, bn,
                                             dict(IS_CAUSAL=causal, STAGES=st), cols=d // 2)
                     else:
@@ -68,8 +73,12 @@ def aot(head_dims=(64, 128)):
 
 
 def _hopper_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, cfg):
-    """The Hopper dK/dV kernel in config cfg: backward_hopper's, or the wide prototype's for head dims over 128."""
-    run = bwd_dkdv_wide if q.shape[3] > MAX_NARROW_HEAD_DIM else bwd_dkdv_hopper
+    """The Hopper dK/dV kernel in config cfg: backward_hopper's, the wide prototype's for head dims over 128, or
+    the pipelined prototype's for a config with a fifth field (OVERLAP)."""
+    if len(cfg) == 5:
+        run = bwd_dkdv_pipelined
+    else:
+        run = bwd_dkdv_wide if q.shape[3] > MAX_NARROW_HEAD_DIM else bwd_dkdv_hopper
     run(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, cfg)
 
 
