@@ -10,8 +10,10 @@ tile's LSE and delta rows (global loads, an L2 round trip) only once it has begu
   dS^T of the products in flight are carried through the loop and passed to the waits, so that they stay live
   until their product completes.
 
-Same arithmetic in the same order as the portable kernel, so `--check` should show 0 again. Run it with a fifth
-config field (OVERLAP) in perf/gluon_bwd.py:
+Only the tiles that need no causal mask run this way: the masked ones (a tile or two per key block) run as in
+``_tiles``, which kept ptxas's spills lower (d = 128 causal: 560 bytes instead of 792). Same arithmetic in the
+same order as the portable kernel, so `--check` should show 0 again. Run it with a fifth config field (OVERLAP)
+in perf/gluon_bwd.py:
 
     python3 perf/gluon_bwd.py --check --bench --head-dims 128 64 --kernels dkdv \\
         --dkdv-configs 64,64,2,2 64,64,2,2,0 64,64,2,2,1                         # on the H200
@@ -36,17 +38,19 @@ from flashdoc.kernels.forward_hopper import descriptor
 
 @gluon.jit
 def _tiles_pipelined(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_base, delta_base, offs_n, seqlen_q,
-                     causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, OVERLAP: gl.constexpr,
+                     causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, PREFETCH: gl.constexpr,
+                     OVERLAP: gl.constexpr,
                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
                      s_layout: gl.constexpr, p_layout: gl.constexpr):
-    """``backward_hopper._tiles`` with the next tile's row statistics prefetched, and with OVERLAP each step's dV
-    and dK products left running into the next step."""
+    """``backward_hopper._tiles``, with PREFETCH the next tile's row statistics loaded during this step's dK
+    product, and with OVERLAP (which needs PREFETCH) each step's dV and dK products left running into the next."""
     dtype: gl.constexpr = q_smem.dtype
     offs_m0 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
     zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=s_layout)
-    offs_m = m_lo + offs_m0
-    lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
-    delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+    if PREFETCH:
+        offs_m = m_lo + offs_m0
+        lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
+        delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
     if OVERLAP:
         dk = warpgroup_mma_init(dk)
         dv = warpgroup_mma_init(dv)
@@ -59,6 +63,9 @@ def _tiles_pipelined(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_b
         q = q_smem.index(s).reshape([BLOCK_M, BLOCK_D])
         do = do_smem.index(s).reshape([BLOCK_M, BLOCK_D])
         offs_m = start_m + offs_m0
+        if not PREFETCH:
+            lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
+            delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
         qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         dpT = warpgroup_mma(v, do.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         if OVERLAP:
@@ -80,9 +87,10 @@ def _tiles_pipelined(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_b
         dsT_op = gl.convert_layout(dsT.to(dtype), p_layout)
         dk = warpgroup_mma(dsT_op, q, dk, is_async=True)
         # the next tile's rows, loaded while dK's product runs (past m_hi: a few loads nobody reads)
-        offs_next = offs_m + BLOCK_M
-        lse2 = gl.load(lse2_base + offs_next, mask=offs_next < seqlen_q, other=float("inf"))
-        delta = gl.load(delta_base + offs_next, mask=offs_next < seqlen_q, other=0.0)
+        if PREFETCH:
+            offs_next = offs_m + BLOCK_M
+            lse2 = gl.load(lse2_base + offs_next, mask=offs_next < seqlen_q, other=float("inf"))
+            delta = gl.load(delta_base + offs_next, mask=offs_next < seqlen_q, other=0.0)
         if not OVERLAP:
             dk = warpgroup_mma_wait(0, deps=(dk, ))
             mbarrier.arrive(qdo_empty.index(s), count=1)
@@ -129,10 +137,10 @@ def _consumer_pipelined(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, 
         _release_skipped(qdo_ready, qdo_empty, it0, (my_lo - lo) // BLOCK_M, STAGES)
         dk, dv = _tiles_pipelined(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
                                   offs_n, seqlen_q, causal_offset, qk_scale, it0 + (my_lo - lo) // BLOCK_M, my_lo,
-                                  full_lo, True, OVERLAP, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
+                                  full_lo, True, False, False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
         dk, dv = _tiles_pipelined(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
                                   offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo,
-                                  hi, False, OVERLAP, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
+                                  hi, False, True, OVERLAP, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
     k.store((dk * softmax_scale).to(dtype))
     v.store(dv.to(dtype))
     fence_async_shared()
