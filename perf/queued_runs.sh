@@ -6,7 +6,7 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
-RUNS=${*:-pipelined d256_check d256_bench d256_fwd d64_full}
+RUNS=${*:-pipelined d256_check d256_bench d256_fwd d64_full launch_cache}
 step() {
   name=$1; limit=$2; shift 2
   [[ " $RUNS " == *" $name "* ]] || return 0
@@ -29,4 +29,6 @@ step d256_fwd 120 gluon_fwd.py --check --bench --head-dims 256 --configs 64,32,2
 #    (dK/dV (64, 64, 2 or 3, 2), dQ (64, 64 or 128, 2 or 3, 2)): 128-row steps, and dQ's 128-key tiles in 3 stages
 step d64_full 120 gluon_bwd.py --bench --head-dims 64 --kernels dkdv dq --lengths 2048 8192 \
      --dkdv-configs 64,64,2,2 128,64,2,2 --dq-configs 64,128,2,2 128,64,2,2 64,128,3,2
+# 5. the Gluon kernels' launches through a launch cache: bit-identical outputs, and the host time per call
+step launch_cache 150 gluon_launch_cache.py --check --bench
 for name in $RUNS; do [ -f $OUT/$name.txt ] && { echo "== $name"; grep -vE "Warning|warn" $OUT/$name.txt | tail -n 30; }; done
