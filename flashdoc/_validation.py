@@ -73,3 +73,27 @@ def validate_attention_inputs(q, k, v, *, layout: str, softmax_scale, causal, sc
                              f"got {softmax_scale}")
     if not isinstance(causal, bool):
         raise TypeError(f"{causal_name} must be a bool, got {type(causal).__name__}")
+
+
+def validate_flash_attn_options(*, dropout_p, window_size, softcap, alibi_slopes, return_attn_probs) -> None:
+    """flash-attn 2's ``flash_attn_func`` options that flashdoc accepts only at their defaults (so that calls
+    written for flash-attn with keywords run unchanged), refused otherwise with what to use instead."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p={dropout_p} is not supported yet (only 0.0): flashdoc has no attention "
+                         "dropout; use torch.nn.functional.scaled_dot_product_attention for it")
+    if not isinstance(window_size, (tuple, list)) or tuple(window_size) != (-1, -1):
+        raise ValueError(f"window_size={window_size!r} is not supported (only (-1, -1): no sliding window); "
+                         "flashdoc attends to every key, or with causal=True to every earlier one")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
+    if softcap != 0.0:
+        raise ValueError(f"softcap={softcap} is not supported (only 0.0): flashdoc does not cap the scores")
+    if alibi_slopes is not None:
+        raise ValueError("alibi_slopes is not supported (only None): flashdoc adds no position bias to the scores")
+    if not isinstance(return_attn_probs, bool):
+        raise TypeError(f"return_attn_probs must be a bool, got {type(return_attn_probs).__name__}")
+    if return_attn_probs:
+        raise ValueError("return_attn_probs=True is not supported: the attention probabilities are never stored, "
+                         "which is the point of FlashAttention; pass return_lse=True for each row's log-sum-exp")

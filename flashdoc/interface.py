@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from ._validation import validate_attention_inputs
+from ._validation import validate_attention_inputs, validate_flash_attn_options
 from .kernels import INTERPRET
 from .kernels.backward import attn_bwd
 from .kernels.forward import attn_fwd
@@ -132,8 +132,13 @@ def _attention(q, k, v, softmax_scale: float, causal: bool, bottom_right: bool):
 # --8<-- [end:autograd]
 
 
-def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=False, return_lse=False):
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=False, return_lse=False, *,
+                    dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, return_attn_probs=False):
     """Exact attention, flash-attn layout: ``softmax(q @ k^T * softmax_scale) @ v`` without the N x N matrix.
+
+    The arguments after v start as in FlashAttention-3's ``flash_attn_func`` (softmax_scale, then causal);
+    flash-attn 2 puts dropout_p first, so calls written for it should pass them by keyword. Its other options
+    are accepted as keywords at their defaults and refused otherwise.
 
     Args:
         q: (batch, seqlen_q, nheads, headdim), float16, bfloat16 or float32, on CUDA (or CPU, interpreted).
@@ -158,6 +163,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=Fal
         deterministic: accepted for flash-attn compatibility. The backward never uses atomics, so gradients are
             always bit-identical from run to run.
         return_lse: also return the log-sum-exp of each row of scaled scores.
+        dropout_p, window_size, softcap, alibi_slopes, return_attn_probs: flash-attn 2's options, accepted only
+            at their defaults (0.0, (-1, -1), 0.0, None, False): no dropout, no sliding window, no score
+            capping, no ALiBi bias; ``return_lse`` gives the log-sum-exp instead of the probabilities.
 
     Returns:
         out: (batch, seqlen_q, nheads, headdim), q's dtype; and, with ``return_lse``, lse: (batch, nheads,
@@ -172,6 +180,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=Fal
         raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    validate_flash_attn_options(dropout_p=dropout_p, window_size=window_size, softcap=softcap,
+                                alibi_slopes=alibi_slopes, return_attn_probs=return_attn_probs)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
     out, lse = _attention(q, k, v, float(softmax_scale), causal, True)

@@ -37,12 +37,31 @@ Q = (2, 8, 4, 32)  # (batch, seqlen, heads, head_dim)
     (dict(softmax_scale="0.1"), TypeError, "softmax_scale must be a float"),
     (dict(causal=1), TypeError, "causal must be a bool"),
     (dict(q=[1.0]), TypeError, "q must be a torch.Tensor"),
+    # flash-attn 2's options: accepted at their defaults only
+    (dict(dropout_p=0.1), ValueError, "dropout_p=0.1 is not supported yet"),
+    (dict(dropout_p=None), TypeError, "dropout_p must be a float"),
+    (dict(window_size=(128, 0)), ValueError, r"window_size=\(128, 0\) is not supported \(only \(-1, -1\)"),
+    (dict(window_size=-1), ValueError, "window_size=-1 is not supported"),
+    (dict(softcap=30.0), ValueError, "softcap=30.0 is not supported"),
+    (dict(softcap="0"), TypeError, "softcap must be a float"),
+    (dict(alibi_slopes=torch.ones(4)), ValueError, "alibi_slopes is not supported"),
+    (dict(return_attn_probs=True), ValueError, "return_attn_probs=True is not supported.*return_lse=True"),
+    (dict(return_attn_probs=1), TypeError, "return_attn_probs must be a bool"),
 ])
 def test_flash_attn_func_rejects(kwargs, exc, match):
     args = dict(q=t(*Q), k=t(*Q), v=t(*Q))
     args.update(kwargs)
     with pytest.raises(exc, match=match):
         flashdoc.flash_attn_func(**args)
+
+
+def test_flash_attn_func_takes_flash_attn_2_defaults_by_keyword():
+    """A call written for flash-attn 2, every option spelled out at its default, runs and gives the same output."""
+    q, k, v = t(*Q), t(*Q), t(*Q)
+    plain = flashdoc.flash_attn_func(q, k, v, causal=True)
+    spelled = flashdoc.flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=True, window_size=[-1, -1],
+                                       softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False)
+    assert torch.equal(plain, spelled)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (a second device to mismatch)")

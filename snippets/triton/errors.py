@@ -18,6 +18,8 @@ calls = {
     "an arbitrary attention mask (SDPA API)":
         lambda: flashdoc.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(2, 2, dtype=torch.bool)),
     "attention dropout (SDPA API)": lambda: flashdoc.scaled_dot_product_attention(q, k, v, dropout_p=0.1),
+    "a sliding window (flash-attn 2's window_size)":
+        lambda: flashdoc.flash_attn_func(q, k, v, causal=True, window_size=(256, 0)),
 }
 for what, call in calls.items():
     try:
