@@ -6,7 +6,7 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
-RUNS=${*:-pipelined d256_check d256_bench d256_fwd d64_full launch_cache}
+RUNS=${*:-pipelined d256_check d256_bench d256_fwd d256_fwd_o_in_q d64_full launch_cache}
 step() {
   name=$1; limit=$2; shift 2
   [[ " $RUNS " == *" $name "* ]] || return 0
@@ -23,8 +23,10 @@ step d256_check 150 gluon_bwd.py --check --head-dims 256 --kernels dkdv dq --dkd
      --dq-configs 64,32,2,2 64,32,3,2
 step d256_bench 150 gluon_bwd.py --bench --head-dims 256 --kernels dkdv dq --dkdv-configs 64,64,2,2 \
      --dq-configs 64,32,2,2 64,32,3,2 --lengths 1024 4096 16384
-# 3. d = 256 forward on forward_hopper: 32-key tiles are what fits beside the Q and O tiles
+# 3. d = 256 forward on forward_hopper (32-key tiles are what fits beside its Q and O tiles), and on the prototype
+#    that stages O in Q's shared memory, which leaves room for 64-key tiles
 step d256_fwd 120 gluon_fwd.py --check --bench --head-dims 256 --configs 64,32,2,2,1 64,32,3,2,1
+step d256_fwd_o_in_q 120 gluon_fwd.py --check --bench --head-dims 256 --configs 64,64,2,2,1 64,32,3,2,1 --o-in-q
 # 4. d = 64 without the mask, where both Gluon kernels lost to the portable ones with session 11's configs
 #    (dK/dV (64, 64, 2 or 3, 2), dQ (64, 64 or 128, 2 or 3, 2)): 128-row steps, and dQ's 128-key tiles in 3 stages
 step d64_full 120 gluon_bwd.py --bench --head-dims 64 --kernels dkdv dq --lengths 2048 8192 \
