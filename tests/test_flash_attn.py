@@ -45,7 +45,7 @@ def test_flash_attn_gqa(n_heads, n_kv_heads, causal, dtype):
 
 
 @cpu_sweep
-@pytest.mark.parametrize("head_dim", [16, 72, 128])
+@pytest.mark.parametrize("head_dim", [8, 16, 72, 128])
 def test_flash_attn_head_dims(head_dim):
     q, k, v = make_qkv(1, 37, 37, 2, 1, head_dim, torch.float16)
     check_against_oracle(_flash(True), q, k, v, head_dim ** -0.5, True, bottom_right=True)
@@ -254,7 +254,7 @@ def test_gpu_seqlens(seqlen_q, seqlen_k, head_dim, causal, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [16, 32, 40, 72, 80, 96, 112, 160, 192, 256])
+@pytest.mark.parametrize("head_dim", [8, 16, 32, 40, 72, 80, 96, 112, 160, 192, 256])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (1023, 1024)])
 def test_gpu_head_dims(seqlen_q, seqlen_k, head_dim, causal, dtype):
     q, k, v = make_qkv(2, seqlen_q, seqlen_k, 2, 2, head_dim, dtype)
