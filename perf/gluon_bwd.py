@@ -7,7 +7,8 @@ their sm_90 compile (registers, spills) without a GPU.
 The kernels were written here as a prototype in session 10, compiled for sm_90 without a GPU, and moved into
 flashdoc in session 11 after their first H200 run (perf/NOTES.md). Head dims over 128 run dK/dV on the prototype
 in perf/gluon_bwd_wide.py, and a dK/dV config with a fifth field runs the pipelined prototype in
-perf/gluon_bwd_pipelined.py (both session 12, not yet run on a GPU). Candidate configs can be given on the command line:
+perf/gluon_bwd_pipelined.py (both session 12, not yet run on a GPU). Candidate configs can be given on the
+command line:
 
     python3 perf/gluon_bwd.py --check --bench --head-dims 256 --dkdv-configs 64,64,2,2 --dq-configs 64,32,2,2
 """
