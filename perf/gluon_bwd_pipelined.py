@@ -32,7 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
     warpgroup_mma_init, warpgroup_mma_wait
 
 from flashdoc.kernels import LOG2E
-from flashdoc.kernels.backward_hopper import _producer, _release_skipped
+from flashdoc.kernels.backward_hopper import _key_block, _producer, _query_range, _release_skipped
 from flashdoc.kernels.forward_hopper import descriptor
 
 
@@ -121,13 +121,7 @@ def _consumer_pipelined(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, 
     v = v_tile.reshape([BLOCK_N, BLOCK_D])
     dk = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
     dv = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
-    if IS_CAUSAL:
-        my_lo = gl.maximum(gl.minimum(gl.maximum(first - causal_offset, 0) // BLOCK_M * BLOCK_M, hi), lo)
-        full_lo = gl.minimum(gl.cdiv(gl.maximum(first + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M, hi)
-        full_lo = gl.maximum(full_lo, my_lo)
-    else:
-        my_lo = lo
-        full_lo = lo
+    my_lo, full_lo = _query_range(first, lo, hi, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
     n_m = gl.cdiv(hi - lo, BLOCK_M)
     mbarrier.wait(kv_ready, 0)
     for g in range(group_size):
@@ -158,19 +152,8 @@ def _attn_bwd_dkdv_hopper_pipelined(q_desc, do_desc, k_desc, v_desc, dk_desc, dv
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
-    pid_n = gl.program_id(0)
-    pid_bhk = gl.program_id(1)
-    if IS_CAUSAL:
-        pid_n = gl.num_programs(0) - 1 - pid_n
-    n_kv_heads = n_heads // group_size
-    off_b = pid_bhk // n_kv_heads
-    off_hk = pid_bhk % n_kv_heads
-    start_n = pid_n * (2 * BLOCK_N)
-    hi = gl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
-    if IS_CAUSAL:
-        lo = gl.minimum(gl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M, hi)
-    else:
-        lo = 0
+    off_b, off_hk, start_n, lo, hi = _key_block(2 * BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q, causal_offset,
+                                                IS_CAUSAL)
 
     k_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)

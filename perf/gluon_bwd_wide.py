@@ -1,6 +1,6 @@
 """Prototype, not yet run on a GPU: the Hopper dK/dV kernel for head dims over 128 (d = 256), in Gluon.
 
-Written in session 12 when no H200 time was left, compiled for sm_90 here (no spills beyond 76-124 bytes, 224 KiB
+Written in session 12 when no H200 time was left, compiled for sm_90 here (no spills beyond 76-132 bytes, 224 KiB
 of shared memory), and kept out of flashdoc until an H200 run has checked and timed it, as session 10's
 prototypes were. perf/gluon_bwd.py runs it for head dims over 128:
 
@@ -24,6 +24,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
     warpgroup_mma_wait
 
 from flashdoc.kernels import LOG2E
+from flashdoc.kernels.backward_hopper import _key_block, _query_range
 from flashdoc.kernels.forward_hopper import descriptor
 
 # dK/dV of head dims over this go to the wide kernel: two 64-key fp32 accumulators of more columns do not fit one
@@ -137,13 +138,8 @@ def _wide_consumer(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_sme
     offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
     dk = gl.zeros([BLOCK_N, COLS], gl.float32, layout=o_layout)
     dv = gl.zeros([BLOCK_N, COLS], gl.float32, layout=o_layout)
-    # query tiles from full_lo on see every key of the program (lo: the first tile that sees any, as in _consumer)
-    if IS_CAUSAL:
-        full_lo = gl.minimum(gl.cdiv(gl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M,
-                             hi)
-        full_lo = gl.maximum(full_lo, lo)
-    else:
-        full_lo = lo
+    # both consumers need every query tile the program streams (its lo is their my_lo); from full_lo on, unmasked
+    _, full_lo = _query_range(start_n, lo, hi, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
     n_m = gl.cdiv(hi - lo, BLOCK_M)
     mbarrier.wait(kv_ready, 0)
     for g in range(group_size):
@@ -179,19 +175,8 @@ def _attn_bwd_dkdv_hopper_wide(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
     COLS: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
-    pid_n = gl.program_id(0)
-    pid_bhk = gl.program_id(1)
-    if IS_CAUSAL:
-        pid_n = gl.num_programs(0) - 1 - pid_n  # the first keys are seen by the most query rows: launch them first
-    n_kv_heads = n_heads // group_size
-    off_b = pid_bhk // n_kv_heads
-    off_hk = pid_bhk % n_kv_heads
-    start_n = pid_n * BLOCK_N
-    hi = gl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
-    if IS_CAUSAL:
-        lo = gl.minimum(gl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M, hi)
-    else:
-        lo = 0
+    off_b, off_hk, start_n, lo, hi = _key_block(BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q, causal_offset,
+                                                IS_CAUSAL)
 
     k_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], v_desc.layout)

@@ -81,6 +81,42 @@ def supports_dq(q: torch.Tensor, causal: bool) -> bool:
 if GLUON:
     # dK/dV (the producer streams Q and dO; each consumer keeps its keys' K and V) ----------------------------------
     @gluon.jit
+    def _key_block(KEYS: gl.constexpr, BLOCK_M: gl.constexpr, n_heads, group_size, seqlen_q, causal_offset,
+                   IS_CAUSAL: gl.constexpr):
+        """This dK/dV program's KEYS keys of one (batch, kv head), and the query tiles [lo, hi) that see any of
+        them. Grid: (key blocks, batch * kv heads). Returns off_b, off_hk, start_n, lo, hi."""
+        pid_n = gl.program_id(0)
+        pid_bhk = gl.program_id(1)
+        if IS_CAUSAL:
+            pid_n = gl.num_programs(0) - 1 - pid_n  # the first keys are seen by the most query rows: launch them first
+        n_kv_heads = n_heads // group_size
+        off_b = pid_bhk // n_kv_heads
+        off_hk = pid_bhk % n_kv_heads
+        start_n = pid_n * KEYS
+        hi = gl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
+        if IS_CAUSAL:
+            lo = gl.minimum(gl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M, hi)
+        else:
+            lo = 0
+        return off_b, off_hk, start_n, lo, hi
+
+    @gluon.jit
+    def _query_range(first, lo, hi, causal_offset, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+                     BLOCK_N: gl.constexpr):
+        """The query tiles that BLOCK_N keys from ``first`` on need, within the program's [lo, hi): masked
+        [my_lo, full_lo), unmasked [full_lo, hi). Query rows i see key j when j <= i + causal_offset: tiles before
+        my_lo see none of these keys, tiles from full_lo on see all of them; the ragged last tile needs no mask
+        (its padded rows get P = 0)."""
+        if IS_CAUSAL:
+            my_lo = gl.maximum(gl.minimum(gl.maximum(first - causal_offset, 0) // BLOCK_M * BLOCK_M, hi), lo)
+            full_lo = gl.minimum(gl.cdiv(gl.maximum(first + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M, hi)
+            full_lo = gl.maximum(full_lo, my_lo)
+        else:
+            my_lo = lo
+            full_lo = lo
+        return my_lo, full_lo
+
+    @gluon.jit
     def _load_resident(a_desc, b_desc, a_smem, b_smem, ready, off_b, row0, off_h):
         """The tiles each consumer keeps for the whole program (K and V for dK/dV, Q and dO for dQ): rows row0 +
         c * rows of head off_h for consumer c, both landing on one barrier."""
@@ -176,15 +212,7 @@ if GLUON:
         v = v_tile.reshape([BLOCK_N, BLOCK_D])
         dk = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
         dv = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
-        # Query rows i see key j when j <= i + causal_offset: tiles before my_lo see none of this warpgroup's keys,
-        # tiles from full_lo on see all of them; the ragged last tile needs no mask (its padded rows get P = 0).
-        if IS_CAUSAL:
-            my_lo = gl.maximum(gl.minimum(gl.maximum(first - causal_offset, 0) // BLOCK_M * BLOCK_M, hi), lo)
-            full_lo = gl.minimum(gl.cdiv(gl.maximum(first + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M, hi)
-            full_lo = gl.maximum(full_lo, my_lo)
-        else:
-            my_lo = lo
-            full_lo = lo
+        my_lo, full_lo = _query_range(first, lo, hi, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         mbarrier.wait(kv_ready, 0)
         for g in range(group_size):
@@ -216,19 +244,8 @@ if GLUON:
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
-        pid_n = gl.program_id(0)
-        pid_bhk = gl.program_id(1)
-        if IS_CAUSAL:
-            pid_n = gl.num_programs(0) - 1 - pid_n  # the first keys are seen by the most query rows: launch them first
-        n_kv_heads = n_heads // group_size
-        off_b = pid_bhk // n_kv_heads
-        off_hk = pid_bhk % n_kv_heads
-        start_n = pid_n * (N_CONSUMERS * BLOCK_N)
-        hi = gl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
-        if IS_CAUSAL:
-            lo = gl.minimum(gl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M, hi)
-        else:
-            lo = 0
+        off_b, off_hk, start_n, lo, hi = _key_block(N_CONSUMERS * BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q,
+                                                    causal_offset, IS_CAUSAL)
 
         k_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
