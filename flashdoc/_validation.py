@@ -75,14 +75,19 @@ def validate_attention_inputs(q, k, v, *, layout: str, softmax_scale, causal, sc
         raise TypeError(f"{causal_name} must be a bool, got {type(causal).__name__}")
 
 
+def refuse_dropout(dropout_p) -> None:
+    """Both public functions take dropout_p for their libraries' sake; flashdoc has no attention dropout."""
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p={dropout_p} is not supported yet (only 0.0); use "
+                         "torch.nn.functional.scaled_dot_product_attention for attention dropout")
+
+
 def validate_flash_attn_options(*, dropout_p, window_size, softcap, alibi_slopes, return_attn_probs) -> None:
     """flash-attn 2's ``flash_attn_func`` options that flashdoc accepts only at their defaults (so that calls
     written for flash-attn with keywords run unchanged), refused otherwise with what to use instead."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
-    if dropout_p != 0.0:
-        raise ValueError(f"dropout_p={dropout_p} is not supported yet (only 0.0): flashdoc has no attention "
-                         "dropout; use torch.nn.functional.scaled_dot_product_attention for it")
+    refuse_dropout(dropout_p)
     if not isinstance(window_size, (tuple, list)) or tuple(window_size) != (-1, -1):
         raise ValueError(f"window_size={window_size!r} is not supported (only (-1, -1): no sliding window); "
                          "flashdoc attends to every key, or with causal=True to every earlier one")

@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from ._validation import validate_attention_inputs, validate_flash_attn_options
+from ._validation import refuse_dropout, validate_attention_inputs, validate_flash_attn_options
 from .kernels import INTERPRET
 from .kernels.backward import attn_bwd
 from .kernels.forward import attn_fwd
@@ -223,9 +223,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise ValueError("attn_mask is not supported yet by flashdoc.scaled_dot_product_attention; use "
                          "is_causal=True for a causal mask, or torch.nn.functional.scaled_dot_product_attention "
                          "for arbitrary masks")
-    if dropout_p != 0.0:
-        raise ValueError(f"dropout_p={dropout_p} is not supported yet (only 0.0); use "
-                         "torch.nn.functional.scaled_dot_product_attention for attention dropout")
+    refuse_dropout(dropout_p)
     validate_attention_inputs(query, key, value, layout="bhsd", softmax_scale=scale, causal=is_causal,
                               scale_name="scale", causal_name="is_causal", names=("query", "key", "value"))
     if not isinstance(enable_gqa, bool):
