@@ -79,14 +79,19 @@ def tuned_kernels():
     """(label, compiled kernel) for every entry of the three Hopper config tables."""
     for (d, causal), (bm, bn, stages, consumers, _persistent) in fh.HOPPER_CONFIGS.items():
         yield f"fwd  d={d} causal={causal}", compile_config(
-            fh._attn_fwd_hopper, d, bm, bn,
-            dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, N_CONSUMERS=consumers))
-    for name, kernel, table in (("dkdv", bh._attn_bwd_dkdv_hopper, bh.HOPPER_DKDV_CONFIGS),
-                                ("dq  ", bh._attn_bwd_dq_hopper, bh.HOPPER_DQ_CONFIGS)):
-        for (d, causal), (bm, bn, stages, consumers) in table.items():
-            yield f"{name} d={d} causal={causal}", compile_config(
-                kernel, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers))
-
+            fh._attn_fwd_hopper, d, bm, bn, dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages,
+                                                 N_CONSUMERS=consumers, O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
+    for (d, causal), (bm, bn, stages, consumers, prefetch) in bh.HOPPER_DKDV_CONFIGS.items():
+        if d > bh.MAX_NARROW_HEAD_DIM:
+            ck = compile_config(bh._attn_bwd_dkdv_hopper_wide, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=stages),
+                                cols=d // 2)
+        else:
+            ck = compile_config(bh._attn_bwd_dkdv_hopper, d, bm, bn,
+                                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch))
+        yield f"dkdv d={d} causal={causal}", ck
+    for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
+        yield f"dq   d={d} causal={causal}", compile_config(
+            bh._attn_bwd_dq_hopper, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers))
 
 if __name__ == "__main__":
     for label, ck in tuned_kernels():

@@ -13,7 +13,9 @@ run seqbf $F -k "test_gpu_seqlens and bf16" &
 run seq32 $F -k "test_gpu_seqlens and fp32" &
 run hdF $F -k "test_gpu_head_dims and False" &
 run hdT $F -k "test_gpu_head_dims and True" &
-run gqa $F -k "test_gpu_gqa or non_contiguous_packed or gpu_huge or every_autotune or hopper" &
+run gqa $F -k "test_gpu_gqa or non_contiguous_packed or gpu_huge or every_autotune" &
+run hopF $F -k "hopper and not backward" &
+run hopB $F -k "hopper and backward" &
 run auto $F -k "test_gpu_autotuned" &
 run sdpa tests/test_sdpa.py tests/test_determinism.py tests/test_launch_cache.py &
 # the benchmark harness and the references on the GPU (the snippets are recorded there by `nox -s snippets`)

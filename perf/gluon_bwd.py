@@ -5,10 +5,9 @@ their sm_90 compile (registers, spills) without a GPU.
     PYTHONPATH=/tmp/t36:. python perf/gluon_bwd.py --aot   # here, with a Triton 3.6 wheel unpacked in /tmp/t36
 
 The kernels were written here as a prototype in session 10, compiled for sm_90 without a GPU, and moved into
-flashdoc in session 11 after their first H200 run (perf/NOTES.md). Head dims over 128 run dK/dV on the prototype
-in perf/gluon_bwd_wide.py, and a dK/dV config with a fifth field runs the pipelined prototype in
-perf/gluon_bwd_pipelined.py (both session 12, not yet run on a GPU). Candidate configs can be given on the
-command line:
+flashdoc in session 11 after their first H200 run (perf/NOTES.md); the wide dK/dV kernel (head dims over 128) and
+the PREFETCH field were prototypes of session 12, moved in in session 13. Candidate configs can be given on the
+command line (a dK/dV config's fifth field, PREFETCH, defaults to 0):
 
     python3 perf/gluon_bwd.py --check --bench --head-dims 256 --dkdv-configs 64,64,2,2 --dq-configs 64,32,2,2
 """
@@ -18,18 +17,17 @@ import contextlib
 
 import torch
 
-from flashdoc.kernels.backward_hopper import _attn_bwd_dkdv_hopper, _attn_bwd_dq_hopper, bwd_dkdv_hopper, \
-    bwd_dq_hopper
+from flashdoc.kernels.backward_hopper import MAX_NARROW_HEAD_DIM, _attn_bwd_dkdv_hopper, \
+    _attn_bwd_dkdv_hopper_wide, _attn_bwd_dq_hopper, bwd_dkdv_hopper, bwd_dq_hopper
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.backward import bwd_dkdv, bwd_dq, bwd_preprocess
 from flashdoc.kernels.forward import attn_fwd
 from flashdoc.kernels.launch import on_device
 from perf.code_hash import compile_config, ptxas_info
-from perf.gluon_bwd_pipelined import _attn_bwd_dkdv_hopper_pipelined, bwd_dkdv_pipelined
-from perf.gluon_bwd_wide import MAX_NARROW_HEAD_DIM, _attn_bwd_dkdv_hopper_wide, bwd_dkdv_wide
 
-# candidates, dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS)
-CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 64, 2, 3)]
+# candidates, dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS,
+# PREFETCH)
+CONFIGS = [(64, 64, 2, 2, 0), (64, 64, 2, 2, 1), (64, 64, 3, 2, 0), (64, 64, 2, 3, 0)]
 # dQ: (BLOCK_M query rows per consumer, BLOCK_N keys per streamed tile, STAGES, N_CONSUMERS)
 DQ_CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 128, 2, 2), (64, 64, 2, 3)]
 
@@ -61,26 +59,16 @@ def aot(head_dims=(64, 128)):
                     bm, bn, st, nc = cfg[:4]
                     if smem(d, cfg) > 226 * 1024:
                         continue
-                    if name == "dkdv" and len(cfg) == 5:
-                        ck = compile_config(_attn_bwd_dkdv_hopper_pipelined, d, bm, bn,
-                                            dict(IS_CAUSAL=causal, STAGES=st, OVERLAP=bool(cfg[4])))
-                    elif name == "dkdv" and d > MAX_NARROW_HEAD_DIM:
+                    if name == "dkdv" and d > MAX_NARROW_HEAD_DIM:
                         ck = compile_config(_attn_bwd_dkdv_hopper_wide, d, bm, bn,
                                             dict(IS_CAUSAL=causal, STAGES=st), cols=d // 2)
+                    elif name == "dkdv":
+                        ck = compile_config(kernel, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=st, N_CONSUMERS=nc,
+                                                                    PREFETCH=bool(cfg[4])))
                     else:
                         ck = compile_config(kernel, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=st, N_CONSUMERS=nc))
                     print(f"{name} d={d} causal={causal} {cfg} smem={smem(d, cfg) // 1024} KiB: {ptxas_info(ck)}",
                           flush=True)
-
-
-def _hopper_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, cfg):
-    """The Hopper dK/dV kernel in config cfg: backward_hopper's, the wide prototype's for head dims over 128, or
-    the pipelined prototype's for a config with a fifth field (OVERLAP)."""
-    if len(cfg) == 5:
-        run = bwd_dkdv_pipelined
-    else:
-        run = bwd_dkdv_wide if q.shape[3] > MAX_NARROW_HEAD_DIM else bwd_dkdv_hopper
-    run(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, cfg)
 
 
 def _inputs(b, sq, sk, h, hk, d, dtype, causal, bottom_right):
@@ -138,7 +126,7 @@ def check(head_dims, kernels):
                         if smem_bytes(d, cfg) > 226 * 1024:
                             continue
                         got = [torch.empty_like(args[1]), torch.empty_like(args[2])]
-                        _hopper_dkdv(*args[:4], *got, *args[4:], d ** -0.5, causal, True, cfg)
+                        bwd_dkdv_hopper(*args[:4], *got, *args[4:], d ** -0.5, causal, True, cfg)
                         err = max((a.float() - b.float()).abs().max().item() for a, b in zip(got, ref))
                         scale = max(b.float().abs().max().item() for b in ref)
                         worst = max(worst, err / scale)
@@ -187,7 +175,7 @@ def bench(lengths, head_dims, kernels):
                 flops = 2 * b * h * n * n * d / (2 if causal else 1)  # one product, halved when causal
                 # (name, products, the portable kernel, the Hopper one in config cfg, candidate configs, smem)
                 singles = [("dkdv", 4, lambda: _portable(*args[:4], dk, dv, *args[4:], causal, False),
-                            lambda cfg: _hopper_dkdv(*args[:4], dk, dv, *args[4:], d ** -0.5, causal, False, cfg),
+                            lambda cfg: bwd_dkdv_hopper(*args[:4], dk, dv, *args[4:], d ** -0.5, causal, False, cfg),
                             CONFIGS, smem_bytes),
                            ("dq  ", 3, lambda: _portable_dq(*args[:4], dq, *args[4:], causal, False),
                             lambda cfg: bwd_dq_hopper(*args[:4], dq, *args[4:], d ** -0.5, causal, False, cfg),
@@ -216,10 +204,10 @@ if __name__ == "__main__":
     ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--kernels", nargs="+", default=["dkdv", "dq", "both"], choices=["dkdv", "dq", "both"])
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
-    ap.add_argument("--dkdv-configs", type=_config, nargs="+", help="instead of CONFIGS, e.g. 64,128,2,2")
+    ap.add_argument("--dkdv-configs", type=_config, nargs="+", help="instead of CONFIGS, e.g. 64,64,2,2,1")
     ap.add_argument("--dq-configs", type=_config, nargs="+", help="instead of DQ_CONFIGS, e.g. 64,32,2,2")
     a = ap.parse_args()
-    CONFIGS[:] = a.dkdv_configs or CONFIGS
+    CONFIGS[:] = [(*c, 0)[:5] for c in a.dkdv_configs] if a.dkdv_configs else CONFIGS  # PREFETCH: 0 if not given
     DQ_CONFIGS[:] = a.dq_configs or DQ_CONFIGS
     if a.aot:
         aot(a.head_dims)

@@ -16,10 +16,6 @@ from flashdoc.kernels.forward import attn_fwd as tl_fwd
 from flashdoc.kernels.launch import on_device
 from perf.code_hash import compile_config, ptxas_info
 from perf.gluon_bwd import _config, _time
-from perf.gluon_fwd_wide import _attn_fwd_hopper_o_in_q, attn_fwd_o_in_q
-
-# --o-in-q: the prototype that stages O in the queries' shared memory (perf/gluon_fwd_wide.py)
-O_IN_Q = False
 
 # (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent)
 CONFIGS = [(64, 128, 2, 3, False), (64, 128, 2, 2, False), (64, 128, 2, 3, True), (64, 128, 2, 2, True),
@@ -28,7 +24,8 @@ CONFIGS = [(64, 128, 2, 3, False), (64, 128, 2, 2, False), (64, 128, 2, 3, True)
 
 def smem_bytes(d, cfg):
     bm, bn, st, nc, persistent = cfg
-    return 2 * d * ((1 if O_IN_Q else 2) * nc * bm + 2 * st * bn)  # Q (and O) tiles, the key/value ring
+    o_tiles = 0 if d > fh.MAX_SEPARATE_O_HEAD_DIM else 1  # over it, O is staged in the Q tiles
+    return 2 * d * ((1 + o_tiles) * nc * bm + 2 * st * bn)  # Q (and O) tiles, the key/value ring
 
 
 def configs(d):
@@ -41,8 +38,9 @@ def aot(head_dims=(64, 128)):
         for causal in (False, True):
             for bm, bn, st, nc, persistent in configs(d):
                 smem = smem_bytes(d, (bm, bn, st, nc, persistent))
-                ck = compile_config(_attn_fwd_hopper_o_in_q if O_IN_Q else fh._attn_fwd_hopper, d, bm, bn,
-                                    dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=st, N_CONSUMERS=nc))
+                ck = compile_config(fh._attn_fwd_hopper, d, bm, bn,
+                                    dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=st, N_CONSUMERS=nc,
+                                         O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
                 info = ptxas_info(ck)
                 print(f"d={d} causal={causal} ({bm}, {bn}, {st}, {nc}, {persistent}) smem={smem // 1024} KiB: {info}",
                       flush=True)
@@ -54,8 +52,7 @@ def hopper(q, k, v, causal, cfg, bottom_right=False, out=None, lse=None):
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32) if lse is None else lse
     with on_device(q.device):
-        (attn_fwd_o_in_q if O_IN_Q else fh.attn_fwd_hopper)(q, k, v, out, lse, q.shape[3] ** -0.5, causal,
-                                                            bottom_right, cfg)
+        fh.attn_fwd_hopper(q, k, v, out, lse, q.shape[3] ** -0.5, causal, bottom_right, cfg)
     return out, lse
 
 
@@ -118,9 +115,7 @@ if __name__ == "__main__":
     ap.add_argument("--causal-only", action="store_true")
     ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--configs", type=_config, nargs="+", help="instead of CONFIGS, e.g. 64,64,2,2,1")
-    ap.add_argument("--o-in-q", action="store_true", help="run the O-in-Q prototype (perf/gluon_fwd_wide.py)")
     a = ap.parse_args()
-    O_IN_Q = a.o_in_q
     CONFIGS[:] = [(*c[:4], bool(c[4])) for c in a.configs] if a.configs else CONFIGS
     if a.aot:
         aot(a.head_dims)

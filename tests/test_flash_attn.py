@@ -405,7 +405,7 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon forward runs on Hopper GPUs only")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
     """The Hopper forward (forward_hopper.py) in its tuned config and with two or three consumer warpgroups,
     other rings, and persistent grids, against the oracle, by the portable configs' criterion: ragged lengths,
@@ -424,9 +424,12 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
             out_pt, _ = attention_math(q, k, v, scale, causal, bottom_right, dtype)
             base = (out_pt.double() - out_ref).abs().max().item()
             # (two and three consumers, one program per tile or persistent; a deeper ring of narrower tiles;
-            # three stages where shared memory holds them)
-            others = [(64, 128, 2, 2, False), (64, 128, 2, 2, True), (64, 128, 2, 3, True), (64, 64, 4, 3, False)]
-            others += [(64, 128, 3, 3, True)] if head_dim == 64 else []
+            # three stages where shared memory holds them; at d = 256, where O is staged in the Q tiles, what fits)
+            if head_dim > fh.MAX_SEPARATE_O_HEAD_DIM:
+                others = [(64, 64, 2, 2, False), (64, 32, 3, 2, True)]
+            else:
+                others = [(64, 128, 2, 2, False), (64, 128, 2, 2, True), (64, 128, 2, 3, True), (64, 64, 4, 3, False)]
+                others += [(64, 128, 3, 3, True)] if head_dim == 64 else []
             for config in {fh.HOPPER_CONFIGS[head_dim, causal], *others}:
                 out = torch.empty_like(q)
                 lse = torch.empty(shape[0], shape[3], shape[1], device="cuda", dtype=torch.float32)
@@ -441,12 +444,12 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
 @pytest.mark.skipif(not HOPPER, reason="the Gluon backward runs on Hopper GPUs only")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_gpu_hopper_backward_every_config(head_dim, causal, dtype):
-    """The Hopper dK/dV and dQ kernels (backward_hopper.py) in their tuned configs and with three consumers or a
-    deeper ring, against the oracle's gradients by flash-attn's criterion (the one the autograd tests use):
-    ragged lengths, GQA, both causal alignments (seqlen_q > seqlen_k leaves rows with no key, and keys no row
-    sees)."""
+    """The Hopper dK/dV and dQ kernels (backward_hopper.py) in their tuned configs and with three consumers, a
+    deeper ring or PREFETCH switched (at d = 256: the wide dK/dV kernel, and dQ in the configs that fit), against
+    the oracle's gradients by flash-attn's criterion (the one the autograd tests use): ragged lengths, GQA, both
+    causal alignments (seqlen_q > seqlen_k leaves rows with no key, and keys no row sees)."""
     from flashdoc.kernels import backward_hopper as bh
     from flashdoc.kernels.backward import bwd_preprocess
     from flashdoc.kernels.launch import on_device
@@ -465,15 +468,19 @@ def test_gpu_hopper_backward_every_config(head_dim, causal, dtype):
             with on_device(q.device):
                 delta, lse2 = bwd_preprocess(dout, out_ref.detach().to(dtype), lse_ref.contiguous(), None)
             where = f"{shape} bottom_right={bottom_right}"
-            for config in {bh.HOPPER_DKDV_CONFIGS.get((head_dim, causal)), (64, 64, 2, 2), (64, 64, 3, 2),
-                           (64, 64, 2, 3)} - {None}:
+            if head_dim > bh.MAX_NARROW_HEAD_DIM:
+                dkdv_configs, dq_configs = [(64, 64, 2, 2, False)], [(64, 32, 2, 2), (64, 32, 3, 2)]
+            else:
+                dkdv_configs = [(64, 64, 2, 2, False), (64, 64, 2, 2, True), (64, 64, 3, 2, True),
+                                (64, 64, 2, 3, False)]
+                dq_configs = [(64, 64, 2, 2), (64, 128, 2, 2), (64, 64, 3, 2), (64, 64, 2, 3)]
+            for config in {bh.HOPPER_DKDV_CONFIGS.get((head_dim, causal)), *dkdv_configs} - {None}:
                 dk, dv = torch.empty_like(k), torch.empty_like(v)
                 with on_device(q.device):
                     bh.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, scale, causal, bottom_right, config)
                 assert_close_like_flash_attn(f"dk {where} {config}", dk, dk_ref, dk_pt, dtype, mult=3.0)
                 assert_close_like_flash_attn(f"dv {where} {config}", dv, dv_ref, dv_pt, dtype, mult=3.0)
-            for config in {bh.HOPPER_DQ_CONFIGS.get((head_dim, causal)), (64, 64, 2, 2), (64, 128, 2, 2),
-                           (64, 64, 3, 2), (64, 64, 2, 3)} - {None}:
+            for config in {bh.HOPPER_DQ_CONFIGS.get((head_dim, causal)), *dq_configs} - {None}:
                 dq = torch.empty_like(q)
                 with on_device(q.device):
                     bh.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, scale, causal, bottom_right, config)
@@ -483,7 +490,7 @@ def test_gpu_hopper_backward_every_config(head_dim, causal, dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon forward runs on Hopper GPUs only")
 def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
-    """fp16/bf16 at head dims 64 and 128 go to the Hopper forward; other dtypes and head dims, lengths under
+    """fp16/bf16 at head dims 64, 128 and 256 go to the Hopper forward; other dtypes and head dims, lengths under
     MIN_SEQLEN, a config passed explicitly, and FLASHDOC_HOPPER=0 (its ENABLED) stay on the portable kernel."""
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.forward import attn_fwd, fwd_configs_for
@@ -493,7 +500,7 @@ def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
     monkeypatch.setattr(fh, "attn_fwd_hopper", lambda *a, **kw: calls.append(a[0].shape) or real(*a, **kw))
     for head_dim, dtype, causal, taken in [(64, torch.bfloat16, False, True), (128, torch.float16, True, True),
                                            (64, torch.bfloat16, True, False),  # under MIN_SEQLEN
-                                           (96, torch.bfloat16, False, False), (256, torch.bfloat16, False, False),
+                                           (96, torch.bfloat16, False, False), (256, torch.bfloat16, False, True),
                                            (128, torch.float32, False, False)]:
         q, k, v = make_qkv(1, 200, 200, 2, 2, head_dim, dtype, requires_grad=False)
         calls.clear()

@@ -19,11 +19,18 @@ of its GQA group, computing the transposed step (keys x queries): S^T = K Q^T, P
 dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q. Under the causal mask each consumer
 skips, while still releasing in order, the query tiles that see none of its keys.
 
+dK/dV for head dims over 128 (the *wide* kernel): two consumers cannot each keep BLOCK_N keys' two d-column fp32
+accumulators at d = 256 (256 registers a thread), so they share one program's keys and split the head dim: each
+computes S^T and dP^T for half of the streamed rows, they swap P^T and dS^T through shared memory, and each
+updates its half of dK's and dV's columns with both halves. S^T = K Q^T is two chained products over the two
+column halves, the same k-steps in the same order as one product: its gradients too came out bit-identical to
+the portable kernel's on the H200.
+
 dQ: the forward's skeleton. One program = N_CONSUMERS x BLOCK_M query rows of one (batch, head); each consumer
 keeps its rows' Q and dO and streams BLOCK_N keys of K and V at a time: dQ += dS K.
 
-Same inputs as ``backward.bwd_dkdv`` and ``backward.bwd_dq`` (GQA, both causal alignments, any lengths), head
-dim 64 or 128, fp16/bf16. ``backward`` sends the calls these kernels take here (``supports_dkdv``,
+Same inputs as ``backward.bwd_dkdv`` and ``backward.bwd_dq`` (GQA, both causal alignments, any lengths), the
+head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the calls these kernels take here (``supports_dkdv``,
 ``supports_dq``); ``FLASHDOC_HOPPER=0`` keeps them on the portable kernels, like the forward.
 """
 
@@ -43,22 +50,33 @@ if GLUON:
     from .forward_hopper import _key_range, _keys_seen
 
 # --8<-- [start:hopper_bwd_configs]
-# (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS) per (head dim, causal), chosen with perf/gluon_bwd.py on the H200
-# (perf/NOTES.md, session 11). dK/dV: BLOCK_N keys per consumer, BLOCK_M query rows per streamed tile. dQ:
-# BLOCK_M query rows per consumer, BLOCK_N keys per streamed tile. Two consumers, so that each thread has 240
-# registers: dK/dV holds two 64 x d fp32 accumulators (three consumers spilled 1.6-4.6 KB at d = 128 and ran at
-# 0.28-0.47x the portable kernel's speed). A key that is missing stays on the portable kernel, which measured as
-# fast there (d = 64 without the mask: the Gluon kernels ran at 0.88-1.01x).
+# Chosen with perf/gluon_bwd.py on the H200 (perf/NOTES.md, sessions 11 and 13), per (head dim, causal).
+# dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS, PREFETCH: load the
+# next tile's LSE and delta rows during this step's dK product). Two consumers, so that each thread has 240
+# registers for its two 64 x d fp32 accumulators (three spilled 1.6-4.6 KB at d = 128 and ran at 0.28-0.47x the
+# portable kernel's speed). PREFETCH gained 4% at d = 128 without the mask and lost 1-4% under it, where it made
+# ptxas spill more. Head dims over 128 run the wide kernel: its two consumers share BLOCK_N keys, each owning half
+# of dK's and dV's columns (1.4-1.75x the portable kernel at d = 256).
+# dQ: (BLOCK_M query rows per consumer, BLOCK_N keys per streamed tile, STAGES, N_CONSUMERS).
+# A key that is missing stays on the portable kernels, which measured as fast there (d = 64 without the mask:
+# dK/dV 0.89-0.98x, dQ 1.00-1.02x).
 HOPPER_DKDV_CONFIGS = {
-    (64, True): (64, 64, 2, 2),
-    (128, False): (64, 64, 2, 2),
-    (128, True): (64, 64, 2, 2),
+    (64, True): (64, 64, 2, 2, False),
+    (128, False): (64, 64, 2, 2, True),
+    (128, True): (64, 64, 2, 2, False),
+    (256, False): (64, 64, 2, 2, False),
+    (256, True): (64, 64, 2, 2, False),
 }
 HOPPER_DQ_CONFIGS = {
     (64, True): (64, 128, 2, 2),
     (128, False): (64, 128, 2, 2),
     (128, True): (64, 128, 2, 2),
+    (256, False): (64, 32, 2, 2),
+    (256, True): (64, 32, 2, 2),
 }
+# dK/dV of head dims over this run the wide kernel: two BLOCK_N x d fp32 accumulators of more columns do not fit
+# in one warpgroup's registers.
+MAX_NARROW_HEAD_DIM = 128
 # --8<-- [end:hopper_bwd_configs]
 
 
@@ -159,13 +177,20 @@ if GLUON:
     # --8<-- [start:hopper_bwd_step]
     @gluon.jit
     def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_base, delta_base, offs_n, seqlen_q,
-               causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, BLOCK_M: gl.constexpr,
-               BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
-               p_layout: gl.constexpr):
-        """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first."""
+               causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, PREFETCH: gl.constexpr,
+               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+               s_layout: gl.constexpr, p_layout: gl.constexpr):
+        """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
+        With PREFETCH, each step loads the next tile's LSE and delta rows while its dK product runs, instead of
+        paying their L2 round trip before its exponentials."""
         dtype: gl.constexpr = q_smem.dtype
         offs_m0 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=s_layout)
+        # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
+        if PREFETCH:
+            offs_m = m_lo + offs_m0
+            lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
+            delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
         for start_m in range(m_lo, m_hi, BLOCK_M):
             it = it0 + (start_m - m_lo) // BLOCK_M
             s = it % STAGES
@@ -173,9 +198,9 @@ if GLUON:
             q = q_smem.index(s).reshape([BLOCK_M, BLOCK_D])
             do = do_smem.index(s).reshape([BLOCK_M, BLOCK_D])
             offs_m = start_m + offs_m0
-            # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
-            lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
-            delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+            if not PREFETCH:
+                lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
+                delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
             # both products that need only the resident tiles and the streamed ones go out together: dP^T runs on the
             # tensor cores while P^T's exponentials run on the CUDA cores
             qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -188,6 +213,10 @@ if GLUON:
             dpT, dv = warpgroup_mma_wait(0, deps=(dpT, dv))
             dsT = pT * (dpT - delta[None, :])
             dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
+            if PREFETCH:  # the next tile's rows (past m_hi: a few loads that nobody reads)
+                offs_next = offs_m + BLOCK_M
+                lse2 = gl.load(lse2_base + offs_next, mask=offs_next < seqlen_q, other=float("inf"))
+                delta = gl.load(delta_base + offs_next, mask=offs_next < seqlen_q, other=0.0)
             dk = warpgroup_mma_wait(0, deps=(dk, ))
             mbarrier.arrive(qdo_empty.index(s), count=1)  # one arrival per warpgroup: this slot may be refilled
         return dk, dv
@@ -196,8 +225,8 @@ if GLUON:
     @gluon.jit
     def _consumer(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
                   off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale,
-                  SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
+                  SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, PREFETCH: gl.constexpr, BLOCK_M: gl.constexpr,
+                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M, 16])
@@ -222,10 +251,10 @@ if GLUON:
             _release_skipped(qdo_ready, qdo_empty, it0, (my_lo - lo) // BLOCK_M, STAGES)
             dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
                             seqlen_q, causal_offset, qk_scale, it0 + (my_lo - lo) // BLOCK_M, my_lo, full_lo, True,
-                            BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
+                            False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
             dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
                             seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, False,
-                            BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
+                            PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
         # every product of this warpgroup has completed: its K and V tiles' shared memory takes dK and dV
         k.store((dk * softmax_scale).to(dtype))
         v.store(dv.to(dtype))
@@ -237,7 +266,7 @@ if GLUON:
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
     def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads, group_size,
                               seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale, IS_CAUSAL: gl.constexpr,
-                              STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr):
+                              STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, PREFETCH: gl.constexpr):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
         rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
@@ -265,10 +294,10 @@ if GLUON:
                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
@@ -276,14 +305,196 @@ if GLUON:
                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             softmax_scale, qk_scale, 2, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
             ], [4, 4, 4], [160, 160, 160])
+
+    # dK/dV for head dims over 128 (the producer streams Q and dO in column halves; the consumers share the keys) --
+    # Two 64 x 256 fp32 accumulators would take 256 registers a thread in one warpgroup, more than a thread has. So
+    # the two consumers share the program's BLOCK_N keys: consumer c owns columns [c * COLS, + COLS) of dK and dV
+    # (COLS = head_dim / 2: 64 + 64 registers a thread), and on each streamed tile it computes S^T and dP^T for
+    # query rows [c * BLOCK_M / 2, + BLOCK_M / 2) only. The two exchange their P^T and dS^T through shared memory,
+    # as FlashAttention-3's backward does, and each then updates its columns with both halves. Every tile is kept
+    # as two column halves (descriptors of COLS columns), so no product needs a column slice of shared memory.
+
+    @gluon.jit
+    def _wide_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
+                       qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr):
+        """``_producer`` with each tile in two column halves: half h of ring slot s is q_smem.index(2 * s + h)."""
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
+        COLS: gl.constexpr = q_desc.block_type.shape[3]
+        mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+        for h in gl.static_range(2):
+            tma.async_copy_global_to_shared(k_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, k_smem.index(h))
+            tma.async_copy_global_to_shared(v_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, v_smem.index(h))
+        n_m = gl.cdiv(hi - lo, BLOCK_M)
+        for g in range(group_size):
+            off_h = off_hk * group_size + g
+            for j in range(n_m):
+                it = g * n_m + j
+                s = it % STAGES
+                mbarrier.wait(qdo_empty.index(s), ((it // STAGES) & 1) ^ 1)
+                mbarrier.expect(qdo_ready.index(s), 2 * (q_desc.block_type.nbytes + do_desc.block_type.nbytes))
+                for h in gl.static_range(2):
+                    tma.async_copy_global_to_shared(q_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
+                                                    qdo_ready.index(s), q_smem.index(2 * s + h))
+                    tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
+                                                    qdo_ready.index(s), do_smem.index(2 * s + h))
+
+    @gluon.jit
+    def _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty, ps_ready,
+                    ps_empty, lse2_base, delta_base, offs_n, seqlen_q, causal_offset, qk_scale, it0, m_lo, m_hi,
+                    SUB: gl.constexpr, MASKED: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                    COLS: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr):
+        """``_tiles`` for one of the two consumers sharing the keys: query tiles [m_lo, m_hi), the ring's it0-th
+        first. Exchange buffer b (of 2) holds both consumers' P^T and dS^T: pT_smem.index(2 * b + c)."""
+        dtype: gl.constexpr = q_smem.dtype
+        ROWS: gl.constexpr = BLOCK_M // 2  # query rows whose S^T and dP^T this consumer computes
+        k0 = k_smem.index(0).reshape([BLOCK_N, COLS])
+        k1 = k_smem.index(1).reshape([BLOCK_N, COLS])
+        v0 = v_smem.index(0).reshape([BLOCK_N, COLS])
+        v1 = v_smem.index(1).reshape([BLOCK_N, COLS])
+        offs_m0 = SUB * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, s_layout))
+        zero_s = gl.zeros([BLOCK_N, ROWS], gl.float32, layout=s_layout)
+        for start_m in range(m_lo, m_hi, BLOCK_M):
+            it = it0 + (start_m - m_lo) // BLOCK_M
+            s = it % STAGES
+            b = it % 2
+            mbarrier.wait(qdo_ready.index(s), (it // STAGES) & 1)
+            q0 = q_smem.index(2 * s).reshape([BLOCK_M, COLS])
+            q1 = q_smem.index(2 * s + 1).reshape([BLOCK_M, COLS])
+            do0 = do_smem.index(2 * s).reshape([BLOCK_M, COLS])
+            do1 = do_smem.index(2 * s + 1).reshape([BLOCK_M, COLS])
+            offs_m = start_m + offs_m0
+            # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
+            lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
+            delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+            # S^T and dP^T of my rows, each summed over both column halves; dP^T runs during the exponentials
+            qkT = warpgroup_mma(k0, q0.slice(SUB * ROWS, ROWS).permute((1, 0)), zero_s, use_acc=False,
+                                is_async=True)
+            qkT = warpgroup_mma(k1, q1.slice(SUB * ROWS, ROWS).permute((1, 0)), qkT, is_async=True)
+            dpT = warpgroup_mma(v0, do0.slice(SUB * ROWS, ROWS).permute((1, 0)), zero_s, use_acc=False,
+                                is_async=True)
+            dpT = warpgroup_mma(v1, do1.slice(SUB * ROWS, ROWS).permute((1, 0)), dpT, is_async=True)
+            qkT = warpgroup_mma_wait(2, deps=(qkT, ))
+            pT = gl.exp2(qkT * qk_scale - lse2[None, :])
+            if MASKED:
+                pT = gl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
+            dpT = warpgroup_mma_wait(0, deps=(dpT, ))
+            dsT = pT * (dpT - delta[None, :])
+            # hand my halves of P^T and dS^T over once both consumers have finished with this buffer's last use
+            mbarrier.wait(ps_empty.index(b), ((it // 2) & 1) ^ 1)
+            pT_smem.index(2 * b + SUB).store(pT.to(dtype))
+            dsT_smem.index(2 * b + SUB).store(dsT.to(dtype))
+            fence_async_shared()
+            mbarrier.arrive(ps_ready.index(b), count=1)
+            mbarrier.wait(ps_ready.index(b), (it // 2) & 1)
+            # my columns of dV and dK, from both consumers' rows
+            q_mine = q_smem.index(2 * s + SUB).reshape([BLOCK_M, COLS])
+            do_mine = do_smem.index(2 * s + SUB).reshape([BLOCK_M, COLS])
+            dv = warpgroup_mma(pT_smem.index(2 * b), do_mine.slice(0, ROWS), dv, is_async=True)
+            dv = warpgroup_mma(pT_smem.index(2 * b + 1), do_mine.slice(ROWS, ROWS), dv, is_async=True)
+            dk = warpgroup_mma(dsT_smem.index(2 * b), q_mine.slice(0, ROWS), dk, is_async=True)
+            dk = warpgroup_mma(dsT_smem.index(2 * b + 1), q_mine.slice(ROWS, ROWS), dk, is_async=True)
+            dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
+            mbarrier.arrive(ps_empty.index(b), count=1)
+            mbarrier.arrive(qdo_empty.index(s), count=1)
+        return dk, dv
+
+    @gluon.jit
+    def _wide_consumer(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, pT_smem, dsT_smem, kv_ready,
+                       qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo, hi, n_heads,
+                       group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, SUB: gl.constexpr,
+                       IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, COLS: gl.constexpr,
+                       STAGES: gl.constexpr):
+        dtype: gl.constexpr = q_smem.dtype
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_M // 2, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, COLS, 16])
+        offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
+        dk = gl.zeros([BLOCK_N, COLS], gl.float32, layout=o_layout)
+        dv = gl.zeros([BLOCK_N, COLS], gl.float32, layout=o_layout)
+        # both consumers need every query tile the program streams (its lo is their my_lo); from full_lo on, unmasked
+        _, full_lo = _query_range(start_n, lo, hi, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+        n_m = gl.cdiv(hi - lo, BLOCK_M)
+        mbarrier.wait(kv_ready, 0)
+        for g in range(group_size):
+            off_h = off_hk * group_size + g
+            row = (off_b.to(gl.int64) * n_heads + off_h) * seqlen_q
+            it0 = g * n_m
+            dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
+                                 ps_ready, ps_empty, LSE2 + row, DELTA + row, offs_n, seqlen_q, causal_offset,
+                                 qk_scale, it0, lo, full_lo, SUB, True, BLOCK_M, BLOCK_N, COLS, STAGES, s_layout)
+            dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
+                                 ps_ready, ps_empty, LSE2 + row, DELTA + row, offs_n, seqlen_q, causal_offset,
+                                 qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, SUB, False, BLOCK_M,
+                                 BLOCK_N, COLS, STAGES, s_layout)
+        # both consumers read both halves of K and V to the end: wait for the other before overwriting mine
+        mbarrier.arrive(done, count=1)
+        mbarrier.wait(done, 0)
+        k_tile = k_smem.index(SUB)
+        v_tile = v_smem.index(SUB)
+        k_tile.reshape([BLOCK_N, COLS]).store((dk * softmax_scale).to(dtype))
+        v_tile.reshape([BLOCK_N, COLS]).store(dv.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(dk_desc, [off_b, start_n, off_hk, SUB * COLS], k_tile)
+        tma.async_copy_shared_to_global(dv_desc, [off_b, start_n, off_hk, SUB * COLS], v_tile)
+        tma.store_wait(0)
+
+
+    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
+    def _attn_bwd_dkdv_hopper_wide(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads,
+                                   group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
+                                   IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr):
+        """``_attn_bwd_dkdv_hopper`` for head dims over 128, every descriptor in tiles of half the head dim.
+        Grid: (key tiles of BLOCK_N, batch * kv heads)."""
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
+        COLS: gl.constexpr = q_desc.block_type.shape[3]
+        dtype: gl.constexpr = q_desc.dtype
+        off_b, off_hk, start_n, lo, hi = _key_block(BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q, causal_offset,
+                                                    IS_CAUSAL)
+
+        k_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], v_desc.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [2 * STAGES, 1, BLOCK_M, 1, COLS], q_desc.layout)
+        do_smem = gl.allocate_shared_memory(dtype, [2 * STAGES, 1, BLOCK_M, 1, COLS], do_desc.layout)
+        x_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M // 2], dtype)
+        pT_smem = gl.allocate_shared_memory(dtype, [4, BLOCK_N, BLOCK_M // 2], x_layout)
+        dsT_smem = gl.allocate_shared_memory(dtype, [4, BLOCK_N, BLOCK_M // 2], x_layout)
+        kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        qdo_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        qdo_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        ps_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        ps_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(kv_ready, count=1)
+        mbarrier.init(done, count=2)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(qdo_ready.index(i), count=1)
+            mbarrier.init(qdo_empty.index(i), count=2)
+        for i in gl.static_range(2):
+            mbarrier.init(ps_ready.index(i), count=2)
+            mbarrier.init(ps_empty.index(i), count=2)
+
+        gl.warp_specialize([
+            (_wide_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
+                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
+            (_wide_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, pT_smem, dsT_smem,
+                              kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo,
+                              hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 0,
+                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES)),
+            (_wide_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, pT_smem, dsT_smem,
+                              kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo,
+                              hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 1,
+                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES)),
+        ], [4, 4], [240, 240])
 
 
     # dQ: the forward's skeleton (the producer streams K and V; each consumer keeps its query rows' Q and dO) ------
@@ -434,16 +645,29 @@ if GLUON:
 def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
                     config=None):
     """``backward.bwd_dkdv`` on Hopper (dk, dv written in place; lse2, delta from ``backward.bwd_preprocess``).
-    config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS), default ``HOPPER_DKDV_CONFIGS[head_dim, causal]``."""
+    config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS, PREFETCH), default ``HOPPER_DKDV_CONFIGS[head_dim, causal]``.
+    Head dims over ``MAX_NARROW_HEAD_DIM`` run the wide kernel, which takes (BLOCK_M, BLOCK_N, STAGES, 2, False):
+    BLOCK_N keys per program, half of each streamed tile's BLOCK_M rows per consumer."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
-    block_m, block_n, stages, consumers = config or HOPPER_DKDV_CONFIGS[head_dim, causal]
-    grid = (triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads)
-    _attn_bwd_dkdv_hopper[grid](descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
-                                descriptor(v, block_n), descriptor(dk, block_n), descriptor(dv, block_n), lse2,
-                                delta, n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k,
-                                seqlen_k - seqlen_q if bottom_right else 0, softmax_scale, softmax_scale * LOG2E,
-                                IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, num_warps=4)
+    block_m, block_n, stages, consumers, prefetch = config or HOPPER_DKDV_CONFIGS[head_dim, causal]
+    rest = (lse2, delta, n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
+            softmax_scale, softmax_scale * LOG2E)
+    if head_dim > MAX_NARROW_HEAD_DIM:
+        if (consumers, prefetch) != (2, False):
+            raise ValueError(f"the wide dK/dV kernel (head_dim {head_dim}) takes configs (BLOCK_M, BLOCK_N, STAGES, "
+                             f"2, False), got config={config}")
+        cols = head_dim // 2
+        grid = (triton.cdiv(seqlen_k, block_n), batch * n_kv_heads)
+        _attn_bwd_dkdv_hopper_wide[grid](*(descriptor(t, rows, cols) for t, rows in ((q, block_m), (dout, block_m),
+                                           (k, block_n), (v, block_n), (dk, block_n), (dv, block_n))),
+                                         *rest, IS_CAUSAL=causal, STAGES=stages, num_warps=4)
+    else:
+        grid = (triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads)
+        _attn_bwd_dkdv_hopper[grid](descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
+                                    descriptor(v, block_n), descriptor(dk, block_n), descriptor(dv, block_n), *rest,
+                                    IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=bool(prefetch),
+                                    num_warps=4)
 
 
 def bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,

@@ -19,8 +19,12 @@ first (FlashAttention-3's longest-processing-time order), so the programs finish
   the ring, so while one does its softmax on the CUDA cores another's products run on the tensor cores. Under
   the causal mask each stops at its own last key tile.
 
-Same inputs, outputs and semantics as ``forward._attn_fwd`` (GQA, both causal alignments, any lengths); head
-dim 64 or 128, fp16/bf16. ``forward.attn_fwd`` sends the calls this kernel takes here (``supports``).
+At head dims over 128 each consumer writes its output through its own query tile's shared memory, as
+FlashAttention-3 does, rather than through a separate output tile: at d = 256 that is what leaves room for 64-key
+tiles in the ring.
+
+Same inputs, outputs and semantics as ``forward._attn_fwd`` (GQA, both causal alignments, any lengths); the head
+dims with a tuned config (64, 128, 256), fp16/bf16. ``forward.attn_fwd`` sends the calls this kernel takes here (``supports``).
 """
 
 import functools
@@ -51,16 +55,22 @@ except ImportError:  # a Triton without Gluon
 # --8<-- [start:hopper_configs]
 # (BLOCK_M rows per consumer, BLOCK_N keys per tile, STAGES of the key/value ring, N_CONSUMERS, PERSISTENT: one
 # program per SM taking tiles until none is left, instead of one program per tile) per (head dim, causal), chosen
-# with perf/gluon_fwd.py on the H200 (perf/NOTES.md, sessions 9-10). One config now wins at every key; the table
-# stays so that a head dim or mask can be tuned apart. With three consumers of 4 warps plus the producer's 4, each
-# consumer thread gets 160 registers (240 with two): enough for a 64 x 128 fp32 score tile, its 16-bit
-# probabilities and a 64 x d accumulator at d <= 128.
+# with perf/gluon_fwd.py on the H200 (perf/NOTES.md, sessions 9-10 and 13). With three consumers of 4 warps plus
+# the producer's 4, each consumer thread gets 160 registers (240 with two): enough for a 64 x 128 fp32 score tile,
+# its 16-bit probabilities and a 64 x d accumulator at d <= 128. At d = 256 two consumers, 64-key tiles, the output
+# staged in the query tiles (MAX_SEPARATE_O_HEAD_DIM): 1.10-1.26x the portable kernel, where 32-key tiles beside
+# separate output tiles ran at 0.91-1.04x.
 HOPPER_CONFIGS = {
     (64, False): (64, 128, 2, 3, True),
     (64, True): (64, 128, 2, 3, True),
     (128, False): (64, 128, 2, 3, True),
     (128, True): (64, 128, 2, 3, True),
+    (256, False): (64, 64, 2, 2, True),
+    (256, True): (64, 64, 2, 2, True),
 }
+# Head dims over this write each consumer's output through its query tile (``O_IN_Q``): separate output tiles take
+# shared memory that the key/value ring needs.
+MAX_SEPARATE_O_HEAD_DIM = 128
 # Causal calls at d = 64 shorter than this stay on the portable kernel: there a work item is a few key tiles, and
 # the portable kernel, two programs per SM, ran 1.1-1.3x faster at 512-1k tokens (benchmark v11 against v10).
 MIN_SEQLEN = {(64, True): 2048}
@@ -228,9 +238,10 @@ if GLUON:
     @gluon.jit
     def _consumer(o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
                   kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                  SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
-        """Consumer warpgroup SUB: rows row0 + SUB * BLOCK_M + [0, BLOCK_M) of each work item's query tile."""
+                  SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, O_IN_Q: gl.constexpr, BLOCK_M: gl.constexpr,
+                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
+        """Consumer warpgroup SUB: rows row0 + SUB * BLOCK_M + [0, BLOCK_M) of each work item's query tile. With
+        O_IN_Q, o_smem is q_smem: the output goes out through the query tile, which is released only then."""
         dtype: gl.constexpr = o_desc.dtype
         N_CONSUMERS: gl.constexpr = q_smem.shape[0]
         # wgmma's accumulator layouts: 4 warps stacked along the rows, 16 rows per instruction
@@ -262,8 +273,9 @@ if GLUON:
             acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m,
                                      seqlen_k, causal_offset, qk_scale, full_hi, my_hi, True, IS_CAUSAL, BLOCK_M,
                                      BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o)
-            # every Q K^T of this item is done: the producer may load the next item's queries during the epilogue
-            mbarrier.arrive(q_empty, count=1)
+            if not O_IN_Q:
+                # every Q K^T of this item is done: the producer may load the next item's queries during the epilogue
+                mbarrier.arrive(q_empty, count=1)
 
             # as in forward._attn_fwd: rows that saw no key output zeros and LSE = -inf
             l_safe = gl.where(l_i == 0.0, 1.0, l_i)
@@ -271,7 +283,8 @@ if GLUON:
             gl.store(LSE + pid_bh.to(gl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
             acc = acc / gl.convert_layout(l_safe, row_o)[:, None]
             o_tile = o_smem.index(SUB)
-            tma.store_wait(0)  # the last item's output has left o_tile
+            if not O_IN_Q:
+                tma.store_wait(0)  # the last item's output has left o_tile
             o_tile.reshape([BLOCK_M, BLOCK_D]).store(acc.to(dtype))
             fence_async_shared()
             tma.async_copy_shared_to_global(o_desc, [off_b, first, off_h, 0], o_tile)
@@ -282,11 +295,15 @@ if GLUON:
                 it = kv_it + j
                 mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
                 mbarrier.arrive(kv_empty.index(it % STAGES), count=1)
+            if O_IN_Q:
+                tma.store_wait(0)  # the output has left the query tile: the next item's queries may land in it
+                mbarrier.arrive(q_empty, count=1)
             kv_it += gl.cdiv(hi, BLOCK_N)
             r += 1
             mbarrier.wait(q_ready, r & 1)
             i = _read_item(item_smem)
-        tma.store_wait(0)
+        if not O_IN_Q:  # (with O_IN_Q, each item's output has been waited for)
+            tma.store_wait(0)
 
     # --8<-- [start:hopper_kernel]
     # Lengths, offsets and counts change from call to call: no specialising on their value.
@@ -294,7 +311,7 @@ if GLUON:
                                   "causal_offset"])
     def _attn_fwd_hopper(q_desc, k_desc, v_desc, o_desc, LSE, COUNTER, n_tiles, total, n_heads, group_size, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr):
+                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, O_IN_Q: gl.constexpr):
         """Work items: ``total`` tiles of N_CONSUMERS * BLOCK_M query rows (``n_tiles`` per (batch, head)), claimed
         one at a time through COUNTER (an int32 zero): one per program, or, on a persistent grid of one program per
         SM, as many as each program gets through, the producer loading an item's queries and first keys while the
@@ -302,7 +319,10 @@ if GLUON:
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         q_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
-        o_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], o_desc.layout)
+        if O_IN_Q:
+            o_smem = q_smem  # (Q's and O's descriptors have the same tile and layout)
+        else:
+            o_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], o_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
         item_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
@@ -326,10 +346,10 @@ if GLUON:
                              causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             causal_offset, qk_scale, 0, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             causal_offset, qk_scale, 1, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
@@ -338,13 +358,13 @@ if GLUON:
                              causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             causal_offset, qk_scale, 0, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             causal_offset, qk_scale, 1, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             causal_offset, qk_scale, 2, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
             ], [4, 4, 4], [160, 160, 160])
     # --8<-- [end:hopper_kernel]
 
@@ -383,4 +403,5 @@ def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, botto
     _attn_fwd_hopper[grid](*descriptors(q, k, v, out, block_m, block_n), lse, counter, n_tiles, total, n_heads,
                            n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
                            softmax_scale * LOG2E, IS_CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n,
-                           STAGES=stages, N_CONSUMERS=consumers, num_warps=4)
+                           STAGES=stages, N_CONSUMERS=consumers, O_IN_Q=head_dim > MAX_SEPARATE_O_HEAD_DIM,
+                           num_warps=4)
