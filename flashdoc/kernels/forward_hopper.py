@@ -71,9 +71,11 @@ HOPPER_CONFIGS = {
 # Head dims over this write each consumer's output through its query tile (``O_IN_Q``): separate output tiles take
 # shared memory that the key/value ring needs.
 MAX_SEPARATE_O_HEAD_DIM = 128
-# Causal calls at d = 64 shorter than this stay on the portable kernel: there a work item is a few key tiles, and
-# the portable kernel, two programs per SM, ran 1.1-1.3x faster at 512-1k tokens (benchmark v11 against v10).
-MIN_SEQLEN = {(64, True): 2048}
+# Causal calls shorter than this stay on the portable kernel: there a work item is a few key tiles. At d = 64 the
+# portable kernel, two programs per SM, ran 1.1-1.3x faster at 512-1k tokens (benchmark v11 against v10); at
+# d = 256 it ran 1.4-2.4x faster at 512 tokens (benchmark v14 against v13: the staged output holds each query tile
+# until its store has left).
+MIN_SEQLEN = {(64, True): 2048, (256, True): 1024}
 # --8<-- [end:hopper_configs]
 
 
