@@ -91,11 +91,11 @@ def check(head_dims=(64, 128)):
     print(f"check done: worst |out - portable| {worst:.3g}", flush=True)
 
 
-def bench(causal_modes=(False, True), head_dims=(64, 128)):
+def bench(causal_modes=(False, True), head_dims=(64, 128), lengths=(2048, 4096, 8192, 16384)):
     """TFLOP/s of each config against the portable kernel (autotuned), same process, rotated order, median of 3."""
     for d in head_dims:
         for causal in causal_modes:
-            for n in (2048, 4096, 8192, 16384):
+            for n in lengths:
                 b, h = 16384 // n, 2048 // d
                 q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                 o, lse = torch.empty_like(q), torch.empty(b, h, n, device="cuda", dtype=torch.float32)
@@ -113,6 +113,7 @@ if __name__ == "__main__":
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--causal-only", action="store_true")
+    ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
     ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--configs", type=_config, nargs="+", help="instead of CONFIGS, e.g. 64,64,2,2,1")
     a = ap.parse_args()
@@ -122,4 +123,4 @@ if __name__ == "__main__":
     if a.check:
         check(a.head_dims)
     if a.bench:
-        bench((True,) if a.causal_only else (False, True), a.head_dims)
+        bench((True,) if a.causal_only else (False, True), a.head_dims, a.lengths)

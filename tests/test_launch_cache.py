@@ -78,6 +78,70 @@ def test_second_launch_goes_straight_to_the_compiled_launcher(monkeypatch):
     assert desc.block_shape == [1, 64, 1, 16]
 
 
+def test_second_gluon_launch_goes_straight_to_the_compiled_launcher(monkeypatch):
+    """``launch_gluon``'s contract with Triton, on stand-ins (test_gpu_launch_cache_gluon checks it for real): the
+    first launch of a signature goes through the kernel; later ones call the compiled kernel's launcher with the
+    grid given, no launch hooks and every parameter in order, constexprs included; a new constexpr value or an
+    int that Triton specialises differently goes through the kernel again."""
+    launched = []
+
+    class Compiled:
+        function, packed_metadata = "function", "packed"
+
+        def run(self, *args):
+            launched.append(("cached", args))
+
+    class Kernel:  # a @gluon.jit function's interface: kernel[grid](*args, **constexprs, num_warps=...)
+        arg_names = ["X", "n", "IS_CAUSAL", "STAGES"]
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launched.append(("triton", grid, kwargs["num_warps"])) or Compiled()
+
+    monkeypatch.setattr(launch, "LAUNCH_CACHE", True)
+    monkeypatch.setattr(launch, "_gluon_launchers", {})
+    monkeypatch.setattr(launch, "_current_stream", lambda device: "stream")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    kernel, x = Kernel(), torch.zeros(16)
+    for n, causal in [(1024, True), (2048, True), (2048, False), (1000, False)]:
+        launch.launch_gluon(kernel, (7, 3), (x, n), dict(IS_CAUSAL=causal, STAGES=2), num_warps=4)
+    assert launched == [("triton", (7, 3), 4),
+                        ("cached", (7, 3, 1, "stream", "function", "packed", None, None, None, x, 2048, True, 2)),
+                        ("triton", (7, 3), 4),  # IS_CAUSAL changed
+                        ("triton", (7, 3), 4)]  # 16 does not divide 1000
+    assert len(launch._gluon_launchers) == 3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9),
+                    reason="the Gluon kernels run on Hopper GPUs only")
+def test_gpu_launch_cache_gluon(monkeypatch):
+    """The Hopper (Gluon) kernels: the same bits with and without the cache at every head dim they take (d = 256
+    runs the wide dK/dV kernel), and a repeated call adds no entry."""
+    import flashdoc
+    from flashdoc.kernels import forward_hopper as fh
+
+    def step(q, k, v, dout, causal):
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        out = flashdoc.flash_attn_func(q, k, v, causal=causal)
+        out.backward(dout)
+        return out, q.grad, k.grad, v.grad
+
+    for head_dim in (64, 128, 256):
+        for causal in (False, True):
+            q, k, v = make_qkv(2, 2048, 2048, 4, 2, head_dim, torch.bfloat16, requires_grad=False)
+            assert fh.supports(q, causal)
+            dout = torch.randn_like(q)
+            monkeypatch.setattr(launch, "LAUNCH_CACHE", False)
+            expected = step(q, k, v, dout, causal)
+            monkeypatch.setattr(launch, "LAUNCH_CACHE", True)
+            entries = []
+            for _ in range(2):  # the first call fills the cache, the second launches from it
+                for a, b in zip(step(q, k, v, dout, causal), expected):
+                    assert torch.equal(a, b), (head_dim, causal)
+                entries.append(len(launch._gluon_launchers))
+            assert entries[0] == entries[1] > 0
+
+
 def test_unchecked_descriptor_equals_the_checked_one():
     """The descriptors flashdoc builds without the constructor's checks (``launch.unchecked_descriptor``, for
     Triton's host descriptor and for Gluon's) hold the same fields as the constructor would give them."""

@@ -30,8 +30,8 @@ dQ: the forward's skeleton. One program = N_CONSUMERS x BLOCK_M query rows of on
 keeps its rows' Q and dO and streams BLOCK_N keys of K and V at a time: dQ += dS K.
 
 Same inputs as ``backward.bwd_dkdv`` and ``backward.bwd_dq`` (GQA, both causal alignments, any lengths), the
-head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the calls these kernels take here (``supports_dkdv``,
-``supports_dq``); ``FLASHDOC_HOPPER=0`` keeps them on the portable kernels, like the forward.
+head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the calls these kernels take here
+(``supports_dkdv``, ``supports_dq``); ``FLASHDOC_HOPPER=0`` keeps them on the portable kernels, like the forward.
 """
 
 import torch
@@ -40,6 +40,7 @@ import triton
 from . import LOG2E
 from .forward import MAX_GRID_Y
 from .forward_hopper import GLUON, descriptor, gluon_runs
+from .launch import launch_gluon
 
 if GLUON:
     from triton.experimental import gluon
@@ -54,12 +55,12 @@ if GLUON:
 # dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS, PREFETCH: load the
 # next tile's LSE and delta rows during this step's dK product). Two consumers, so that each thread has 240
 # registers for its two 64 x d fp32 accumulators (three spilled 1.6-4.6 KB at d = 128 and ran at 0.28-0.47x the
-# portable kernel's speed). PREFETCH gained 4% at d = 128 without the mask and lost 1-4% under it, where it made
+# portable kernel's speed). PREFETCH gained 2-6% at d = 128 without the mask and lost 1-6% under it, where it made
 # ptxas spill more. Head dims over 128 run the wide kernel: its two consumers share BLOCK_N keys, each owning half
 # of dK's and dV's columns (1.4-1.75x the portable kernel at d = 256).
 # dQ: (BLOCK_M query rows per consumer, BLOCK_N keys per streamed tile, STAGES, N_CONSUMERS).
 # A key that is missing stays on the portable kernels, which measured as fast there (d = 64 without the mask:
-# dK/dV 0.89-0.98x, dQ 1.00-1.02x).
+# dK/dV 0.89-0.98x, dQ 0.98-1.02x).
 HOPPER_DKDV_CONFIGS = {
     (64, True): (64, 64, 2, 2, False),
     (128, False): (64, 64, 2, 2, True),
@@ -346,6 +347,7 @@ if GLUON:
                     tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
                                                     qdo_ready.index(s), do_smem.index(2 * s + h))
 
+    # --8<-- [start:hopper_bwd_wide_step]
     @gluon.jit
     def _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty, ps_ready,
                     ps_empty, lse2_base, delta_base, offs_n, seqlen_q, causal_offset, qk_scale, it0, m_lo, m_hi,
@@ -405,6 +407,7 @@ if GLUON:
             mbarrier.arrive(ps_empty.index(b), count=1)
             mbarrier.arrive(qdo_empty.index(s), count=1)
         return dk, dv
+    # --8<-- [end:hopper_bwd_wide_step]
 
     @gluon.jit
     def _wide_consumer(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, pT_smem, dsT_smem, kv_ready,
@@ -659,15 +662,17 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
                              f"2, False), got config={config}")
         cols = head_dim // 2
         grid = (triton.cdiv(seqlen_k, block_n), batch * n_kv_heads)
-        _attn_bwd_dkdv_hopper_wide[grid](*(descriptor(t, rows, cols) for t, rows in ((q, block_m), (dout, block_m),
-                                           (k, block_n), (v, block_n), (dk, block_n), (dv, block_n))),
-                                         *rest, IS_CAUSAL=causal, STAGES=stages, num_warps=4)
+        launch_gluon(_attn_bwd_dkdv_hopper_wide, grid,
+                     (*(descriptor(t, rows, cols) for t, rows in ((q, block_m), (dout, block_m), (k, block_n),
+                                                                   (v, block_n), (dk, block_n), (dv, block_n))),
+                      *rest), dict(IS_CAUSAL=causal, STAGES=stages), num_warps=4)
     else:
         grid = (triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads)
-        _attn_bwd_dkdv_hopper[grid](descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
-                                    descriptor(v, block_n), descriptor(dk, block_n), descriptor(dv, block_n), *rest,
-                                    IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=bool(prefetch),
-                                    num_warps=4)
+        launch_gluon(_attn_bwd_dkdv_hopper, grid,
+                     (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
+                      descriptor(v, block_n), descriptor(dk, block_n), descriptor(dv, block_n), *rest),
+                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=bool(prefetch)),
+                     num_warps=4)
 
 
 def bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
@@ -678,8 +683,8 @@ def bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: 
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     block_m, block_n, stages, consumers = config or HOPPER_DQ_CONFIGS[head_dim, causal]
     grid = (triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads)
-    _attn_bwd_dq_hopper[grid](descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
-                              descriptor(v, block_n), descriptor(dq, block_m), lse2, delta, n_heads,
-                              n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
-                              softmax_scale, softmax_scale * LOG2E, IS_CAUSAL=causal, STAGES=stages,
-                              N_CONSUMERS=consumers, num_warps=4)
+    launch_gluon(_attn_bwd_dq_hopper, grid,
+                 (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n), descriptor(v, block_n),
+                  descriptor(dq, block_m), lse2, delta, n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k,
+                  seqlen_k - seqlen_q if bottom_right else 0, softmax_scale, softmax_scale * LOG2E),
+                 dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers), num_warps=4)

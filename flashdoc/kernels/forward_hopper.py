@@ -24,7 +24,8 @@ FlashAttention-3 does, rather than through a separate output tile: at d = 256 th
 tiles in the ring.
 
 Same inputs, outputs and semantics as ``forward._attn_fwd`` (GQA, both causal alignments, any lengths); the head
-dims with a tuned config (64, 128, 256), fp16/bf16. ``forward.attn_fwd`` sends the calls this kernel takes here (``supports``).
+dims with a tuned config (64, 128, 256), fp16/bf16. ``forward.attn_fwd`` sends the calls this kernel takes here
+(``supports``).
 """
 
 import functools
@@ -34,7 +35,7 @@ import torch
 import triton
 
 from . import INTERPRET, LOG2E
-from .launch import unchecked_descriptor
+from .launch import launch_gluon, unchecked_descriptor
 
 # FLASHDOC_HOPPER=0 keeps every forward and backward on the portable kernels (for comparisons and debugging).
 ENABLED = os.environ.get("FLASHDOC_HOPPER", "1") != "0"
@@ -402,8 +403,9 @@ def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, botto
     # persistent: one program per SM, each taking its work items in turn
     grid = (min(total, _sm_count(q.device.index)) if persistent else total,)
     counter = torch.zeros(1, device=q.device, dtype=torch.int32)  # the next work item to claim
-    _attn_fwd_hopper[grid](*descriptors(q, k, v, out, block_m, block_n), lse, counter, n_tiles, total, n_heads,
-                           n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
-                           softmax_scale * LOG2E, IS_CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n,
-                           STAGES=stages, N_CONSUMERS=consumers, O_IN_Q=head_dim > MAX_SEPARATE_O_HEAD_DIM,
-                           num_warps=4)
+    launch_gluon(_attn_fwd_hopper, grid,
+                 (*descriptors(q, k, v, out, block_m, block_n), lse, counter, n_tiles, total, n_heads,
+                  n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
+                  softmax_scale * LOG2E),
+                 dict(IS_CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, N_CONSUMERS=consumers,
+                      O_IN_Q=head_dim > MAX_SEPARATE_O_HEAD_DIM), num_warps=4)

@@ -7,6 +7,7 @@ autotuner, descriptor bookkeeping) costs 60-80 us of host time per launch, so on
 GPU waits for Python. ``launch`` remembers, per kernel and per *launch signature* (every property of the
 arguments that Triton specialises a compiled kernel on, plus the autotuner's key), the compiled kernel and the
 config the first launch used, and later calls hand the new arguments to that kernel's launcher directly.
+``launch_gluon`` does the same for the Hopper kernels written in Gluon, which have no autotuner.
 """
 
 import ctypes
@@ -20,6 +21,11 @@ from triton import knobs
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import INTERPRET, LIBRARY_INTERPRETED
+
+try:  # the Hopper kernels' host descriptors (Gluon, experimental: absent from some Triton builds)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+except ImportError:
+    GluonDescriptor = None
 
 # FLASHDOC_AUTOTUNE=0 skips the autotuner and takes the first config that fits the head dim (the one tuning
 # found best most often): one compile per shape family instead of several, for wide test sweeps.
@@ -180,11 +186,14 @@ def _signature(arg):
     """What Triton specialises a compiled kernel on for one argument (triton/_C specialize.cc): a tensor's dtype
     and 16-byte alignment; an int's width, whether it is 1 and whether 16 divides it (for every int, even those
     the kernel does not specialise, so two signatures never share a kernel they should not); a descriptor's
-    dtype and tile (its tile follows from the config, which the rest of the key fixes)."""
+    dtype and tile (its tile follows from the config, which the rest of the key fixes); a Gluon descriptor's
+    dtype, tile, shared-memory layout and padding."""
     if type(arg) is int:  # most arguments (strides, lengths, counts): checked first, the cheapest test
         return arg == 1, arg % 16 == 0, -2**31 <= arg < 2**31
     if isinstance(arg, torch.Tensor):
         return arg.dtype, arg.data_ptr() % 16 == 0
+    if GluonDescriptor is not None and isinstance(arg, GluonDescriptor):
+        return "gluon desc", arg.base.dtype, tuple(arg.block_shape), arg.layout, arg.padding, len(arg.shape)
     if isinstance(arg, TensorDescriptor):
         return "desc", arg.base.dtype, arg.block_rows, len(arg.shape)
     if isinstance(arg, bool) or arg is None:
@@ -280,3 +289,27 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
                                             num_stages=config.num_stages)
     if key is not None and compiled is not None:
         _launchers[key] = _Launcher(kernel, compiled, config, args, meta)
+
+
+_gluon_launchers: dict = {}
+
+
+def launch_gluon(kernel, grid: tuple, args: tuple, constexprs: dict, num_warps: int):
+    """Launch a Gluon kernel (the Hopper ones, which take no autotuner and no config) the way ``launch`` launches
+    the portable ones: through Triton's own path the first time for a launch signature, then straight to the
+    compiled kernel's launcher. grid: the launch grid itself. Runs inside ``on_device``."""
+    key = None
+    if LAUNCH_CACHE and _no_launch_hooks():
+        device = torch.cuda.current_device()
+        key = (kernel, device, num_warps, *constexprs.items(), *map(_signature, args))
+        hit = _gluon_launchers.get(key)
+        if hit is not None:
+            compiled, tail = hit
+            compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                         _current_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
+                         *args, *tail)
+            return
+    compiled = kernel[grid](*args, **constexprs, num_warps=num_warps)
+    if key is not None:
+        # Triton's launcher takes every parameter in order, constexprs included (it skips them)
+        _gluon_launchers[key] = compiled, tuple(constexprs[name] for name in kernel.arg_names[len(args):])
