@@ -494,9 +494,15 @@ def hopper_configs(sweep):
                             ("dq", backward_hopper.supports_dq(q, causal), backward_hopper.HOPPER_DQ_CONFIGS)):
                         if taken:
                             block_m, block_n, stages, consumers = table[key][:4]
-                            picks.append(dict(kernel=kernel, gluon=True, dtype=dtype, seq_bucket=seq_bucket(seqlen),
-                                              head_dim=head_dim, causal=causal, block_m=block_m, block_n=block_n,
-                                              num_stages=stages, consumers=consumers))
+                            pick = dict(kernel=kernel, gluon=True, dtype=dtype, seq_bucket=seq_bucket(seqlen),
+                                        head_dim=head_dim, causal=causal, block_m=block_m, block_n=block_n,
+                                        num_stages=stages, consumers=consumers)
+                            if kernel == "fwd":
+                                pick["o_in_q"] = head_dim > forward_hopper.MAX_SEPARATE_O_HEAD_DIM
+                            if kernel == "dkdv":
+                                pick["prefetch"] = bool(table[key][4])
+                                pick["wide"] = head_dim > backward_hopper.MAX_NARROW_HEAD_DIM
+                            picks.append(pick)
     return picks
 
 
@@ -927,7 +933,11 @@ def autotuned_table(results):
     for p in picks:
         row = (p["dtype"], p["head_dim"], p["causal"], p["seq_bucket"])
         if p.get("gluon"):
-            cell = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} c{p['consumers']} (Gluon)"
+            variants = [name for field, name in (("o_in_q", "O in Q"), ("prefetch", "prefetch"), ("wide", "wide"))
+                        if p.get(field)]
+            cell = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} c{p['consumers']}"
+            cell += f" {', '.join(variants)}" if variants else ""
+            cell += " (Gluon)"
         else:
             cell = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} w{p['num_warps']}"
         cells.setdefault(row, {})[p["kernel"]] = cell
@@ -940,8 +950,10 @@ def autotuned_table(results):
         "\n\nEach cell: BLOCK_M query rows × BLOCK_N keys, s pipeline stages, w warps. The forward and dQ kernels "
         "keep their query rows and stream the keys, BLOCK_N per step; the dK/dV kernel keeps its keys and streams "
         "the query rows. (Gluon): the Hopper kernel, whose config is fixed (no autotuning); c consumer warpgroups "
-        "of 4 warps, each with its own BLOCK_M query rows (forward, dQ) or BLOCK_N keys (dK/dV). — : the kernel "
-        "did not run in that row.")
+        "of 4 warps, each with its own BLOCK_M query rows (forward, dQ) or BLOCK_N keys (dK/dV); O in Q: the "
+        "forward stages its output in the query tiles; prefetch: each dK/dV step loads the next tile's LSE and "
+        "delta rows during its dK product; wide: the two dK/dV consumers share BLOCK_N keys and split the head "
+        "dim. — : the kernel did not run in that row.")
 
 
 def write_tables(results, out_dir):
