@@ -6,7 +6,7 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
-RUNS=${*:-d256_fwd_short d64_dkdv_128rows}
+RUNS=${*:-d256_fwd_short d64_dkdv_128rows gc_noise}
 step() {
   name=$1; limit=$2; shift 2
   [[ " $RUNS " == *" $name "* ]] || return 0
@@ -24,4 +24,6 @@ step d256_fwd_short 150 gluon_fwd.py --check --bench --causal-only --head-dims 2
 #    dK/dV with 128 keys per consumer (BLOCK_N) and the streamed rows in 32 (fits d = 64's registers)
 step d64_dkdv_128rows 120 gluon_bwd.py --check --bench --head-dims 64 --kernels dkdv --lengths 2048 8192 \
      --dkdv-configs 64,64,2,2,1 32,128,2,2,0 32,128,2,2,1
+# 3. the short rows' noise: Python's collector after a compile, against the same timing after gc.freeze()
+step gc_noise 150 gc_noise.py
 for name in $RUNS; do [ -f $OUT/$name.txt ] && { echo "== $name"; grep -vE "Warning|warn" $OUT/$name.txt | tail -n 30; }; done
