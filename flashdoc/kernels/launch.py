@@ -219,9 +219,10 @@ class _Launcher:
         self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
 
     def __call__(self, grid, args, device):
+        """grid: the launch grid, or a function of the constexprs giving it (``launch``'s)."""
         for i, shape in self.tiles:
             args[i].block_shape = shape
-        g = grid(self.config)
+        g = grid(self.config) if callable(grid) else grid
         stream = _current_stream(device)
         # (launch metadata, enter hook, exit hook): none, as there are no launch hooks (see launch)
         self.run(g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1, stream, self.function, self.packed,
@@ -291,25 +292,19 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
         _launchers[key] = _Launcher(kernel, compiled, config, args, meta)
 
 
-_gluon_launchers: dict = {}
-
-
 def launch_gluon(kernel, grid: tuple, args: tuple, constexprs: dict, num_warps: int):
     """Launch a Gluon kernel (the Hopper ones, which take no autotuner and no config) the way ``launch`` launches
     the portable ones: through Triton's own path the first time for a launch signature, then straight to the
-    compiled kernel's launcher. grid: the launch grid itself. Runs inside ``on_device``."""
+    compiled kernel's launcher (a ``_Launcher``, in the same cache). grid: the launch grid itself. Runs inside
+    ``on_device``."""
     key = None
     if LAUNCH_CACHE and _no_launch_hooks():
         device = torch.cuda.current_device()
         key = (kernel, device, num_warps, *constexprs.items(), *map(_signature, args))
-        hit = _gluon_launchers.get(key)
-        if hit is not None:
-            compiled, tail = hit
-            compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                         _current_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
-                         *args, *tail)
+        launcher = _launchers.get(key)
+        if launcher is not None:
+            launcher(grid, args, device)
             return
     compiled = kernel[grid](*args, **constexprs, num_warps=num_warps)
     if key is not None:
-        # Triton's launcher takes every parameter in order, constexprs included (it skips them)
-        _gluon_launchers[key] = compiled, tuple(constexprs[name] for name in kernel.arg_names[len(args):])
+        _launchers[key] = _Launcher(kernel, compiled, triton.Config({}, num_warps=num_warps), args, constexprs)
