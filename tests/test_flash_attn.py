@@ -234,6 +234,22 @@ def test_hopper_dispatch_rules(monkeypatch):
     assert not bh.supports_dq(q(4125, 24, 16, key[0]), key[1])  # 66,000 pairs, as in the GPU test of that limit
 
 
+def test_hopper_causal_sections(monkeypatch):
+    """The Hopper forward hands out causal work in sections of (batch, head) pairs whose keys and values fit in
+    L2 (FlashAttention-3's LPT scheduler): a power of two, at most the launch's pairs, at least one."""
+    from flashdoc.kernels import forward_hopper as fh
+
+    monkeypatch.setattr(fh, "_l2_bytes", lambda device_index: 50 * 2**20)  # the H200's L2
+
+    def k(seqlen, head_dim):  # the shape and dtype are all the rule reads; no memory behind it
+        return torch.empty(1, 1, 1, 1, dtype=torch.bfloat16).expand(1, seqlen, 1, head_dim)
+
+    assert fh.heads_per_section(k(4096, 128), 64) == 16  # 2 MiB of keys and values a head: 25 fit
+    assert fh.heads_per_section(k(4096, 128), 5) == 5
+    assert fh.heads_per_section(k(16384, 256), 16) == 2  # 16 MiB a head: 3 fit
+    assert fh.heads_per_section(k(2**20, 256), 4) == 1  # not even one head fits
+
+
 # --- GPU sweeps ------------------------------------------------------------------------------------------------
 
 ODD_SEQLENS = [(1, 1), (1, 17), (17, 1), (113, 203), (203, 113), (127, 127), (128, 217), (1000, 1000),
@@ -416,6 +432,9 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
     assert fh.GLUON, f"Gluon from Triton {fh.TESTED_TRITON}x should be available here (triton {triton.__version__})"
     # a persistent grid of 7 programs: each claims several work items from the counter, some more than others
     monkeypatch.setattr(fh, "_sm_count", lambda device_index: 7)
+    # causal work in sections of 3 (batch, head) pairs, the last one short where 3 does not divide the pairs (at
+    # these sizes L2 would take them all in one)
+    monkeypatch.setattr(fh, "heads_per_section", lambda k, n_pairs: min(3, n_pairs))
     for shape in [(2, 1000, 1203, 4, 2), (1, 777, 333, 2, 1), (3, 64, 64, 2, 2)]:
         q, k, v = make_qkv(*shape, head_dim, dtype, requires_grad=False)
         scale = head_dim ** -0.5

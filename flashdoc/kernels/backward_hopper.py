@@ -107,7 +107,7 @@ if GLUON:
         pid_n = gl.program_id(0)
         pid_bhk = gl.program_id(1)
         if IS_CAUSAL:
-            pid_n = gl.num_programs(0) - 1 - pid_n  # the first keys are seen by the most query rows: launch them first
+            pid_n = gl.num_programs(0) - 1 - pid_n  # lightest first: the last keys are seen by the fewest query rows
         n_kv_heads = n_heads // group_size
         off_b = pid_bhk // n_kv_heads
         off_hk = pid_bhk % n_kv_heads

@@ -8,7 +8,8 @@ of warps that run different code, with their own register budgets (``setmaxnreg`
 
 The work is cut into items of N_CONSUMERS x BLOCK_M query rows of one (batch, head). The grid is persistent, one
 program per SM, and each program claims items from a global counter until none is left, causal ones heaviest
-first (FlashAttention-3's longest-processing-time order), so the programs finish together. In a program:
+first within sections of heads sized to L2 (FlashAttention-3's longest-processing-time order), so the programs
+finish together. In a program:
 
 - a *producer* partition (one thread of it, in practice) claims the items and issues the TMA copies: an item's
   query tiles, then its key and value tiles into a ring of STAGES shared-memory buffers, each guarded by
@@ -90,6 +91,20 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+@functools.cache
+def _l2_bytes(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).L2_cache_size
+
+
+def heads_per_section(k: torch.Tensor, n_pairs: int) -> int:
+    """How many of a causal launch's n_pairs (batch, head) pairs ``_causal_item`` orders together: as many as L2
+    holds the keys and values of, rounded down to a power of two, as FlashAttention-3's LPT scheduler sizes them.
+    (Heads of one GQA group share theirs but count once each: a section on the small side.)"""
+    per_pair = 2 * k.shape[1] * k.shape[3] * k.element_size()
+    fit = max(1, _l2_bytes(k.device.index) // per_pair)
+    return min(1 << (fit.bit_length() - 1), n_pairs)
+
+
 def gluon_runs(q: torch.Tensor) -> bool:
     """Whether the Gluon kernels (this forward, ``backward_hopper``) can take a call on q: Gluon from the tested
     Triton, not switched off, a Hopper GPU, fp16/bf16."""
@@ -124,16 +139,36 @@ if GLUON:
             return seqlen_k
 
     @gluon.jit
-    def _work(i, n_tiles, n_heads, group_size, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr,
-              ROWS: gl.constexpr):
-        """Work item i: a tile of ROWS query rows of one (batch, head). Items are handed out in order (``_producer``),
-        tile by tile within a head, so that the programs running at one time share a few heads' keys and values
-        in L2; causal tiles go from the last (which sees the most keys) to the first, so that the light ones fill
-        in at the end. Returns the head indices, the first row and the key count."""
-        pid_bh = i // n_tiles
-        tile = i % n_tiles
+    def _causal_item(i, n_tiles, n_pairs, section):
+        """Causal work item i of n_tiles x n_pairs (tiles of n_pairs (batch, head) pairs) as (rank, pair): rank 0 is a
+        pair's costliest tile. Items go section by section of ``section`` pairs (``heads_per_section``), and within
+        a section rank by rank: the costliest tile of every pair in it, then the next ... So the last items handed
+        out are light ones, which fill in while the others finish (longest-processing-time-first), and the pairs in
+        flight at one time are few enough for L2 to keep what they stream. FlashAttention-3's LPT tile scheduler."""
+        per_section = section * n_tiles
+        first = i // per_section * section
+        pairs = gl.minimum(section, n_pairs - first)  # the last section may be short
+        j = i % per_section
+        return j // pairs, first + j % pairs
+
+    @gluon.jit
+    def _claim(COUNTER, n_tiles, total, section, IS_CAUSAL: gl.constexpr):
+        """The next work item for a program, as pid_bh * n_tiles + tile (``_work``), or ``total`` if none is left.
+        Items are claimed in order: without the mask, tile by tile within a head, so that the programs running at
+        one time share a few heads' keys and values in L2; causal ones in ``_causal_item``'s order."""
+        i = gl.atomic_add(COUNTER, 1)
         if IS_CAUSAL:
-            tile = n_tiles - 1 - tile
+            rank, pid_bh = _causal_item(gl.minimum(i, total - 1), n_tiles, total // n_tiles, section)
+            i = gl.where(i < total, pid_bh * n_tiles + (n_tiles - 1 - rank), total)  # the last tile sees most keys
+        return i
+
+    @gluon.jit
+    def _work(item, n_tiles, n_heads, group_size, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr,
+              ROWS: gl.constexpr):
+        """Work item pid_bh * n_tiles + tile (``_claim``): a tile of ROWS query rows of one (batch, head). Returns the
+        head indices, the first row and the key count."""
+        pid_bh = item // n_tiles
+        tile = item % n_tiles
         off_b = pid_bh // n_heads
         off_h = pid_bh % n_heads
         off_hk = off_h // group_size  # GQA/MQA
@@ -155,7 +190,7 @@ if GLUON:
 
     @gluon.jit
     def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
-                  kv_empty, COUNTER, n_tiles, total, n_heads, group_size, seqlen_k, causal_offset,
+                  kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_k, causal_offset,
                   IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
         """Claims work items from the global COUNTER (heaviest first, so the first program free takes the next:
         greedy, longest-first scheduling), publishes each in item_smem with its queries, and streams its keys
@@ -165,7 +200,7 @@ if GLUON:
         layout: gl.constexpr = _item_layout(gl.num_warps())
         kv_it = 0  # key/value tiles loaded so far, over all of this program's work items: the ring's position
         r = 0  # work items so far
-        i = gl.atomic_add(COUNTER, 1)
+        i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
         while i < total:
             _, off_b, off_h, off_hk, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_k, causal_offset,
                                                       IS_CAUSAL, N_CONSUMERS * BLOCK_M)
@@ -190,7 +225,7 @@ if GLUON:
                                                 v_smem.index(s))
             kv_it += n_kv
             r += 1
-            i = gl.atomic_add(COUNTER, 1)
+            i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
         # no work left: the consumers read an item past the end and stop
         mbarrier.wait(q_empty, (r & 1) ^ 1)
         item_smem.store(gl.full([1], total, gl.int32, layout))
@@ -310,15 +345,16 @@ if GLUON:
 
     # --8<-- [start:hopper_kernel]
     # Lengths, offsets and counts change from call to call: no specialising on their value.
-    @gluon.jit(do_not_specialize=["n_tiles", "total", "n_heads", "group_size", "seqlen_q", "seqlen_k",
+    @gluon.jit(do_not_specialize=["n_tiles", "total", "section", "n_heads", "group_size", "seqlen_q", "seqlen_k",
                                   "causal_offset"])
-    def _attn_fwd_hopper(q_desc, k_desc, v_desc, o_desc, LSE, COUNTER, n_tiles, total, n_heads, group_size, seqlen_q,
-                         seqlen_k, causal_offset, qk_scale, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+    def _attn_fwd_hopper(q_desc, k_desc, v_desc, o_desc, LSE, COUNTER, n_tiles, total, section, n_heads, group_size,
+                         seqlen_q, seqlen_k, causal_offset, qk_scale, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, O_IN_Q: gl.constexpr):
         """Work items: ``total`` tiles of N_CONSUMERS * BLOCK_M query rows (``n_tiles`` per (batch, head)), claimed
         one at a time through COUNTER (an int32 zero): one per program, or, on a persistent grid of one program per
         SM, as many as each program gets through, the producer loading an item's queries and first keys while the
-        consumers finish the one before. q/k/v/o_desc: ``descriptors``."""
+        consumers finish the one before; causal ones in sections of ``section`` (batch, head) pairs
+        (``_causal_item``). q/k/v/o_desc: ``descriptors``."""
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         q_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
@@ -345,7 +381,7 @@ if GLUON:
         if N_CONSUMERS == 2:
             gl.warp_specialize([
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, COUNTER, n_tiles, total, n_heads, group_size, seqlen_k,
+                             v_ready, kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_k,
                              causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
@@ -357,7 +393,7 @@ if GLUON:
         else:
             gl.warp_specialize([
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, COUNTER, n_tiles, total, n_heads, group_size, seqlen_k,
+                             v_ready, kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_k,
                              causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
@@ -403,8 +439,9 @@ def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, botto
     # persistent: one program per SM, each taking its work items in turn
     grid = (min(total, _sm_count(q.device.index)) if persistent else total,)
     counter = torch.zeros(1, device=q.device, dtype=torch.int32)  # the next work item to claim
+    section = heads_per_section(k, batch * n_heads) if causal else 1
     launch_gluon(_attn_fwd_hopper, grid,
-                 (*descriptors(q, k, v, out, block_m, block_n), lse, counter, n_tiles, total, n_heads,
+                 (*descriptors(q, k, v, out, block_m, block_n), lse, counter, n_tiles, total, section, n_heads,
                   n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
                   softmax_scale * LOG2E),
                  dict(IS_CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, N_CONSUMERS=consumers,

@@ -1,0 +1,93 @@
+"""A/B for the order of causal work (session 14): the Gluon kernels' causal tiles in L2-sized sections of heads,
+costliest tile first within a section (forward_hopper._causal_item), against one head at a time.
+
+Benchmark v14 had the causal forward at 0.85-0.87x of the full one at 4k tokens, 0.95-1.10x at 16k: a cost per
+work item, not per key tile. One candidate is the end of the run. Heads were handed out one after another, each
+head's tiles costliest first; the last items handed out were then the last head's, its costliest ones among
+them, and a program that takes one of those late finishes after the others have run out of work. With the
+costliest tiles of a whole section first, the last items are the lightest ones of the last section.
+
+    PYTHONPATH=. python3 perf/causal_order.py             # on the H200; bf16, 16k tokens, d = 64/128/256
+
+Each row prints TFLOP/s of the causal forward, dK/dV and dQ kernels (the products each does, halved under the
+mask), per order: "head" (sections of one head: the forward's previous order), "L2" (the default sections),
+"all" (one section); and the forward without the mask, for the causal/full ratio. A checkout without sections
+(the code before this change, e.g. `git archive` of it on PYTHONPATH) prints its own order as "before".
+
+Session 14 ran it with the sections in the two backward kernels as well (a one-axis causal grid mapped by
+_causal_item); they lost at d <= 128 and were not kept (perf/NOTES.md), so the dK/dV and dQ columns now run
+their own order in every variant.
+"""
+
+import torch
+from triton.testing import do_bench
+
+from flashdoc.kernels import backward_hopper as bh
+from flashdoc.kernels import forward_hopper as fh
+from flashdoc.kernels.backward import bwd_preprocess
+from flashdoc.kernels.launch import on_device
+
+SECTIONED = hasattr(fh, "heads_per_section")
+DEFAULT = getattr(fh, "heads_per_section", None)
+
+
+def orders(n_pairs):
+    """{name: heads per section or None (the default)}; the code before this change has one order."""
+    if not SECTIONED:
+        return {"before": None}
+    return {"head": 1, "L2": None, "all": n_pairs}
+
+
+def use_order(section):
+    """Make every launch use `section` heads per section (None: heads_per_section's own choice)."""
+    fh.heads_per_section = DEFAULT if section is None else (lambda k, n_pairs: min(section, n_pairs))
+
+
+def tflops(fn, flops):
+    """Median of three do_bench medians, TFLOP/s."""
+    fn()
+    times = sorted(do_bench(fn, warmup=25, rep=100) for _ in range(3))
+    return flops / (times[1] * 1e-3) / 1e12
+
+
+def main():
+    torch.manual_seed(0)
+    print(f"sections: {SECTIONED}", flush=True)
+    for d in (64, 128, 256):
+        for n in (2048, 4096, 8192, 16384):
+            b, h = 16384 // n, 2048 // d
+            q, k, v, dout = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+            out, lse = torch.empty_like(q), torch.empty(b, h, n, device="cuda", dtype=torch.float32)
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            scale = d ** -0.5
+            one = 2 * b * h * n * n * d  # one product without the mask
+
+            def fwd(causal):
+                with on_device(q.device):
+                    fh.attn_fwd_hopper(q, k, v, out, lse, scale, causal, False)
+
+            fwd(True)
+            with on_device(q.device):
+                delta, lse2 = bwd_preprocess(dout, out, lse, None)
+
+            def dkdv():
+                with on_device(q.device):
+                    bh.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, scale, True, False)
+
+            def dq_():
+                with on_device(q.device):
+                    bh.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, scale, True, False)
+
+            full = tflops(lambda: fwd(False), 2 * one)
+            cells = []
+            for name, section in orders(b * h).items():
+                use_order(section)
+                f = tflops(lambda: fwd(True), one)
+                cells.append(f"{name}: fwd {f:.0f} ({f / full:.2f} of full) dkdv {tflops(dkdv, 2 * one):.0f} "
+                             f"dq {tflops(dq_, 1.5 * one):.0f}")
+            use_order(None)
+            print(f"d={d} N={n} full fwd {full:.0f} | " + " | ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
