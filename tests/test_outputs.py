@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
@@ -64,6 +66,22 @@ def test_time_limit_interrupts_like_ctrl_c(sandbox, tmp_path):
         "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('wrote partial results')\n"
     )
     result = run_snippet(sandbox, tmp_path / "work", timeout=2)
+    assert result.interrupted and result.ok and result.stdout == "wrote partial results\n"
+    assert result.seconds < 30
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGINT dispositions are POSIX")
+def test_time_limit_interrupts_when_ctrl_c_is_ignored_here(sandbox, tmp_path):
+    """Run in a shell's background job (or under nohup), the runner starts with Ctrl-C ignored; the snippet must
+    still get it at the time limit."""
+    sandbox.path.write_text(
+        "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('wrote partial results')\n"
+    )
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = run_snippet(sandbox, tmp_path / "work", timeout=2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert result.interrupted and result.ok and result.stdout == "wrote partial results\n"
     assert result.seconds < 30
 

@@ -53,6 +53,13 @@ def snippet_env() -> dict[str, str]:
     return env
 
 
+def _default_ctrl_c() -> None:
+    """In the snippet's process before it starts: Ctrl-C back to its default. A shell's background job
+    (``nox -s publish &``) and nohup start with SIGINT ignored, which children inherit; Python then never raises
+    KeyboardInterrupt, and the time limit's Ctrl-C would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_snippet(snip: Snippet, workdir: Path, timeout: float = 1800) -> RunResult:
     """Run one snippet as a reader would (``python file.py``) inside ``workdir``.
 
@@ -68,6 +75,7 @@ def run_snippet(snip: Snippet, workdir: Path, timeout: float = 1800) -> RunResul
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_ctrl_c if os.name == "posix" else None,
     )
     interrupted = False
     try:
