@@ -8,6 +8,8 @@ them, and a program that takes one of those late finishes after the others have 
 costliest tiles of a whole section first, the last items are the lightest ones of the last section.
 
     PYTHONPATH=. python3 perf/causal_order.py             # on the H200; bf16, 16k tokens, d = 64/128/256
+    PYTHONPATH=. python3 perf/causal_order.py --sections 1 4 8 16 0 --forward-only --lengths 2048 4096
+                                                          # section sizes (0: heads_per_section's own)
 
 Each row prints TFLOP/s of the causal forward, dK/dV and dQ kernels (the products each does, halved under the
 mask), per order: "head" (sections of one head: the forward's previous order), "L2" (the default sections),
@@ -18,6 +20,8 @@ Session 14 ran it with the sections in the two backward kernels as well (a one-a
 _causal_item); they lost at d <= 128 and were not kept (perf/NOTES.md), so the dK/dV and dQ columns now run
 their own order in every variant.
 """
+
+import argparse
 
 import torch
 from triton.testing import do_bench
@@ -31,10 +35,12 @@ SECTIONED = hasattr(fh, "heads_per_section")
 DEFAULT = getattr(fh, "heads_per_section", None)
 
 
-def orders(n_pairs):
+def orders(n_pairs, sections):
     """{name: heads per section or None (the default)}; the code before this change has one order."""
     if not SECTIONED:
         return {"before": None}
+    if sections:
+        return {("L2" if n == 0 else f"s{n}"): (n or None) for n in sections}
     return {"head": 1, "L2": None, "all": n_pairs}
 
 
@@ -51,10 +57,18 @@ def tflops(fn, flops):
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sections", type=int, nargs="+", help="heads per section to time (0: the default rule) "
+                    "instead of head / L2 / all")
+    ap.add_argument("--forward-only", action="store_true", help="skip the dK/dV and dQ kernels")
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
+    args = ap.parse_args()
     torch.manual_seed(0)
-    print(f"sections: {SECTIONED}", flush=True)
-    for d in (64, 128, 256):
-        for n in (2048, 4096, 8192, 16384):
+    print(f"sections: {SECTIONED}; L2 {torch.cuda.get_device_properties(0).L2_cache_size / 2**20:.0f} MiB",
+          flush=True)
+    for d in args.head_dims:
+        for n in args.lengths:
             b, h = 16384 // n, 2048 // d
             q, k, v, dout = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
             out, lse = torch.empty_like(q), torch.empty(b, h, n, device="cuda", dtype=torch.float32)
@@ -80,13 +94,14 @@ def main():
 
             full = tflops(lambda: fwd(False), 2 * one)
             cells = []
-            for name, section in orders(b * h).items():
+            for name, section in orders(b * h, args.sections).items():
                 use_order(section)
                 f = tflops(lambda: fwd(True), one)
-                cells.append(f"{name}: fwd {f:.0f} ({f / full:.2f} of full) dkdv {tflops(dkdv, 2 * one):.0f} "
-                             f"dq {tflops(dq_, 1.5 * one):.0f}")
+                cells.append(f"{name}: fwd {f:.0f} ({f / full:.2f} of full)" + ("" if args.forward_only else
+                             f" dkdv {tflops(dkdv, 2 * one):.0f} dq {tflops(dq_, 1.5 * one):.0f}"))
             use_order(None)
-            print(f"d={d} N={n} full fwd {full:.0f} | " + " | ".join(cells), flush=True)
+            chosen = f" (L2 = s{DEFAULT(k, b * h)})" if SECTIONED else ""
+            print(f"d={d} N={n}{chosen} full fwd {full:.0f} | " + " | ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

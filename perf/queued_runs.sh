@@ -6,7 +6,7 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
-RUNS=${*:-d256_fwd_short d64_dkdv_128rows gc_noise}
+RUNS=${*:-d256_fwd_short causal_order}
 step() {
   name=$1; limit=$2; shift 2
   [[ " $RUNS " == *" $name "* ]] || return 0
@@ -14,16 +14,12 @@ step() {
   timeout -s INT $limit python perf/"$@" > $OUT/$name.txt 2>&1
   echo "rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "MISMATCH|check done|Error" $OUT/$name.txt | head -5
 }
-# Session 13 ran session 12's queue (perf/NOTES.md, "Session 13"); these are the next leads.
-# 1. the d = 256 causal forward at 512-2k tokens, where benchmark v14 had the Gluon forward slower than the
-#    portable one at 512 (MIN_SEQLEN now keeps it off below 1k): 32-key tiles with the output staged, and the
-#    non-persistent grid, which releases each query tile without holding the next item back
+# Session 14 ran d64_dkdv_128rows and gc_noise (perf/NOTES.md, "Session 14"); d256_fwd_short is still waiting.
+# 1. the d = 256 causal forward at 512-2k tokens (MIN_SEQLEN keeps it off below 1k): 32-key tiles with the output
+#    staged, and the non-persistent grid, which releases each query tile without holding the next item back
 step d256_fwd_short 150 gluon_fwd.py --check --bench --causal-only --head-dims 256 --lengths 512 1024 2048 \
      --configs 64,64,2,2,1 64,64,2,2,0 64,32,3,2,1
-# 2. d = 64 without the mask, the worst forward+backward row (v14: 0.94x FlexAttention, 1.13x SDPA-flash):
-#    dK/dV with 128 keys per consumer (BLOCK_N) and the streamed rows in 32 (fits d = 64's registers)
-step d64_dkdv_128rows 120 gluon_bwd.py --check --bench --head-dims 64 --kernels dkdv --lengths 2048 8192 \
-     --dkdv-configs 64,64,2,2,1 32,128,2,2,0 32,128,2,2,1
-# 3. the short rows' noise: Python's collector after a compile, against the same timing after gc.freeze()
-step gc_noise 150 gc_noise.py
+# 2. the causal order A/B (forward: sections of one head, L2 sections, all heads), as a check after any change to
+#    forward_hopper's scheduling
+step causal_order 200 causal_order.py
 for name in $RUNS; do [ -f $OUT/$name.txt ] && { echo "== $name"; grep -vE "Warning|warn" $OUT/$name.txt | tail -n 30; }; done

@@ -138,6 +138,7 @@ if GLUON:
         else:
             return seqlen_k
 
+    # --8<-- [start:hopper_causal_order]
     @gluon.jit
     def _causal_item(i, n_tiles, n_pairs, section):
         """Causal work item i of n_tiles x n_pairs (tiles of n_pairs (batch, head) pairs) as (rank, pair): rank 0 is a
@@ -161,6 +162,7 @@ if GLUON:
             rank, pid_bh = _causal_item(gl.minimum(i, total - 1), n_tiles, total // n_tiles, section)
             i = gl.where(i < total, pid_bh * n_tiles + (n_tiles - 1 - rank), total)  # the last tile sees most keys
         return i
+    # --8<-- [end:hopper_causal_order]
 
     @gluon.jit
     def _work(item, n_tiles, n_heads, group_size, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr,
