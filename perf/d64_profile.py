@@ -1,0 +1,90 @@
+"""Where a forward + backward call's GPU time goes at head dim 64 without the mask (session 14), the one benchmark
+configuration under 1.5x SDPA-flash: flashdoc's kernels as shipped (Gluon forward, portable dK/dV and dQ on two
+streams), the same with the Gluon dQ and/or dK/dV kernels swapped in (configs that lost in isolation, measured here
+in place, beside the other stream's kernel), and cuDNN's and FlashAttention-2's kernels.
+
+    PYTHONPATH=. python3 perf/d64_profile.py      # on the H200: bf16, 16k tokens, 32 heads, N = 2k and 8k
+
+Prints, per variant: the call's time (median of CUDA events over 20 calls), then each kernel's GPU time per call.
+"""
+
+import collections
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+import flashdoc
+from flashdoc.kernels import backward_hopper as bh
+
+CALLS = 20
+GLUON_DQ = (64, 128, 2, 2)  # perf/NOTES.md, session 13: 0.98-1.02x the portable kernel alone
+GLUON_DKDV = (64, 64, 2, 2, True)  # 0.94-0.98x alone
+
+
+def profile_call(step):
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(CALLS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(CALLS):
+            step()
+        torch.cuda.synchronize()
+    per_kernel = collections.defaultdict(float)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per_kernel[e.name[:60]] += e.time_range.elapsed_us() / CALLS / 1e3
+    return sorted(times)[CALLS // 2], per_kernel
+
+
+def main():
+    for seqlen in (2048, 8192):
+        batch, heads, d = 16384 // seqlen, 32, 64
+        flops = 4 * batch * heads * seqlen * seqlen * d * 3.5  # forward + backward, as the benchmark counts
+        q, k, v = (torch.randn(batch, seqlen, heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        dout = torch.randn_like(q)
+        qt, kt, vt, doutt = (x.detach().transpose(1, 2).contiguous().requires_grad_(x.requires_grad)
+                             for x in (q, k, v, dout))
+
+        def flash_step():
+            q.grad = k.grad = v.grad = None
+            flashdoc.flash_attn_func(q, k, v).backward(dout)
+
+        def sdpa_step(backend):
+            def step():
+                qt.grad = kt.grad = vt.grad = None
+                with sdpa_kernel(backend):
+                    torch.nn.functional.scaled_dot_product_attention(qt, kt, vt).backward(doutt)
+            return step
+
+        variants = {"flashdoc": {}, "+gluon dq": {"dq": GLUON_DQ}, "+gluon dkdv": {"dkdv": GLUON_DKDV},
+                    "+both": {"dq": GLUON_DQ, "dkdv": GLUON_DKDV}}
+        for name, swap in variants.items():
+            bh.HOPPER_DQ_CONFIGS.pop((64, False), None)
+            bh.HOPPER_DKDV_CONFIGS.pop((64, False), None)
+            if "dq" in swap:
+                bh.HOPPER_DQ_CONFIGS[64, False] = swap["dq"]
+            if "dkdv" in swap:
+                bh.HOPPER_DKDV_CONFIGS[64, False] = swap["dkdv"]
+            ms, kernels = profile_call(flash_step)
+            print(f"N={seqlen} {name}: {ms:.3f} ms ({flops / ms / 1e9:.0f} TFLOP/s) | "
+                  + "; ".join(f"{k} {v:.3f}" for k, v in sorted(kernels.items(), key=lambda x: -x[1])), flush=True)
+        bh.HOPPER_DQ_CONFIGS.pop((64, False), None)
+        bh.HOPPER_DKDV_CONFIGS.pop((64, False), None)
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
+            ms, kernels = profile_call(sdpa_step(backend))
+            print(f"N={seqlen} {name}: {ms:.3f} ms ({flops / ms / 1e9:.0f} TFLOP/s) | "
+                  + "; ".join(f"{k} {v:.3f}" for k, v in sorted(kernels.items(), key=lambda x: -x[1])), flush=True)
+
+
+if __name__ == "__main__":
+    main()
