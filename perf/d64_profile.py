@@ -5,9 +5,12 @@ in place, beside the other stream's kernel), and cuDNN's and FlashAttention-2's 
 
     PYTHONPATH=. python3 perf/d64_profile.py      # on the H200: bf16, 16k tokens, 32 heads, N = 2k and 8k
 
-Prints, per variant: the call's time (median of CUDA events over 20 calls), then each kernel's GPU time per call.
+Prints, per variant: the call's time (median of CUDA events over 20 calls), then each kernel's GPU time per call;
+with --timeline, one call of flashdoc's as shipped, kernel by kernel: when the host launched it and when it ran on
+the GPU, in microseconds from the call's first launch (where the GPU waits, and for what).
 """
 
+import argparse
 import collections
 
 import torch
@@ -15,6 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 import flashdoc
+from flashdoc.kernels import backward
 from flashdoc.kernels import backward_hopper as bh
 
 CALLS = 20
@@ -45,7 +49,39 @@ def profile_call(step):
     return sorted(times)[CALLS // 2], per_kernel
 
 
+class _SameStream:
+    """backward.forked_stream's interface, launching on the current stream."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def join(self):
+        pass
+
+
+def timeline(step):
+    """One call of step: the host's kernel launches and the GPU's kernels, in us from its first launch."""
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+              or "LaunchKernel" in e.name or e.name in ("cudaStreamWaitEvent", "cudaEventRecord")]
+    t0 = min(e.time_range.start for e in events if e.device_type != torch.autograd.DeviceType.CUDA)
+    for e in sorted(events, key=lambda e: e.time_range.start):
+        where = "GPU " if e.device_type == torch.autograd.DeviceType.CUDA else "host"
+        print(f"  {where} {e.time_range.start - t0:8.0f} .. {e.time_range.end - t0:8.0f}  {e.name[:70]}")
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--timeline", action="store_true")
+    args = ap.parse_args()
     for seqlen in (2048, 8192):
         batch, heads, d = 16384 // seqlen, 32, 64
         flops = 4 * batch * heads * seqlen * seqlen * d * 3.5  # forward + backward, as the benchmark counts
@@ -66,6 +102,15 @@ def main():
                     torch.nn.functional.scaled_dot_product_attention(qt, kt, vt).backward(doutt)
             return step
 
+        if args.timeline:
+            print(f"N={seqlen}: one call of flashdoc's, as shipped: {profile_call(flash_step)[0]:.3f} ms", flush=True)
+            timeline(flash_step)
+            forked = backward.forked_stream
+            backward.forked_stream = _SameStream  # dQ after dK/dV on one stream
+            print(f"N={seqlen}: dQ on the same stream: {profile_call(flash_step)[0]:.3f} ms", flush=True)
+            timeline(flash_step)
+            backward.forked_stream = forked
+            continue
         variants = {"flashdoc": {}, "+gluon dq": {"dq": GLUON_DQ}, "+gluon dkdv": {"dkdv": GLUON_DKDV},
                     "+both": {"dq": GLUON_DQ, "dkdv": GLUON_DKDV}}
         for name, swap in variants.items():
