@@ -61,10 +61,12 @@ def test_unknown_snippet_lists_the_known_ones(sandbox):
         outputs.snippet("demo/nope")
 
 
+# a snippet that runs past a short time limit and writes its partial results on Ctrl-C, as the benchmark does
+WAITS_FOR_CTRL_C = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('wrote partial results')\n"
+
+
 def test_time_limit_interrupts_like_ctrl_c(sandbox, tmp_path):
-    sandbox.path.write_text(
-        "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('wrote partial results')\n"
-    )
+    sandbox.path.write_text(WAITS_FOR_CTRL_C)
     result = run_snippet(sandbox, tmp_path / "work", timeout=2)
     assert result.interrupted and result.ok and result.stdout == "wrote partial results\n"
     assert result.seconds < 30
@@ -74,9 +76,7 @@ def test_time_limit_interrupts_like_ctrl_c(sandbox, tmp_path):
 def test_time_limit_interrupts_when_ctrl_c_is_ignored_here(sandbox, tmp_path):
     """Run in a shell's background job (or under nohup), the runner starts with Ctrl-C ignored; the snippet must
     still get it at the time limit."""
-    sandbox.path.write_text(
-        "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('wrote partial results')\n"
-    )
+    sandbox.path.write_text(WAITS_FOR_CTRL_C)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         result = run_snippet(sandbox, tmp_path / "work", timeout=2)
