@@ -62,19 +62,26 @@ class _SameStream:
         pass
 
 
-def timeline(step):
-    """One call of step: the host's kernel launches and the GPU's kernels, in us from its first launch."""
+# the host-side calls a timeline shows besides kernel launches: where the host waits, allocates or orders streams
+HOST_CALLS = ("Synchronize", "cudaFree", "cudaMalloc", "cudaStreamWaitEvent", "cudaEventRecord")
+
+
+def timeline(step, calls=1):
+    """`calls` back-to-back calls of step: the host's kernel launches (and HOST_CALLS) and the GPU's kernels, in
+    us from the first of them on the host."""
     for _ in range(3):
         step()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        step()
+        for _ in range(calls):
+            step()
         torch.cuda.synchronize()
-    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-              or "LaunchKernel" in e.name or e.name in ("cudaStreamWaitEvent", "cudaEventRecord")]
-    t0 = min(e.time_range.start for e in events if e.device_type != torch.autograd.DeviceType.CUDA)
+    gpu = torch.autograd.DeviceType.CUDA
+    events = [e for e in prof.events() if e.device_type == gpu or "LaunchKernel" in e.name
+              or any(name in e.name for name in HOST_CALLS)]
+    t0 = min(e.time_range.start for e in events if e.device_type != gpu)
     for e in sorted(events, key=lambda e: e.time_range.start):
-        where = "GPU " if e.device_type == torch.autograd.DeviceType.CUDA else "host"
+        where = "GPU " if e.device_type == gpu else "host"
         print(f"  {where} {e.time_range.start - t0:8.0f} .. {e.time_range.end - t0:8.0f}  {e.name[:70]}")
 
 

@@ -17,11 +17,11 @@ out-of-memory). Then a profiler timeline of three back-to-back calls shows where
 import os
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
 import flashdoc
 from flashdoc.bench import _pin_threads
+from perf.d64_profile import timeline
 
 COUNTERS = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams", "num_ooms")
 
@@ -46,23 +46,6 @@ def compile_flex(seqlen, head_dim=64):
     torch.cuda.synchronize()
 
 
-def timeline(fn, calls=3):
-    """GPU kernels and host launches of `calls` back-to-back calls, in us from the first launch."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    keep = ("LaunchKernel", "Synchronize", "cudaFree", "cudaMalloc", "cudaStreamWaitEvent", "cudaEventSynchronize")
-    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-              or any(k in e.name for k in keep)]
-    t0 = min(e.time_range.start for e in events)
-    for e in sorted(events, key=lambda e: e.time_range.start):
-        where = "GPU " if e.device_type == torch.autograd.DeviceType.CUDA else "host"
-        print(f"  {where} {e.time_range.start - t0:8.0f} .. {e.time_range.end - t0:8.0f}  {e.name[:70]}")
-
-
 def main():
     _pin_threads({min(os.sched_getaffinity(0))})
     seqlen, head_dim = 2048, 64
@@ -83,7 +66,7 @@ def main():
     torch.cuda.empty_cache()
     timed("after torch.cuda.empty_cache()", step, [q, k, v])
     print("three back-to-back calls:", flush=True)
-    timeline(step)
+    timeline(step, calls=3)
 
 
 if __name__ == "__main__":
