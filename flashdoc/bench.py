@@ -101,9 +101,9 @@ class Sweep:
     warmup_ms: float = 10.0
     rep_ms: float = 30.0
     # Each configuration is timed this many times, in passes over the whole sweep (odd passes in reverse order);
-    # a record keeps its lowest median. One pass left a short row 10-20% slow now and then, in one peer only
-    # (flashdoc's bf16 d=64 full fwd+bwd at 2k: 3.16 ms in benchmark v15, 2.55-2.65 in every later timing,
-    # perf/NOTES.md, session 15), and the row's ratio with it.
+    # a record keeps its lowest median. With one pass a row of one peer now and then came out 10-25% slow, and its
+    # ratios with it (flashdoc's bf16 d=64 full fwd+bwd at 2k: 3.16 ms in benchmark v15, 2.53-2.86 ms in the ~90
+    # timings of perf/NOTES.md, session 15).
     passes: int = 2
     first_call: bool = True  # the cold first-call measurement in a fresh process
     # Time in a process whose threads all run on one CPU (Linux). On a virtual machine Python's host time moved
