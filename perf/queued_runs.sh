@@ -6,7 +6,7 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
-RUNS=${*:-flex_in_process d256_fwd_short causal_order}
+RUNS=${*:-d256_fwd_short causal_order}
 step() {
   name=$1; limit=$2; shift 2
   [[ " $RUNS " == *" $name "* ]] || return 0
@@ -14,9 +14,9 @@ step() {
   timeout -s INT $limit python perf/"$@" > $OUT/$name.txt 2>&1
   echo "rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "MISMATCH|check done|Error" $OUT/$name.txt | head -5
 }
-# Session 14 ran d64_dkdv_128rows and gc_noise (perf/NOTES.md, "Session 14"); d256_fwd_short is still waiting.
-# 0. the worst benchmark row's lead: does compiling FlexAttention in the process slow flashdoc's d = 64 full 2k
-#    forward + backward (3.02 ms in a sweep with Flex, 2.70 alone), and does the caching allocator sync per call?
+# Session 15 ran flex_in_process (perf/NOTES.md, "Session 15"): kept as a tool, no longer queued. Its lead, end-aligned
+# causal tiles, waits on branch wip/causal-end-aligned, whose copy of this file queues its A/B first.
+# d256_fwd_short is still waiting.
 step flex_in_process 150 flex_in_process.py
 # 1. the d = 256 causal forward at 512-2k tokens (MIN_SEQLEN keeps it off below 1k): 32-key tiles with the output
 #    staged, and the non-persistent grid, which releases each query tile without holding the next item back
