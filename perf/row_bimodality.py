@@ -17,19 +17,7 @@ import time
 
 from flashdoc import bench
 from flashdoc.kernels import backward
-
-
-class _SameStream:
-    """forked_stream's interface, launching on the current stream (dQ after dK/dV)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-    def join(self):
-        pass
+from perf.d64_profile import _SameStream  # forked_stream's interface, launching on the current stream
 
 
 def main():
