@@ -1058,8 +1058,9 @@ def write_plots(results, out_dir):
         for ax in axes.flat:
             for h, l in zip(*ax.get_legend_handles_labels()):
                 handles.setdefault(l, h)
-        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=8,
-                   bbox_to_anchor=(0.5, 0))
+        if handles:  # (a run stopped before its first timing has none)
+            fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=8,
+                       bbox_to_anchor=(0.5, 0))
         title = f"Attention throughput, {dtype}, {results['gpu']} — {s['total_tokens']} tokens per batch"
         fig.suptitle(("CPU SMOKE RUN, NUMBERS NOT MEANINGFUL\n" if cpu else "") + title, fontsize=10)
         fig.tight_layout(rect=(0, 0.05, 1, 1))

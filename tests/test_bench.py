@@ -98,6 +98,30 @@ def test_the_second_pass_times_in_reverse_order():
         assert bench._row_order(row, 1) == bench._row_order(row, 0)[::-1]
 
 
+# (one peer, four configurations per pass) the second call of the second pass; the very first call
+@pytest.mark.parametrize("stop_at, passes_kept", [(6, [1, 1, 1, 2]), (1, [])])
+def test_an_interrupted_run_keeps_what_it_timed(tmp_path, monkeypatch, stop_at, passes_kept):
+    """Ctrl-C (or `timeout`'s SIGTERM) during the timing: what was timed is still written, each configuration
+    once with the passes it got, the tables and plots too (even with nothing timed), and the run says so."""
+    calls = []
+    measure = bench.measure_speed
+
+    def measure_then_stop(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "measure_speed", measure_then_stop)
+    results = bench.run_benchmark(out_dir=tmp_path, device="cpu", peers=["naive"], progress=False, verbose=False,
+                                  **TINY)
+    assert results["interrupted"]
+    timed = [r for r in results["records"] if r["kind"] == "speed" and r["status"] == "ok"]
+    assert sorted(len(r["ms_passes"]) for r in timed) == passes_kept
+    assert json.loads((tmp_path / "results.json").read_text())["records"] == json.loads(json.dumps(results["records"]))
+    assert (tmp_path / "tflops_fp16.png").stat().st_size > 0 and (tmp_path / "ratios.md").read_text()
+
+
 def test_passes_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="passes must be"):
         bench.run_benchmark(out_dir=tmp_path, device="cpu", peers=["naive"], progress=False, verbose=False,
