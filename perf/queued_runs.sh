@@ -14,9 +14,8 @@ step() {
   timeout -s INT $limit python perf/"$@" > $OUT/$name.txt 2>&1
   echo "rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "MISMATCH|check done|Error" $OUT/$name.txt | head -5
 }
-# Session 15 ran flex_in_process (perf/NOTES.md, "Session 15"): kept as a tool, no longer queued. Its lead, end-aligned
-# causal tiles, waits on branch wip/causal-end-aligned, whose copy of this file queues its A/B first.
-# d256_fwd_short is still waiting.
+# Session 15 ran flex_in_process (perf/NOTES.md, "Session 15"): kept as a tool, no longer queued. Its three kernel
+# changes wait on branch wip/session15, whose copy of this file queues their A/Bs. d256_fwd_short is still waiting.
 step flex_in_process 150 flex_in_process.py
 # 1. the d = 256 causal forward at 512-2k tokens (MIN_SEQLEN keeps it off below 1k): 32-key tiles with the output
 #    staged, and the non-persistent grid, which releases each query tile without holding the next item back
