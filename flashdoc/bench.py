@@ -1054,7 +1054,7 @@ def write_plots(results, out_dir):
                     ax.set_ylabel("TFLOP/s")
                 if i == len(s["head_dims"]) - 1:
                     ax.set_xlabel("sequence length N")
-        handles, labels = {}, []
+        handles = {}  # label -> the first line drawn with it
         for ax in axes.flat:
             for h, l in zip(*ax.get_legend_handles_labels()):
                 handles.setdefault(l, h)
