@@ -6,7 +6,7 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
-RUNS=${*:-d256_fwd_short causal_order}
+RUNS=${*:-causal_end_aligned d256_fwd_short causal_order}
 step() {
   name=$1; limit=$2; shift 2
   [[ " $RUNS " == *" $name "* ]] || return 0
@@ -14,10 +14,12 @@ step() {
   timeout -s INT $limit python perf/"$@" > $OUT/$name.txt 2>&1
   echo "rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "MISMATCH|check done|Error" $OUT/$name.txt | head -5
 }
-# Session 15 ran flex_in_process (perf/NOTES.md, "Session 15"): kept as a tool, no longer queued. Its lead, end-aligned
-# causal tiles, waits on branch wip/causal-end-aligned, whose copy of this file queues its A/B first.
+# Session 15 ran flex_in_process (perf/NOTES.md, "Session 15"): kept as a tool, no longer queued.
 # d256_fwd_short is still waiting.
 step flex_in_process 150 flex_in_process.py
+# 0. end-aligned causal tiles in the Hopper forward (this branch, wip/causal-end-aligned): the same bits as the
+#    kernel before (340bf9e's), and the causal/full ratio at 2k-8k (the 4k target row)
+step causal_end_aligned 200 causal_end_aligned.py
 # 1. the d = 256 causal forward at 512-2k tokens (MIN_SEQLEN keeps it off below 1k): 32-key tiles with the output
 #    staged, and the non-persistent grid, which releases each query tile without holding the next item back
 step d256_fwd_short 150 gluon_fwd.py --check --bench --causal-only --head-dims 256 --lengths 512 1024 2048 \
