@@ -425,7 +425,10 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 
 def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
     """The Hopper forward (forward_hopper.py) in its tuned config and with two or three consumer warpgroups,
     other rings, and persistent grids, against the oracle, by the portable configs' criterion: ragged lengths,
-    GQA, both causal alignments (seqlen_q > seqlen_k leaves rows with no key under the bottom-right mask)."""
+    GQA, both causal alignments (seqlen_q > seqlen_k leaves rows with no key under the bottom-right mask).
+    Causal work items end at the last query row, so where an item's rows do not divide the length (every length
+    here with three consumers) the first item's leading consumers have only rows before row 0: out and lse start
+    as NaN, and every row must still be written."""
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.launch import on_device
 
@@ -450,8 +453,8 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
                 others = [(64, 128, 2, 2, False), (64, 128, 2, 2, True), (64, 128, 2, 3, True), (64, 64, 4, 3, False)]
                 others += [(64, 128, 3, 3, True)] if head_dim == 64 else []
             for config in {fh.HOPPER_CONFIGS[head_dim, causal], *others}:
-                out = torch.empty_like(q)
-                lse = torch.empty(shape[0], shape[3], shape[1], device="cuda", dtype=torch.float32)
+                out = torch.full_like(q, float("nan"))
+                lse = torch.full((shape[0], shape[3], shape[1]), float("nan"), device="cuda")
                 with on_device(q.device):
                     fh.attn_fwd_hopper(q, k, v, out, lse, scale, causal, bottom_right, config)
                 err = (out.double() - out_ref).abs().max().item()
