@@ -17,9 +17,8 @@ import torch
 
 from flashdoc.kernels import backward_hopper as bh
 from flashdoc.kernels import forward_hopper as fh
-from flashdoc.kernels.backward import bwd_preprocess
 from flashdoc.kernels.launch import on_device
-from perf.causal_order import tflops
+from perf.causal_order import backward_kernels, tflops
 
 DEFAULT_RULE = fh.heads_per_section
 SHIPPED = bh.SECTIONED_HEAD_DIMS
@@ -46,22 +45,13 @@ def main():
             scale = d ** -0.5
             with on_device(q.device):
                 fh.attn_fwd_hopper(q, k, v, out, lse, scale, True, False)
-                delta, lse2 = bwd_preprocess(dout, out, lse, None)
             one = b * h * n * n * d  # one product under the causal mask (half of 2 B H N^2 d)
             grads = {}
             cells = []
             for order in ["own", "L2", *args.sections]:
                 use(order, d)
                 dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-                def dkdv():
-                    with on_device(q.device):
-                        bh.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, scale, True, False)
-
-                def dq_():
-                    with on_device(q.device):
-                        bh.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, scale, True, False)
-
+                dkdv, dq_ = backward_kernels(q, k, v, dout, out, lse, dq, dk, dv, scale)
                 dkdv()
                 dq_()
                 grads[order] = (dq.clone(), dk.clone(), dv.clone())
