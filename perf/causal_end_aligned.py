@@ -27,10 +27,14 @@ from flashdoc.kernels.launch import on_device
 
 
 def load_base(rev):
-    """forward_hopper.py as of git revision rev, imported as flashdoc.kernels.forward_hopper_base (its relative
-    imports resolve in the current package; Triton reads the kernels' source from the file)."""
-    source = subprocess.run(["git", "show", f"{rev}:flashdoc/kernels/forward_hopper.py"], check=True,
-                            capture_output=True, text=True).stdout
+    """forward_hopper.py as of git revision rev (or from the file rev names, for a checkout whose history lacks
+    the revision), imported as flashdoc.kernels.forward_hopper_base (its relative imports resolve in the current
+    package; Triton reads the kernels' source from the file)."""
+    if Path(rev).is_file():
+        source = Path(rev).read_text()
+    else:
+        source = subprocess.run(["git", "show", f"{rev}:flashdoc/kernels/forward_hopper.py"], check=True,
+                                capture_output=True, text=True).stdout
     path = Path(tempfile.mkdtemp()) / "forward_hopper_base.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("flashdoc.kernels.forward_hopper_base", path)

@@ -21,11 +21,11 @@ step flex_in_process 150 flex_in_process.py
 # decides one (perf/NOTES.md, session 15). Together they take more than one 10-minute call: name them per call.
 # 0a. end-aligned causal items in the Hopper forward: the same bits as the kernel before (340bf9e's), and the
 #     causal/full ratio at 2k-8k (the 4k target row)
-step causal_end_aligned 200 causal_end_aligned.py
+step causal_end_aligned 200 causal_end_aligned.py ${BASE_FILE:+--base $BASE_FILE}
 # 0b. the next tile's Q K^T issued before this tile's softmax (FA3's intra-warpgroup overlap), against the shipped
 #     configs: d = 256 (its two consumers have the registers; 68 B spill without the mask), and two consumers of
 #     128-key tiles at d = 64/128 (0 spills), the config FA3 runs at d = 128
-step qk_pipeline 300 gluon_fwd.py --check --bench --head-dims 64 128 256 --lengths 2048 4096 8192 16384 \
+step qk_pipeline 180 gluon_fwd.py --check --bench --head-dims 64 128 256 --lengths 4096 16384 \
      --configs 64,128,2,3,1,0 64,128,2,2,1,1 64,64,2,2,1,0 64,64,2,2,1,1
 # 0c. the causal backward at d = 256 in L2 sections, against the kernels' own order: the same bits, and dK/dV and
 #     dQ TFLOP/s at 2k-16k (session 14: wide dK/dV +10% at 8-16k, dQ +3-8%)
