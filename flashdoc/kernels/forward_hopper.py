@@ -314,9 +314,7 @@ if GLUON:
                            row_o: gl.constexpr):
         """``_consume`` with the next tile's Q K^T issued before this tile's softmax, so that the tensor cores
         compute it while this warpgroup does its exponentials (FlashAttention-3's intra-warpgroup overlap of
-        softmax and GEMM). It holds two score tiles in registers instead of one, and the next key tile's ring slot
-        before it releases this one's: with one stage it would wait for itself."""
-        gl.static_assert(STAGES > 1, "the pipelined consumer needs a ring of two stages or more")
+        softmax and GEMM). It holds two score tiles in registers instead of one."""
         dtype: gl.constexpr = k_smem.dtype
         offs_n0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
