@@ -82,8 +82,7 @@ def tuned_kernels():
     for (d, causal), (bm, bn, stages, consumers, _persistent) in fh.HOPPER_CONFIGS.items():
         yield f"fwd  d={d} causal={causal}", compile_config(
             fh._attn_fwd_hopper, d, bm, bn, dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages,
-                                                 N_CONSUMERS=consumers, O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM,
-                                                 PIPELINE_QK=d in getattr(fh, "PIPELINE_QK_HEAD_DIMS", ())))
+                                                 N_CONSUMERS=consumers, O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
     for (d, causal), (bm, bn, stages, consumers, prefetch) in bh.HOPPER_DKDV_CONFIGS.items():
         for order, label in _orders(d, causal):
             if d > bh.MAX_NARROW_HEAD_DIM:

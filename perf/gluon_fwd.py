@@ -4,9 +4,7 @@
                                                             # wheel unpacked in /tmp/t36; no GPU needed)
     python3 perf/gluon_fwd.py --check --bench              # on the H200: against the portable kernel
 
-Configs are (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent[, pipelined]); pipelined = 1 issues the
-next tile's Q K^T before this tile's softmax (forward_hopper._consume_pipelined), 0 does not, absent = as shipped for
-the head dim (forward_hopper.PIPELINE_QK_HEAD_DIMS).
+Configs are (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent).
 """
 
 import argparse
@@ -25,7 +23,7 @@ CONFIGS = [(64, 128, 2, 3, False), (64, 128, 2, 2, False), (64, 128, 2, 3, True)
 
 
 def smem_bytes(d, cfg):
-    bm, bn, st, nc, persistent = cfg[:5]
+    bm, bn, st, nc, persistent = cfg
     o_tiles = 0 if d > fh.MAX_SEPARATE_O_HEAD_DIM else 1  # over it, O is staged in the Q tiles
     return 2 * d * ((1 + o_tiles) * nc * bm + 2 * st * bn)  # Q (and O) tiles, the key/value ring
 
@@ -53,15 +51,8 @@ def hopper(q, k, v, causal, cfg, bottom_right=False, out=None, lse=None):
     portable kernel's do, so that no allocation is timed)."""
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32) if lse is None else lse
-    shipped = fh.PIPELINE_QK_HEAD_DIMS
-    if len(cfg) > 5:
-        d = q.shape[3]
-        fh.PIPELINE_QK_HEAD_DIMS = shipped | {d} if cfg[5] else shipped - {d}
-    try:
-        with on_device(q.device):
-            fh.attn_fwd_hopper(q, k, v, out, lse, q.shape[3] ** -0.5, causal, bottom_right, cfg[:5])
-    finally:
-        fh.PIPELINE_QK_HEAD_DIMS = shipped
+    with on_device(q.device):
+        fh.attn_fwd_hopper(q, k, v, out, lse, q.shape[3] ** -0.5, causal, bottom_right, cfg)
     return out, lse
 
 
@@ -111,7 +102,7 @@ def bench(causal_modes=(False, True), head_dims=(64, 128), lengths=(2048, 4096, 
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
                 runs = {"portable": lambda: portable(q, k, v, o, lse, causal)}
                 for cfg in configs(d):
-                    name = "g%d-%d-%d-%d%s%s" % (*cfg[:4], "p" * cfg[4], "q" * (len(cfg) > 5 and cfg[5]))
+                    name = "g%d-%d-%d-%d%s" % (*cfg[:4], "p" * cfg[4])
                     runs[name] = lambda cfg=cfg: hopper(q, k, v, causal, cfg, out=o, lse=lse)
                 print(f"d={d} causal={int(causal)} N={n}: {_time(runs, flops)}", flush=True)
 
@@ -126,7 +117,7 @@ if __name__ == "__main__":
     ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--configs", type=_config, nargs="+", help="instead of CONFIGS, e.g. 64,64,2,2,1")
     a = ap.parse_args()
-    CONFIGS[:] = [(*c[:4], bool(c[4]), *map(bool, c[5:])) for c in a.configs] if a.configs else CONFIGS
+    CONFIGS[:] = [(*c[:4], bool(c[4])) for c in a.configs] if a.configs else CONFIGS
     if a.aot:
         aot(a.head_dims)
     if a.check:

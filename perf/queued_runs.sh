@@ -6,7 +6,7 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
-RUNS=${*:-causal_end_aligned qk_pipeline bwd_sections d256_fwd_short causal_order}
+RUNS=${*:-bwd_sections d256_fwd_short causal_order}
 step() {
   name=$1; limit=$2; shift 2
   [[ " $RUNS " == *" $name "* ]] || return 0
@@ -17,18 +17,10 @@ step() {
 # Session 15 ran flex_in_process (perf/NOTES.md, "Session 15"): kept as a tool, no longer queued.
 # d256_fwd_short is still waiting.
 step flex_in_process 150 flex_in_process.py
-# Branch wip/session15 holds three kernel changes written in session 15 and not yet run on the H200; each run below
-# decides one (perf/NOTES.md, session 15). Together they take more than one 10-minute call: name them per call.
-# 0a. end-aligned causal items in the Hopper forward: the same bits as the kernel before (340bf9e's), and the
-#     causal/full ratio at 2k-8k (the 4k target row)
+# Session 16 ran causal_end_aligned and qk_pipeline (perf/NOTES.md, "Session 16"): the first shipped, the second
+# removed. 0. the causal backward at d = 256 in L2 sections, against the kernels' own order: the same bits, and dK/dV
+# and dQ TFLOP/s at 2k-16k (session 14: wide dK/dV +10% at 8-16k, dQ +3-8%)
 step causal_end_aligned 200 causal_end_aligned.py ${BASE_FILE:+--base $BASE_FILE}
-# 0b. the next tile's Q K^T issued before this tile's softmax (FA3's intra-warpgroup overlap), against the shipped
-#     configs: d = 256 (its two consumers have the registers; 68 B spill without the mask), and two consumers of
-#     128-key tiles at d = 64/128 (0 spills), the config FA3 runs at d = 128
-step qk_pipeline 180 gluon_fwd.py --check --bench --head-dims 64 128 256 --lengths 4096 16384 \
-     --configs 64,128,2,3,1,0 64,128,2,2,1,1 64,64,2,2,1,0 64,64,2,2,1,1
-# 0c. the causal backward at d = 256 in L2 sections, against the kernels' own order: the same bits, and dK/dV and
-#     dQ TFLOP/s at 2k-16k (session 14: wide dK/dV +10% at 8-16k, dQ +3-8%)
 step bwd_sections 200 bwd_sections.py --head-dims 256 --sections 1 2 4
 # 1. the d = 256 causal forward at 512-2k tokens (MIN_SEQLEN keeps it off below 1k): 32-key tiles with the output
 #    staged, and the non-persistent grid, which releases each query tile without holding the next item back

@@ -70,9 +70,6 @@ HOPPER_CONFIGS = {
     (256, False): (64, 64, 2, 2, True),
     (256, True): (64, 64, 2, 2, True),
 }
-# Head dims whose consumers issue the next key tile's Q K^T before this tile's softmax (``_consume_pipelined``): it
-# takes a second score tile's registers, which only the two-consumer configs (240 registers a thread) have.
-PIPELINE_QK_HEAD_DIMS = frozenset({256})
 # Head dims over this write each consumer's output through its query tile (``O_IN_Q``): separate output tiles take
 # shared memory that the key/value ring needs.
 MAX_SEPARATE_O_HEAD_DIM = 128
@@ -253,25 +250,6 @@ if GLUON:
 
     # --8<-- [start:hopper_consume]
     @gluon.jit
-    def _online_softmax(qk, acc, l_i, m_i, offs_n, offs_m, seqlen_k, causal_offset, qk_scale, MASKED: gl.constexpr,
-                        IS_CAUSAL: gl.constexpr, p_layout: gl.constexpr, row_o: gl.constexpr, dtype: gl.constexpr):
-        """One key tile's step of ``forward._attn_fwd_inner``'s online softmax on its scores qk (keys offs_n): the probabilities
-        (as the next product's A operand, in registers), the rescaled accumulator, and the new row sums and maxima."""
-        if MASKED:
-            keep = offs_n[None, :] < seqlen_k
-            if IS_CAUSAL:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
-            qk = gl.where(keep, qk, float("-inf"))
-        m_ij = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
-        if MASKED:
-            m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
-        p = gl.exp2(qk * qk_scale - m_ij[:, None])
-        alpha = gl.exp2(m_i - m_ij)
-        l_i = l_i * alpha + gl.sum(p, 1)
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        return gl.convert_layout(p.to(dtype), p_layout), acc, l_i, m_ij
-
-    @gluon.jit
     def _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m, seqlen_k,
                  causal_offset, qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
@@ -289,64 +267,34 @@ if GLUON:
             k = k_smem.index(s).reshape([BLOCK_N, BLOCK_D])
             qk = warpgroup_mma(q, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             qk = warpgroup_mma_wait(0, deps=(qk, ))
-            p, acc, l_i, m_i = _online_softmax(qk, acc, l_i, m_i, start_n + offs_n0, offs_m, seqlen_k, causal_offset,
-                                               qk_scale, MASKED, IS_CAUSAL, p_layout, row_o, dtype)
+            if MASKED:
+                offs_n = start_n + offs_n0
+                keep = offs_n[None, :] < seqlen_k
+                if IS_CAUSAL:
+                    keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+                qk = gl.where(keep, qk, float("-inf"))
+            m_ij = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
+            if MASKED:
+                m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
+            p = gl.exp2(qk * qk_scale - m_ij[:, None])
+            alpha = gl.exp2(m_i - m_ij)
+            l_i = l_i * alpha + gl.sum(p, 1)
+            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+            # the probabilities feed the next product from registers, as its A operand
+            p = gl.convert_layout(p.to(dtype), p_layout)
             mbarrier.wait(v_ready.index(s), phase)
             acc = warpgroup_mma(p, v_smem.index(s).reshape([BLOCK_N, BLOCK_D]), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc, ))
             mbarrier.arrive(kv_empty.index(s), count=1)  # one arrival per warpgroup: this stage may be refilled
+            m_i = m_ij
         return acc, l_i, m_i
     # --8<-- [end:hopper_consume]
-
-    @gluon.jit
-    def _issue_qk(q, k_smem, k_ready, it, zero_s, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
-                  STAGES: gl.constexpr):
-        """Q K^T on the ring's it-th key tile, issued to the tensor cores once the tile has landed; not waited for."""
-        mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
-        k = k_smem.index(it % STAGES).reshape([BLOCK_N, BLOCK_D])
-        return warpgroup_mma(q, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-
-    @gluon.jit
-    def _consume_pipelined(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m, seqlen_k,
-                           causal_offset, qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
-                           STAGES: gl.constexpr, s_layout: gl.constexpr, p_layout: gl.constexpr,
-                           row_o: gl.constexpr):
-        """``_consume`` with the next tile's Q K^T issued before this tile's softmax, so that the tensor cores
-        compute it while this warpgroup does its exponentials (FlashAttention-3's intra-warpgroup overlap of
-        softmax and GEMM). It holds two score tiles in registers instead of one."""
-        dtype: gl.constexpr = k_smem.dtype
-        offs_n0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
-        if lo < hi:
-            qk = _issue_qk(q, k_smem, k_ready, kv_it + lo // BLOCK_N, zero_s, BLOCK_N, BLOCK_D, STAGES)
-            last = lo + (hi - lo - 1) // BLOCK_N * BLOCK_N  # the last tile's first key
-            for start_n in range(lo, last, BLOCK_N):
-                it = kv_it + start_n // BLOCK_N
-                qk_next = _issue_qk(q, k_smem, k_ready, it + 1, zero_s, BLOCK_N, BLOCK_D, STAGES)
-                qk = warpgroup_mma_wait(1, deps=(qk, ))  # this tile's scores; the next tile's may still run
-                p, acc, l_i, m_i = _online_softmax(qk, acc, l_i, m_i, start_n + offs_n0, offs_m, seqlen_k,
-                                                   causal_offset, qk_scale, MASKED, IS_CAUSAL, p_layout, row_o, dtype)
-                mbarrier.wait(v_ready.index(it % STAGES), (it // STAGES) & 1)
-                acc = warpgroup_mma(p, v_smem.index(it % STAGES).reshape([BLOCK_N, BLOCK_D]), acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=(acc, ))  # (the next tile's scores have landed too)
-                mbarrier.arrive(kv_empty.index(it % STAGES), count=1)
-                qk = qk_next
-            it = kv_it + last // BLOCK_N
-            qk = warpgroup_mma_wait(0, deps=(qk, ))
-            p, acc, l_i, m_i = _online_softmax(qk, acc, l_i, m_i, last + offs_n0, offs_m, seqlen_k, causal_offset,
-                                               qk_scale, MASKED, IS_CAUSAL, p_layout, row_o, dtype)
-            mbarrier.wait(v_ready.index(it % STAGES), (it // STAGES) & 1)
-            acc = warpgroup_mma(p, v_smem.index(it % STAGES).reshape([BLOCK_N, BLOCK_D]), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc, ))
-            mbarrier.arrive(kv_empty.index(it % STAGES), count=1)
-        return acc, l_i, m_i
 
     @gluon.jit
     def _consumer(o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
                   kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
                   SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, O_IN_Q: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, PIPELINE_QK: gl.constexpr):
+                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
         """Consumer warpgroup SUB: rows row0 + SUB * BLOCK_M + [0, BLOCK_M) of each work item's query tile. With
         O_IN_Q, o_smem is q_smem: the output goes out through the query tile, which is released only then."""
         dtype: gl.constexpr = o_desc.dtype
@@ -380,22 +328,12 @@ if GLUON:
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
             l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
             acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
-            if PIPELINE_QK:
-                acc, l_i, m_i = _consume_pipelined(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it,
-                                                   offs_m, seqlen_k, causal_offset, qk_scale, 0, full_hi, False,
-                                                   IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout,
-                                                   row_o)
-                acc, l_i, m_i = _consume_pipelined(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it,
-                                                   offs_m, seqlen_k, causal_offset, qk_scale, full_hi, my_hi, True,
-                                                   IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout,
-                                                   row_o)
-            else:
-                acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m,
-                                         seqlen_k, causal_offset, qk_scale, 0, full_hi, False, IS_CAUSAL, BLOCK_M,
-                                         BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o)
-                acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m,
-                                         seqlen_k, causal_offset, qk_scale, full_hi, my_hi, True, IS_CAUSAL, BLOCK_M,
-                                         BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o)
+            acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m,
+                                     seqlen_k, causal_offset, qk_scale, 0, full_hi, False, IS_CAUSAL, BLOCK_M,
+                                     BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o)
+            acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m,
+                                     seqlen_k, causal_offset, qk_scale, full_hi, my_hi, True, IS_CAUSAL, BLOCK_M,
+                                     BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o)
             if not O_IN_Q:
                 # every Q K^T of this item is done: the producer may load the next item's queries during the epilogue
                 mbarrier.arrive(q_empty, count=1)
@@ -438,8 +376,7 @@ if GLUON:
                                   "causal_offset"])
     def _attn_fwd_hopper(q_desc, k_desc, v_desc, o_desc, LSE, COUNTER, n_tiles, total, section, n_heads, group_size,
                          seqlen_q, seqlen_k, causal_offset, qk_scale, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, O_IN_Q: gl.constexpr,
-                         PIPELINE_QK: gl.constexpr = False):
+                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, O_IN_Q: gl.constexpr):
         """Work items: ``total`` tiles of N_CONSUMERS * BLOCK_M query rows (``n_tiles`` per (batch, head)), claimed
         one at a time through COUNTER (an int32 zero): one per program, or, on a persistent grid of one program per
         SM, as many as each program gets through, the producer loading an item's queries and first keys while the
@@ -475,12 +412,10 @@ if GLUON:
                              seqlen_k, causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 0, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             PIPELINE_QK)),
+                             causal_offset, qk_scale, 0, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 1, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             PIPELINE_QK)),
+                             causal_offset, qk_scale, 1, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
@@ -489,16 +424,13 @@ if GLUON:
                              seqlen_k, causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 0, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             PIPELINE_QK)),
+                             causal_offset, qk_scale, 0, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 1, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             PIPELINE_QK)),
+                             causal_offset, qk_scale, 1, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 2, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             PIPELINE_QK)),
+                             causal_offset, qk_scale, 2, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
             ], [4, 4, 4], [160, 160, 160])
     # --8<-- [end:hopper_kernel]
 
@@ -540,5 +472,4 @@ def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, botto
                   n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
                   softmax_scale * LOG2E),
                  dict(IS_CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, N_CONSUMERS=consumers,
-                      O_IN_Q=head_dim > MAX_SEPARATE_O_HEAD_DIM, PIPELINE_QK=head_dim in PIPELINE_QK_HEAD_DIMS),
-                 num_warps=4)
+                      O_IN_Q=head_dim > MAX_SEPARATE_O_HEAD_DIM), num_warps=4)
