@@ -49,6 +49,23 @@ def use_order(section):
     fh.heads_per_section = DEFAULT if section is None else (lambda k, n_pairs: min(section, n_pairs))
 
 
+def backward_kernels(q, k, v, dout, out, lse, dq, dk, dv, scale):
+    """The causal Hopper dK/dV and dQ launches on these tensors (out, lse: the causal forward's), as two
+    argument-free callables that write dk/dv and dq."""
+    with on_device(q.device):
+        delta, lse2 = bwd_preprocess(dout, out, lse, None)
+
+    def dkdv():
+        with on_device(q.device):
+            bh.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, scale, True, False)
+
+    def dq_():
+        with on_device(q.device):
+            bh.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, scale, True, False)
+
+    return dkdv, dq_
+
+
 def tflops(fn, flops):
     """Median of three do_bench medians, TFLOP/s."""
     fn()
@@ -81,16 +98,7 @@ def main():
                     fh.attn_fwd_hopper(q, k, v, out, lse, scale, causal, False)
 
             fwd(True)
-            with on_device(q.device):
-                delta, lse2 = bwd_preprocess(dout, out, lse, None)
-
-            def dkdv():
-                with on_device(q.device):
-                    bh.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, scale, True, False)
-
-            def dq_():
-                with on_device(q.device):
-                    bh.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, scale, True, False)
+            dkdv, dq_ = backward_kernels(q, k, v, dout, out, lse, dq, dk, dv, scale)
 
             full = tflops(lambda: fwd(False), 2 * one)
             cells = []

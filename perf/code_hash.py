@@ -48,18 +48,20 @@ def code_hash(ptx):
 
 def compile_sm90(kernel, descriptors, constants):
     """kernel compiled for sm_90: descriptors (name: host descriptor) and constants (name: value) by parameter
-    name; other parameters are typed by name (pointers, float scales, else i32)."""
+    name, constexprs not given at their defaults; other parameters are typed by name (pointers, float scales, else
+    i32)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
     sig, consts = {}, {}
+    defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
     for i, name in enumerate(kernel.arg_names):
         if name in descriptors:
             sig[name] = mangle_type(descriptors[name])
-        elif name in constants:
+        elif name in constants or name in defaults:  # a constexpr left out takes its default, as in a launch
             sig[name] = "constexpr"
-            consts[(i,)] = constants[name]
+            consts[(i,)] = constants.get(name, defaults.get(name))
         else:
             sig[name] = POINTERS.get(name, "fp32" if name in FLOATS else "i32")
     return triton.compile(GluonASTSource(kernel, sig, consts), target=GPUTarget("cuda", 90, 32),
@@ -82,16 +84,29 @@ def tuned_kernels():
             fh._attn_fwd_hopper, d, bm, bn, dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages,
                                                  N_CONSUMERS=consumers, O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
     for (d, causal), (bm, bn, stages, consumers, prefetch) in bh.HOPPER_DKDV_CONFIGS.items():
-        if d > bh.MAX_NARROW_HEAD_DIM:
-            ck = compile_config(bh._attn_bwd_dkdv_hopper_wide, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=stages),
-                                cols=d // 2)
-        else:
-            ck = compile_config(bh._attn_bwd_dkdv_hopper, d, bm, bn,
-                                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch))
-        yield f"dkdv d={d} causal={causal}", ck
+        for order, label in _orders(d, causal):
+            if d > bh.MAX_NARROW_HEAD_DIM:
+                ck = compile_config(bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
+                                    dict(IS_CAUSAL=causal, STAGES=stages, **order), cols=d // 2)
+            else:
+                ck = compile_config(bh._attn_bwd_dkdv_hopper, d, bm, bn,
+                                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch,
+                                         **order))
+            yield f"dkdv d={d} causal={causal}{label}", ck
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
-        yield f"dq   d={d} causal={causal}", compile_config(
-            bh._attn_bwd_dq_hopper, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers))
+        for order, label in _orders(d, causal):
+            yield f"dq   d={d} causal={causal}{label}", compile_config(
+                bh._attn_bwd_dq_hopper, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers,
+                                                        **order))
+
+
+def _orders(d, causal):
+    """The backward kernel's grid orders a launch can take (constexprs, label): its own, and where causal calls
+    go in L2 sections (backward_hopper.SECTIONED_HEAD_DIMS) one sectioned variant (each section size compiles
+    its own; 2 stands for them)."""
+    yield {}, ""
+    if causal and d in getattr(bh, "SECTIONED_HEAD_DIMS", ()):
+        yield dict(SECTION=2), " sections=2"
 
 if __name__ == "__main__":
     for label, ck in tuned_kernels():

@@ -14,9 +14,11 @@ step() {
   timeout -s INT $limit python perf/"$@" > $OUT/$name.txt 2>&1
   echo "rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "MISMATCH|check done|Error" $OUT/$name.txt | head -5
 }
-# Session 15 ran flex_in_process (perf/NOTES.md, "Session 15"): kept as a tool, no longer queued. Its three kernel
-# changes wait on branch wip/session15, whose copy of this file queues their A/Bs. d256_fwd_short is still waiting.
+# Runs kept as tools, no longer queued: flex_in_process (session 15), causal_end_aligned and bwd_sections (session 16,
+# both shipped; qk_pipeline lost and its kernel is gone). perf/NOTES.md says what each decided.
 step flex_in_process 150 flex_in_process.py
+step causal_end_aligned 200 causal_end_aligned.py ${BASE_FILE:+--base $BASE_FILE}
+step bwd_sections 200 bwd_sections.py --head-dims 256 --sections 1 2 4
 # 1. the d = 256 causal forward at 512-2k tokens (MIN_SEQLEN keeps it off below 1k): 32-key tiles with the output
 #    staged, and the non-persistent grid, which releases each query tile without holding the next item back
 step d256_fwd_short 150 gluon_fwd.py --check --bench --causal-only --head-dims 256 --lengths 512 1024 2048 \

@@ -250,6 +250,20 @@ def test_hopper_causal_sections(monkeypatch):
     assert fh.heads_per_section(k(2**20, 256), 4) == 1  # not even one head fits
 
 
+def test_hopper_backward_grid_order(monkeypatch):
+    """Causal backward launches at SECTIONED_HEAD_DIMS take one grid axis in the forward's sectioned order; the
+    others keep the kernels' own two axes (tiles, pairs) and pass no SECTION (so they compile as before)."""
+    from flashdoc.kernels import backward_hopper as bh
+    from flashdoc.kernels import forward_hopper as fh
+
+    k = torch.empty(1, 1, 1, 1, dtype=torch.bfloat16).expand(2, 4096, 8, 256)
+    for d in (64, 128, 256):
+        assert bh._grid(32, 16, k, d, causal=False) == ((32, 16), {})
+    monkeypatch.setattr(fh, "heads_per_section", lambda k, n_pairs: 4)
+    assert bh._grid(32, 16, k, 256, causal=True) == ((512,), {"SECTION": 4})
+    assert bh._grid(32, 16, k, 128, causal=True) == ((32, 16), {})
+
+
 # --- GPU sweeps ------------------------------------------------------------------------------------------------
 
 ODD_SEQLENS = [(1, 1), (1, 17), (17, 1), (113, 203), (203, 113), (127, 127), (128, 217), (1000, 1000),
@@ -425,7 +439,10 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 
 def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
     """The Hopper forward (forward_hopper.py) in its tuned config and with two or three consumer warpgroups,
     other rings, and persistent grids, against the oracle, by the portable configs' criterion: ragged lengths,
-    GQA, both causal alignments (seqlen_q > seqlen_k leaves rows with no key under the bottom-right mask)."""
+    GQA, both causal alignments (seqlen_q > seqlen_k leaves rows with no key under the bottom-right mask).
+    Causal work items end at the last query row, so where an item's rows do not divide the length (every length
+    here with three consumers) the first item's leading consumers have only rows before row 0: out and lse start
+    as NaN, and every row must still be written."""
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.launch import on_device
 
@@ -450,8 +467,8 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
                 others = [(64, 128, 2, 2, False), (64, 128, 2, 2, True), (64, 128, 2, 3, True), (64, 64, 4, 3, False)]
                 others += [(64, 128, 3, 3, True)] if head_dim == 64 else []
             for config in {fh.HOPPER_CONFIGS[head_dim, causal], *others}:
-                out = torch.empty_like(q)
-                lse = torch.empty(shape[0], shape[3], shape[1], device="cuda", dtype=torch.float32)
+                out = torch.full_like(q, float("nan"))
+                lse = torch.full((shape[0], shape[3], shape[1]), float("nan"), device="cuda")
                 with on_device(q.device):
                     fh.attn_fwd_hopper(q, k, v, out, lse, scale, causal, bottom_right, config)
                 err = (out.double() - out_ref).abs().max().item()
@@ -464,14 +481,18 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_gpu_hopper_backward_every_config(head_dim, causal, dtype):
+def test_gpu_hopper_backward_every_config(head_dim, causal, dtype, monkeypatch):
     """The Hopper dK/dV and dQ kernels (backward_hopper.py) in their tuned configs and with three consumers, a
     deeper ring or PREFETCH switched (at d = 256: the wide dK/dV kernel, and dQ in the configs that fit), against
     the oracle's gradients by flash-attn's criterion (the one the autograd tests use): ragged lengths, GQA, both
-    causal alignments (seqlen_q > seqlen_k leaves rows with no key, and keys no row sees)."""
+    causal alignments (seqlen_q > seqlen_k leaves rows with no key, and keys no row sees). Causal calls at
+    SECTIONED_HEAD_DIMS run in sections of 3 pairs here, the last one short."""
     from flashdoc.kernels import backward_hopper as bh
+    from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.backward import bwd_preprocess
     from flashdoc.kernels.launch import on_device
+
+    monkeypatch.setattr(fh, "heads_per_section", lambda k, n_pairs: min(3, n_pairs))
 
     scale = head_dim ** -0.5
     for shape in [(2, 1000, 1203, 4, 2), (1, 777, 333, 2, 1), (3, 64, 64, 2, 2)]:

@@ -1,11 +1,16 @@
 """The launch cache (flashdoc/kernels/launch.py): a compiled kernel is reused only for arguments Triton would
 compile the same way, and reusing it changes no bit of any result."""
 
+from collections import namedtuple
+
 import pytest
 import torch
 from attention_oracle import causal_forward_backward, make_qkv
 
 from flashdoc.kernels import launch
+
+# a kernel parameter as Triton's JITFunction.params lists it (the stand-in kernels below have these)
+Param = namedtuple("Param", "name is_constexpr has_default default")
 
 
 def test_signature_separates_what_triton_specialises_on():
@@ -56,6 +61,7 @@ def test_second_launch_goes_straight_to_the_compiled_launcher(monkeypatch):
 
     class Kernel:  # a @triton.jit function's interface: kernel[grid](*args, **meta) compiles and launches
         arg_names = ["X", "DESC", "n", "BLOCK_D", "BLOCK_M", "BLOCK_N", "ACROSS_HEADS"]
+        params = [Param(name, name.isupper(), False, None) for name in arg_names]
 
         def __getitem__(self, grid):
             return lambda *args, **kwargs: launched.append(("triton", grid)) or Compiled()
@@ -81,8 +87,8 @@ def test_second_launch_goes_straight_to_the_compiled_launcher(monkeypatch):
 def test_second_gluon_launch_goes_straight_to_the_compiled_launcher(monkeypatch):
     """``launch_gluon``'s contract with Triton, on stand-ins (test_gpu_launch_cache_gluon checks it for real): the
     first launch of a signature goes through the kernel; later ones call the compiled kernel's launcher with the
-    grid given, no launch hooks and every parameter in order, constexprs included; a new constexpr value or an
-    int that Triton specialises differently goes through the kernel again."""
+    grid given, no launch hooks and every parameter in order, constexprs included (one the call leaves out at its
+    default); a new constexpr value or an int that Triton specialises differently goes through the kernel again."""
     launched = []
 
     class Compiled:
@@ -92,7 +98,9 @@ def test_second_gluon_launch_goes_straight_to_the_compiled_launcher(monkeypatch)
             launched.append(("cached", args))
 
     class Kernel:  # a @gluon.jit function's interface: kernel[grid](*args, **constexprs, num_warps=...)
-        arg_names = ["X", "n", "IS_CAUSAL", "STAGES"]
+        arg_names = ["X", "n", "IS_CAUSAL", "STAGES", "SECTION"]
+        params = [Param("X", False, False, None), Param("n", False, False, None), Param("IS_CAUSAL", True, False, None),
+                  Param("STAGES", True, False, None), Param("SECTION", True, True, 0)]
 
         def __getitem__(self, grid):
             return lambda *args, **kwargs: launched.append(("triton", grid, kwargs["num_warps"])) or Compiled()
@@ -105,7 +113,7 @@ def test_second_gluon_launch_goes_straight_to_the_compiled_launcher(monkeypatch)
     for n, causal in [(1024, True), (2048, True), (2048, False), (1000, False)]:
         launch.launch_gluon(kernel, (7, 3), (x, n), dict(IS_CAUSAL=causal, STAGES=2), num_warps=4)
     assert launched == [("triton", (7, 3), 4),
-                        ("cached", (7, 3, 1, "stream", "function", "packed", None, None, None, x, 2048, True, 2)),
+                        ("cached", (7, 3, 1, "stream", "function", "packed", None, None, None, x, 2048, True, 2, 0)),
                         ("triton", (7, 3), 4),  # IS_CAUSAL changed
                         ("triton", (7, 3), 4)]  # 16 does not divide 1000
     assert len(launch._launchers) == 3

@@ -39,6 +39,7 @@ import triton
 
 from . import LOG2E
 from .forward import MAX_GRID_Y
+from . import forward_hopper
 from .forward_hopper import GLUON, descriptor, gluon_runs
 from .launch import launch_gluon
 
@@ -48,7 +49,12 @@ if GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
         warpgroup_mma, warpgroup_mma_wait
 
-    from .forward_hopper import _key_range, _keys_seen
+    from .forward_hopper import _causal_item, _key_range, _keys_seen
+
+# Causal calls at these head dims hand out their tiles as the forward does, in L2-sized sections of heads, costliest
+# first (``_grid``). Session 14 on the H200: at d = 256 the wide dK/dV kernel +10% at 8-16k and dQ +3-8%; at d <= 128
+# dK/dV lost 9-12% and dQ 2-5%, so they keep their own order.
+SECTIONED_HEAD_DIMS = frozenset({256})
 
 # --8<-- [start:hopper_bwd_configs]
 # Chosen with perf/gluon_bwd.py on the H200 (perf/NOTES.md, sessions 11 and 13), per (head dim, causal).
@@ -100,14 +106,21 @@ def supports_dq(q: torch.Tensor, causal: bool) -> bool:
 if GLUON:
     # dK/dV (the producer streams Q and dO; each consumer keeps its keys' K and V) ----------------------------------
     @gluon.jit
-    def _key_block(KEYS: gl.constexpr, BLOCK_M: gl.constexpr, n_heads, group_size, seqlen_q, causal_offset,
-                   IS_CAUSAL: gl.constexpr):
+    def _key_block(KEYS: gl.constexpr, BLOCK_M: gl.constexpr, n_heads, group_size, seqlen_q, seqlen_k, causal_offset,
+                   IS_CAUSAL: gl.constexpr, SECTION: gl.constexpr):
         """This dK/dV program's KEYS keys of one (batch, kv head), and the query tiles [lo, hi) that see any of
-        them. Grid: (key blocks, batch * kv heads). Returns off_b, off_hk, start_n, lo, hi."""
-        pid_n = gl.program_id(0)
-        pid_bhk = gl.program_id(1)
-        if IS_CAUSAL:
-            pid_n = gl.num_programs(0) - 1 - pid_n  # lightest first: the last keys are seen by the fewest query rows
+        them. Grid: (key blocks, batch * kv heads); with SECTION (causal only), one axis of key blocks x pairs in
+        ``forward_hopper._causal_item``'s order: sections of SECTION pairs, costliest key blocks first. Returns
+        off_b, off_hk, start_n, lo, hi."""
+        if SECTION > 0:
+            n_blocks = gl.cdiv(seqlen_k, KEYS)
+            # rank 0 is the costliest block: the first keys are seen by every query row
+            pid_n, pid_bhk = _causal_item(gl.program_id(0), n_blocks, gl.num_programs(0) // n_blocks, SECTION)
+        else:
+            pid_n = gl.program_id(0)
+            pid_bhk = gl.program_id(1)
+            if IS_CAUSAL:
+                pid_n = gl.num_programs(0) - 1 - pid_n  # lightest first: the last keys are seen by the fewest rows
         n_kv_heads = n_heads // group_size
         off_b = pid_bhk // n_kv_heads
         off_hk = pid_bhk % n_kv_heads
@@ -267,7 +280,8 @@ if GLUON:
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
     def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads, group_size,
                               seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale, IS_CAUSAL: gl.constexpr,
-                              STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, PREFETCH: gl.constexpr):
+                              STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, PREFETCH: gl.constexpr,
+                              SECTION: gl.constexpr = 0):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
         rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
@@ -275,7 +289,7 @@ if GLUON:
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         off_b, off_hk, start_n, lo, hi = _key_block(N_CONSUMERS * BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q,
-                                                    causal_offset, IS_CAUSAL)
+                                                    seqlen_k, causal_offset, IS_CAUSAL, SECTION)
 
         k_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
@@ -454,15 +468,15 @@ if GLUON:
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
     def _attn_bwd_dkdv_hopper_wide(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads,
                                    group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
-                                   IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr):
+                                   IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SECTION: gl.constexpr = 0):
         """``_attn_bwd_dkdv_hopper`` for head dims over 128, every descriptor in tiles of half the head dim.
         Grid: (key tiles of BLOCK_N, batch * kv heads)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
-        off_b, off_hk, start_n, lo, hi = _key_block(BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q, causal_offset,
-                                                    IS_CAUSAL)
+        off_b, off_hk, start_n, lo, hi = _key_block(BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q, seqlen_k,
+                                                    causal_offset, IS_CAUSAL, SECTION)
 
         k_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], v_desc.layout)
@@ -588,16 +602,22 @@ if GLUON:
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
     def _attn_bwd_dq_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, n_heads, group_size, seqlen_q,
                             seqlen_k, causal_offset, softmax_scale, qk_scale, IS_CAUSAL: gl.constexpr,
-                            STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr):
-        """Grid: (query tiles of N_CONSUMERS * BLOCK_M, batch * heads)."""
+                            STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, SECTION: gl.constexpr = 0):
+        """Grid: (query tiles of N_CONSUMERS * BLOCK_M, batch * heads); with SECTION (causal only), one axis in
+        ``forward_hopper._causal_item``'s order, as ``_key_block``'s."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
-        tile = gl.program_id(0)
-        pid_bh = gl.program_id(1)
-        if IS_CAUSAL:
-            tile = gl.num_programs(0) - 1 - tile  # the last query rows see the most keys: launch them first
+        if SECTION > 0:
+            n_tiles = gl.cdiv(seqlen_q, N_CONSUMERS * BLOCK_M)
+            rank, pid_bh = _causal_item(gl.program_id(0), n_tiles, gl.num_programs(0) // n_tiles, SECTION)
+            tile = n_tiles - 1 - rank  # the last query rows see the most keys
+        else:
+            tile = gl.program_id(0)
+            pid_bh = gl.program_id(1)
+            if IS_CAUSAL:
+                tile = gl.num_programs(0) - 1 - tile  # the last query rows see the most keys: launch them first
         off_b = pid_bh // n_heads
         off_h = pid_bh % n_heads
         off_hk = off_h // group_size
@@ -645,6 +665,15 @@ if GLUON:
             ], [4, 4, 4], [160, 160, 160])
 
 
+def _grid(n_tiles: int, n_pairs: int, k: torch.Tensor, head_dim: int, causal: bool):
+    """A kernel's grid over n_tiles tiles of n_pairs (batch, head) pairs, and the constexpr that says how it is
+    ordered: two axes (tiles, pairs), or, for causal calls at ``SECTIONED_HEAD_DIMS``, one axis in the forward's
+    order (sections of heads whose K/V fit in L2, costliest tiles first: ``forward_hopper._causal_item``)."""
+    if causal and head_dim in SECTIONED_HEAD_DIMS:
+        return (n_tiles * n_pairs,), dict(SECTION=forward_hopper.heads_per_section(k, n_pairs))
+    return (n_tiles, n_pairs), {}
+
+
 def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
                     config=None):
     """``backward.bwd_dkdv`` on Hopper (dk, dv written in place; lse2, delta from ``backward.bwd_preprocess``).
@@ -661,17 +690,17 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
             raise ValueError(f"the wide dK/dV kernel (head_dim {head_dim}) takes configs (BLOCK_M, BLOCK_N, STAGES, "
                              f"2, False), got config={config}")
         cols = head_dim // 2
-        grid = (triton.cdiv(seqlen_k, block_n), batch * n_kv_heads)
+        grid, order = _grid(triton.cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, causal)
         launch_gluon(_attn_bwd_dkdv_hopper_wide, grid,
                      (*(descriptor(t, rows, cols) for t, rows in ((q, block_m), (dout, block_m), (k, block_n),
                                                                    (v, block_n), (dk, block_n), (dv, block_n))),
-                      *rest), dict(IS_CAUSAL=causal, STAGES=stages), num_warps=4)
+                      *rest), dict(IS_CAUSAL=causal, STAGES=stages, **order), num_warps=4)
     else:
-        grid = (triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads)
+        grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, causal)
         launch_gluon(_attn_bwd_dkdv_hopper, grid,
                      (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
                       descriptor(v, block_n), descriptor(dk, block_n), descriptor(dv, block_n), *rest),
-                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=bool(prefetch)),
+                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=bool(prefetch), **order),
                      num_warps=4)
 
 
@@ -682,9 +711,9 @@ def bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: 
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     block_m, block_n, stages, consumers = config or HOPPER_DQ_CONFIGS[head_dim, causal]
-    grid = (triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads)
+    grid, order = _grid(triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads, k, head_dim, causal)
     launch_gluon(_attn_bwd_dq_hopper, grid,
                  (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n), descriptor(v, block_n),
                   descriptor(dq, block_m), lse2, delta, n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k,
                   seqlen_k - seqlen_q if bottom_right else 0, softmax_scale, softmax_scale * LOG2E),
-                 dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers), num_warps=4)
+                 dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order), num_warps=4)

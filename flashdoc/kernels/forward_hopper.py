@@ -165,17 +165,30 @@ if GLUON:
     # --8<-- [end:hopper_causal_order]
 
     @gluon.jit
-    def _work(item, n_tiles, n_heads, group_size, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr,
-              ROWS: gl.constexpr):
+    def _work(item, n_tiles, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr,
+              BLOCK_M: gl.constexpr, ROWS: gl.constexpr):
         """Work item pid_bh * n_tiles + tile (``_claim``): a tile of ROWS query rows of one (batch, head). Returns the
-        head indices, the first row and the key count."""
+        head indices, the first row and the key count.
+
+        Under the causal mask the tiles end at the last query row rather than start at row 0: when ROWS does not
+        divide the length, the short tile is then the first one, which sees the fewest keys, instead of the last,
+        which sees them all and would cost as much as a whole tile (at 4k tokens and 192-row tiles, a 21st of the
+        work, for 64 rows' worth). Its leading consumers' rows are then all negative: they compute and store
+        nothing (``_skipped``). The shift is whole consumers' rows, so no consumer straddles row 0."""
         pid_bh = item // n_tiles
         tile = item % n_tiles
         off_b = pid_bh // n_heads
         off_h = pid_bh % n_heads
         off_hk = off_h // group_size  # GQA/MQA
         row0 = tile * ROWS
+        if IS_CAUSAL:
+            row0 -= (n_tiles * ROWS - seqlen_q) // BLOCK_M * BLOCK_M
         return pid_bh, off_b, off_h, off_hk, row0, _keys_seen(row0, ROWS, seqlen_k, causal_offset, IS_CAUSAL)
+
+    @gluon.jit
+    def _skipped(first, BLOCK_M: gl.constexpr):
+        """Whether a consumer's BLOCK_M rows from ``first`` lie before row 0 (the first causal tile, ``_work``)."""
+        return first + BLOCK_M <= 0
 
     @gluon.jit
     def _key_range(first, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -192,7 +205,7 @@ if GLUON:
 
     @gluon.jit
     def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
-                  kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_k, causal_offset,
+                  kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_q, seqlen_k, causal_offset,
                   IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
         """Claims work items from the global COUNTER (heaviest first, so the first program free takes the next:
         greedy, longest-first scheduling), publishes each in item_smem with its queries, and streams its keys
@@ -204,16 +217,18 @@ if GLUON:
         r = 0  # work items so far
         i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
         while i < total:
-            _, off_b, off_h, off_hk, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_k, causal_offset,
-                                                      IS_CAUSAL, N_CONSUMERS * BLOCK_M)
+            _, off_b, off_h, off_hk, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_q, seqlen_k,
+                                                      causal_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
             # the consumers are done with the last item's queries (a fresh barrier counts as having completed the
             # phase before its first: the first item never waits)
             mbarrier.wait(q_empty, (r & 1) ^ 1)
             item_smem.store(gl.full([1], i, gl.int32, layout))
             mbarrier.expect(q_ready, N_CONSUMERS * q_desc.block_type.nbytes)
             for c in gl.static_range(N_CONSUMERS):
-                tma.async_copy_global_to_shared(q_desc, [off_b, row0 + c * BLOCK_M, off_h, 0], q_ready,
-                                                q_smem.index(c))
+                q_row = row0 + c * BLOCK_M
+                if IS_CAUSAL:  # a skipped consumer's tile loads rows from 0 (unused: the barrier counts every tile)
+                    q_row = gl.maximum(q_row, 0)
+                tma.async_copy_global_to_shared(q_desc, [off_b, q_row, off_h, 0], q_ready, q_smem.index(c))
             n_kv = gl.cdiv(hi, BLOCK_N)
             for j in range(n_kv):
                 it = kv_it + j
@@ -298,10 +313,16 @@ if GLUON:
         mbarrier.wait(q_ready, 0)  # the first item's queries have landed, or the producer found no work
         i = _read_item(item_smem)
         while i < total:
-            pid_bh, off_b, off_h, _, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_k, causal_offset,
-                                                      IS_CAUSAL, N_CONSUMERS * BLOCK_M)
+            pid_bh, off_b, off_h, _, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_q, seqlen_k,
+                                                      causal_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
             first = row0 + SUB * BLOCK_M  # this warpgroup's first row
             full_hi, my_hi = _key_range(first, seqlen_k, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+            if IS_CAUSAL:  # rows before row 0 get no keys (bottom-right alignment would otherwise give them some)
+                skipped = _skipped(first, BLOCK_M)
+                full_hi = gl.where(skipped, 0, full_hi)
+                my_hi = gl.where(skipped, 0, my_hi)
+            else:
+                skipped = False
             q = q_smem.index(SUB).reshape([BLOCK_M, BLOCK_D])  # from the descriptor's (1, BLOCK_M, 1, BLOCK_D) tile
             offs_m = first + gl.arange(0, BLOCK_M, layout=row_s)
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
@@ -320,14 +341,18 @@ if GLUON:
             # as in forward._attn_fwd: rows that saw no key output zeros and LSE = -inf
             l_safe = gl.where(l_i == 0.0, 1.0, l_i)
             lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
-            gl.store(LSE + pid_bh.to(gl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+            in_range = offs_m < seqlen_q
+            if IS_CAUSAL:
+                in_range = in_range & (offs_m >= 0)
+            gl.store(LSE + pid_bh.to(gl.int64) * seqlen_q + offs_m, lse, mask=in_range)
             acc = acc / gl.convert_layout(l_safe, row_o)[:, None]
             o_tile = o_smem.index(SUB)
             if not O_IN_Q:
                 tma.store_wait(0)  # the last item's output has left o_tile
-            o_tile.reshape([BLOCK_M, BLOCK_D]).store(acc.to(dtype))
-            fence_async_shared()
-            tma.async_copy_shared_to_global(o_desc, [off_b, first, off_h, 0], o_tile)
+            if not skipped:
+                o_tile.reshape([BLOCK_M, BLOCK_D]).store(acc.to(dtype))
+                fence_async_shared()
+                tma.async_copy_shared_to_global(o_desc, [off_b, first, off_h, 0], o_tile)
             # the key tiles this warpgroup skipped are still released, in order, once loaded (an early arrival
             # would count towards the stage's previous use). (backward_hopper._release_skipped does the same; called
             # here, it made ptxas spill 260 bytes instead of 12 at d = 128, so the loop stays written out.)
@@ -383,8 +408,8 @@ if GLUON:
         if N_CONSUMERS == 2:
             gl.warp_specialize([
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_k,
-                             causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
+                             v_ready, kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_q,
+                             seqlen_k, causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
                              causal_offset, qk_scale, 0, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
@@ -395,8 +420,8 @@ if GLUON:
         else:
             gl.warp_specialize([
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_k,
-                             causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
+                             v_ready, kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_q,
+                             seqlen_k, causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
                 (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
                              v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
                              causal_offset, qk_scale, 0, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),

@@ -211,7 +211,9 @@ class _Launcher:
     signature: what Triton's ``JITFunction.run`` does once it has found the kernel, minus the finding."""
 
     def __init__(self, kernel, compiled, config, args, meta):
-        constexprs = {**meta, **config.kwargs}
+        # a constexpr the call left out takes its default, as in Triton's own launch
+        defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
+        constexprs = {**defaults, **meta, **config.kwargs}
         # Triton's launcher takes every parameter in order, constexprs included (it skips them)
         self.tail = tuple(constexprs[name] for name in kernel.arg_names[len(args):])
         self.config = constexprs
