@@ -164,6 +164,7 @@ if GLUON:
         return i
     # --8<-- [end:hopper_causal_order]
 
+    # --8<-- [start:hopper_work_item]
     @gluon.jit
     def _work(item, n_tiles, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr,
               BLOCK_M: gl.constexpr, ROWS: gl.constexpr):
@@ -184,6 +185,7 @@ if GLUON:
         if IS_CAUSAL:
             row0 -= (n_tiles * ROWS - seqlen_q) // BLOCK_M * BLOCK_M
         return pid_bh, off_b, off_h, off_hk, row0, _keys_seen(row0, ROWS, seqlen_k, causal_offset, IS_CAUSAL)
+    # --8<-- [end:hopper_work_item]
 
     @gluon.jit
     def _skipped(first, BLOCK_M: gl.constexpr):
