@@ -44,8 +44,13 @@ def install(session: nox.Session, *extras: str) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite. Extra arguments go to pytest, e.g. `nox -s tests -- -k snippets -x`."""
+    """Lint with ruff (pyproject.toml's rules), then run the test suite. Extra arguments go to pytest, e.g.
+    `nox -s tests -- -k snippets -x`."""
     install(session, "test", "docs")
+    if session.venv_backend == "none" and shutil.which("ruff") is None:
+        session.log("ruff is not installed in this environment: lint skipped")  # e.g. the H200 box, in place
+    else:
+        session.run("ruff", "check", ".")
     session.run("python", "-m", "pytest", *session.posargs)
 
 

@@ -198,7 +198,8 @@ def _sdpa_loader(backend_name):
 
 def _load_flex(device):
     if device != "cuda":
-        raise RuntimeError("CPU mode: torch.compile of FlexAttention on the CPU takes minutes, too long for a smoke run")
+        raise RuntimeError("CPU mode: torch.compile of FlexAttention on the CPU takes minutes, too long for a smoke "
+                           "run")
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     # Static shapes: one compile (forward and backward kernels, ~5 s) per shape. Measured on the H200,
@@ -382,7 +383,8 @@ def _precompile(sweep, available, workers, timeout_s):
     workers = min(workers, len(tasks))
     shares = [tasks[i::workers] for i in range(workers)]  # longest first, dealt round-robin
     env = dict(os.environ, TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONUNBUFFERED="1")
-    script = "import json, sys; from flashdoc.bench import _precompile_worker; _precompile_worker(json.loads(sys.argv[1]))"
+    script = ("import json, sys; from flashdoc.bench import _precompile_worker; "
+              "_precompile_worker(json.loads(sys.argv[1]))")
     start = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-c", script, json.dumps(share)], env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for share in shares]
@@ -750,7 +752,8 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
         if "flashdoc" not in available:
             record(**first, status="skipped", reason=skipped.get("flashdoc", "not selected"))
         elif not sweep.first_call:
-            record(**first, status="skipped", reason="not measured in this sweep (first_call=False; on the CPU nothing is compiled)")
+            record(**first, status="skipped",
+                   reason="not measured in this sweep (first_call=False; on the CPU nothing is compiled)")
         else:
             say("Measuring flashdoc's first call in a fresh process with an empty Triton cache ...")
             if pinned_cpu is not None:  # compiles as a user's process would, on every CPU
@@ -758,7 +761,8 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
             try:
                 fc = measure_first_call(shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"],
                                         shape["causal"])
-                record(**first, status="ok", fwd_s=fc["fwd_s"], bwd_s=fc["bwd_s"], first_call_s=fc["fwd_s"] + fc["bwd_s"])
+                record(**first, status="ok", fwd_s=fc["fwd_s"], bwd_s=fc["bwd_s"],
+                       first_call_s=fc["fwd_s"] + fc["bwd_s"])
             except Exception as e:
                 record(**first, status="skipped", reason=_reason(e))
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from `timeout` (see main): keep what was measured
@@ -1042,7 +1046,8 @@ def write_plots(results, out_dir):
             for j, (mode, causal) in enumerate(columns):
                 ax = axes[i][j]
                 for p in peers:
-                    pts = [(n, speed[k][p]) for n in s["seqlens"] if p in speed.get(k := (mode, dtype, d, causal, n), {})]
+                    pts = [(n, speed[k][p]) for n in s["seqlens"]
+                           if p in speed.get(k := (mode, dtype, d, causal, n), {})]
                     if pts:
                         ax.plot(*zip(*pts), label=p, markersize=4, **styles[p])
                 ax.set_xscale("log", base=2)

@@ -10,7 +10,6 @@ heads) are carried along. ``causal=True`` masks key ``j`` for query ``i`` when `
 
 from __future__ import annotations
 
-import math
 
 import torch
 

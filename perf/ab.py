@@ -320,7 +320,8 @@ def main():
                         def run_bwd(bwd=bwd, config=config):
                             bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d ** -0.5, causal, False,
                                          config=config)
-                        grads = (lambda: torch.cat([dq.flatten(), dk.flatten(), dv.flatten()]))
+                        def grads():
+                            return torch.cat([dq.flatten(), dk.flatten(), dv.flatten()])
                         label = name if len(pairs) == 1 else f"{name} {pair[0]}/{pair[1]}".replace(" (", "(")
                         tests.append(("bwd", label, setup, run_bwd, 2.5 * flops, grads))
                 # Each variant once per round, the order rotated every round, the median kept: the position in

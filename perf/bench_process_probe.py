@@ -8,7 +8,8 @@ every N, every peer) and times the row again in the same process, pinned as the 
 it prints which threads of the process used CPU time meanwhile (a busy thread sharing the pinned CPU would slow
 the host), and at the end a timeline of three calls (is the host behind the GPU?).
 
-    PYTHONPATH=. python3 perf/bench_process_probe.py [--precompile-workers 0] [--dtypes bf16,fp16] [--head-dims 64,128]   # H200, 1-5 min
+    PYTHONPATH=. python3 perf/bench_process_probe.py [--precompile-workers 0] [--dtypes bf16,fp16] \
+        [--head-dims 64,128]   # H200, 1-5 min
 """
 
 import argparse

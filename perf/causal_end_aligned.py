@@ -91,7 +91,8 @@ def bench(base, head_dims, lengths):
                     times[name].append(do_bench(lambda: run(module, q, k, v, out, lse, causal), warmup=25, rep=100))
             tf = {name: flops / (2 if runs[name][1] else 1) / (sorted(t)[1] * 1e-3) / 1e12
                   for name, t in times.items()}
-            print(f"d={d} N={n}: causal base {tf['base']:.0f}  causal new {tf['new']:.0f} ({tf['new'] / tf['base']:.3f}x)"
+            print(f"d={d} N={n}: causal base {tf['base']:.0f}  causal new {tf['new']:.0f} "
+                  f"({tf['new'] / tf['base']:.3f}x)"
                   f"  full {tf['full']:.0f};  causal/full base {tf['base'] / tf['full']:.3f} new "
                   f"{tf['new'] / tf['full']:.3f}", flush=True)
 

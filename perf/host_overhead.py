@@ -129,7 +129,8 @@ def main():
         kernel_us = sum(e.self_device_time_total for e in prof.key_averages() if e.self_device_time_total) / 10
         bench_ms = triton.testing.do_bench(step, warmup=25, rep=200)
         print(f"trace shape {args.trace_shape}: do_bench {bench_ms * 1e3:.0f} us per step, GPU kernels "
-              f"{kernel_us:.0f} us per step, back to back without flushes {per_call_us(step, calls=50):.0f} us per step")
+              f"{kernel_us:.0f} us per step, back to back without flushes "
+              f"{per_call_us(step, calls=50):.0f} us per step")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
 
 

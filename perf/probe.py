@@ -89,9 +89,11 @@ def main():
         for mode in ("fwd", "fwdbwd"):
             vals = [r.get(p, {}).get(f"{mode}_tflops") for p in ["flashdoc", "sdpa-flash", "sdpa-cudnn", "flex"]]
             ratios = [f"{vals[0] / x:.2f}" if x else "-" for x in vals[1:4]]
-            print(f"{r['causal']!s:>6} {r['n']:>6} {mode:>7} " + " ".join(f"{x:11.1f}" if x else f"{'-':>11}" for x in vals)
+            print(f"{r['causal']!s:>6} {r['n']:>6} {mode:>7} "
+                  + " ".join(f"{x:11.1f}" if x else f"{'-':>11}" for x in vals)
                   + "   " + "/".join(ratios))
-    print("first calls (s):", [(r["n"], r["causal"], round(r["first_call_fwd_s"], 1), round(r["first_call_fwd_bwd_s"], 1))
+    print("first calls (s):", [(r["n"], r["causal"], round(r["first_call_fwd_s"], 1),
+                                round(r["first_call_fwd_bwd_s"], 1))
                                for r in rows])
     if args.out:
         with open(args.out, "w") as f:

@@ -22,7 +22,8 @@ Q = (2, 8, 4, 32)  # (batch, seqlen, heads, head_dim)
 @pytest.mark.parametrize("kwargs,exc,match", [
     (dict(k=t(*Q, dtype=torch.float32)), TypeError, "k has dtype torch.float32 but q"),
     (dict(v=t(*Q, dtype=torch.bfloat16)), TypeError, "v has dtype"),
-    (dict(q=t(*Q).to(torch.int32), k=t(*Q).to(torch.int32), v=t(*Q).to(torch.int32)), TypeError, "q has dtype torch.int32; allowed"),
+    (dict(q=t(*Q).to(torch.int32), k=t(*Q).to(torch.int32), v=t(*Q).to(torch.int32)), TypeError,
+     "q has dtype torch.int32; allowed"),
     (dict(q=t(2, 8, 32)), ValueError, "q must be 4-D"),
     (dict(k=t(2, 8, 4, 32, 1)), ValueError, "k must be 4-D"),
     (dict(q=t(2, 8, 4, 264), k=t(2, 8, 4, 264), v=t(2, 8, 4, 264)), ValueError, "head_dim is 264; allowed"),

@@ -41,7 +41,8 @@ def test_record_keeps_stdout_files_and_provenance(sandbox, tmp_path):
 def test_changed_source_is_reported_with_the_refresh_command(sandbox, tmp_path):
     record(sandbox, run_snippet(sandbox, tmp_path / "work"), describe_device())
     sandbox.path.write_text('print("changed")\n')
-    with pytest.raises(outputs.StaleOutputError, match=r"snippets/demo/hello\.py changed.*nox -s snippets -- demo/hello"):
+    stale = r"snippets/demo/hello\.py changed.*nox -s snippets -- demo/hello"
+    with pytest.raises(outputs.StaleOutputError, match=stale):
         sandbox.check_fresh()
 
 

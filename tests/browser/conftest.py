@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import http.server
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -119,7 +118,8 @@ def page(browser, site_url, request):
     pg.on("pageerror", lambda exc: problems.console_errors.append(str(exc)))
     pg.on("requestfailed", lambda req: urlparse(req.url).hostname == "127.0.0.1"
           and problems.failed_requests.append(f"{req.url} ({req.failure})"))
-    pg.on("response", lambda resp: resp.status >= 400 and problems.failed_requests.append(f"{resp.url} ({resp.status})"))
+    pg.on("response", lambda resp: resp.status >= 400
+          and problems.failed_requests.append(f"{resp.url} ({resp.status})"))
     pg.problems = problems
     pg.site_url = site_url
     yield pg

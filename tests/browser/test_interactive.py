@@ -20,7 +20,8 @@ DIGITS = 3
 
 # Reads a matrix table: one row per <tr> of the body, skipping the row header; each cell's shown text and the
 # full-precision value the widget put in data-value ("null" for a cell not computed yet).
-READ_TABLE = """t => [...t.tBodies[0].rows].map(r => [...r.cells].slice(1).map(c => [c.textContent, c.dataset.value]))"""
+READ_TABLE = ("t => [...t.tBodies[0].rows].map(r => [...r.cells].slice(1).map(c => "
+              "[c.textContent, c.dataset.value]))")
 
 
 def shown(x: float) -> str:

@@ -68,7 +68,8 @@ def test_no_broken_internal_link_or_image(built_site):
             path_part, fragment = urldefrag(url)
             target = target_file(built_site, page, path_part) if path_part else page
             if not target.is_file():
-                broken.append(f"{page.relative_to(built_site)}: {tag} {url} -> missing {target.relative_to(built_site)}")
+                broken.append(f"{page.relative_to(built_site)}: {tag} {url} -> "
+                              f"missing {target.relative_to(built_site)}")
             elif fragment and target.suffix == ".html":
                 ids = parsed[target].ids if target in parsed else parse(target).ids
                 if unquote(fragment) not in ids:

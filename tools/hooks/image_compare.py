@@ -54,7 +54,8 @@ def _size_attrs(file) -> str:
 def _render(match, page, files) -> str:
     attrs = dict(ATTR.findall(match["attrs"]))
     labels = {"before": "Before", "after": "After"}
-    labels.update({side: html.unescape(re.sub(r"<[^>]+>", "", text)).strip() for side, text in LABEL.findall(match["body"])})
+    labels.update({side: html.unescape(re.sub(r"<[^>]+>", "", text)).strip()
+                   for side, text in LABEL.findall(match["body"])})
     slots = []
     for side, slot in (("before", "first"), ("after", "second")):
         if f"data-{side}" not in attrs:
