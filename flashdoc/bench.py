@@ -847,6 +847,55 @@ def ratio_rows(results):
     return rows, peers, use
 
 
+def ratio_range(results, mode, peer, head_dims, causals=(False, True), stat="geomean"):
+    """(lowest, highest) over the configurations of ``ratio_rows`` in this mode at these head dims and maskings
+    (both dtypes) of flashdoc's ratio to peer: each configuration's geometric mean over N (stat="geomean") or its
+    minimum (stat="min"). The numbers a page's prose quotes from the ratio table."""
+    rows, _, _ = ratio_rows(results)
+    vals = [row["ratios"][peer][stat] for row in rows
+            if row["mode"] == mode and row["head_dim"] in head_dims and row["causal"] in causals
+            and row["ratios"].get(peer)]
+    if not vals:
+        raise ValueError(f"no {mode} ratio to {peer!r} at head dims {list(head_dims)} in these results")
+    return min(vals), max(vals)
+
+
+def causal_full_ratios(results, min_n=0, max_n=None):
+    """{(dtype, head_dim, N): flashdoc's causal forward TFLOP/s over its full forward's} for min_n <= N <= max_n
+    (TFLOP/s count only the unmasked half of a causal call's work, so equal efficiency reads 1.0)."""
+    speed = _speed(results)
+    return {(dt, d, n): speed[k]["flashdoc"] / speed[(m, dt, d, False, n)]["flashdoc"]
+            for k in speed for (m, dt, d, c, n) in [k]
+            if m == "fwd" and c and min_n <= n <= (max_n or n) and "flashdoc" in speed[k]
+            and "flashdoc" in speed.get((m, dt, d, False, n), {})}
+
+
+def dtype_twins(results, threshold):
+    """flashdoc's (mode, head_dim, causal, N) rows whose bfloat16 and float16 TFLOP/s differ by more than
+    threshold (a fraction of the lower), with each dtype's record: both run the same kernels in the same
+    configs, so a difference that large is a property of the run (host time, noise), not of the kernels."""
+    recs = {}
+    for r in results["records"]:
+        if r["kind"] == "speed" and r["status"] == "ok" and r["peer"] == "flashdoc":
+            recs.setdefault((r["mode"], r["head_dim"], r["causal"], r["seqlen"]), {})[r["dtype"]] = r
+    return [(key, pair) for key, pair in sorted(recs.items())
+            if len(pair) == 2 and max(x["tflops"] for x in pair.values())
+            > (1 + threshold) * min(x["tflops"] for x in pair.values())]
+
+
+def twins_table(results, threshold):
+    """Markdown: the rows of ``dtype_twins``, with each dtype's TFLOP/s and its calls' 20th-80th percentile."""
+    rows = dtype_twins(results, threshold)
+    if not rows:
+        return f"No row's bfloat16 and float16 speeds differ by more than {threshold:.0%} in this run."
+    body = [[f"{'fwd+bwd' if mode == 'fwd_bwd' else 'fwd'} d={d} {'causal' if causal else 'full'}", _fmt_n(n)]
+            + [f"{pair[dt]['tflops']:.0f} ({pair[dt]['ms_p20']:.2f}–{pair[dt]['ms_p80']:.2f} ms)"
+               for dt in ("bf16", "fp16")]
+            for (mode, d, causal, n), pair in rows]
+    return _md_table(["configuration", "N", "bfloat16 TFLOP/s (calls' p20–p80)",
+                      "float16 TFLOP/s (calls' p20–p80)"], body)
+
+
 def _md_table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
@@ -931,12 +980,9 @@ def target_rows(results):
         w = worst_ratio(mode, peer, RATIO_MIN_SEQLEN)
         out.append((label, None if w is None else w[0] >= goal,
                     "—" if w is None else f"worst {w[0]:.2f}× at {_config_label(*w[1][:4])} N={_fmt_n(w[1][4])}"))
-    vals = [(speed[(m, dt, d, True, n)]["flashdoc"] / speed[(m, dt, d, False, n)]["flashdoc"], (m, dt, d, n))
-            for (m, dt, d, c, n) in speed if m == "fwd" and c and n >= 4096
-            and "flashdoc" in speed[(m, dt, d, True, n)] and "flashdoc" in speed.get((m, dt, d, False, n), {})]
-    w = min(vals) if vals else None
+    w = min(((r, k) for k, r in causal_full_ratios(results, min_n=4096).items()), default=None)
     out.append(("causal forward ≥ 0.9× non-causal (N ≥ 4k)", None if w is None else w[0] >= 0.9,
-                "—" if w is None else f"worst {w[0]:.2f}× at {w[1][1]} d={w[1][2]} N={_fmt_n(w[1][3])}"))
+                "—" if w is None else f"worst {w[0]:.2f}× at {w[1][0]} d={w[1][1]} N={_fmt_n(w[1][2])}"))
     mem = {}
     for r in results["records"]:
         if r["kind"] == "memory" and r["status"] == "ok":

@@ -278,3 +278,21 @@ def test_failing_peers_do_not_stop_the_run(tmp_path, monkeypatch):
     assert oom[0]["reason"] == "out of memory" and oom[1]["reason"] == "out of memory at N=32"
     assert all(r["status"] == "ok" for r in results["records"] if r["kind"] == "speed" and r["peer"] == "flashdoc")
     assert "| vs naive | vs oom |" in (tmp_path / "ratios.md").read_text()  # a peer with no numbers shows —
+
+
+def test_dtype_twins_and_causal_ratios_from_records():
+    """The numbers the post's prose quotes (tools/site_macros/benchmark.py): bf16/fp16 rows of flashdoc that
+    disagree beyond the threshold, and causal over full forward TFLOP/s."""
+    def rec(dtype, causal, tflops, mode="fwd", n=512):
+        return dict(kind="speed", status="ok", peer="flashdoc", mode=mode, dtype=dtype, head_dim=64, causal=causal,
+                    seqlen=n, tflops=tflops, ms_p20=1.0, ms_p80=1.5)
+    results = {"records": [rec("bf16", False, 300), rec("fp16", False, 240), rec("bf16", True, 270),
+                           rec("fp16", True, 250), rec("bf16", False, 100, n=4096), rec("bf16", True, 90, n=4096)]}
+    twins = bench.dtype_twins(results, 0.15)
+    assert [key for key, _ in twins] == [("fwd", 64, False, 512)]  # 300 vs 240 is 25% apart; 270 vs 250 is 8%
+    table = bench.twins_table(results, 0.15)
+    assert "| fwd d=64 full | 512 | 300 (1.00–1.50 ms) | 240 (1.00–1.50 ms) |" in table
+    assert "No row" in bench.twins_table(results, 0.5)
+    assert bench.causal_full_ratios(results) == {("bf16", 64, 512): 0.9, ("fp16", 64, 512): 250 / 240,
+                                                 ("bf16", 64, 4096): 0.9}
+    assert bench.causal_full_ratios(results, min_n=1024) == {("bf16", 64, 4096): 0.9}

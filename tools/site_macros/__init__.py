@@ -3,14 +3,16 @@
 Each building block registers its macros from its own module, so each concept has one home:
 
 - ``snippets``: code blocks from ``snippets/`` and the outputs recorded by running them.
+- ``benchmark``: numbers in prose, computed from the benchmark's recorded results.
 - ``layout``: images, image grids, the compare slider, video, the list of posts, style-guide examples.
 - ``interactive``: runnable cells (code that readers edit and run in the browser).
 """
 
-from tools.site_macros import interactive, layout, snippets
+from tools.site_macros import benchmark, interactive, layout, snippets
 
 
 def define_env(env):
     snippets.register(env)
+    benchmark.register(env)
     layout.register(env)
     interactive.register(env)

@@ -1,0 +1,106 @@
+"""The words around the benchmark's numbers, checked against the recorded benchmark.
+
+The numbers in the post's prose come from macros (tools/site_macros/benchmark.py), so they follow every new
+recording. The words around them ("ahead in every row", "behind in a few") do not: each test here reads the
+recorded results.json and fails when a recording contradicts a sentence of the post, naming the sentence, so
+that a new benchmark cannot land under prose it disproves.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flashdoc import bench
+
+ROOT = Path(__file__).resolve().parent.parent
+POST = ROOT / "docs/blog/posts/flashattention-in-triton.md"
+RESULTS = ROOT / "docs/generated/triton/benchmark/results.json"
+
+
+@pytest.fixture(scope="module")
+def results():
+    return json.loads(RESULTS.read_text())
+
+
+@pytest.fixture(scope="module")
+def post():
+    return " ".join(POST.read_text().split())  # one line: sentences wrap anywhere in the source
+
+
+def rows(results, mode, peer, head_dims=(64, 128, 256), causals=(False, True)):
+    """The ratio table's cells (geomean and min over N >= 2k) for these rows."""
+    table, _, _ = bench.ratio_rows(results)
+    return [r["ratios"][peer] for r in table
+            if r["mode"] == mode and r["head_dim"] in head_dims and r["causal"] in causals and r["ratios"][peer]]
+
+
+def short_ratios(results, peer):
+    """flashdoc's ratio to peer in every row at 512 and 1k tokens."""
+    speed = bench._speed(results)
+    return [row["flashdoc"] / row[peer] for key, row in speed.items()
+            if key[4] < bench.RATIO_MIN_SEQLEN and "flashdoc" in row and peer in row]
+
+
+def claim(post, sentence):
+    """The sentence, as the post words it (a test whose sentence left the post is a test to delete)."""
+    assert sentence in post, f"the post no longer says {sentence!r}: update or remove this test"
+    return sentence
+
+
+def test_faster_than_both_pytorch_backends_in_every_row(results, post):
+    said = claim(post, "Against PyTorch's FlashAttention-2 and memory-efficient backends, flashdoc is faster in "
+                       "every row.")
+    for peer in ("sdpa-flash", "sdpa-efficient"):
+        for mode in bench.MODES:
+            assert min(c["min"] for c in rows(results, mode, peer)) > 1, (said, peer, mode)
+
+
+def test_lead_over_flash_backend_is_smallest_at_head_dim_64(results, post):
+    said = claim(post, "It is smallest at head dimension 64")
+    d64 = max(c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-flash", (64,)))
+    wider = min(c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-flash", (128, 256)))
+    assert d64 < wider, said
+
+
+def test_ahead_of_flex_in_every_row(results, post):
+    said = claim(post, "Against FlexAttention (another Triton kernel), flashdoc is ahead in every row, forward and "
+                       "forward plus backward")
+    for mode in bench.MODES:
+        assert min(c["min"] for c in rows(results, mode, "flex")) > 1, (said, mode)
+
+
+def test_against_cudnn(results, post):
+    said = claim(post, "Against cuDNN, the forward at head dimensions 64 and 128 is ahead on average")
+    narrow = rows(results, "fwd", "sdpa-cudnn", (64, 128))
+    assert all(c["geomean"] > 1 for c in narrow), said
+    assert any(c["min"] < 1 for c in narrow), claim(post, "though behind in a few rows")
+    said = claim(post, "at 256 it is behind without the mask")
+    assert all(c["geomean"] < 1 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (False,))), said
+    assert all(c["geomean"] > 1 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (True,))), said
+    said = claim(post, "flashdoc is level with cuDNN at head dimension 256")
+    assert all(0.95 <= c["geomean"] <= 1.05 for c in rows(results, "fwd_bwd", "sdpa-cudnn", (256,))), said
+    assert all(c["geomean"] < 1 for c in rows(results, "fwd_bwd", "sdpa-cudnn", (64, 128))), said
+
+
+def test_short_sequences_behind_cudnn_mostly_ahead_of_flex(results, post):
+    said = claim(post, "at 512 and 1k tokens flashdoc is behind cuDNN in most configurations, though ahead of "
+                       "FlexAttention in all.")
+    vs_cudnn = short_ratios(results, "sdpa-cudnn")
+    assert sum(r < 1 for r in vs_cudnn) > len(vs_cudnn) / 2, said
+    assert min(short_ratios(results, "flex")) > 1, said
+
+
+def test_most_dtype_twins_agree(results, post):
+    said = claim(post, "Most twins agree within a few percent")
+    speed = bench._speed(results)
+    gaps = [speed[k]["flashdoc"] / speed[(k[0], "fp16", *k[2:])]["flashdoc"] for k in speed
+            if k[1] == "bf16" and "flashdoc" in speed[k] and "flashdoc" in speed.get((k[0], "fp16", *k[2:]), {})]
+    assert sum(abs(g - 1) <= 0.05 for g in gaps) > len(gaps) / 2, said
+
+
+def test_causal_forward_is_lowest_at_2k(results, post):
+    said = claim(post, "At 2k it is lowest")
+    at_2k = bench.causal_full_ratios(results, 2048, 2048).values()
+    longer = bench.causal_full_ratios(results, 4096).values()
+    assert min(at_2k) < min(longer), said

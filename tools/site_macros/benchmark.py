@@ -1,0 +1,65 @@
+"""Macros that put numbers from the recorded benchmark into a page's prose, so that no sentence quotes a number by
+hand: each is computed by ``flashdoc.bench`` (the code that writes the benchmark's own tables) from the
+``results.json`` that ``snippets/triton/benchmark.py`` recorded, and the build fails if that recording is older
+than the snippet.
+
+    {{ bench_ratio("fwd_bwd", "sdpa-flash", head_dims=[128, 256]) }}          1.58–1.75× (geometric means)
+    {{ bench_worst_ratio("fwd_bwd", "sdpa-flash", head_dims=[64]) }}          the lowest ratio of any row
+    {{ bench_causal_ratio(min_n=4096, max_n=4096) }}                          causal over full forward TFLOP/s
+    {{ bench_twins(0.15) }}                                                   table: bf16/fp16 rows that disagree
+"""
+
+from __future__ import annotations
+
+import json
+
+from flashdoc import bench
+from tools.outputs import snippet
+
+BENCHMARK = "triton/benchmark"
+
+
+def recorded_results() -> dict:
+    """The benchmark's recorded results.json (``recorded_file`` fails the build if it is stale)."""
+    return json.loads(snippet(BENCHMARK).recorded_file("results.json").read_text())
+
+
+def times_range(lo: float, hi: float) -> str:
+    """'1.58–1.75×', or '1.04×' when both ends round to the same two decimals; kept on one line (a measured
+    number, unlike a word, reads wrong broken at its dash)."""
+    a, b = f"{lo:.2f}", f"{hi:.2f}"
+    return f'<span class="measured">{a}×</span>' if a == b else f'<span class="measured">{a}–{b}×</span>'
+
+
+def times(x: float) -> str:
+    return f'<span class="measured">{x:.2f}×</span>'
+
+
+
+def register(env):
+    @env.macro
+    def bench_ratio(mode, peer, head_dims, causal=None):
+        """The range, over the matching rows of the ratio table (both dtypes; both maskings unless causal is
+        given), of flashdoc's geometric-mean ratio to peer over N >= 2k."""
+        causals = (False, True) if causal is None else (causal,)
+        return times_range(*bench.ratio_range(recorded_results(), mode, peer, head_dims, causals))
+
+    @env.macro
+    def bench_worst_ratio(mode, peer, head_dims, causal=None):
+        """The lowest ratio to peer in any matching row at any N >= 2k."""
+        causals = (False, True) if causal is None else (causal,)
+        lo, _ = bench.ratio_range(recorded_results(), mode, peer, head_dims, causals, stat="min")
+        return times(lo)
+
+    @env.macro
+    def bench_causal_ratio(min_n, max_n=None):
+        """The range of flashdoc's causal forward TFLOP/s over its full forward's, for min_n <= N <= max_n."""
+        ratios = bench.causal_full_ratios(recorded_results(), min_n, max_n).values()
+        if not ratios:
+            raise ValueError(f"bench_causal_ratio: no causal/full pair with {min_n} <= N <= {max_n}")
+        return times_range(min(ratios), max(ratios))
+
+    @env.macro
+    def bench_twins(threshold):
+        """Markdown table of flashdoc's rows whose bfloat16 and float16 speeds differ by more than threshold."""
+        return bench.twins_table(recorded_results(), threshold)
