@@ -864,10 +864,13 @@ def causal_full_ratios(results, min_n=0, max_n=None):
     """{(dtype, head_dim, N): flashdoc's causal forward TFLOP/s over its full forward's} for min_n <= N <= max_n
     (TFLOP/s count only the unmasked half of a causal call's work, so equal efficiency reads 1.0)."""
     speed = _speed(results)
-    return {(dt, d, n): speed[k]["flashdoc"] / speed[(m, dt, d, False, n)]["flashdoc"]
-            for k in speed for (m, dt, d, c, n) in [k]
-            if m == "fwd" and c and min_n <= n <= (max_n or n) and "flashdoc" in speed[k]
-            and "flashdoc" in speed.get((m, dt, d, False, n), {})}
+    ratios = {}
+    for (mode, dtype, d, causal, n), row in speed.items():
+        full = speed.get((mode, dtype, d, False, n), {})
+        if (mode == "fwd" and causal and min_n <= n and (max_n is None or n <= max_n)
+                and "flashdoc" in row and "flashdoc" in full):
+            ratios[(dtype, d, n)] = row["flashdoc"] / full["flashdoc"]
+    return ratios
 
 
 def dtype_twins(results, threshold):
