@@ -847,14 +847,19 @@ def ratio_rows(results):
     return rows, peers, use
 
 
-def ratio_range(results, mode, peer, head_dims, causals=(False, True), stat="geomean"):
-    """(lowest, highest) over the configurations of ``ratio_rows`` in this mode at these head dims and maskings
-    (both dtypes) of flashdoc's ratio to peer: each configuration's geometric mean over N (stat="geomean") or its
-    minimum (stat="min"). The numbers a page's prose quotes from the ratio table."""
+def ratio_cells(results, mode, peer, head_dims, causals=(False, True)):
+    """The cells of ``ratio_rows`` (geomean, min, n) for flashdoc against peer in this mode at these head dims and
+    maskings, both dtypes; configurations where the peer was not measured are left out."""
     rows, _, _ = ratio_rows(results)
-    vals = [row["ratios"][peer][stat] for row in rows
+    return [row["ratios"][peer] for row in rows
             if row["mode"] == mode and row["head_dim"] in head_dims and row["causal"] in causals
             and row["ratios"].get(peer)]
+
+
+def ratio_range(results, mode, peer, head_dims, causals=(False, True), stat="geomean"):
+    """(lowest, highest) over ``ratio_cells`` of each configuration's geometric mean over N (stat="geomean") or
+    its minimum (stat="min"). The numbers a page's prose quotes from the ratio table."""
+    vals = [cell[stat] for cell in ratio_cells(results, mode, peer, head_dims, causals)]
     if not vals:
         raise ValueError(f"no {mode} ratio to {peer!r} at head dims {list(head_dims)} in these results")
     return min(vals), max(vals)

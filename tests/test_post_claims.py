@@ -30,9 +30,7 @@ def post():
 
 def rows(results, mode, peer, head_dims=(64, 128, 256), causals=(False, True)):
     """The ratio table's cells (geomean and min over N >= 2k) for these rows."""
-    table, _, _ = bench.ratio_rows(results)
-    return [r["ratios"][peer] for r in table
-            if r["mode"] == mode and r["head_dim"] in head_dims and r["causal"] in causals and r["ratios"][peer]]
+    return bench.ratio_cells(results, mode, peer, head_dims, causals)
 
 
 def short_ratios(results, peer):

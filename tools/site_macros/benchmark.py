@@ -28,12 +28,13 @@ def times_range(lo: float, hi: float) -> str:
     """'1.58–1.75×', or '1.04×' when both ends round to the same two decimals; kept on one line (a measured
     number, unlike a word, reads wrong broken at its dash)."""
     a, b = f"{lo:.2f}", f"{hi:.2f}"
-    return f'<span class="measured">{a}×</span>' if a == b else f'<span class="measured">{a}–{b}×</span>'
+    text = a if a == b else f"{a}–{b}"
+    return f'<span class="measured">{text}×</span>'
 
 
-def times(x: float) -> str:
-    return f'<span class="measured">{x:.2f}×</span>'
-
+def _causals(causal):
+    """The maskings a macro's rows cover: both unless causal is given."""
+    return (False, True) if causal is None else (causal,)
 
 
 def register(env):
@@ -41,15 +42,13 @@ def register(env):
     def bench_ratio(mode, peer, head_dims, causal=None):
         """The range, over the matching rows of the ratio table (both dtypes; both maskings unless causal is
         given), of flashdoc's geometric-mean ratio to peer over N >= 2k."""
-        causals = (False, True) if causal is None else (causal,)
-        return times_range(*bench.ratio_range(recorded_results(), mode, peer, head_dims, causals))
+        return times_range(*bench.ratio_range(recorded_results(), mode, peer, head_dims, _causals(causal)))
 
     @env.macro
     def bench_worst_ratio(mode, peer, head_dims, causal=None):
         """The lowest ratio to peer in any matching row at any N >= 2k."""
-        causals = (False, True) if causal is None else (causal,)
-        lo, _ = bench.ratio_range(recorded_results(), mode, peer, head_dims, causals, stat="min")
-        return times(lo)
+        lo, _ = bench.ratio_range(recorded_results(), mode, peer, head_dims, _causals(causal), stat="min")
+        return times_range(lo, lo)
 
     @env.macro
     def bench_causal_ratio(min_n, max_n=None):
