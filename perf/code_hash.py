@@ -20,6 +20,7 @@ import triton
 
 from flashdoc.kernels import backward_hopper as bh
 from flashdoc.kernels import forward_hopper as fh
+from flashdoc.kernels.launch import constexpr_defaults
 
 POINTERS = {"LSE": "*fp32", "LSE2": "*fp32", "DELTA": "*fp32", "COUNTER": "*i32"}
 FLOATS = {"qk_scale", "softmax_scale"}
@@ -55,7 +56,7 @@ def compile_sm90(kernel, descriptors, constants):
     from triton.runtime.jit import mangle_type
 
     sig, consts = {}, {}
-    defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
+    defaults = constexpr_defaults(kernel)
     for i, name in enumerate(kernel.arg_names):
         if name in descriptors:
             sig[name] = mangle_type(descriptors[name])

@@ -206,14 +206,18 @@ def _signature(arg):
 # --8<-- [end:signature]
 
 
+def constexpr_defaults(kernel) -> dict:
+    """A jitted kernel's constexpr parameters that have defaults: the values a launch that leaves them out gets."""
+    return {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
+
+
 class _Launcher:
     """A compiled kernel and the config it was compiled for, launched with new arguments of the same
     signature: what Triton's ``JITFunction.run`` does once it has found the kernel, minus the finding."""
 
     def __init__(self, kernel, compiled, config, args, meta):
         # a constexpr the call left out takes its default, as in Triton's own launch
-        defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
-        constexprs = {**defaults, **meta, **config.kwargs}
+        constexprs = {**constexpr_defaults(kernel), **meta, **config.kwargs}
         # Triton's launcher takes every parameter in order, constexprs included (it skips them)
         self.tail = tuple(constexprs[name] for name in kernel.arg_names[len(args):])
         self.config = constexprs
