@@ -206,7 +206,7 @@ def test_causal_entries_replace_the_unmasked_ones_under_the_mask():
 
 def test_hopper_dispatch_rules(monkeypatch):
     """Which calls the Gluon kernels take once the GPU checks pass (faked here, so that the rules run on any
-    machine): the keys of their tables, the forward's MIN_SEQLEN, and no more (batch, head) pairs in the backward
+    machine): the keys of their tables, at any length, and no more (batch, head) pairs in the backward
     than grid axis 1 holds. The GPU tests check the real dispatch end to end."""
     from flashdoc.kernels import backward_hopper as bh
     from flashdoc.kernels import forward_hopper as fh
@@ -220,13 +220,10 @@ def test_hopper_dispatch_rules(monkeypatch):
     for head_dim in (64, 96, 128, 256):
         for causal in (False, True):
             key = (head_dim, causal)
-            long_enough = q(2, max(4096, fh.MIN_SEQLEN.get(key, 0)), 4, head_dim)
-            assert fh.supports(long_enough, causal) == (key in fh.HOPPER_CONFIGS), key
-            assert bh.supports_dkdv(long_enough, causal) == (key in bh.HOPPER_DKDV_CONFIGS), key
-            assert bh.supports_dq(long_enough, causal) == (key in bh.HOPPER_DQ_CONFIGS), key
-    for key, min_seqlen in fh.MIN_SEQLEN.items():
-        assert not fh.supports(q(1, min_seqlen - 1, 1, key[0]), key[1])
-        assert fh.supports(q(1, min_seqlen, 1, key[0]), key[1])
+            for seqlen in (1, 100, 4096):
+                assert fh.supports(q(2, seqlen, 4, head_dim), causal) == (key in fh.HOPPER_CONFIGS), key
+                assert bh.supports_dkdv(q(2, seqlen, 4, head_dim), causal) == (key in bh.HOPPER_DKDV_CONFIGS), key
+                assert bh.supports_dq(q(2, seqlen, 4, head_dim), causal) == (key in bh.HOPPER_DQ_CONFIGS), key
     key = next(iter(bh.HOPPER_DKDV_CONFIGS))
     assert bh.supports_dkdv(q(1, 64, MAX_GRID_Y, key[0]), key[1])
     assert not bh.supports_dkdv(q(3, 64, MAX_GRID_Y // 2, key[0]), key[1])  # 98,301 pairs: the portable 1-D grid
@@ -530,8 +527,8 @@ def test_gpu_hopper_backward_every_config(head_dim, causal, dtype, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon forward runs on Hopper GPUs only")
 def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
-    """fp16/bf16 at head dims 64, 128 and 256 go to the Hopper forward; other dtypes and head dims, lengths under
-    MIN_SEQLEN, a config passed explicitly, and FLASHDOC_HOPPER=0 (its ENABLED) stay on the portable kernel."""
+    """fp16/bf16 at head dims 64, 128 and 256 go to the Hopper forward, at any length; other dtypes and head dims,
+    a config passed explicitly, and FLASHDOC_HOPPER=0 (its ENABLED) stay on the portable kernel."""
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.forward import attn_fwd, fwd_configs_for
 
@@ -539,18 +536,13 @@ def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
     real = fh.attn_fwd_hopper
     monkeypatch.setattr(fh, "attn_fwd_hopper", lambda *a, **kw: calls.append(a[0].shape) or real(*a, **kw))
     for head_dim, dtype, causal, taken in [(64, torch.bfloat16, False, True), (128, torch.float16, True, True),
-                                           (64, torch.bfloat16, True, False),  # under MIN_SEQLEN
+                                           (64, torch.bfloat16, True, True), (256, torch.float16, True, True),
                                            (96, torch.bfloat16, False, False), (256, torch.bfloat16, False, True),
                                            (128, torch.float32, False, False)]:
         q, k, v = make_qkv(1, 200, 200, 2, 2, head_dim, dtype, requires_grad=False)
         calls.clear()
         flashdoc.flash_attn_func(q, k, v, causal=causal)
         assert bool(calls) == taken, (head_dim, dtype, causal)
-    key = (64, True)
-    q, k, v = make_qkv(1, fh.MIN_SEQLEN[key], fh.MIN_SEQLEN[key], 1, 1, 64, torch.bfloat16, requires_grad=False)
-    calls.clear()
-    flashdoc.flash_attn_func(q, k, v, causal=True)
-    assert calls, "a causal call at d = 64 and MIN_SEQLEN tokens should take the Hopper forward"
     q, k, v = make_qkv(1, 200, 200, 2, 2, 128, torch.bfloat16, requires_grad=False)
     calls.clear()
     lse = torch.empty(1, 2, 200, device="cuda")
