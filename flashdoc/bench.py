@@ -865,6 +865,13 @@ def ratio_range(results, mode, peer, head_dims, causals=(False, True), stat="geo
     return min(vals), max(vals)
 
 
+def short_ratios(results, peer):
+    """flashdoc's speed ratio to peer in every row shorter than RATIO_MIN_SEQLEN (512 and 1k tokens in the full
+    sweep): the rows the ratio table leaves out, where host time per call is a large part of the wall time."""
+    return [row["flashdoc"] / row[peer] for key, row in _speed(results).items()
+            if key[4] < RATIO_MIN_SEQLEN and "flashdoc" in row and peer in row]
+
+
 def causal_full_ratios(results, min_n=0, max_n=None):
     """{(dtype, head_dim, N): flashdoc's causal forward TFLOP/s over its full forward's} for min_n <= N <= max_n
     (TFLOP/s count only the unmasked half of a causal call's work, so equal efficiency reads 1.0)."""

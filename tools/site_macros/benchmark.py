@@ -6,6 +6,7 @@ than the snippet.
     {{ bench_ratio("fwd_bwd", "sdpa-flash", head_dims=[128, 256]) }}          1.58–1.75× (geometric means)
     {{ bench_worst_ratio("fwd_bwd", "sdpa-flash", head_dims=[64]) }}          the lowest ratio of any row
     {{ bench_causal_ratio(min_n=4096, max_n=4096) }}                          causal over full forward TFLOP/s
+    {{ bench_short_ahead("flex") }}                                           '44 of 48': rows under 2k it leads
     {{ bench_twins(0.15) }}                                                   table: bf16/fp16 rows that disagree
 """
 
@@ -57,6 +58,15 @@ def register(env):
         if not ratios:
             raise ValueError(f"bench_causal_ratio: no causal/full pair with {min_n} <= N <= {max_n}")
         return times_range(min(ratios), max(ratios))
+
+    @env.macro
+    def bench_short_ahead(peer):
+        """'k of n': in how many of the rows shorter than the ratio table's (512 and 1k tokens) flashdoc is faster
+        than peer."""
+        ratios = bench.short_ratios(recorded_results(), peer)
+        if not ratios:
+            raise ValueError(f"bench_short_ahead: no short row measured against {peer!r}")
+        return f'<span class="measured">{sum(r > 1 for r in ratios)} of {len(ratios)}</span>'
 
     @env.macro
     def bench_twins(threshold):
