@@ -6,7 +6,7 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
-RUNS=${*:-d64_dkdv_extra causal_order}
+RUNS=${*:-causal_order}
 step() {
   name=$1; limit=$2; shift 2
   [[ " $RUNS " == *" $name "* ]] || return 0
@@ -23,10 +23,10 @@ step bwd_sections 200 bwd_sections.py --head-dims 256 --sections 1 2 4
 # output staged, and the non-persistent grid, which releases each query tile without holding the next item back
 step d256_fwd_short 150 gluon_fwd.py --check --bench --causal-only --head-dims 256 --lengths 512 1024 2048 \
      --configs 64,64,2,2,1 64,64,2,2,0 64,32,3,2,1
-# 0. the d = 64 full backward with 8-warp, 64x128 dK/dV tiles, which compile without spills (230 registers) where
-#    the table's 32x128 4-warp tile spills 52 B (session 16, --aot): every (dK/dV, dQ) pair as one backward
+# (ran in session 17: lost, +10-16% time) the d = 64 full backward with 8-warp, 64x128 dK/dV tiles, which compile
+# without spills where the table's 32x128 4-warp tile spills 52 B: every (dK/dV, dQ) pair as one backward
 step d64_dkdv_extra 240 d64_bwd_configs.py --extra 64,128,2,8 64,128,3,8 64,64,2,4
-# 1. the causal order A/B (forward: sections of one head, L2 sections, all heads), as a check after any change to
+# the causal order A/B (forward: sections of one head, L2 sections, all heads), as a check after any change to
 #    forward_hopper's scheduling
 step causal_order 200 causal_order.py
 for name in $RUNS; do [ -f $OUT/$name.txt ] && { echo "== $name"; grep -vE "Warning|warn" $OUT/$name.txt | tail -n 30; }; done
