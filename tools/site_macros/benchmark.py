@@ -25,12 +25,15 @@ def recorded_results() -> dict:
     return json.loads(snippet(BENCHMARK).recorded_file("results.json").read_text())
 
 
+def measured(text: str) -> str:
+    """A measured number in the prose, kept on one line (it reads wrong broken at its dash or space)."""
+    return f'<span class="measured">{text}</span>'
+
+
 def times_range(lo: float, hi: float) -> str:
-    """'1.58–1.75×', or '1.04×' when both ends round to the same two decimals; kept on one line (a measured
-    number, unlike a word, reads wrong broken at its dash)."""
+    """'1.58–1.75×', or '1.04×' when both ends round to the same two decimals."""
     a, b = f"{lo:.2f}", f"{hi:.2f}"
-    text = a if a == b else f"{a}–{b}"
-    return f'<span class="measured">{text}×</span>'
+    return measured(f"{a if a == b else f'{a}–{b}'}×")
 
 
 def _causals(causal):
@@ -66,7 +69,7 @@ def register(env):
         ratios = bench.short_ratios(recorded_results(), peer)
         if not ratios:
             raise ValueError(f"bench_short_ahead: no short row measured against {peer!r}")
-        return f'<span class="measured">{sum(r > 1 for r in ratios)} of {len(ratios)}</span>'
+        return measured(f"{sum(r > 1 for r in ratios)} of {len(ratios)}")
 
     @env.macro
     def bench_twins(threshold):
