@@ -51,7 +51,8 @@ def _cpu_upcast(*ts):
 torch.library.define("flashdoc::fwd", "(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
                      "bool bottom_right) -> (Tensor, Tensor)")
 torch.library.define("flashdoc::bwd", "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-                     "Tensor? dlse, float softmax_scale, bool causal, bool bottom_right) -> (Tensor, Tensor, Tensor)")
+                     "Tensor? dlse, float softmax_scale, bool causal, bool bottom_right, bool deterministic) -> "
+                     "(Tensor, Tensor, Tensor)")
 
 
 @torch.library.impl("flashdoc::fwd", ("cuda", "cpu"))
@@ -76,7 +77,8 @@ def _(q, k, v, softmax_scale, causal, bottom_right):
 @torch.library.impl("flashdoc::bwd", ("cuda", "cpu"))
 def _flash_attn_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          out: torch.Tensor, lse: torch.Tensor, dlse: Optional[torch.Tensor], softmax_scale: float,
-                         causal: bool, bottom_right: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                         causal: bool, bottom_right: bool, deterministic: bool
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of the forward op: dq, dk, dv with the shapes (and layouts) of q, k, v."""
     dq, dk, dv = _like(q), _like(k), _like(v)
     tensors = [_unit_last_stride(t) for t in (dout, q, k, v, out)]
@@ -86,14 +88,15 @@ def _flash_attn_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
         dq_, dk_, dv_ = (torch.empty_like(t, dtype=torch.float32) for t in (dq, dk, dv))
     else:
         dq_, dk_, dv_ = dq, dk, dv
-    attn_bwd(dout_, q_, k_, v_, out_, lse.contiguous(), dlse, dq_, dk_, dv_, softmax_scale, causal, bottom_right)
+    attn_bwd(dout_, q_, k_, v_, out_, lse.contiguous(), dlse, dq_, dk_, dv_, softmax_scale, causal, bottom_right,
+             deterministic=deterministic)
     if upcast:
         dq.copy_(dq_), dk.copy_(dk_), dv.copy_(dv_)
     return dq, dk, dv
 
 
 @torch.library.register_fake("flashdoc::bwd")
-def _(dout, q, k, v, out, lse, dlse, softmax_scale, causal, bottom_right):
+def _(dout, q, k, v, out, lse, dlse, softmax_scale, causal, bottom_right, deterministic):
     return _like(q), _like(k), _like(v)
 # --8<-- [end:custom_ops]
 
@@ -106,10 +109,11 @@ class _FlashAttention(torch.autograd.Function):
     """Autograd around the two ops, outside them (cheaper per call than an autograd kernel inside the op)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, bottom_right):
+    def forward(ctx, q, k, v, softmax_scale, causal, bottom_right, deterministic):
         out, lse = _fwd_op(q, k, v, softmax_scale, causal, bottom_right)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.softmax_scale, ctx.causal, ctx.bottom_right = softmax_scale, causal, bottom_right
+        ctx.deterministic = deterministic
         ctx.set_materialize_grads(False)  # an unused LSE gets dlse = None, not a tensor of zeros
         return out, lse
 
@@ -120,14 +124,15 @@ class _FlashAttention(torch.autograd.Function):
         if dout is None:  # only the LSE was used
             dout = torch.zeros_like(out)
         # dlse is None unless the caller used the returned LSE in its loss; then it is folded into delta.
-        dq, dk, dv = _bwd_op(dout, q, k, v, out, lse, dlse, ctx.softmax_scale, ctx.causal, ctx.bottom_right)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv = _bwd_op(dout, q, k, v, out, lse, dlse, ctx.softmax_scale, ctx.causal, ctx.bottom_right,
+                             ctx.deterministic)
+        return dq, dk, dv, None, None, None, None
 
 
-def _attention(q, k, v, softmax_scale: float, causal: bool, bottom_right: bool):
+def _attention(q, k, v, softmax_scale: float, causal: bool, bottom_right: bool, deterministic: bool):
     """The forward op, through autograd only when a gradient will be needed."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _FlashAttention.apply(q, k, v, softmax_scale, causal, bottom_right)
+        return _FlashAttention.apply(q, k, v, softmax_scale, causal, bottom_right, deterministic)
     return _fwd_op(q, k, v, softmax_scale, causal, bottom_right)
 # --8<-- [end:autograd]
 
@@ -160,8 +165,10 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=Fal
                 0 0
                 1 0
                 1 1
-        deterministic: accepted for flash-attn compatibility. The backward never uses atomics, so gradients are
-            always bit-identical from run to run.
+        deterministic: as in flash-attn, False (the default) lets the backward run a fused kernel that adds
+            dq's parts from different key blocks in HBM, where that is faster (on Hopper: head dim 64, not
+            causal), so dq may differ in its last bits from run to run; True, or
+            ``torch.use_deterministic_algorithms(True)``, gives bit-identical gradients on every run.
         return_lse: also return the log-sum-exp of each row of scaled scores.
         dropout_p, window_size, softcap, alibi_slopes, return_attn_probs: flash-attn 2's options, accepted only
             at their defaults (0.0, (-1, -1), 0.0, None, False): no dropout, no sliding window, no score
@@ -184,7 +191,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=Fal
                                 alibi_slopes=alibi_slopes, return_attn_probs=return_attn_probs)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
-    out, lse = _attention(q, k, v, float(softmax_scale), causal, True)
+    out, lse = _attention(q, k, v, float(softmax_scale), causal, True, deterministic)
     return (out, lse) if return_lse else out
 
 
@@ -218,6 +225,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     Returns:
         (batch, heads, seqlen_q, head_dim), query's dtype.
+
+    As with PyTorch's flash backend, the backward may add dq's parts in an order that varies from run to run
+    (``flash_attn_func``'s ``deterministic``); ``torch.use_deterministic_algorithms(True)`` makes it bit-identical.
     """
     if attn_mask is not None:
         raise ValueError("attn_mask is not supported yet by flashdoc.scaled_dot_product_attention; use "
@@ -235,5 +245,5 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         scale = query.shape[-1] ** -0.5
     # (B, H, S, D) -> (B, S, H, D) views: the kernels take strides, so nothing is copied
     out, _ = _attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), float(scale),
-                        is_causal, False)
+                        is_causal, False, deterministic=False)
     return out.transpose(1, 2)

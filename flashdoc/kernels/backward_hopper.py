@@ -3,8 +3,8 @@
 
 ``backward.py``'s kernels are the portable ones. These do the same work with the same tiles' arithmetic, in the
 same order, so their gradients match the portable kernels' (perf/gluon_bwd.py checks that they are bit-identical
-on the H200) and stay deterministic: each gradient element is written by one program, with no atomics (unlike
-FlashAttention-3, whose dQ is accumulated with atomic adds). What changes is who does what inside a program:
+on the H200) and stay deterministic: each gradient element is written by one program, with no atomics. What
+changes is who does what inside a program:
 
 - a *producer* partition issues the TMA copies: the tiles the program keeps for its whole life, then a ring of
   STAGES shared-memory slots through which it streams the others, guarded by "ready" and "empty" mbarriers;
@@ -25,6 +25,12 @@ computes S^T and dP^T for half of the streamed rows, they swap P^T and dS^T thro
 updates its half of dK's and dV's columns with both halves. S^T = K Q^T is two chained products over the two
 column halves, the same k-steps in the same order as one product: its gradients too came out bit-identical to
 the portable kernel's on the H200.
+
+Fused dK/dV/dQ (head dim 64, no mask, calls that do not ask for determinism; ``backward.fused_dq_runs``): the
+dK/dV kernel also computes dQ = dS K, FlashAttention-3's way. Both consumers stream the same query tiles, so each
+step one of them (in turn) computes the tile's dQ from both consumers' dS^T tiles in shared memory and adds it into
+an fp32 buffer with a TMA reduce-add; the programs of other key blocks add into the same rows in an order that
+varies from run to run, and so does dQ's rounding. Five products per step instead of the split kernels' seven.
 
 dQ: the forward's skeleton. One program = N_CONSUMERS x BLOCK_M query rows of one (batch, head); each consumer
 keeps its rows' Q and dO and streams BLOCK_N keys of K and V at a time: dQ += dS K.
@@ -49,7 +55,19 @@ if GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
         warpgroup_mma, warpgroup_mma_wait
 
+    from triton._C.libtriton import ir
+    from triton.experimental.gluon.language._core import builtin
+
     from .forward_hopper import _causal_item, _key_range, _keys_seen
+
+    @builtin
+    def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+        """Add the shared-memory tile src into the tile of tensor_desc at coord (fp32), by the TMA unit: a bulk
+        reduce-add that completes asynchronously, like ``tma.async_copy_shared_to_global``; ``tma.store_wait``
+        waits for it. Triton 3.6's Gluon builder has the operation but its Python API does not wrap it."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
+                                                  src.handle)
 
 # Causal calls at these head dims hand out their tiles as the forward does, in L2-sized sections of heads, costliest
 # first (``_grid``). Session 14 on the H200: at d = 256 the wide dK/dV kernel +10% at 8-16k and dQ +3-8%; at d <= 128
@@ -81,6 +99,11 @@ HOPPER_DQ_CONFIGS = {
     (256, False): (64, 32, 2, 2),
     (256, True): (64, 32, 2, 2),
 }
+# The fused backward (``backward.fused_dq_runs``): the dK/dV kernel also computes dQ, adding each step's tile into
+# fp32 HBM with TMA reduce-adds, per head dim, without the mask (perf/fused_dq.py on the H200, perf/NOTES.md,
+# session 18: d = 64 1.07-1.11x the split kernels). FUSED_DQ_DEFER: each step's dQ products run on into the next.
+FUSED_DQ_CONFIGS = {64: (64, 64, 2, 2, False)}
+FUSED_DQ_DEFER = False
 # dK/dV of head dims over this run the wide kernel: two BLOCK_N x d fp32 accumulators of more columns do not fit
 # in one warpgroup's registers.
 MAX_NARROW_HEAD_DIM = 128
@@ -96,6 +119,11 @@ def _takes(table, q: torch.Tensor, causal: bool) -> bool:
 def supports_dkdv(q: torch.Tensor, causal: bool) -> bool:
     """Whether the Hopper dK/dV kernel takes this backward call (``_takes`` with its table)."""
     return _takes(HOPPER_DKDV_CONFIGS, q, causal)
+
+
+def supports_fused_dq(q: torch.Tensor, causal: bool) -> bool:
+    """Whether the fused dK/dV/dQ kernel takes this backward call (no mask, a config in ``FUSED_DQ_CONFIGS``)."""
+    return not causal and _takes({(d, False): c for d, c in FUSED_DQ_CONFIGS.items()}, q, causal)
 
 
 def supports_dq(q: torch.Tensor, causal: bool) -> bool:
@@ -193,13 +221,25 @@ if GLUON:
     def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_base, delta_base, offs_n, seqlen_q,
                causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, PREFETCH: gl.constexpr,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-               s_layout: gl.constexpr, p_layout: gl.constexpr):
+               s_layout: gl.constexpr, p_layout: gl.constexpr, o_layout: gl.constexpr = None, dq_desc=None,
+               ds_smem=None, k_smem=None, dq_smem=None, ds_written=None, ds_free=None, off_b=0, off_h=0,
+               SUB: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False, DEFER_DQ: gl.constexpr = False):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
         With PREFETCH, each step loads the next tile's LSE and delta rows while its dK product runs, instead of
-        paying their L2 round trip before its exponentials."""
+        paying their L2 round trip before its exponentials.
+
+        FUSED_DQ (no mask; both consumers then stream the same query tiles in step): each step also adds its query
+        tile's dQ share from both consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
+        ds_smem.index(SUB); consumer it % 2 computes the step's dQ tile from both and adds it with a TMA
+        reduce-add from its own dq_smem tile. ds_written (two arrivals a step) and ds_free (one) order the
+        dS^T tiles' writes and reads. DEFER_DQ leaves the dQ products in flight into the next step."""
         dtype: gl.constexpr = q_smem.dtype
         offs_m0 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=s_layout)
+        if FUSED_DQ:
+            zero_dq = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
+            if DEFER_DQ:  # the dQ products in flight from the previous step; before the first, one never read
+                dq = warpgroup_mma(ds_smem.index(SUB).permute((1, 0)), k, zero_dq, use_acc=False, is_async=True)
         # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
         if PREFETCH:
             offs_m = m_lo + offs_m0
@@ -219,6 +259,10 @@ if GLUON:
             # tensor cores while P^T's exponentials run on the CUDA cores
             qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             dpT = warpgroup_mma(v, do.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            if FUSED_DQ and DEFER_DQ:
+                if it % 2 != SUB and it > it0:  # my dQ products of the previous step ran beside these two
+                    dq_done = warpgroup_mma_wait(2, deps=(dq, ))
+                    _add_dq(dq_done, dq_desc, dq_smem, ds_free, off_b, start_m - BLOCK_M, off_h, BLOCK_M, BLOCK_D)
             qkT = warpgroup_mma_wait(1, deps=(qkT, ))
             pT = gl.exp2(qkT * qk_scale - lse2[None, :])
             if MASKED:
@@ -226,21 +270,66 @@ if GLUON:
             dv = warpgroup_mma(gl.convert_layout(pT.to(dtype), p_layout), do, dv, is_async=True)
             dpT, dv = warpgroup_mma_wait(0, deps=(dpT, dv))
             dsT = pT * (dpT - delta[None, :])
-            dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
+            if FUSED_DQ:
+                # dS^T goes through shared memory, where the step's dQ product reads it (after the previous step's
+                # dQ product has read what was there)
+                mbarrier.wait(ds_free, (it - 1) & 1, pred=it > 0)
+                ds_lo = dsT.to(dtype)
+                ds_smem.index(SUB).store(ds_lo)
+                fence_async_shared()
+                mbarrier.arrive(ds_written, count=1)
+                dk = warpgroup_mma(gl.convert_layout(ds_lo, p_layout), q, dk, is_async=True)
+                if it % 2 == SUB:
+                    # this step's dQ tile, dS K over both consumers' keys: two chained products, read transposed
+                    mbarrier.wait(ds_written, it & 1)
+                    dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(0).reshape([BLOCK_N, BLOCK_D]),
+                                       zero_dq, use_acc=False, is_async=True)
+                    dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(1).reshape([BLOCK_N, BLOCK_D]),
+                                       dq, is_async=True)
+                    if not DEFER_DQ:
+                        dq_done = warpgroup_mma_wait(0, deps=(dq, ))  # (and dK, issued before)
+                        _add_dq(dq_done, dq_desc, dq_smem, ds_free, off_b, start_m, off_h, BLOCK_M, BLOCK_D)
+            else:
+                dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
             if PREFETCH:  # the next tile's rows (past m_hi: a few loads that nobody reads)
                 offs_next = offs_m + BLOCK_M
                 lse2 = gl.load(lse2_base + offs_next, mask=offs_next < seqlen_q, other=float("inf"))
                 delta = gl.load(delta_base + offs_next, mask=offs_next < seqlen_q, other=0.0)
-            dk = warpgroup_mma_wait(0, deps=(dk, ))
+            if FUSED_DQ and DEFER_DQ:
+                if it % 2 == SUB:
+                    dk_done = warpgroup_mma_wait(2, deps=(dk, ))  # the two dQ products stay in flight
+                else:
+                    dk_done = warpgroup_mma_wait(0, deps=(dk, ))
+                dk = dk_done
+            else:
+                dk = warpgroup_mma_wait(0, deps=(dk, ))
             mbarrier.arrive(qdo_empty.index(s), count=1)  # one arrival per warpgroup: this slot may be refilled
+        if FUSED_DQ and DEFER_DQ:
+            last = it0 + (m_hi - m_lo) // BLOCK_M - 1
+            if last >= it0 and last % 2 == SUB:
+                dq_done = warpgroup_mma_wait(0, deps=(dq, ))
+                _add_dq(dq_done, dq_desc, dq_smem, ds_free, off_b, m_hi - BLOCK_M, off_h, BLOCK_M, BLOCK_D)
         return dk, dv
     # --8<-- [end:hopper_bwd_step]
+
+    @gluon.jit
+    def _add_dq(dq, dq_desc, dq_smem, ds_free, off_b, start_m, off_h, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr):
+        """The fused kernel's dQ tile (its products have completed): free the dS^T tiles for the next step, then
+        add dq into HBM with a TMA reduce-add that runs on while the consumer goes on (``tma.store_wait`` before
+        the next one reuses dq_smem)."""
+        mbarrier.arrive(ds_free, count=1)
+        tma.store_wait(0)
+        dq_smem.reshape([BLOCK_M, BLOCK_D]).store(dq)
+        fence_async_shared()
+        _tma_reduce_add(dq_desc, [off_b, start_m, off_h, 0], dq_smem)
 
     @gluon.jit
     def _consumer(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
                   off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale,
                   SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, PREFETCH: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
+                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc=None, ds_smem=None,
+                  dq_smem=None, ds_written=None, ds_free=None, FUSED_DQ: gl.constexpr = False,
+                  DEFER_DQ: gl.constexpr = False):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M, 16])
@@ -263,12 +352,21 @@ if GLUON:
             row = (off_b.to(gl.int64) * n_heads + off_h) * seqlen_q
             it0 = g * n_m
             _release_skipped(qdo_ready, qdo_empty, it0, (my_lo - lo) // BLOCK_M, STAGES)
-            dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
-                            seqlen_q, causal_offset, qk_scale, it0 + (my_lo - lo) // BLOCK_M, my_lo, full_lo, True,
-                            False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
-            dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
-                            seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, False,
-                            PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
+            if FUSED_DQ:  # no mask (``bwd_dkdv_hopper`` refuses one): both consumers stream every query tile
+                dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
+                                seqlen_q, causal_offset, qk_scale, it0, lo, hi, False, PREFETCH, BLOCK_M, BLOCK_N,
+                                BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem, k_smem,
+                                dq_smem.index(SUB), ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, DEFER_DQ)
+            else:
+                dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
+                                seqlen_q, causal_offset, qk_scale, it0 + (my_lo - lo) // BLOCK_M, my_lo, full_lo, True,
+                                False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
+                dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
+                                seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, False,
+                                PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
+        if FUSED_DQ:  # the other consumer's last dQ product may still read this K tile
+            n_steps = group_size * n_m
+            mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
         # every product of this warpgroup has completed: its K and V tiles' shared memory takes dK and dV
         k.store((dk * softmax_scale).to(dtype))
         v.store(dv.to(dtype))
@@ -278,12 +376,14 @@ if GLUON:
         tma.store_wait(0)
 
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
-    def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads, group_size,
-                              seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale, IS_CAUSAL: gl.constexpr,
-                              STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, PREFETCH: gl.constexpr,
-                              SECTION: gl.constexpr = 0):
+    def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE2, DELTA, n_heads,
+                              group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
+                              IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr,
+                              PREFETCH: gl.constexpr, SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False,
+                              DEFER_DQ: gl.constexpr = False):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
-        rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q)."""
+        rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q). With FUSED_DQ (two consumers,
+        no mask), dq_desc is a zeroed fp32 dQ buffer into which the program adds dS K (``_tiles``)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
@@ -303,7 +403,28 @@ if GLUON:
             mbarrier.init(qdo_ready.index(i), count=1)
             mbarrier.init(qdo_empty.index(i), count=N_CONSUMERS)
 
-        if N_CONSUMERS == 2:
+        if FUSED_DQ:  # each consumer's dS^T tile and fp32 dQ tile (the source of its reduce-adds)
+            ds_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, BLOCK_N, BLOCK_M],
+                                                gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
+            dq_smem = gl.allocate_shared_memory(gl.float32, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], dq_desc.layout)
+            # a step's dS^T tiles: written by both consumers (one arrival each) / read by its dQ product (one)
+            ds_written = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            mbarrier.init(ds_written, count=2)
+            mbarrier.init(ds_free, count=1)
+            gl.warp_specialize([
+                (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
+                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
+                (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
+                             qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
+                             softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, DEFER_DQ)),
+                (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
+                             qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
+                             softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, DEFER_DQ)),
+            ], [4, 4], [240, 240])
+        elif N_CONSUMERS == 2:
             gl.warp_specialize([
                 (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
@@ -675,13 +796,20 @@ def _grid(n_tiles: int, n_pairs: int, k: torch.Tensor, head_dim: int, causal: bo
 
 
 def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
-                    config=None):
+                    config=None, dq_acc=None, defer_dq=None):
     """``backward.bwd_dkdv`` on Hopper (dk, dv written in place; lse2, delta from ``backward.bwd_preprocess``).
-    config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS, PREFETCH), default ``HOPPER_DKDV_CONFIGS[head_dim, causal]``.
+    config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS, PREFETCH), default ``HOPPER_DKDV_CONFIGS[head_dim, causal]``,
+    or with dq_acc ``FUSED_DQ_CONFIGS[head_dim]``.
+    dq_acc: a zeroed float32 tensor shaped like q: run the fused kernel, which also adds dS K (dQ before the
+    softmax scale) into it; defer_dq: leave each step's dQ products in flight into the next step (default
+    ``FUSED_DQ_DEFER``).
     Head dims over ``MAX_NARROW_HEAD_DIM`` run the wide kernel, which takes (BLOCK_M, BLOCK_N, STAGES, 2, False):
     BLOCK_N keys per program, half of each streamed tile's BLOCK_M rows per consumer."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
+    if dq_acc is not None:
+        config = config or FUSED_DQ_CONFIGS[head_dim]
+        defer_dq = FUSED_DQ_DEFER if defer_dq is None else defer_dq
     block_m, block_n, stages, consumers, prefetch = config or HOPPER_DKDV_CONFIGS[head_dim, causal]
     rest = (lse2, delta, n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
             softmax_scale, softmax_scale * LOG2E)
@@ -697,10 +825,17 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
                       *rest), dict(IS_CAUSAL=causal, STAGES=stages, **order), num_warps=4)
     else:
         grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, causal)
+        fused = dq_acc is not None
+        if fused and (consumers != 2 or causal):
+            raise ValueError(f"the fused dK/dV/dQ kernel takes two consumers and no causal mask (both consumers "
+                             f"stream every query tile), got config={config}, causal={causal}")
+        dk_desc = descriptor(dk, block_n)
         launch_gluon(_attn_bwd_dkdv_hopper, grid,
                      (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
-                      descriptor(v, block_n), descriptor(dk, block_n), descriptor(dv, block_n), *rest),
-                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=bool(prefetch), **order),
+                      descriptor(v, block_n), dk_desc, descriptor(dv, block_n),
+                      descriptor(dq_acc, block_m) if fused else dk_desc, *rest),  # (dq_desc: unread unless fused)
+                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=bool(prefetch), **order,
+                          FUSED_DQ=fused, DEFER_DQ=fused and defer_dq),
                      num_warps=4)
 
 

@@ -435,7 +435,8 @@ if GLUON:
 
 @functools.cache
 def _smem_layout(rows: int, head_dim: int, dtype: torch.dtype):
-    element = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
+    # (float32: the fused backward's dQ buffer, which receives TMA reduce-adds)
+    element = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[dtype]
     return gl.NVMMASharedLayout.get_default_for([1, rows, 1, head_dim], element)
 
 
