@@ -15,14 +15,13 @@ import argparse
 import torch
 
 from flashdoc.kernels import backward as bw
-from flashdoc.kernels import backward_hopper as bh
 
-# name: (deterministic, backward_hopper.FUSED_DQ_DEFER)
-VARIANTS = {"split": (True, False), "fused": (False, False), "fused_deferred": (False, True)}
+# name: deterministic (True: the split kernels)
+VARIANTS = {"split": True, "fused": False}
 
 
 def run_variant(name, q, k, v, dout, out, lse, causal, grads=None):
-    deterministic, bh.FUSED_DQ_DEFER = VARIANTS[name]
+    deterministic = VARIANTS[name]
     dq, dk, dv = grads if grads is not None else (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
     bw.attn_bwd(dout, q, k, v, out, lse, None, dq, dk, dv, q.shape[3] ** -0.5, causal, True,
                 deterministic=deterministic)

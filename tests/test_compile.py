@@ -65,9 +65,9 @@ def test_opcheck_custom_ops():
     torch.library.opcheck(torch.ops.flashdoc.fwd.default, (q, k, v, 0.25, True, True), test_utils=checks)
     out, lse = torch.ops.flashdoc.fwd(q, k, v, 0.25, True, True)
     dout = torch.randn_like(out)
-    for dlse in (None, torch.randn_like(lse)):
-        torch.library.opcheck(torch.ops.flashdoc.bwd.default, (dout, q, k, v, out, lse, dlse, 0.25, True, True),
-                              test_utils=checks)
+    for dlse, deterministic in ((None, True), (torch.randn_like(lse), False)):
+        torch.library.opcheck(torch.ops.flashdoc.bwd.default,
+                              (dout, q, k, v, out, lse, dlse, 0.25, True, True, deterministic), test_utils=checks)
 
 
 @pytest.mark.gpu

@@ -1,14 +1,17 @@
-"""The backward uses no atomics: gradients are bit-identical from run to run."""
+"""With ``deterministic=True`` the backward uses no atomics: gradients are bit-identical from run to run. Without
+it, Hopper runs a fused backward where that is faster (``backward.fused_dq_runs``), whose dq is added across key
+blocks in a varying order: its dk and dv stay bit-identical, its dq as accurate as the split kernels'."""
 
 import pytest
 import torch
-from attention_oracle import make_qkv
+from attention_oracle import assert_close_like_flash_attn, attention_math, make_qkv
 
 import flashdoc
+from flashdoc.kernels import backward, backward_hopper
 
 
-def _grads(q, k, v, dout, causal):
-    out = flashdoc.flash_attn_func(q, k, v, causal=causal, deterministic=True)
+def _grads(q, k, v, dout, causal, deterministic=True):
+    out = flashdoc.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
     return torch.autograd.grad(out, (q, k, v), dout)
 
 
@@ -27,7 +30,46 @@ def test_deterministic_cpu(causal):
     _check((1, 40, 40, 4, 2, 32), causal, repeats=2, dtype=torch.float16)
 
 
+def test_fused_backward_only_without_determinism(monkeypatch):
+    """The fused kernel runs only when neither the call nor ``torch.use_deterministic_algorithms`` asks for
+    determinism, and only where ``backward_hopper`` takes the call."""
+    q = torch.empty(1, 8, 2, 64)
+    monkeypatch.setattr(backward_hopper, "supports_fused_dq", lambda q, causal: True)
+    assert backward.fused_dq_runs(q, False, deterministic=False)
+    assert not backward.fused_dq_runs(q, False, deterministic=True)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert not backward.fused_dq_runs(q, False, deterministic=False)
+    finally:
+        torch.use_deterministic_algorithms(was)
+    monkeypatch.setattr(backward_hopper, "supports_fused_dq", lambda q, causal: False)
+    assert not backward.fused_dq_runs(q, False, deterministic=False)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_deterministic_many_repeats(causal):
     _check((2, 2048, 2048, 16, 4, 128), causal, repeats=50, dtype=torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(2, 2048, 2048, 8, 2, 64), (1, 1000, 777, 3, 1, 64)])
+def test_gpu_fused_backward(shape, dtype):
+    """The fused backward against float64: as accurate as the split kernels (deterministic=True) in every
+    gradient, with dk and dv bit-identical from run to run."""
+    batch, seqlen_q, seqlen_k, heads, kv_heads, d = shape
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, heads, kv_heads, d, dtype)
+    if not backward.fused_dq_runs(q, False, deterministic=False):
+        pytest.skip("the fused backward runs on Hopper GPUs only")
+    dout = torch.randn(q.shape, device=q.device, dtype=dtype)
+    fused = _grads(q, k, v, dout, False, deterministic=False)
+    split = _grads(q, k, v, dout, False, deterministic=True)
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    out_ref, _ = attention_math(*ref_in, d ** -0.5, False, True, torch.float64)
+    refs = torch.autograd.grad(out_ref, ref_in, dout.double())
+    for name, ours, ref, theirs in zip(("dq", "dk", "dv"), fused, refs, split):
+        assert_close_like_flash_attn(name, ours, ref, theirs, dtype, mult=1.5)
+    again = _grads(q, k, v, dout, False, deterministic=False)
+    assert torch.equal(fused[1], again[1]) and torch.equal(fused[2], again[2])

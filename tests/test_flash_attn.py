@@ -556,7 +556,8 @@ def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
 @pytest.mark.skipif(not HOPPER, reason="the Gluon backward runs on Hopper GPUs only")
 def test_gpu_hopper_backward_takes_the_calls_it_supports(monkeypatch):
     """Each backward kernel goes to its Hopper version where that one's table has the (head dim, causal) key, for
-    fp16/bf16; fp32, other head dims, configs passed explicitly and FLASHDOC_HOPPER=0 stay portable."""
+    fp16/bf16; fp32, other head dims, configs passed explicitly and FLASHDOC_HOPPER=0 stay portable. Without
+    ``deterministic``, the head dims of ``FUSED_DQ_CONFIGS`` without the mask run the fused dK/dV/dQ kernel alone."""
     from flashdoc.kernels import backward_hopper as bh
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.backward import attn_bwd, bwd_configs_for
@@ -566,20 +567,25 @@ def test_gpu_hopper_backward_takes_the_calls_it_supports(monkeypatch):
         real = getattr(bh, name)
         monkeypatch.setattr(bh, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
 
-    def backward_calls(head_dim, dtype, causal):
+    def backward_calls(head_dim, dtype, causal, deterministic):
         q, k, v = make_qkv(1, 300, 300, 2, 2, head_dim, dtype)
         calls.clear()
-        flashdoc.flash_attn_func(q, k, v, causal=causal).sum().backward()
+        flashdoc.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic).sum().backward()
         return set(calls)
 
-    for head_dim, dtype in [(64, torch.bfloat16), (128, torch.float16), (128, torch.bfloat16),
+    for head_dim, dtype in [(64, torch.bfloat16), (64, torch.float16), (128, torch.float16), (128, torch.bfloat16),
                             (96, torch.bfloat16), (256, torch.bfloat16), (128, torch.float32)]:
         for causal in (False, True):
-            expected = set()
-            if dtype != torch.float32:
-                expected |= {"bwd_dkdv_hopper"} if (head_dim, causal) in bh.HOPPER_DKDV_CONFIGS else set()
-                expected |= {"bwd_dq_hopper"} if (head_dim, causal) in bh.HOPPER_DQ_CONFIGS else set()
-            assert backward_calls(head_dim, dtype, causal) == expected, (head_dim, dtype, causal)
+            for deterministic in (True, False):
+                expected = set()
+                if dtype != torch.float32 and not deterministic and not causal and head_dim in bh.FUSED_DQ_CONFIGS:
+                    expected = {"bwd_dkdv_hopper"}
+                elif dtype != torch.float32:
+                    expected |= {"bwd_dkdv_hopper"} if (head_dim, causal) in bh.HOPPER_DKDV_CONFIGS else set()
+                    expected |= {"bwd_dq_hopper"} if (head_dim, causal) in bh.HOPPER_DQ_CONFIGS else set()
+                assert backward_calls(head_dim, dtype, causal, deterministic) == expected, \
+                    (head_dim, dtype, causal, deterministic)
+    assert 64 in bh.FUSED_DQ_CONFIGS and (64, False) not in bh.HOPPER_DKDV_CONFIGS
     assert (128, False) in bh.HOPPER_DKDV_CONFIGS and (128, False) in bh.HOPPER_DQ_CONFIGS
     # an explicit config pair keeps both kernels portable
     q, k, v = make_qkv(1, 300, 300, 2, 2, 128, torch.bfloat16, requires_grad=False)

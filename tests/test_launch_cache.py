@@ -124,10 +124,12 @@ def test_second_gluon_launch_goes_straight_to_the_compiled_launcher(monkeypatch)
                     reason="the Gluon kernels run on Hopper GPUs only")
 def test_gpu_launch_cache_gluon(monkeypatch):
     """The Hopper (Gluon) kernels: the same bits with and without the cache at every head dim they take (d = 256
-    runs the wide dK/dV kernel), and a repeated call adds no entry."""
+    runs the wide dK/dV kernel), and a repeated call adds no entry. The fused backward (d = 64 without the mask)
+    is compared with its dq to rounding only: its additions into dq come in a different order on each run."""
     import flashdoc
     from flashdoc.kernels import backward_hopper as bh
     from flashdoc.kernels import forward_hopper as fh
+    from flashdoc.kernels.backward import fused_dq_runs
 
     gluon_kernels = {fh._attn_fwd_hopper, bh._attn_bwd_dkdv_hopper, bh._attn_bwd_dkdv_hopper_wide,
                      bh._attn_bwd_dq_hopper}
@@ -147,9 +149,13 @@ def test_gpu_launch_cache_gluon(monkeypatch):
             expected = step(q, k, v, dout, causal)
             monkeypatch.setattr(launch, "LAUNCH_CACHE", True)
             entries = []
+            fused = fused_dq_runs(q, causal, deterministic=False)
             for _ in range(2):  # the first call fills the cache, the second launches from it
-                for a, b in zip(step(q, k, v, dout, causal), expected):
-                    assert torch.equal(a, b), (head_dim, causal)
+                for name, a, b in zip(("out", "dq", "dk", "dv"), step(q, k, v, dout, causal), expected):
+                    if fused and name == "dq":
+                        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-4, msg=(head_dim, causal))
+                    else:
+                        assert torch.equal(a, b), (head_dim, causal, name)
                 entries.append(sum(key[0] in gluon_kernels for key in launch._launchers))
             assert entries[0] == entries[1] > 0
 

@@ -101,9 +101,9 @@ HOPPER_DQ_CONFIGS = {
 }
 # The fused backward (``backward.fused_dq_runs``): the dK/dV kernel also computes dQ, adding each step's tile into
 # fp32 HBM with TMA reduce-adds, per head dim, without the mask (perf/fused_dq.py on the H200, perf/NOTES.md,
-# session 18: d = 64 1.07-1.11x the split kernels). FUSED_DQ_DEFER: each step's dQ products run on into the next.
+# session 18: d = 64 1.07-1.20x the split kernels' speed; leaving each step's dQ products in flight into the next
+# step made ptxas spill and lost 5-7%).
 FUSED_DQ_CONFIGS = {64: (64, 64, 2, 2, False)}
-FUSED_DQ_DEFER = False
 # dK/dV of head dims over this run the wide kernel: two BLOCK_N x d fp32 accumulators of more columns do not fit
 # in one warpgroup's registers.
 MAX_NARROW_HEAD_DIM = 128
@@ -223,7 +223,7 @@ if GLUON:
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
                s_layout: gl.constexpr, p_layout: gl.constexpr, o_layout: gl.constexpr = None, dq_desc=None,
                ds_smem=None, k_smem=None, dq_smem=None, ds_written=None, ds_free=None, off_b=0, off_h=0,
-               SUB: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False, DEFER_DQ: gl.constexpr = False):
+               SUB: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
         With PREFETCH, each step loads the next tile's LSE and delta rows while its dK product runs, instead of
         paying their L2 round trip before its exponentials.
@@ -232,14 +232,12 @@ if GLUON:
         tile's dQ share from both consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
         ds_smem.index(SUB); consumer it % 2 computes the step's dQ tile from both and adds it with a TMA
         reduce-add from its own dq_smem tile. ds_written (two arrivals a step) and ds_free (one) order the
-        dS^T tiles' writes and reads. DEFER_DQ leaves the dQ products in flight into the next step."""
+        dS^T tiles' writes and reads."""
         dtype: gl.constexpr = q_smem.dtype
         offs_m0 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=s_layout)
         if FUSED_DQ:
             zero_dq = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
-            if DEFER_DQ:  # the dQ products in flight from the previous step; before the first, one never read
-                dq = warpgroup_mma(ds_smem.index(SUB).permute((1, 0)), k, zero_dq, use_acc=False, is_async=True)
         # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
         if PREFETCH:
             offs_m = m_lo + offs_m0
@@ -259,10 +257,6 @@ if GLUON:
             # tensor cores while P^T's exponentials run on the CUDA cores
             qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             dpT = warpgroup_mma(v, do.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            if FUSED_DQ and DEFER_DQ:
-                if it % 2 != SUB and it > it0:  # my dQ products of the previous step ran beside these two
-                    dq_done = warpgroup_mma_wait(2, deps=(dq, ))
-                    _add_dq(dq_done, dq_desc, dq_smem, ds_free, off_b, start_m - BLOCK_M, off_h, BLOCK_M, BLOCK_D)
             qkT = warpgroup_mma_wait(1, deps=(qkT, ))
             pT = gl.exp2(qkT * qk_scale - lse2[None, :])
             if MASKED:
@@ -286,29 +280,16 @@ if GLUON:
                                        zero_dq, use_acc=False, is_async=True)
                     dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(1).reshape([BLOCK_N, BLOCK_D]),
                                        dq, is_async=True)
-                    if not DEFER_DQ:
-                        dq_done = warpgroup_mma_wait(0, deps=(dq, ))  # (and dK, issued before)
-                        _add_dq(dq_done, dq_desc, dq_smem, ds_free, off_b, start_m, off_h, BLOCK_M, BLOCK_D)
+                    dq = warpgroup_mma_wait(0, deps=(dq, ))  # (and dK, issued before)
+                    _add_dq(dq, dq_desc, dq_smem, ds_free, off_b, start_m, off_h, BLOCK_M, BLOCK_D)
             else:
                 dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
             if PREFETCH:  # the next tile's rows (past m_hi: a few loads that nobody reads)
                 offs_next = offs_m + BLOCK_M
                 lse2 = gl.load(lse2_base + offs_next, mask=offs_next < seqlen_q, other=float("inf"))
                 delta = gl.load(delta_base + offs_next, mask=offs_next < seqlen_q, other=0.0)
-            if FUSED_DQ and DEFER_DQ:
-                if it % 2 == SUB:
-                    dk_done = warpgroup_mma_wait(2, deps=(dk, ))  # the two dQ products stay in flight
-                else:
-                    dk_done = warpgroup_mma_wait(0, deps=(dk, ))
-                dk = dk_done
-            else:
-                dk = warpgroup_mma_wait(0, deps=(dk, ))
+            dk = warpgroup_mma_wait(0, deps=(dk, ))
             mbarrier.arrive(qdo_empty.index(s), count=1)  # one arrival per warpgroup: this slot may be refilled
-        if FUSED_DQ and DEFER_DQ:
-            last = it0 + (m_hi - m_lo) // BLOCK_M - 1
-            if last >= it0 and last % 2 == SUB:
-                dq_done = warpgroup_mma_wait(0, deps=(dq, ))
-                _add_dq(dq_done, dq_desc, dq_smem, ds_free, off_b, m_hi - BLOCK_M, off_h, BLOCK_M, BLOCK_D)
         return dk, dv
     # --8<-- [end:hopper_bwd_step]
 
@@ -328,8 +309,7 @@ if GLUON:
                   off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale,
                   SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, PREFETCH: gl.constexpr, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc=None, ds_smem=None,
-                  dq_smem=None, ds_written=None, ds_free=None, FUSED_DQ: gl.constexpr = False,
-                  DEFER_DQ: gl.constexpr = False):
+                  dq_smem=None, ds_written=None, ds_free=None, FUSED_DQ: gl.constexpr = False):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M, 16])
@@ -356,7 +336,7 @@ if GLUON:
                 dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
                                 seqlen_q, causal_offset, qk_scale, it0, lo, hi, False, PREFETCH, BLOCK_M, BLOCK_N,
                                 BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem, k_smem,
-                                dq_smem.index(SUB), ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, DEFER_DQ)
+                                dq_smem.index(SUB), ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ)
             else:
                 dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
                                 seqlen_q, causal_offset, qk_scale, it0 + (my_lo - lo) // BLOCK_M, my_lo, full_lo, True,
@@ -379,8 +359,7 @@ if GLUON:
     def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE2, DELTA, n_heads,
                               group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
                               IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr,
-                              PREFETCH: gl.constexpr, SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False,
-                              DEFER_DQ: gl.constexpr = False):
+                              PREFETCH: gl.constexpr, SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
         rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q). With FUSED_DQ (two consumers,
         no mask), dq_desc is a zeroed fp32 dQ buffer into which the program adds dS K (``_tiles``)."""
@@ -418,11 +397,11 @@ if GLUON:
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, DEFER_DQ)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, DEFER_DQ)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ)),
             ], [4, 4], [240, 240])
         elif N_CONSUMERS == 2:
             gl.warp_specialize([
@@ -796,20 +775,18 @@ def _grid(n_tiles: int, n_pairs: int, k: torch.Tensor, head_dim: int, causal: bo
 
 
 def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
-                    config=None, dq_acc=None, defer_dq=None):
+                    config=None, dq_acc=None):
     """``backward.bwd_dkdv`` on Hopper (dk, dv written in place; lse2, delta from ``backward.bwd_preprocess``).
     config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS, PREFETCH), default ``HOPPER_DKDV_CONFIGS[head_dim, causal]``,
     or with dq_acc ``FUSED_DQ_CONFIGS[head_dim]``.
     dq_acc: a zeroed float32 tensor shaped like q: run the fused kernel, which also adds dS K (dQ before the
-    softmax scale) into it; defer_dq: leave each step's dQ products in flight into the next step (default
-    ``FUSED_DQ_DEFER``).
+    softmax scale) into it.
     Head dims over ``MAX_NARROW_HEAD_DIM`` run the wide kernel, which takes (BLOCK_M, BLOCK_N, STAGES, 2, False):
     BLOCK_N keys per program, half of each streamed tile's BLOCK_M rows per consumer."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     if dq_acc is not None:
         config = config or FUSED_DQ_CONFIGS[head_dim]
-        defer_dq = FUSED_DQ_DEFER if defer_dq is None else defer_dq
     block_m, block_n, stages, consumers, prefetch = config or HOPPER_DKDV_CONFIGS[head_dim, causal]
     rest = (lse2, delta, n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
             softmax_scale, softmax_scale * LOG2E)
@@ -835,7 +812,7 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
                       descriptor(v, block_n), dk_desc, descriptor(dv, block_n),
                       descriptor(dq_acc, block_m) if fused else dk_desc, *rest),  # (dq_desc: unread unless fused)
                      dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=bool(prefetch), **order,
-                          FUSED_DQ=fused, DEFER_DQ=fused and defer_dq),
+                          FUSED_DQ=fused),
                      num_warps=4)
 
 
