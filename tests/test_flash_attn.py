@@ -567,7 +567,7 @@ def test_gpu_hopper_backward_takes_the_calls_it_supports(monkeypatch):
         real = getattr(bh, name)
         monkeypatch.setattr(bh, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
 
-    def backward_calls(head_dim, dtype, causal, deterministic):
+    def backward_calls(head_dim, dtype, causal, deterministic=True):
         q, k, v = make_qkv(1, 300, 300, 2, 2, head_dim, dtype)
         calls.clear()
         flashdoc.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic).sum().backward()
