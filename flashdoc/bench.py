@@ -484,7 +484,7 @@ def hopper_configs(sweep):
     """The configs of the Hopper (Gluon) kernels for the sweep's rows that they take, as picks like
     ``autotuned_configs``'s with ``gluon=True`` and their consumer warpgroups: these kernels do not autotune, so
     the autotuner's cache does not know them. Empty where they do not run (another GPU or Triton, the CPU)."""
-    from flashdoc.kernels import backward_hopper, forward_hopper
+    from flashdoc.kernels import backward, backward_hopper, forward_hopper
     from flashdoc.kernels.forward import seq_bucket
 
     picks = []
@@ -497,10 +497,16 @@ def hopper_configs(sweep):
                     q = torch.empty(1, 1, 1, head_dim, device=sweep.device, dtype=DTYPES[dtype]).expand(
                         batch, seqlen, heads, head_dim)
                     key = (head_dim, causal)
-                    for kernel, taken, table in (
-                            ("fwd", forward_hopper.supports(q, causal), forward_hopper.HOPPER_CONFIGS),
+                    kernels = [("fwd", forward_hopper.supports(q, causal), forward_hopper.HOPPER_CONFIGS)]
+                    # flashdoc is timed with flash_attn_func's default, deterministic=False
+                    fused = backward.fused_dq_runs(q, causal, deterministic=False)
+                    if fused:  # one kernel for the three gradients
+                        kernels.append(("dkdv", True, backward_hopper.FUSED_DQ_CONFIGS))
+                    else:
+                        kernels += [
                             ("dkdv", backward_hopper.supports_dkdv(q, causal), backward_hopper.HOPPER_DKDV_CONFIGS),
-                            ("dq", backward_hopper.supports_dq(q, causal), backward_hopper.HOPPER_DQ_CONFIGS)):
+                            ("dq", backward_hopper.supports_dq(q, causal), backward_hopper.HOPPER_DQ_CONFIGS)]
+                    for kernel, taken, table in kernels:
                         if taken:
                             block_m, block_n, stages, consumers = table[key][:4]
                             pick = dict(kernel=kernel, gluon=True, dtype=dtype, seq_bucket=seq_bucket(seqlen),
@@ -511,6 +517,7 @@ def hopper_configs(sweep):
                             if kernel == "dkdv":
                                 pick["prefetch"] = bool(table[key][4])
                                 pick["wide"] = head_dim > backward_hopper.MAX_NARROW_HEAD_DIM
+                                pick["fused_dq"] = fused
                             picks.append(pick)
     return picks
 
@@ -1047,14 +1054,16 @@ def autotuned_table(results):
     for p in picks:
         row = (p["dtype"], p["head_dim"], p["causal"], p["seq_bucket"])
         if p.get("gluon"):
-            variants = [name for field, name in (("o_in_q", "O in Q"), ("prefetch", "prefetch"), ("wide", "wide"))
-                        if p.get(field)]
+            variants = [name for field, name in (("o_in_q", "O in Q"), ("prefetch", "prefetch"), ("wide", "wide"),
+                                                 ("fused_dq", "+ dQ")) if p.get(field)]
             cell = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} c{p['consumers']}"
             cell += f" {', '.join(variants)}" if variants else ""
             cell += " (Gluon)"
         else:
             cell = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} w{p['num_warps']}"
         cells.setdefault(row, {})[p["kernel"]] = cell
+        if p.get("fused_dq"):
+            cells[row]["dq"] = "in dK/dV"
     nbsp = "\u00a0"  # keeps each cell on one line in the page's narrow column
     rows = [[f"{dtype} d={d} {'causal' if causal else 'full'} N={_fmt_n(n)}".replace(" ", nbsp)]
             + [cells[dtype, d, causal, n].get(k, "—").replace(" ", nbsp) for k in ("fwd", "dkdv", "dq")]
@@ -1067,7 +1076,8 @@ def autotuned_table(results):
         "of 4 warps, each with its own BLOCK_M query rows (forward, dQ) or BLOCK_N keys (dK/dV); O in Q: the "
         "forward stages its output in the query tiles; prefetch: each dK/dV step loads the next tile's LSE and "
         "delta rows during its dK product; wide: the two dK/dV consumers share BLOCK_N keys and split the head "
-        "dim. — : the kernel did not run in that row.")
+        "dim; + dQ: the fused backward, whose dK/dV kernel also computes dQ (no dQ kernel runs). — : the kernel "
+        "did not run in that row.")
 
 
 def write_tables(results, out_dir):

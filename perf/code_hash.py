@@ -94,14 +94,13 @@ def tuned_kernels():
                                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch,
                                          **order))
             yield f"dkdv d={d} causal={causal}{label}", ck
-    for d, (bm, bn, stages, consumers, prefetch) in bh.FUSED_DQ_CONFIGS.items():
+    for (d, causal), (bm, bn, stages, consumers, prefetch) in bh.FUSED_DQ_CONFIGS.items():
         t = torch.empty(2, 1024, 4, d, dtype=torch.bfloat16)
         descriptors = {name: fh.descriptor(t, bm if name in QUERY_ROWS else bn)
                        for name in bh._attn_bwd_dkdv_hopper.arg_names if name.endswith("_desc")}
         descriptors["dq_desc"] = fh.descriptor(t.float(), bm)  # the fp32 dQ buffer
-        yield f"fused d={d}", compile_sm90(bh._attn_bwd_dkdv_hopper, descriptors,
-                                           dict(IS_CAUSAL=False, STAGES=stages, N_CONSUMERS=consumers,
-                                                PREFETCH=prefetch, FUSED_DQ=True))
+        constants = dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch, FUSED_DQ=True)
+        yield f"fused d={d} causal={causal}", compile_sm90(bh._attn_bwd_dkdv_hopper, descriptors, constants)
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
         for order, label in _orders(d, causal):
             yield f"dq   d={d} causal={causal}{label}", compile_config(

@@ -244,6 +244,28 @@ def test_hopper_config_cells_name_their_variants():
     assert lines[3] == "| bf16 d=256 full N=4k | 64×64 s2 c2 O in Q (Gluon) | 64×64 s2 c2 wide (Gluon) | — |"
 
 
+def test_fused_backward_is_listed_in_the_dkdv_column(monkeypatch):
+    """Where the fused backward runs (flashdoc is timed with deterministic=False), the table lists its config in
+    the dK/dV column, marked + dQ, and says dQ ran inside it."""
+    import dataclasses
+
+    from flashdoc.kernels import backward_hopper, forward_hopper
+
+    monkeypatch.setattr(forward_hopper, "supports", lambda q, causal: False)
+    monkeypatch.setattr(backward_hopper, "supports_fused_dq", lambda q, causal: (q.shape[3], causal) == (64, False))
+    monkeypatch.setattr(backward_hopper, "supports_dkdv", lambda q, causal: True)
+    monkeypatch.setattr(backward_hopper, "supports_dq", lambda q, causal: True)
+    sweep = dataclasses.replace(bench.SWEEPS["cpu"], head_dims=(64,), seqlens=(2048,), total_tokens=2048,
+                                hidden=256)
+    picks = bench.hopper_configs(sweep)
+    assert sorted((p["kernel"], p["causal"], p.get("fused_dq")) for p in picks) == [
+        ("dkdv", False, True), ("dkdv", True, False), ("dq", True, None)]
+    lines = [line.replace("\u00a0", " ") for line in bench.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
+    fused = "%d×%d s%d c%d" % backward_hopper.FUSED_DQ_CONFIGS[64, False][:4]
+    assert lines[2] == f"| fp16 d=64 full N=2k | — | {fused} + dQ (Gluon) | in dK/dV |"
+    assert "+ dQ: the fused backward" in lines[-1]
+
+
 def test_ratio_table_is_printed(tmp_path, capsys):
     bench.main(["--device", DEVICE, "--out", str(tmp_path), "--no-progress", "--peers", "naive,flashdoc",
                 "--modes", "fwd", "--causal", "no", "--seqlens", "32", "--dtypes", "fp16", "--head-dims", "32",

@@ -557,7 +557,7 @@ def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
 def test_gpu_hopper_backward_takes_the_calls_it_supports(monkeypatch):
     """Each backward kernel goes to its Hopper version where that one's table has the (head dim, causal) key, for
     fp16/bf16; fp32, other head dims, configs passed explicitly and FLASHDOC_HOPPER=0 stay portable. Without
-    ``deterministic``, the head dims of ``FUSED_DQ_CONFIGS`` without the mask run the fused dK/dV/dQ kernel alone."""
+    ``deterministic``, the keys of ``FUSED_DQ_CONFIGS`` run the fused dK/dV/dQ kernel alone."""
     from flashdoc.kernels import backward_hopper as bh
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.backward import attn_bwd, bwd_configs_for
@@ -578,14 +578,14 @@ def test_gpu_hopper_backward_takes_the_calls_it_supports(monkeypatch):
         for causal in (False, True):
             for deterministic in (True, False):
                 expected = set()
-                if dtype != torch.float32 and not deterministic and not causal and head_dim in bh.FUSED_DQ_CONFIGS:
+                if dtype != torch.float32 and not deterministic and (head_dim, causal) in bh.FUSED_DQ_CONFIGS:
                     expected = {"bwd_dkdv_hopper"}
                 elif dtype != torch.float32:
                     expected |= {"bwd_dkdv_hopper"} if (head_dim, causal) in bh.HOPPER_DKDV_CONFIGS else set()
                     expected |= {"bwd_dq_hopper"} if (head_dim, causal) in bh.HOPPER_DQ_CONFIGS else set()
                 assert backward_calls(head_dim, dtype, causal, deterministic) == expected, \
                     (head_dim, dtype, causal, deterministic)
-    assert 64 in bh.FUSED_DQ_CONFIGS and (64, False) not in bh.HOPPER_DKDV_CONFIGS
+    assert (64, False) in bh.FUSED_DQ_CONFIGS and (64, False) not in bh.HOPPER_DKDV_CONFIGS
     assert (128, False) in bh.HOPPER_DKDV_CONFIGS and (128, False) in bh.HOPPER_DQ_CONFIGS
     # an explicit config pair keeps both kernels portable
     q, k, v = make_qkv(1, 300, 300, 2, 2, 128, torch.bfloat16, requires_grad=False)

@@ -103,7 +103,7 @@ HOPPER_DQ_CONFIGS = {
 # fp32 HBM with TMA reduce-adds, per head dim, without the mask (perf/fused_dq.py on the H200, perf/NOTES.md,
 # session 18: d = 64 1.07-1.20x the split kernels' speed; leaving each step's dQ products in flight into the next
 # step made ptxas spill and lost 5-7%).
-FUSED_DQ_CONFIGS = {64: (64, 64, 2, 2, False)}
+FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2, False)}
 # dK/dV of head dims over this run the wide kernel: two BLOCK_N x d fp32 accumulators of more columns do not fit
 # in one warpgroup's registers.
 MAX_NARROW_HEAD_DIM = 128
@@ -122,8 +122,8 @@ def supports_dkdv(q: torch.Tensor, causal: bool) -> bool:
 
 
 def supports_fused_dq(q: torch.Tensor, causal: bool) -> bool:
-    """Whether the fused dK/dV/dQ kernel takes this backward call (no mask, a config in ``FUSED_DQ_CONFIGS``)."""
-    return not causal and _takes({(d, False): c for d, c in FUSED_DQ_CONFIGS.items()}, q, causal)
+    """Whether the fused dK/dV/dQ kernel takes this backward call (``_takes`` with ``FUSED_DQ_CONFIGS``)."""
+    return _takes(FUSED_DQ_CONFIGS, q, causal)
 
 
 def supports_dq(q: torch.Tensor, causal: bool) -> bool:
@@ -778,7 +778,7 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
                     config=None, dq_acc=None):
     """``backward.bwd_dkdv`` on Hopper (dk, dv written in place; lse2, delta from ``backward.bwd_preprocess``).
     config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS, PREFETCH), default ``HOPPER_DKDV_CONFIGS[head_dim, causal]``,
-    or with dq_acc ``FUSED_DQ_CONFIGS[head_dim]``.
+    or with dq_acc ``FUSED_DQ_CONFIGS[head_dim, causal]``.
     dq_acc: a zeroed float32 tensor shaped like q: run the fused kernel, which also adds dS K (dQ before the
     softmax scale) into it.
     Head dims over ``MAX_NARROW_HEAD_DIM`` run the wide kernel, which takes (BLOCK_M, BLOCK_N, STAGES, 2, False):
@@ -786,7 +786,7 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     if dq_acc is not None:
-        config = config or FUSED_DQ_CONFIGS[head_dim]
+        config = config or FUSED_DQ_CONFIGS[head_dim, causal]
     block_m, block_n, stages, consumers, prefetch = config or HOPPER_DKDV_CONFIGS[head_dim, causal]
     rest = (lse2, delta, n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
             softmax_scale, softmax_scale * LOG2E)
