@@ -281,7 +281,13 @@ if GLUON:
                     dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(1).reshape([BLOCK_N, BLOCK_D]),
                                        dq, is_async=True)
                     dq = warpgroup_mma_wait(0, deps=(dq, ))  # (and dK, issued before)
-                    _add_dq(dq, dq_desc, dq_smem, ds_free, off_b, start_m, off_h, BLOCK_M, BLOCK_D)
+                    mbarrier.arrive(ds_free, count=1)  # both dS^T tiles may be rewritten
+                    # added into HBM by a TMA reduce-add that runs on while this consumer goes on; the previous one
+                    # must have read dq_smem before it is reused
+                    tma.store_wait(0)
+                    dq_smem.reshape([BLOCK_M, BLOCK_D]).store(dq)
+                    fence_async_shared()
+                    _tma_reduce_add(dq_desc, [off_b, start_m, off_h, 0], dq_smem)
             else:
                 dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
             if PREFETCH:  # the next tile's rows (past m_hi: a few loads that nobody reads)
@@ -292,17 +298,6 @@ if GLUON:
             mbarrier.arrive(qdo_empty.index(s), count=1)  # one arrival per warpgroup: this slot may be refilled
         return dk, dv
     # --8<-- [end:hopper_bwd_step]
-
-    @gluon.jit
-    def _add_dq(dq, dq_desc, dq_smem, ds_free, off_b, start_m, off_h, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr):
-        """The fused kernel's dQ tile (its products have completed): free the dS^T tiles for the next step, then
-        add dq into HBM with a TMA reduce-add that runs on while the consumer goes on (``tma.store_wait`` before
-        the next one reuses dq_smem)."""
-        mbarrier.arrive(ds_free, count=1)
-        tma.store_wait(0)
-        dq_smem.reshape([BLOCK_M, BLOCK_D]).store(dq)
-        fence_async_shared()
-        _tma_reduce_add(dq_desc, [off_b, start_m, off_h, 0], dq_smem)
 
     @gluon.jit
     def _consumer(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
@@ -391,6 +386,12 @@ if GLUON:
             ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
             mbarrier.init(ds_written, count=2)
             mbarrier.init(ds_free, count=1)
+        else:  # stand-ins, never read (warp_specialize's arguments cannot be None)
+            ds_smem = q_smem
+            dq_smem = q_smem
+            ds_written = kv_ready
+            ds_free = kv_ready
+        if N_CONSUMERS == 2:
             gl.warp_specialize([
                 (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
@@ -402,17 +403,6 @@ if GLUON:
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
                              dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ)),
-            ], [4, 4], [240, 240])
-        elif N_CONSUMERS == 2:
-            gl.warp_specialize([
-                (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
-                (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
