@@ -365,6 +365,44 @@ def test_gpu_cuda_graph():
 
 
 @pytest.mark.gpu
+def test_gpu_cuda_graph_fused_backward():
+    """The fused backward (deterministic=False, where backward_hopper takes the call) captured in a CUDA graph: its
+    zeroed float32 dq buffer and the final scaling are part of the capture, so a replay gives the eager output,
+    dk and dv bits, and dq to rounding (its additions come in a different order on each run)."""
+    from flashdoc.kernels.backward import fused_dq_runs
+
+    q, k, v = make_qkv(2, 1000, 1000, 4, 2, 64, torch.bfloat16, requires_grad=False)
+    if not fused_dq_runs(q, False, deterministic=False):
+        pytest.skip("the fused backward runs on Hopper GPUs only")
+
+    def step(q, k, v):
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        out = flashdoc.flash_attn_func(q, k, v)
+        out.backward(torch.ones_like(out))
+        return [out.detach(), q.grad, k.grad, v.grad]
+
+    expected = step(q, k, v)
+    static = [t.clone() for t in (q, k, v)]
+    warmup = torch.cuda.Stream()  # compiling cannot happen during a capture
+    warmup.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warmup):
+        step(*static)
+    torch.cuda.current_stream().wait_stream(warmup)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = step(*static)
+    for t in result:
+        t.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    for name, a, b in zip(("out", "dq", "dk", "dv"), result, expected):
+        if name == "dq":
+            torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-4)
+        else:
+            assert torch.equal(a, b), name
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 def test_gpu_second_device():
     """Tensors on cuda:1 while cuda:0 is current: the kernels must run on the tensors' device."""
