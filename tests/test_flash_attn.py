@@ -341,25 +341,32 @@ def test_gpu_new_thread():
         assert torch.equal(a, b)
 
 
+def eager_and_replayed(step, q, k, v):
+    """step(q, k, v)'s tensors run eagerly, and from a CUDA graph that captured it on copies of q, k, v (the
+    graph's outputs zeroed before the replay, so that only the replay can fill them)."""
+    expected = step(q, k, v)
+    static = [t.clone() for t in (q, k, v)]
+    warmup = torch.cuda.Stream()  # compiling and autotuning cannot happen during a capture
+    warmup.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warmup):
+        step(*static)
+    torch.cuda.current_stream().wait_stream(warmup)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = step(*static)
+    for t in result:
+        t.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    return expected, result
+
+
 @pytest.mark.gpu
 def test_gpu_cuda_graph():
     """A forward + backward captured in a CUDA graph replays to the eager bits. The backward forks a second
     stream for the dQ kernel, which the capture has to follow and join."""
     q, k, v = make_qkv(2, 300, 300, 4, 2, 64, torch.bfloat16, requires_grad=False)
-    expected = causal_forward_backward(q, k, v)
-    static = [t.clone() for t in (q, k, v)]
-    warmup = torch.cuda.Stream()  # compiling and autotuning cannot happen during a capture
-    warmup.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(warmup):
-        causal_forward_backward(*static)
-    torch.cuda.current_stream().wait_stream(warmup)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        result = causal_forward_backward(*static)
-    for t in result:
-        t.zero_()
-    graph.replay()
-    torch.cuda.synchronize()
+    expected, result = eager_and_replayed(causal_forward_backward, q, k, v)
     for a, b in zip(result, expected):
         assert torch.equal(a, b)
 
@@ -381,20 +388,7 @@ def test_gpu_cuda_graph_fused_backward():
         out.backward(torch.ones_like(out))
         return [out.detach(), q.grad, k.grad, v.grad]
 
-    expected = step(q, k, v)
-    static = [t.clone() for t in (q, k, v)]
-    warmup = torch.cuda.Stream()  # compiling cannot happen during a capture
-    warmup.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(warmup):
-        step(*static)
-    torch.cuda.current_stream().wait_stream(warmup)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        result = step(*static)
-    for t in result:
-        t.zero_()
-    graph.replay()
-    torch.cuda.synchronize()
+    expected, result = eager_and_replayed(step, q, k, v)
     for name, a, b in zip(("out", "dq", "dk", "dv"), result, expected):
         if name == "dq":
             torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-4)
