@@ -69,11 +69,13 @@ def compile_sm90(kernel, descriptors, constants):
                           options=dict(num_warps=4))
 
 
-def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0):
+def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float32=()):
     """One of the Gluon kernels compiled for sm_90 in bf16 at head_dim: its query-row descriptors (Q, dO, O, dQ)
-    in BLOCK_M rows, its key ones (K, V, dK, dV) in BLOCK_N, all of cols columns (default: head_dim)."""
+    in BLOCK_M rows, its key ones (K, V, dK, dV) in BLOCK_N, all of cols columns (default: head_dim); the
+    descriptors named in float32 over fp32 tensors instead (the fused backward's dQ buffer)."""
     t = torch.empty(2, 1024, 4, head_dim, dtype=torch.bfloat16)
-    descriptors = {name: fh.descriptor(t, block_m if name in QUERY_ROWS else block_n, cols)
+    descriptors = {name: fh.descriptor(t.float() if name in float32 else t,
+                                       block_m if name in QUERY_ROWS else block_n, cols)
                    for name in kernel.arg_names if name.endswith("_desc")}
     return compile_sm90(kernel, descriptors, constants)
 
@@ -95,12 +97,10 @@ def tuned_kernels():
                                          **order))
             yield f"dkdv d={d} causal={causal}{label}", ck
     for (d, causal), (bm, bn, stages, consumers, prefetch) in bh.FUSED_DQ_CONFIGS.items():
-        t = torch.empty(2, 1024, 4, d, dtype=torch.bfloat16)
-        descriptors = {name: fh.descriptor(t, bm if name in QUERY_ROWS else bn)
-                       for name in bh._attn_bwd_dkdv_hopper.arg_names if name.endswith("_desc")}
-        descriptors["dq_desc"] = fh.descriptor(t.float(), bm)  # the fp32 dQ buffer
-        constants = dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch, FUSED_DQ=True)
-        yield f"fused d={d} causal={causal}", compile_sm90(bh._attn_bwd_dkdv_hopper, descriptors, constants)
+        yield f"fused d={d} causal={causal}", compile_config(
+            bh._attn_bwd_dkdv_hopper, d, bm, bn,
+            dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch, FUSED_DQ=True),
+            float32=("dq_desc", ))
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
         for order, label in _orders(d, causal):
             yield f"dq   d={d} causal={causal}{label}", compile_config(

@@ -328,23 +328,24 @@ if GLUON:
             kv_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
             k_op = k.load(kv_layout)
             v_op = v.load(kv_layout)
+        else:
+            k_op = k
+            v_op = v
         for g in range(group_size):
             off_h = off_hk * group_size + g
             row = (off_b.to(gl.int64) * n_heads + off_h) * seqlen_q
             it0 = g * n_m
             _release_skipped(qdo_ready, qdo_empty, it0, (my_lo - lo) // BLOCK_M, STAGES)
-            if FUSED_DQ:  # no mask (``bwd_dkdv_hopper`` refuses one): both consumers stream every query tile
-                dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
-                                offs_n, seqlen_q, causal_offset, qk_scale, it0, lo, hi, False, PREFETCH, BLOCK_M,
-                                BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem, k_smem,
-                                dq_smem.index(SUB), ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ)
-            else:
-                dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
-                                seqlen_q, causal_offset, qk_scale, it0 + (my_lo - lo) // BLOCK_M, my_lo, full_lo, True,
-                                False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
-                dk, dv = _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
-                                seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, False,
-                                PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout)
+            # masked tiles, then unmasked ones; a fused call has no mask (``bwd_dkdv_hopper`` refuses one), so its
+            # masked range is empty and both consumers stream every query tile in step
+            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
+                            seqlen_q, causal_offset, qk_scale, it0 + (my_lo - lo) // BLOCK_M, my_lo, full_lo, True,
+                            False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
+                            k_smem, dq_smem.index(SUB), ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ)
+            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
+                            seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, False,
+                            PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
+                            k_smem, dq_smem.index(SUB), ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ)
         if FUSED_DQ:  # the other consumer's last dQ product may still read this K tile
             n_steps = group_size * n_m
             mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
