@@ -105,13 +105,13 @@ def check_against_oracle(fn, q, k, v, softmax_scale, causal, bottom_right, with_
         assert_close_like_flash_attn(name, ours, ref, pt, dtype, mult=grad_mult)
 
 
-def causal_forward_backward(q, k, v):
-    """flashdoc's causal output and the three gradients of out.sum(), on fresh leaves: for bit-for-bit
-    comparisons of the same call made in different ways (another thread, device, launch path). Deterministic, so
-    that no fused backward (whose dq varies between runs) takes the call."""
+def forward_backward(q, k, v, causal=True, deterministic=True):
+    """flashdoc's output and the three gradients of out.sum(), on fresh leaves: for bit-for-bit comparisons of the
+    same call made in different ways (another thread, device, launch path, CUDA graph). Deterministic by default,
+    so that no fused backward (whose dq varies between runs) takes the call."""
     import flashdoc
 
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    out = flashdoc.flash_attn_func(q, k, v, causal=True, deterministic=True)
+    out = flashdoc.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
     out.backward(torch.ones_like(out))
     return [out.detach(), q.grad, k.grad, v.grad]

@@ -7,8 +7,8 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from attention_oracle import (DEVICE, assert_close_like_flash_attn, attention_math, causal_forward_backward,
-                              check_against_oracle, cpu_sweep, make_qkv)
+from attention_oracle import (DEVICE, assert_close_like_flash_attn, attention_math, check_against_oracle, cpu_sweep,
+                              forward_backward, make_qkv)
 
 import flashdoc
 from flashdoc.kernels.forward import MAX_GRID_Y, MIN_BLOCK, _program_tile, one_axis, tile_grid
@@ -332,8 +332,8 @@ def test_gpu_new_thread():
     import threading
 
     q, k, v = make_qkv(2, 300, 300, 4, 2, 64, torch.bfloat16, requires_grad=False)
-    expected, result = causal_forward_backward(q, k, v), {}
-    thread = threading.Thread(target=lambda: result.update(value=causal_forward_backward(q, k, v)))
+    expected, result = forward_backward(q, k, v), {}
+    thread = threading.Thread(target=lambda: result.update(value=forward_backward(q, k, v)))
     thread.start()
     thread.join()
     assert "value" in result, "the call in the new thread raised (see the thread's traceback above)"
@@ -366,7 +366,7 @@ def test_gpu_cuda_graph():
     """A forward + backward captured in a CUDA graph replays to the eager bits. The backward forks a second
     stream for the dQ kernel, which the capture has to follow and join."""
     q, k, v = make_qkv(2, 300, 300, 4, 2, 64, torch.bfloat16, requires_grad=False)
-    expected, result = eager_and_replayed(causal_forward_backward, q, k, v)
+    expected, result = eager_and_replayed(forward_backward, q, k, v)
     for a, b in zip(result, expected):
         assert torch.equal(a, b)
 
@@ -383,10 +383,7 @@ def test_gpu_cuda_graph_fused_backward():
         pytest.skip("the fused backward runs on Hopper GPUs only")
 
     def step(q, k, v):
-        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-        out = flashdoc.flash_attn_func(q, k, v)
-        out.backward(torch.ones_like(out))
-        return [out.detach(), q.grad, k.grad, v.grad]
+        return forward_backward(q, k, v, causal=False, deterministic=False)
 
     expected, result = eager_and_replayed(step, q, k, v)
     for name, a, b in zip(("out", "dq", "dk", "dv"), result, expected):
@@ -401,9 +398,9 @@ def test_gpu_cuda_graph_fused_backward():
 def test_gpu_second_device():
     """Tensors on cuda:1 while cuda:0 is current: the kernels must run on the tensors' device."""
     q, k, v = make_qkv(2, 300, 300, 4, 2, 64, torch.bfloat16, requires_grad=False)
-    expected = causal_forward_backward(q, k, v)
+    expected = forward_backward(q, k, v)
     with torch.cuda.device(0):
-        result = causal_forward_backward(*(t.to("cuda:1") for t in (q, k, v)))
+        result = forward_backward(*(t.to("cuda:1") for t in (q, k, v)))
     for a, b in zip(result, expected):
         assert a.device == torch.device("cuda:1") and torch.equal(a.cpu(), b.cpu())
 
