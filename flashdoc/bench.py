@@ -499,7 +499,7 @@ def hopper_configs(sweep):
                     key = (head_dim, causal)
                     kernels = [("fwd", forward_hopper.supports(q, causal), forward_hopper.HOPPER_CONFIGS)]
                     # flashdoc is timed with flash_attn_func's default, deterministic=False
-                    fused = backward.fused_dq_runs(q, causal, deterministic=False)
+                    fused = backward.fused_dq_runs(q, q, causal, deterministic=False)  # (keys shaped as queries)
                     if fused:  # one kernel for the three gradients
                         kernels.append(("dkdv", True, backward_hopper.FUSED_DQ_CONFIGS))
                     else:

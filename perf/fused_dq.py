@@ -1,12 +1,13 @@
 """A/B: the fused backward (``backward_hopper``'s dK/dV kernel also adding dQ with TMA reduce-adds, 5 products per
-tile pair) against the split kernels (dK/dV and dQ, 7 products, deterministic), at head dim 64 without the mask,
-where the fused kernel runs (perf/NOTES.md, sessions 16-18, says why).
+tile pair) against the split kernels (dK/dV and dQ, 7 products, deterministic), at head dim 64, where the fused
+kernel runs (perf/NOTES.md, sessions 16-20, says why). The fused variant runs at every length here: the script
+lifts the causal calls' minimum length (``backward_hopper.FUSED_DQ_MIN_SEQLEN``), which this A/B measured.
 
     PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python perf/code_hash.py   # compile for sm_90 here, no GPU
-    PYTHONPATH=. python3 perf/fused_dq.py --check --bench                # on the H200, ~2 min
+    PYTHONPATH=. python3 perf/fused_dq.py --check --bench --causal       # on the H200, ~2 min
 
---check: every variant against a float64 reference (bf16 and fp16, GQA, ragged, both masks: the causal calls and
-the other head dims take the split kernels), and whether the split path is bit-identical run to run. --bench:
+--check: every variant against a float64 reference (bf16 and fp16, GQA, ragged, both masks; the other head dims
+take the split kernels), and whether the split path is bit-identical run to run. --bench:
 backward TFLOP/s (2.5x the forward's FLOPs), bf16, 16k tokens, rotated order, median of 3.
 """
 
@@ -15,6 +16,7 @@ import argparse
 import torch
 
 from flashdoc.kernels import backward as bw
+from flashdoc.kernels import backward_hopper as bh
 
 # name: deterministic (True: the split kernels)
 VARIANTS = {"split": True, "fused": False}
@@ -104,8 +106,9 @@ if __name__ == "__main__":
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
-    ap.add_argument("--causal", action="store_true", help="also time causal calls (split kernels for all variants)")
+    ap.add_argument("--causal", action="store_true", help="also time causal calls")
     a = ap.parse_args()
+    bh.FUSED_DQ_MIN_SEQLEN = {}
     if a.check:
         check()
     if a.bench:

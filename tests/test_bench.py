@@ -252,7 +252,7 @@ def test_fused_backward_is_listed_in_the_dkdv_column(monkeypatch):
     from flashdoc.kernels import backward_hopper, forward_hopper
 
     monkeypatch.setattr(forward_hopper, "supports", lambda q, causal: False)
-    monkeypatch.setattr(backward_hopper, "supports_fused_dq", lambda q, causal: (q.shape[3], causal) == (64, False))
+    monkeypatch.setattr(backward_hopper, "supports_fused_dq", lambda q, k, causal: (q.shape[3], causal) == (64, False))
     monkeypatch.setattr(backward_hopper, "supports_dkdv", lambda q, causal: True)
     monkeypatch.setattr(backward_hopper, "supports_dq", lambda q, causal: True)
     sweep = dataclasses.replace(bench.SWEEPS["cpu"], head_dims=(64,), seqlens=(2048,), total_tokens=2048,

@@ -34,17 +34,33 @@ def test_fused_backward_only_without_determinism(monkeypatch):
     """The fused kernel runs only when neither the call nor ``torch.use_deterministic_algorithms`` asks for
     determinism, and only where ``backward_hopper`` takes the call."""
     q = torch.empty(1, 8, 2, 64)
-    monkeypatch.setattr(backward_hopper, "supports_fused_dq", lambda q, causal: True)
-    assert backward.fused_dq_runs(q, False, deterministic=False)
-    assert not backward.fused_dq_runs(q, False, deterministic=True)
+    monkeypatch.setattr(backward_hopper, "supports_fused_dq", lambda q, k, causal: True)
+    assert backward.fused_dq_runs(q, q, False, deterministic=False)
+    assert not backward.fused_dq_runs(q, q, False, deterministic=True)
     was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        assert not backward.fused_dq_runs(q, False, deterministic=False)
+        assert not backward.fused_dq_runs(q, q, False, deterministic=False)
     finally:
         torch.use_deterministic_algorithms(was)
-    monkeypatch.setattr(backward_hopper, "supports_fused_dq", lambda q, causal: False)
-    assert not backward.fused_dq_runs(q, False, deterministic=False)
+    monkeypatch.setattr(backward_hopper, "supports_fused_dq", lambda q, k, causal: False)
+    assert not backward.fused_dq_runs(q, q, False, deterministic=False)
+
+
+def test_fused_backward_takes_causal_calls_from_its_minimum_length(monkeypatch):
+    """Under the mask the fused kernel takes a call only when both lengths reach ``FUSED_DQ_MIN_SEQLEN`` (shorter
+    causal calls measured faster on the split kernels); without the mask it takes every length."""
+    monkeypatch.setattr(backward_hopper, "gluon_runs", lambda q: True)  # as on a Hopper GPU
+    min_seqlen = backward_hopper.FUSED_DQ_MIN_SEQLEN[64, True]
+
+    def takes(seqlen_q, seqlen_k, causal):
+        q, k = torch.empty(1, seqlen_q, 2, 64, device="meta"), torch.empty(1, seqlen_k, 2, 64, device="meta")
+        return backward_hopper.supports_fused_dq(q, k, causal)
+
+    assert takes(min_seqlen, min_seqlen, True) and takes(2 * min_seqlen, min_seqlen, True)
+    assert not takes(min_seqlen // 2, min_seqlen // 2, True)
+    assert not takes(min_seqlen, min_seqlen - 1, True) and not takes(min_seqlen - 1, 4 * min_seqlen, True)
+    assert takes(128, 128, False) and takes(1, 100, False)
 
 
 @pytest.mark.gpu
@@ -54,22 +70,25 @@ def test_gpu_deterministic_many_repeats(causal):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(2, 2048, 2048, 8, 2, 64), (1, 1000, 777, 3, 1, 64)])
-def test_gpu_fused_backward(shape, dtype):
+@pytest.mark.parametrize("shape", [(2, 2048, 2048, 8, 2, 64), (1, 1000, 777, 3, 1, 64), (1, 777, 1000, 2, 2, 64)])
+def test_gpu_fused_backward(shape, dtype, causal, monkeypatch):
     """The fused backward against float64: as accurate as the split kernels (deterministic=True) in every
-    gradient, with dk and dv bit-identical from run to run."""
+    gradient, with dk and dv bit-identical from run to run. Short causal calls are routed to it here (without its
+    minimum length), so that the masked tiles at both alignments' diagonals are checked."""
+    monkeypatch.setattr(backward_hopper, "FUSED_DQ_MIN_SEQLEN", {})
     batch, seqlen_q, seqlen_k, heads, kv_heads, d = shape
     q, k, v = make_qkv(batch, seqlen_q, seqlen_k, heads, kv_heads, d, dtype)
-    if not backward.fused_dq_runs(q, False, deterministic=False):
+    if not backward.fused_dq_runs(q, k, causal, deterministic=False):
         pytest.skip("the fused backward runs on Hopper GPUs only")
     dout = torch.randn(q.shape, device=q.device, dtype=dtype)
-    fused = _grads(q, k, v, dout, False, deterministic=False)
-    split = _grads(q, k, v, dout, False, deterministic=True)
+    fused = _grads(q, k, v, dout, causal, deterministic=False)
+    split = _grads(q, k, v, dout, causal, deterministic=True)
     ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    out_ref, _ = attention_math(*ref_in, d ** -0.5, False, True, torch.float64)
+    out_ref, _ = attention_math(*ref_in, d ** -0.5, causal, True, torch.float64)
     refs = torch.autograd.grad(out_ref, ref_in, dout.double())
     for name, ours, ref, theirs in zip(("dq", "dk", "dv"), fused, refs, split):
         assert_close_like_flash_attn(name, ours, ref, theirs, dtype, mult=1.5)
-    again = _grads(q, k, v, dout, False, deterministic=False)
+    again = _grads(q, k, v, dout, causal, deterministic=False)
     assert torch.equal(fused[1], again[1]) and torch.equal(fused[2], again[2])

@@ -372,18 +372,22 @@ def test_gpu_cuda_graph():
 
 
 @pytest.mark.gpu
-def test_gpu_cuda_graph_fused_backward():
-    """The fused backward (deterministic=False, where backward_hopper takes the call) captured in a CUDA graph: its
-    zeroed float32 dq buffer and the final scaling are part of the capture, so a replay gives the eager output,
-    dk and dv bits, and dq to rounding (its additions come in a different order on each run)."""
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_cuda_graph_fused_backward(causal, monkeypatch):
+    """The fused backward (deterministic=False, where backward_hopper takes the call; here also short causal
+    calls) captured in a CUDA graph: its zeroed float32 dq buffer and the final scaling are part of the capture,
+    so a replay gives the eager output, dk and dv bits, and dq to rounding (its additions come in a different order
+    on each run)."""
+    from flashdoc.kernels import backward_hopper as bh
     from flashdoc.kernels.backward import fused_dq_runs
 
+    monkeypatch.setattr(bh, "FUSED_DQ_MIN_SEQLEN", {})
     q, k, v = make_qkv(2, 1000, 1000, 4, 2, 64, torch.bfloat16, requires_grad=False)
-    if not fused_dq_runs(q, False, deterministic=False):
+    if not fused_dq_runs(q, k, causal, deterministic=False):
         pytest.skip("the fused backward runs on Hopper GPUs only")
 
     def step(q, k, v):
-        return forward_backward(q, k, v, causal=False, deterministic=False)
+        return forward_backward(q, k, v, causal=causal, deterministic=False)
 
     expected, result = eager_and_replayed(step, q, k, v)
     for name, a, b in zip(("out", "dq", "dk", "dv"), result, expected):
@@ -586,11 +590,13 @@ def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
 def test_gpu_hopper_backward_takes_the_calls_it_supports(monkeypatch):
     """Each backward kernel goes to its Hopper version where that one's table has the (head dim, causal) key, for
     fp16/bf16; fp32, other head dims, configs passed explicitly and FLASHDOC_HOPPER=0 stay portable. Without
-    ``deterministic``, the keys of ``FUSED_DQ_CONFIGS`` run the fused dK/dV/dQ kernel alone."""
+    ``deterministic``, the keys of ``FUSED_DQ_CONFIGS`` run the fused dK/dV/dQ kernel alone (here at every length:
+    ``test_fused_backward_takes_causal_calls_from_its_minimum_length`` checks its length rule)."""
     from flashdoc.kernels import backward_hopper as bh
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.backward import attn_bwd, bwd_configs_for
 
+    monkeypatch.setattr(bh, "FUSED_DQ_MIN_SEQLEN", {})
     calls = []
     for name in ("bwd_dkdv_hopper", "bwd_dq_hopper"):
         real = getattr(bh, name)

@@ -124,7 +124,7 @@ def test_second_gluon_launch_goes_straight_to_the_compiled_launcher(monkeypatch)
                     reason="the Gluon kernels run on Hopper GPUs only")
 def test_gpu_launch_cache_gluon(monkeypatch):
     """The Hopper (Gluon) kernels: the same bits with and without the cache at every head dim they take (d = 256
-    runs the wide dK/dV kernel), and a repeated call adds no entry. The fused backward (d = 64 without the mask)
+    runs the wide dK/dV kernel), and a repeated call adds no entry. The fused backward (d = 64; causal from 4k tokens)
     is compared with its dq to rounding only: its additions into dq come in a different order on each run."""
     import flashdoc
     from flashdoc.kernels import backward_hopper as bh
@@ -149,7 +149,7 @@ def test_gpu_launch_cache_gluon(monkeypatch):
             expected = step(q, k, v, dout, causal)
             monkeypatch.setattr(launch, "LAUNCH_CACHE", True)
             entries = []
-            fused = fused_dq_runs(q, causal, deterministic=False)
+            fused = fused_dq_runs(q, k, causal, deterministic=False)
             for _ in range(2):  # the first call fills the cache, the second launches from it
                 for name, a, b in zip(("out", "dq", "dk", "dv"), step(q, k, v, dout, causal), expected):
                     if fused and name == "dq":

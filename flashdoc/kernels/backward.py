@@ -326,11 +326,11 @@ def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, b
            configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype, causal)[0])
 
 
-def fused_dq_runs(q, causal: bool, deterministic: bool) -> bool:
+def fused_dq_runs(q, k, causal: bool, deterministic: bool) -> bool:
     """Whether a backward call runs the fused dK/dV/dQ kernel (``backward_hopper``): the call does not ask for
-    determinism, nor does ``torch.use_deterministic_algorithms``, and the fused kernel takes its shape."""
+    determinism, nor does ``torch.use_deterministic_algorithms``, and the fused kernel takes its shapes."""
     return (not deterministic and not torch.are_deterministic_algorithms_enabled()
-            and backward_hopper.supports_fused_dq(q, causal))
+            and backward_hopper.supports_fused_dq(q, k, causal))
 
 
 def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool,
@@ -344,7 +344,7 @@ def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, ca
     dkdv_config, dq_config = config if config is not None else (None, None)
     with on_device(q.device):
         delta, lse2 = bwd_preprocess(dout, out, lse, dlse)
-        if config is None and fused_dq_runs(q, causal, deterministic):
+        if config is None and fused_dq_runs(q, k, causal, deterministic):
             dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
             backward_hopper.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right,
                                             dq_acc=dq_acc)

@@ -26,11 +26,13 @@ updates its half of dK's and dV's columns with both halves. S^T = K Q^T is two c
 column halves, the same k-steps in the same order as one product: its gradients too came out bit-identical to
 the portable kernel's on the H200.
 
-Fused dK/dV/dQ (head dim 64, no mask, calls that do not ask for determinism; ``backward.fused_dq_runs``): the
-dK/dV kernel also computes dQ = dS K, FlashAttention-3's way. Both consumers stream the same query tiles, so each
-step one of them (in turn) computes the tile's dQ from both consumers' dS^T tiles in shared memory and adds it into
-an fp32 buffer with a TMA reduce-add; the programs of other key blocks add into the same rows in an order that
-varies from run to run, and so does dQ's rounding. Five products per step instead of the split kernels' seven.
+Fused dK/dV/dQ (head dim 64, calls that do not ask for determinism, causal ones from 4k tokens;
+``backward.fused_dq_runs``): the dK/dV kernel also computes dQ = dS K, FlashAttention-3's way. Both consumers
+stream the same query tiles (under the mask from the first that sees any of the program's keys, each masking to
+zeros the tiles that see none of its own), so each step one of them (in turn) computes the tile's dQ from both
+consumers' dS^T tiles in shared memory and adds it into an fp32 buffer with a TMA reduce-add; the programs of
+other key blocks add into the same rows in an order that varies from run to run, and so does dQ's rounding.
+Five products per step instead of the split kernels' seven.
 
 dQ: the forward's skeleton. One program = N_CONSUMERS x BLOCK_M query rows of one (batch, head); each consumer
 keeps its rows' Q and dO and streams BLOCK_N keys of K and V at a time: dQ += dS K.
@@ -100,10 +102,15 @@ HOPPER_DQ_CONFIGS = {
     (256, True): (64, 32, 2, 2),
 }
 # The fused backward (``backward.fused_dq_runs``): the dK/dV kernel also computes dQ, adding each step's tile into
-# fp32 HBM with TMA reduce-adds, per head dim, without the mask (perf/fused_dq.py on the H200, perf/NOTES.md,
-# session 18: d = 64 1.07-1.20x the split kernels' speed; leaving each step's dQ products in flight into the next
-# step made ptxas spill and lost 5-7%).
-FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2, False)}
+# fp32 HBM with TMA reduce-adds, per (head dim, causal) (perf/fused_dq.py on the H200, perf/NOTES.md, sessions
+# 18-20: d = 64 1.07-1.20x the split kernels' speed without the mask, 1.06-1.09x under it from 4k tokens; leaving
+# each step's dQ products in flight into the next step made ptxas spill and lost 5-7%).
+FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2, False), (64, True): (64, 64, 2, 2, False)}
+# Under the mask every consumer streams every query tile from its program's first (the ones that see none of its
+# keys masked to zeros), and the fp32 dQ buffer is zeroed and scaled per call: at short lengths that costs more than
+# the two saved products (session 20, backward alone: 0.93x the split kernels at 512 tokens, 0.97x at 1k, 1.02x at
+# 2k, 1.06x at 4k). So the fused kernel takes causal calls whose query and key lengths both reach this.
+FUSED_DQ_MIN_SEQLEN = {(64, True): 4096}
 # dK/dV of head dims over this run the wide kernel: two BLOCK_N x d fp32 accumulators of more columns do not fit
 # in one warpgroup's registers.
 MAX_NARROW_HEAD_DIM = 128
@@ -121,9 +128,11 @@ def supports_dkdv(q: torch.Tensor, causal: bool) -> bool:
     return _takes(HOPPER_DKDV_CONFIGS, q, causal)
 
 
-def supports_fused_dq(q: torch.Tensor, causal: bool) -> bool:
-    """Whether the fused dK/dV/dQ kernel takes this backward call (``_takes`` with ``FUSED_DQ_CONFIGS``)."""
-    return _takes(FUSED_DQ_CONFIGS, q, causal)
+def supports_fused_dq(q: torch.Tensor, k: torch.Tensor, causal: bool) -> bool:
+    """Whether the fused dK/dV/dQ kernel takes this backward call (``_takes`` with ``FUSED_DQ_CONFIGS``, and
+    both lengths at least ``FUSED_DQ_MIN_SEQLEN``'s)."""
+    min_seqlen = FUSED_DQ_MIN_SEQLEN.get((q.shape[3], causal), 0)
+    return min(q.shape[1], k.shape[1]) >= min_seqlen and _takes(FUSED_DQ_CONFIGS, q, causal)
 
 
 def supports_dq(q: torch.Tensor, causal: bool) -> bool:
@@ -228,15 +237,16 @@ if GLUON:
         With PREFETCH, each step loads the next tile's LSE and delta rows while its dK product runs, instead of
         paying their L2 round trip before its exponentials.
 
-        FUSED_DQ (no mask; both consumers then stream the same query tiles in step): each step also adds its query
-        tile's dQ share from both consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
-        ds_smem.index(SUB); consumer it % 2 computes the step's dQ tile from both and adds it with a TMA
-        reduce-add from its own dq_smem tile. ds_written (two arrivals a step) and ds_free (one) order the
-        dS^T tiles' writes and reads."""
+        FUSED_DQ (every consumer streams the same query tiles in step): each step also adds its query tile's dQ
+        share from all consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
+        ds_smem.index(SUB); consumer it % N_CONSUMERS computes the step's dQ tile from all of them and adds it
+        with a TMA reduce-add from its own dq_smem tile. ds_written (one arrival per consumer a step) and ds_free
+        (one) order the dS^T tiles' writes and reads."""
         dtype: gl.constexpr = q_smem.dtype
         offs_m0 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=s_layout)
         if FUSED_DQ:
+            N_CONSUMERS: gl.constexpr = ds_smem.shape[0]
             zero_dq = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
         # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
         if PREFETCH:
@@ -273,21 +283,22 @@ if GLUON:
                 fence_async_shared()
                 mbarrier.arrive(ds_written, count=1)
                 dk = warpgroup_mma(gl.convert_layout(ds_lo, p_layout), q, dk, is_async=True)
-                if it % 2 == SUB:
-                    # this step's dQ tile, dS K over both consumers' keys: two chained products, read transposed
+                if it % N_CONSUMERS == SUB:
+                    # this step's dQ tile, dS K over every consumer's keys: chained products, dS^T read transposed
                     mbarrier.wait(ds_written, it & 1)
                     dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(0).reshape([BLOCK_N, BLOCK_D]),
                                        zero_dq, use_acc=False, is_async=True)
-                    dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(1).reshape([BLOCK_N, BLOCK_D]),
-                                       dq, is_async=True)
+                    for c in gl.static_range(1, N_CONSUMERS):
+                        dq = warpgroup_mma(ds_smem.index(c).permute((1, 0)),
+                                           k_smem.index(c).reshape([BLOCK_N, BLOCK_D]), dq, is_async=True)
                     dq = warpgroup_mma_wait(0, deps=(dq, ))  # (and dK, issued before)
-                    mbarrier.arrive(ds_free, count=1)  # both dS^T tiles may be rewritten
+                    mbarrier.arrive(ds_free, count=1)  # every dS^T tile may be rewritten
                     # added into HBM by a TMA reduce-add that runs on while this consumer goes on; the previous one
                     # must have read dq_smem before it is reused
                     tma.store_wait(0)
-                    dq_smem.reshape([BLOCK_M, BLOCK_D]).store(dq)
+                    dq_smem.index(SUB).reshape([BLOCK_M, BLOCK_D]).store(dq)
                     fence_async_shared()
-                    _tma_reduce_add(dq_desc, [off_b, start_m, off_h, 0], dq_smem)
+                    _tma_reduce_add(dq_desc, [off_b, start_m, off_h, 0], dq_smem.index(SUB))
             else:
                 dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
             if PREFETCH:  # the next tile's rows (past m_hi: a few loads that nobody reads)
@@ -335,17 +346,21 @@ if GLUON:
             off_h = off_hk * group_size + g
             row = (off_b.to(gl.int64) * n_heads + off_h) * seqlen_q
             it0 = g * n_m
-            _release_skipped(qdo_ready, qdo_empty, it0, (my_lo - lo) // BLOCK_M, STAGES)
-            # masked tiles, then unmasked ones; a fused call has no mask (``bwd_dkdv_hopper`` refuses one), so its
-            # masked range is empty and both consumers stream every query tile in step
-            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
-                            seqlen_q, causal_offset, qk_scale, it0 + (my_lo - lo) // BLOCK_M, my_lo, full_lo, True,
-                            False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
-                            k_smem, dq_smem.index(SUB), ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ)
-            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row, offs_n,
-                            seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, False,
-                            PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
-                            k_smem, dq_smem.index(SUB), ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ)
+            if FUSED_DQ:
+                # every consumer streams every query tile, so that one dQ tile per step covers all their keys: the
+                # tiles that see none of this consumer's keys are masked to zeros instead of skipped
+                start = lo
+            else:
+                start = my_lo
+            _release_skipped(qdo_ready, qdo_empty, it0, (start - lo) // BLOCK_M, STAGES)
+            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
+                            offs_n, seqlen_q, causal_offset, qk_scale, it0 + (start - lo) // BLOCK_M, start, full_lo,
+                            True, False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
+                            ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ)
+            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
+                            offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi,
+                            False, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
+                            ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ)
         if FUSED_DQ:  # the other consumer's last dQ product may still read this K tile
             n_steps = group_size * n_m
             mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
@@ -388,10 +403,10 @@ if GLUON:
             ds_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, BLOCK_N, BLOCK_M],
                                                 gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
             dq_smem = gl.allocate_shared_memory(gl.float32, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], dq_desc.layout)
-            # a step's dS^T tiles: written by both consumers (one arrival each) / read by its dQ product (one)
+            # a step's dS^T tiles: written by every consumer (one arrival each) / read by its dQ product (one)
             ds_written = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
             ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-            mbarrier.init(ds_written, count=2)
+            mbarrier.init(ds_written, count=N_CONSUMERS)
             mbarrier.init(ds_free, count=1)
         else:  # stand-ins, never read (warp_specialize's arguments cannot be None)
             ds_smem = q_smem
@@ -417,13 +432,16 @@ if GLUON:
                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 2, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                             softmax_scale, qk_scale, 2, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ)),
             ], [4, 4, 4], [160, 160, 160])
 
     # dK/dV for head dims over 128 (the producer streams Q and dO in column halves; the consumers share the keys) --
@@ -800,9 +818,6 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
     else:
         grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, causal)
         fused = dq_acc is not None
-        if fused and (consumers != 2 or causal):
-            raise ValueError(f"the fused dK/dV/dQ kernel takes two consumers and no causal mask (both consumers "
-                             f"stream every query tile), got config={config}, causal={causal}")
         dk_desc = descriptor(dk, block_n)
         launch_gluon(_attn_bwd_dkdv_hopper, grid,
                      (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
