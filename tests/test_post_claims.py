@@ -67,8 +67,8 @@ def test_against_cudnn(results, post):
     assert all(c["geomean"] > 1 for c in rows(results, "fwd", "sdpa-cudnn", (64,))), said
     said = claim(post, "and at 128 under the mask")
     assert all(c["geomean"] > 1 for c in rows(results, "fwd", "sdpa-cudnn", (128,), (True,))), said
-    said = claim(post, "and level at 128 without it")
-    assert all(0.97 <= c["geomean"] <= 1.03 for c in rows(results, "fwd", "sdpa-cudnn", (128,), (False,))), said
+    said = claim(post, "and level or a little ahead at 128 without it")
+    assert all(0.97 <= c["geomean"] <= 1.08 for c in rows(results, "fwd", "sdpa-cudnn", (128,), (False,))), said
     assert any(c["min"] < 1 for c in narrow), claim(post, "though behind in a few rows")
     said = claim(post, "at 256 it is behind without the mask")
     assert all(c["geomean"] < 1 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (False,))), said
