@@ -1,0 +1,64 @@
+"""Why the benchmark's float16 rows trail their bfloat16 twins by a few percent: the same kernels, timed on
+bfloat16 inputs, on float16 inputs, and on float16 inputs that hold the bfloat16 inputs' values."""
+# flashdoc: gpu-only
+
+import time
+
+import torch
+
+import flashdoc
+
+cuda = torch.cuda.is_available()
+device = "cuda" if cuda else "cpu"
+# head dim 64 without the mask at 16k tokens, one row of the benchmark below; on the CPU (Triton's interpreter)
+# a smoke run whose numbers mean nothing
+batch, seqlen, heads, head_dim = (1, 16384, 32, 64) if cuda else (1, 64, 2, 32)
+
+# --8<-- [start:inputs]
+bf16 = [torch.randn(batch, seqlen, heads, head_dim, device=device, dtype=torch.bfloat16) for _ in range(4)]
+inputs = {
+    "bfloat16": bf16,
+    "float16": [torch.randn_like(x, dtype=torch.float16) for x in bf16],
+    # the same numbers as the bfloat16 inputs: float16 has three more mantissa bits, here all zeros
+    "float16 holding the bfloat16 values": [x.to(torch.float16) for x in bf16],
+}
+# --8<-- [end:inputs]
+for tensors in inputs.values():
+    for t in tensors[:3]:  # q, k, v (the fourth is dout)
+        t.requires_grad_()
+
+
+def forward(q, k, v, dout):
+    with torch.no_grad():
+        flashdoc.flash_attn_func(q, k, v)
+
+
+def forward_backward(q, k, v, dout):
+    torch.autograd.grad(flashdoc.flash_attn_func(q, k, v), (q, k, v), dout)  # (no .grad to accumulate into)
+
+
+def milliseconds(fn, tensors):
+    """The median time of a call (on the CPU: of one call)."""
+    fn(*tensors)  # compile first
+    if not cuda:
+        start = time.perf_counter()
+        fn(*tensors)
+        return (time.perf_counter() - start) * 1e3
+    from triton.testing import do_bench
+    return do_bench(lambda: fn(*tensors), warmup=25, rep=200)
+
+
+flops = 4 * batch * heads * seqlen**2 * head_dim
+times = {(name, fn): [] for name in inputs for fn in (forward, forward_backward)}
+for _ in range(3):  # three rounds, each through every case in turn; each case keeps its median round
+    for (name, fn), ms in times.items():
+        ms.append(milliseconds(fn, inputs[name]))
+rows = ["| inputs | forward, TFLOP/s | forward + backward, TFLOP/s |", "|---|---|---|"]
+for name in inputs:
+    fwd, fwd_bwd = (sorted(times[name, fn])[1] for fn in (forward, forward_backward))
+    rows.append(f"| {name} | {flops / fwd / 1e9:.0f} | {3.5 * flops / fwd_bwd / 1e9:.0f} |")
+print(f"flash_attn_func, batch {batch}, {seqlen} tokens, {heads} heads, head dim {head_dim}, no mask, "
+      f"on {torch.cuda.get_device_name() if cuda else 'the CPU'}")
+print("\n".join(rows))
+with open("dtype_bits.md", "w") as f:
+    f.write("\n".join(rows) + "\n")
