@@ -115,12 +115,12 @@ def test_float16_rows_mostly_trail_their_bfloat16_twins(results, post):
 
 
 def test_float16_holding_bfloat16_values_keeps_pace():
-    """The dtype_bits snippet's table: float16 inputs with bfloat16's values run within 1% of bfloat16 in both
+    """The dtype_bits snippet's table: float16 inputs with bfloat16's values run within 2% of bfloat16 in both
     columns, and random float16 inputs run slower than both."""
     table = (ROOT / "docs/generated/triton/dtype_bits/dtype_bits.md").read_text().splitlines()[2:]
     speed = {cells[0]: [float(x) for x in cells[1:]]
              for cells in ([c.strip() for c in line.strip("|").split("|")] for line in table)}
     bf16, fp16, held = speed["bfloat16"], speed["float16"], speed["float16 holding the bfloat16 values"]
     for column in range(2):
-        assert abs(held[column] / bf16[column] - 1) <= 0.01, (column, bf16, held)
+        assert abs(held[column] / bf16[column] - 1) <= 0.02, (column, bf16, held)
         assert fp16[column] < min(bf16[column], held[column]), (column, fp16)

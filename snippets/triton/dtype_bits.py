@@ -50,12 +50,13 @@ def milliseconds(fn, tensors):
 
 flops = 4 * batch * heads * seqlen**2 * head_dim
 times = {(name, fn): [] for name in inputs for fn in (forward, forward_backward)}
-for _ in range(3):  # three rounds, each through every case in turn; each case keeps its median round
-    for (name, fn), ms in times.items():
-        ms.append(milliseconds(fn, inputs[name]))
+cases = list(times)
+for r in range(5):  # five rounds through every case, each starting one case later (the GPU's clock drifts)
+    for name, fn in cases[r % len(cases):] + cases[:r % len(cases)]:
+        times[name, fn].append(milliseconds(fn, inputs[name]))
 rows = ["| inputs | forward, TFLOP/s | forward + backward, TFLOP/s |", "|---|---|---|"]
 for name in inputs:
-    fwd, fwd_bwd = (sorted(times[name, fn])[1] for fn in (forward, forward_backward))
+    fwd, fwd_bwd = (sorted(times[name, fn])[2] for fn in (forward, forward_backward))  # the median round
     rows.append(f"| {name} | {flops / fwd / 1e9:.0f} | {3.5 * flops / fwd_bwd / 1e9:.0f} |")
 print(f"flash_attn_func, batch {batch}, {seqlen} tokens, {heads} heads, head dim {head_dim}, no mask, "
       f"on {torch.cuda.get_device_name() if cuda else 'the CPU'}")
