@@ -402,7 +402,9 @@ if GLUON:
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(kv_empty.index(i), count=N_CONSUMERS)  # every consumer releases a stage
 
-        # (Gluon needs each partition's function written out in the list, so the two cases are spelled out)
+        # (Gluon needs each partition's function written out in the list, so the two cases are spelled out; building
+        # the argument tuples once and concatenating them does not work in Triton 3.6: a tuple assigned to a name
+        # turns its constexprs into tensors, and a literal (0, ) added to one becomes a plain int)
         if N_CONSUMERS == 2:
             gl.warp_specialize([
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
