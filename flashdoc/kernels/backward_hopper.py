@@ -230,9 +230,8 @@ if GLUON:
     def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_base, delta_base, offs_n, seqlen_q,
                causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, PREFETCH: gl.constexpr,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-               s_layout: gl.constexpr, p_layout: gl.constexpr, o_layout: gl.constexpr = None, dq_desc=None,
-               ds_smem=None, k_smem=None, dq_smem=None, ds_written=None, ds_free=None, off_b=0, off_h=0,
-               SUB: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False):
+               s_layout: gl.constexpr, p_layout: gl.constexpr, o_layout: gl.constexpr, dq_desc, ds_smem, k_smem,
+               dq_smem, ds_written, ds_free, off_b, off_h, SUB: gl.constexpr, FUSED_DQ: gl.constexpr):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
         With PREFETCH, each step loads the next tile's LSE and delta rows while its dK product runs, instead of
         paying their L2 round trip before its exponentials.
@@ -314,8 +313,8 @@ if GLUON:
     def _consumer(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
                   off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale,
                   SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, PREFETCH: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc=None, ds_smem=None,
-                  dq_smem=None, ds_written=None, ds_free=None, FUSED_DQ: gl.constexpr = False):
+                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc, ds_smem, dq_smem,
+                  ds_written, ds_free, FUSED_DQ: gl.constexpr):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M, 16])
@@ -361,7 +360,7 @@ if GLUON:
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi,
                             False, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
                             ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ)
-        if FUSED_DQ:  # the other consumer's last dQ product may still read this K tile
+        if FUSED_DQ:  # another consumer's last dQ product may still read this K tile
             n_steps = group_size * n_m
             mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
         # every product of this warpgroup has completed: its K and V tiles' shared memory takes dK and dV
@@ -378,8 +377,8 @@ if GLUON:
                               IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr,
                               PREFETCH: gl.constexpr, SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
-        rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q). With FUSED_DQ (two consumers,
-        no mask), dq_desc is a zeroed fp32 dQ buffer into which the program adds dS K (``_tiles``)."""
+        rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q). With FUSED_DQ, dq_desc is a
+        zeroed fp32 dQ buffer into which the program adds dS K (``_tiles``); without it, dq_desc is not read."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
