@@ -248,8 +248,9 @@ def test_hopper_causal_sections(monkeypatch):
 
 
 def test_hopper_backward_grid_order(monkeypatch):
-    """Causal backward launches at SECTIONED_HEAD_DIMS take one grid axis in the forward's sectioned order; the
-    others keep the kernels' own two axes (tiles, pairs) and pass no SECTION (so they compile as before)."""
+    """Causal backward launches at SECTIONED_HEAD_DIMS, or given a section, take one grid axis in the forward's
+    sectioned order; the others keep the kernels' own two axes (tiles, pairs) and pass no SECTION (so they compile
+    as before)."""
     from flashdoc.kernels import backward_hopper as bh
     from flashdoc.kernels import forward_hopper as fh
 
@@ -259,6 +260,10 @@ def test_hopper_backward_grid_order(monkeypatch):
     monkeypatch.setattr(fh, "heads_per_section", lambda k, n_pairs: 4)
     assert bh._grid(32, 16, k, 256, causal=True) == ((512,), {"SECTION": 4})
     assert bh._grid(32, 16, k, 128, causal=True) == ((32, 16), {})
+    # a section given (the fused kernel's, ``FUSED_DQ_SECTIONS``): that many pairs, or all of them if fewer
+    assert bh._grid(32, 16, k, 64, causal=True, section=2) == ((512,), {"SECTION": 2})
+    assert bh._grid(32, 16, k, 64, causal=True, section=32) == ((512,), {"SECTION": 16})
+    assert bh._grid(32, 16, k, 64, causal=False, section=2) == ((32, 16), {})
 
 
 # --- GPU sweeps ------------------------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ if GLUON:
 
 # Causal calls at these head dims hand out their tiles as the forward does, in L2-sized sections of heads, costliest
 # first (``_grid``). Session 14 on the H200: at d = 256 the wide dK/dV kernel +10% at 8-16k and dQ +3-8%; at d <= 128
-# dK/dV lost 9-12% and dQ 2-5%, so they keep their own order.
+# dK/dV lost 9-12% and dQ 2-5%, so they keep their own order. (The fused kernel has its own sections, below.)
 SECTIONED_HEAD_DIMS = frozenset({256})
 
 # --8<-- [start:hopper_bwd_configs]
@@ -111,6 +111,11 @@ FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2, False), (64, True): (64, 64, 2, 
 # the two saved products (session 20, backward alone: 0.93x the split kernels at 512 tokens, 0.97x at 1k, 1.02x at
 # 2k, 1.06x at 4k). So the fused kernel takes causal calls whose query and key lengths both reach this.
 FUSED_DQ_MIN_SEQLEN = {(64, True): 4096}
+# Causal fused programs in ``forward_hopper._causal_item``'s order, in sections of this many (batch, kv head) pairs,
+# costliest key blocks first, so that the last programs to start are light ones rather than the last pairs' heaviest
+# (the plain grid's order). Session 20, backward alone, bf16, against the plain grid: sections of 4 pairs 1.02-1.03x
+# at 4k-16k; of 1 pair 1.00-1.03x; of 8 (what ``heads_per_section`` picks at 16k) 1.00-1.03x.
+FUSED_DQ_SECTIONS = {(64, True): 4}
 # dK/dV of head dims over this run the wide kernel: two BLOCK_N x d fp32 accumulators of more columns do not fit
 # in one warpgroup's registers.
 MAX_NARROW_HEAD_DIM = 128
@@ -779,10 +784,13 @@ if GLUON:
             ], [4, 4, 4], [160, 160, 160])
 
 
-def _grid(n_tiles: int, n_pairs: int, k: torch.Tensor, head_dim: int, causal: bool):
+def _grid(n_tiles: int, n_pairs: int, k: torch.Tensor, head_dim: int, causal: bool, section: int | None = None):
     """A kernel's grid over n_tiles tiles of n_pairs (batch, head) pairs, and the constexpr that says how it is
     ordered: two axes (tiles, pairs), or, for causal calls at ``SECTIONED_HEAD_DIMS``, one axis in the forward's
-    order (sections of heads whose K/V fit in L2, costliest tiles first: ``forward_hopper._causal_item``)."""
+    order (sections of heads whose K/V fit in L2, costliest tiles first: ``forward_hopper._causal_item``), or for
+    causal calls given a section, that order in sections of that many pairs."""
+    if causal and section is not None:
+        return (n_tiles * n_pairs,), dict(SECTION=min(section, n_pairs))
     if causal and head_dim in SECTIONED_HEAD_DIMS:
         return (n_tiles * n_pairs,), dict(SECTION=forward_hopper.heads_per_section(k, n_pairs))
     return (n_tiles, n_pairs), {}
@@ -815,8 +823,9 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
                                                                    (v, block_n), (dk, block_n), (dv, block_n))),
                       *rest), dict(IS_CAUSAL=causal, STAGES=stages, **order), num_warps=4)
     else:
-        grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, causal)
         fused = dq_acc is not None
+        grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, causal,
+                            FUSED_DQ_SECTIONS.get((head_dim, causal)) if fused else None)
         dk_desc = descriptor(dk, block_n)
         launch_gluon(_attn_bwd_dkdv_hopper, grid,
                      (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
