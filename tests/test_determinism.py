@@ -72,11 +72,14 @@ def test_gpu_deterministic_many_repeats(causal):
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(2, 2048, 2048, 8, 2, 64), (1, 1000, 777, 3, 1, 64), (1, 777, 1000, 2, 2, 64)])
+@pytest.mark.parametrize("shape", [(2, 2048, 2048, 8, 2, 64), (1, 1000, 777, 3, 1, 64), (1, 777, 1000, 2, 2, 64),
+                                   (3, 1000, 1000, 4, 2, 64)])
 def test_gpu_fused_backward(shape, dtype, causal, monkeypatch):
     """The fused backward against float64: as accurate as the split kernels (deterministic=True) in every
     gradient, with dk and dv bit-identical from run to run. Short causal calls are routed to it here (without its
-    minimum length), so that the masked tiles at both alignments' diagonals are checked."""
+    minimum length), so that the masked tiles at both alignments' diagonals are checked; their programs go in
+    sections of ``FUSED_DQ_SECTIONS`` pairs, here 1, 2, 4 and 4 + 2 (the last shape's 6 pairs: a short last
+    section)."""
     monkeypatch.setattr(backward_hopper, "FUSED_DQ_MIN_SEQLEN", {})
     batch, seqlen_q, seqlen_k, heads, kv_heads, d = shape
     q, k, v = make_qkv(batch, seqlen_q, seqlen_k, heads, kv_heads, d, dtype)
