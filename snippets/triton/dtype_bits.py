@@ -15,7 +15,8 @@ device = "cuda" if cuda else "cpu"
 batch, seqlen, heads, head_dim = (1, 16384, 32, 64) if cuda else (1, 64, 2, 32)
 
 # --8<-- [start:inputs]
-bf16 = [torch.randn(batch, seqlen, heads, head_dim, device=device, dtype=torch.bfloat16) for _ in range(4)]
+shape = (batch, seqlen, heads, head_dim)
+bf16 = [torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in range(4)]  # q, k, v, dout
 inputs = {
     "bfloat16": bf16,
     "float16": [torch.randn_like(x, dtype=torch.float16) for x in bf16],
