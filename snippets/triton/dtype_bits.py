@@ -16,11 +16,12 @@ batch, seqlen, heads, head_dim = (1, 16384, 32, 64) if cuda else (1, 64, 2, 32)
 
 # --8<-- [start:inputs]
 shape = (batch, seqlen, heads, head_dim)
-bf16 = [torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in range(4)]  # q, k, v, dout
+bf16 = [torch.randn(shape, device=device, dtype=torch.bfloat16)
+        for _ in range(4)]  # q, k, v, dout
 inputs = {
     "bfloat16": bf16,
     "float16": [torch.randn_like(x, dtype=torch.float16) for x in bf16],
-    # the same numbers as the bfloat16 inputs: float16 has three more mantissa bits, here all zeros
+    # the bfloat16 inputs' numbers: float16's three extra mantissa bits all zero
     "float16 holding the bfloat16 values": [x.to(torch.float16) for x in bf16],
 }
 # --8<-- [end:inputs]
