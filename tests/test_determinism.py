@@ -4,7 +4,7 @@ blocks in a varying order: its dk and dv stay bit-identical, its dq as accurate 
 
 import pytest
 import torch
-from attention_oracle import assert_close_like_flash_attn, attention_math, make_qkv
+from attention_oracle import DEVICE, assert_close_like_flash_attn, attention_math, make_qkv
 
 import flashdoc
 from flashdoc.kernels import backward, backward_hopper
@@ -95,3 +95,42 @@ def test_gpu_fused_backward(shape, dtype, causal, monkeypatch):
         assert_close_like_flash_attn(name, ours, ref, theirs, dtype, mult=1.5)
     again = _grads(q, k, v, dout, causal, deterministic=False)
     assert torch.equal(fused[1], again[1]) and torch.equal(fused[2], again[2])
+
+
+def _opposed(batch, seqlen_q, seqlen_k, heads, d, dtype, score=-150.0):
+    """q and k pointing nearly opposite ways, so that every score lies near ``score`` and every row's LSE far below
+    -88, where exp(0 - LSE) overflows float32 (v and the gradient of the output: random)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    size = (-score / d ** 0.5) ** 0.5  # score = -size^2 * d * d^-0.5
+
+    def one(seqlen, sign):
+        t = sign * size * (1 + 0.05 * torch.randn(batch, seqlen, heads, d, generator=g))
+        return t.to(device=DEVICE, dtype=dtype).requires_grad_()
+
+    v = torch.randn(batch, seqlen_k, heads, d, generator=g).to(device=DEVICE, dtype=dtype).requires_grad_()
+    return one(seqlen_q, -1), one(seqlen_k, 1), v
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_with_every_score_far_below_zero(causal, deterministic, monkeypatch):
+    """Keys past the last key block's end read as zeros (score 0): with every real score near -150, exp(0 - LSE)
+    overflows there, and a kernel that lets those keys into dQ multiplies inf by their zero rows. The lengths are
+    ragged so that such keys exist; on Hopper the fused kernel takes the calls without determinism (at any
+    length here)."""
+    monkeypatch.setattr(backward_hopper, "FUSED_DQ_MIN_SEQLEN", {})
+    on_gpu = DEVICE == "cuda"
+    dtype = torch.bfloat16 if on_gpu else torch.float16
+    batch, seqlen_q, seqlen_k, heads, d = (1, 1000, 1000, 2, 64) if on_gpu else (1, 40, 50, 2, 32)
+    q, k, v = _opposed(batch, seqlen_q, seqlen_k, heads, d, dtype)
+    dout = torch.randn(q.shape, device=q.device, dtype=dtype)
+    ours = _grads(q, k, v, dout, causal, deterministic=deterministic)
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    out_ref, lse_ref = attention_math(*ref_in, d ** -0.5, causal, True, torch.float64)
+    assert lse_ref[:, :, -1].max() < -100  # the premise: the last rows' LSE (which see every key) far below -88
+    refs = torch.autograd.grad(out_ref, ref_in, dout.double())
+    pt_in = [t.detach().requires_grad_() for t in (q, k, v)]
+    out_pt, _ = attention_math(*pt_in, d ** -0.5, causal, True, dtype)
+    theirs = torch.autograd.grad(out_pt, pt_in, dout)
+    for name, a, ref, pt in zip(("dq", "dk", "dv"), ours, refs, theirs):
+        assert_close_like_flash_attn(name, a, ref, pt, dtype)

@@ -236,7 +236,8 @@ if GLUON:
                causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, PREFETCH: gl.constexpr,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
                s_layout: gl.constexpr, p_layout: gl.constexpr, o_layout: gl.constexpr, dq_desc, ds_smem, k_smem,
-               dq_smem, ds_written, ds_free, off_b, off_h, SUB: gl.constexpr, FUSED_DQ: gl.constexpr):
+               dq_smem, ds_written, ds_free, off_b, off_h, SUB: gl.constexpr, FUSED_DQ: gl.constexpr, seqlen_k,
+               IS_CAUSAL: gl.constexpr):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
         With PREFETCH, each step loads the next tile's LSE and delta rows while its dK product runs, instead of
         paying their L2 round trip before its exponentials.
@@ -274,7 +275,13 @@ if GLUON:
             qkT = warpgroup_mma_wait(1, deps=(qkT, ))
             pT = gl.exp2(qkT * qk_scale - lse2[None, :])
             if MASKED:
-                pT = gl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
+                if FUSED_DQ:  # (a consumer whose keys run past seqlen_k masks every tile: ``_consumer``)
+                    keep = offs_n[:, None] < seqlen_k
+                    if IS_CAUSAL:
+                        keep = keep & (offs_n[:, None] <= offs_m[None, :] + causal_offset)
+                    pT = gl.where(keep, pT, 0.0)
+                else:
+                    pT = gl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
             dv = warpgroup_mma(gl.convert_layout(pT.to(dtype), p_layout), do, dv, is_async=True)
             dpT, dv = warpgroup_mma_wait(0, deps=(dpT, dv))
             dsT = pT * (dpT - delta[None, :])
@@ -319,7 +326,7 @@ if GLUON:
                   off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale,
                   SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, PREFETCH: gl.constexpr, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc, ds_smem, dq_smem,
-                  ds_written, ds_free, FUSED_DQ: gl.constexpr):
+                  ds_written, ds_free, FUSED_DQ: gl.constexpr, seqlen_k):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M, 16])
@@ -335,6 +342,13 @@ if GLUON:
         dk = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
         dv = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
         my_lo, full_lo = _query_range(first, lo, hi, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+        if FUSED_DQ:
+            # Keys past seqlen_k read as zeros, so their scores are 0; where all of a row's scores lie below about
+            # -88 (its LSE does), exp(0 - LSE) overflows to inf, and the dQ product multiplies that by the key's zero
+            # row: NaN. So a consumer whose keys run past seqlen_k masks every tile, as the dQ kernel masks its
+            # ragged key tile.
+            if first + BLOCK_N > seqlen_k:
+                full_lo = hi
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         mbarrier.wait(kv_ready, 0)
         if FUSED_DQ:
@@ -360,11 +374,13 @@ if GLUON:
             dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (start - lo) // BLOCK_M, start, full_lo,
                             True, False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
-                            ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ)
+                            ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
+                            IS_CAUSAL)
             dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi,
                             False, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
-                            ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ)
+                            ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
+                            IS_CAUSAL)
         if FUSED_DQ:  # another consumer's last dQ product may still read this K tile
             n_steps = group_size * n_m
             mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
@@ -424,11 +440,11 @@ if GLUON:
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
@@ -437,15 +453,15 @@ if GLUON:
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 2, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k)),
             ], [4, 4, 4], [160, 160, 160])
 
     # dK/dV for head dims over 128 (the producer streams Q and dO in column halves; the consumers share the keys) --
