@@ -98,10 +98,12 @@ def tuned_kernels():
             yield f"dkdv d={d} causal={causal}{label}", ck
     for (d, causal), (bm, bn, stages, consumers, prefetch) in bh.FUSED_DQ_CONFIGS.items():
         section = bh.FUSED_DQ_SECTIONS.get((d, causal))  # (a launch with fewer pairs compiles its own)
-        yield f"fused d={d} causal={causal}" + (f" sections={section}" if section else ""), compile_config(
-            bh._attn_bwd_dkdv_hopper, d, bm, bn,
-            dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch, FUSED_DQ=True,
-                 **(dict(SECTION=section) if section else {})), float32=("dq_desc", ))
+        for ragged in (False, True):  # key lengths that are / are not a multiple of the program's keys
+            yield (f"fused d={d} causal={causal}" + (f" sections={section}" if section else "")
+                   + (" ragged keys" if ragged else "")), compile_config(
+                bh._attn_bwd_dkdv_hopper, d, bm, bn,
+                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch, FUSED_DQ=True,
+                     RAGGED_KEYS=ragged, **(dict(SECTION=section) if section else {})), float32=("dq_desc", ))
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
         for order, label in _orders(d, causal):
             yield f"dq   d={d} causal={causal}{label}", compile_config(

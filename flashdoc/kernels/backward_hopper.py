@@ -237,7 +237,7 @@ if GLUON:
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
                s_layout: gl.constexpr, p_layout: gl.constexpr, o_layout: gl.constexpr, dq_desc, ds_smem, k_smem,
                dq_smem, ds_written, ds_free, off_b, off_h, SUB: gl.constexpr, FUSED_DQ: gl.constexpr, seqlen_k,
-               IS_CAUSAL: gl.constexpr):
+               IS_CAUSAL: gl.constexpr, RAGGED_KEYS: gl.constexpr):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
         With PREFETCH, each step loads the next tile's LSE and delta rows while its dK product runs, instead of
         paying their L2 round trip before its exponentials.
@@ -275,7 +275,7 @@ if GLUON:
             qkT = warpgroup_mma_wait(1, deps=(qkT, ))
             pT = gl.exp2(qkT * qk_scale - lse2[None, :])
             if MASKED:
-                if FUSED_DQ:  # (a consumer whose keys run past seqlen_k masks every tile: ``_consumer``)
+                if RAGGED_KEYS:  # (a consumer whose keys run past seqlen_k masks every tile: ``_consumer``)
                     keep = offs_n[:, None] < seqlen_k
                     if IS_CAUSAL:
                         keep = keep & (offs_n[:, None] <= offs_m[None, :] + causal_offset)
@@ -326,7 +326,7 @@ if GLUON:
                   off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale,
                   SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, PREFETCH: gl.constexpr, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc, ds_smem, dq_smem,
-                  ds_written, ds_free, FUSED_DQ: gl.constexpr, seqlen_k):
+                  ds_written, ds_free, FUSED_DQ: gl.constexpr, seqlen_k, RAGGED_KEYS: gl.constexpr):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M, 16])
@@ -342,11 +342,12 @@ if GLUON:
         dk = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
         dv = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
         my_lo, full_lo = _query_range(first, lo, hi, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
-        if FUSED_DQ:
+        if RAGGED_KEYS:
             # Keys past seqlen_k read as zeros, so their scores are 0; where all of a row's scores lie below about
             # -88 (its LSE does), exp(0 - LSE) overflows to inf, and the dQ product multiplies that by the key's zero
             # row: NaN. So a consumer whose keys run past seqlen_k masks every tile, as the dQ kernel masks its
-            # ragged key tile.
+            # ragged key tile. (A constexpr: with the mask's loop live in every program, the fused kernel spilled and
+            # lost 4% at d = 64 without the mask, on lengths that have no such keys.)
             if first + BLOCK_N > seqlen_k:
                 full_lo = hi
         n_m = gl.cdiv(hi - lo, BLOCK_M)
@@ -375,12 +376,12 @@ if GLUON:
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (start - lo) // BLOCK_M, start, full_lo,
                             True, False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
                             ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
-                            IS_CAUSAL)
+                            IS_CAUSAL, RAGGED_KEYS)
             dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi,
                             False, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
                             ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
-                            IS_CAUSAL)
+                            IS_CAUSAL, RAGGED_KEYS)
         if FUSED_DQ:  # another consumer's last dQ product may still read this K tile
             n_steps = group_size * n_m
             mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
@@ -396,10 +397,12 @@ if GLUON:
     def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE2, DELTA, n_heads,
                               group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
                               IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr,
-                              PREFETCH: gl.constexpr, SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False):
+                              PREFETCH: gl.constexpr, SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False,
+                              RAGGED_KEYS: gl.constexpr = False):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
         rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q). With FUSED_DQ, dq_desc is a
-        zeroed fp32 dQ buffer into which the program adds dS K (``_tiles``); without it, dq_desc is not read."""
+        zeroed fp32 dQ buffer into which the program adds dS K (``_tiles``); without it, dq_desc is not read.
+        RAGGED_KEYS (fused only): seqlen_k is not a multiple of N_CONSUMERS * BLOCK_N (``_consumer``)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
@@ -440,11 +443,11 @@ if GLUON:
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
@@ -453,15 +456,15 @@ if GLUON:
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 2, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
             ], [4, 4, 4], [160, 160, 160])
 
     # dK/dV for head dims over 128 (the producer streams Q and dO in column halves; the consumers share the keys) --
@@ -848,7 +851,7 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
                       descriptor(v, block_n), dk_desc, descriptor(dv, block_n),
                       descriptor(dq_acc, block_m) if fused else dk_desc, *rest),  # (dq_desc: unread unless fused)
                      dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=bool(prefetch), **order,
-                          FUSED_DQ=fused),
+                          FUSED_DQ=fused, RAGGED_KEYS=fused and seqlen_k % (consumers * block_n) != 0),
                      num_warps=4)
 
 
