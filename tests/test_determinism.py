@@ -111,6 +111,28 @@ def _opposed(batch, seqlen_q, seqlen_k, heads, d, dtype, score=-150.0):
     return one(seqlen_q, -1), one(seqlen_k, 1), v
 
 
+@pytest.mark.parametrize("seqlen_k, fused, causal, ragged", [
+    (1000, True, False, True), (960, True, False, True), (1024, True, False, False), (1000, True, True, True),
+    (1024, True, True, False), (1000, False, True, False)])  # (d = 64 runs split dK/dV on Hopper causal only)
+def test_fused_kernel_masks_only_ragged_key_lengths(seqlen_k, fused, causal, ragged, monkeypatch):
+    """The launcher compiles the fused kernel's ragged-keys mask (RAGGED_KEYS) exactly when the key length leaves a
+    program with keys past the end (not a multiple of its N_CONSUMERS * BLOCK_N = 128 keys; 960 = 15 x 64 is
+    one). The mask costs speed where it is compiled in, and NaN where it is left out (the test below). Checked
+    on the launch itself, so it runs on the CPU too."""
+    launches = []
+    monkeypatch.setattr(backward_hopper, "launch_gluon", lambda kernel, grid, args, constexprs, num_warps:
+                        launches.append(constexprs))
+    monkeypatch.setattr(backward_hopper, "_attn_bwd_dkdv_hopper", "the kernel", raising=False)
+    q = torch.zeros(1, 1000, 2, 64, dtype=torch.bfloat16)
+    k = torch.zeros(1, seqlen_k, 2, 64, dtype=torch.bfloat16)
+    stats = torch.zeros(1, 2, 1000)
+    dq_acc = torch.zeros(q.shape) if fused else None
+    backward_hopper.bwd_dkdv_hopper(q, k, k, q, torch.empty_like(k), torch.empty_like(k), stats, stats, 0.125,
+                                    causal, True, dq_acc=dq_acc)
+    (constexprs,) = launches
+    assert constexprs["FUSED_DQ"] is fused and constexprs["RAGGED_KEYS"] is ragged, constexprs
+
+
 @pytest.mark.parametrize("deterministic", [True, False])
 @pytest.mark.parametrize("causal", [False, True])
 def test_backward_with_every_score_far_below_zero(causal, deterministic, monkeypatch):
