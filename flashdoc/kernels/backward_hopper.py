@@ -60,7 +60,7 @@ if GLUON:
     from triton._C.libtriton import ir
     from triton.experimental.gluon.language._core import builtin
 
-    from .forward_hopper import _causal_item, _key_range, _keys_seen
+    from .forward_hopper import _causal_item, _key_range, _key_visible, _keys_seen
 
     @builtin
     def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
@@ -276,9 +276,7 @@ if GLUON:
             pT = gl.exp2(qkT * qk_scale - lse2[None, :])
             if MASKED:
                 if RAGGED_KEYS:  # (a consumer whose keys run past seqlen_k masks every tile: ``_consumer``)
-                    keep = offs_n[:, None] < seqlen_k
-                    if IS_CAUSAL:
-                        keep = keep & (offs_n[:, None] <= offs_m[None, :] + causal_offset)
+                    keep = _key_visible(offs_n[:, None], offs_m[None, :], seqlen_k, causal_offset, IS_CAUSAL)
                     pT = gl.where(keep, pT, 0.0)
                 else:
                     pT = gl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
@@ -690,9 +688,7 @@ if GLUON:
             p = gl.exp2(qk * qk_scale - lse2[:, None])
             if MASKED:
                 offs_n = start_n + offs_n0
-                keep = offs_n[None, :] < seqlen_k
-                if IS_CAUSAL:
-                    keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+                keep = _key_visible(offs_n[None, :], offs_m[:, None], seqlen_k, causal_offset, IS_CAUSAL)
                 p = gl.where(keep, p, 0.0)
             dp = warpgroup_mma_wait(0, deps=(dp, ))
             ds = p * (dp - delta[:, None])

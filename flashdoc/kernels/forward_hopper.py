@@ -248,6 +248,15 @@ if GLUON:
 
     # --8<-- [start:hopper_consume]
     @gluon.jit
+    def _key_visible(offs_n, offs_m, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr):
+        """Which (query, key) pairs of a tile count: keys before seqlen_k and, under the causal mask, keys at most
+        causal_offset past their query. offs_n and offs_m come broadcast to the tile's shape, either way round."""
+        keep = offs_n < seqlen_k
+        if IS_CAUSAL:
+            keep = keep & (offs_n <= offs_m + causal_offset)
+        return keep
+
+    @gluon.jit
     def _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m, seqlen_k,
                  causal_offset, qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
@@ -267,9 +276,7 @@ if GLUON:
             qk = warpgroup_mma_wait(0, deps=(qk, ))
             if MASKED:
                 offs_n = start_n + offs_n0
-                keep = offs_n[None, :] < seqlen_k
-                if IS_CAUSAL:
-                    keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+                keep = _key_visible(offs_n[None, :], offs_m[:, None], seqlen_k, causal_offset, IS_CAUSAL)
                 qk = gl.where(keep, qk, float("-inf"))
             m_ij = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
             if MASKED:
