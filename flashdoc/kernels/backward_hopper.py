@@ -48,7 +48,7 @@ import triton
 from . import LOG2E
 from .forward import MAX_GRID_Y
 from . import forward_hopper
-from .forward_hopper import GLUON, descriptor, gluon_runs
+from .forward_hopper import GLUON, descriptor, gluon_runs, rows_descriptor
 from .launch import launch_gluon
 
 if GLUON:
@@ -203,21 +203,33 @@ if GLUON:
 
     @gluon.jit
     def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
-                  off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr):
+                  off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr, LSE2, DELTA, lse2_smem,
+                  delta_smem, n_heads, seqlen_q, FUSED_DQ: gl.constexpr):
+        """With FUSED_DQ, LSE2 and DELTA are ``rows_descriptor``s and each slot also gets its query rows' LSE and
+        delta."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         _load_resident(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, start_n, off_hk)
         n_m = gl.cdiv(hi - lo, BLOCK_M)
+        if FUSED_DQ:
+            nbytes: gl.constexpr = (q_desc.block_type.nbytes + do_desc.block_type.nbytes + LSE2.block_type.nbytes
+                                    + DELTA.block_type.nbytes)
+        else:
+            nbytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
         for g in range(group_size):
             off_h = off_hk * group_size + g
             for j in range(n_m):
                 it = g * n_m + j
                 s = it % STAGES
                 mbarrier.wait(qdo_empty.index(s), ((it // STAGES) & 1) ^ 1)
-                mbarrier.expect(qdo_ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+                mbarrier.expect(qdo_ready.index(s), nbytes)
                 tma.async_copy_global_to_shared(q_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
                                                 q_smem.index(s))
                 tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
                                                 do_smem.index(s))
+                if FUSED_DQ:  # (int32 coordinates: at d = 64, 2^31 rows would be a 256 GiB Q)
+                    row = (off_b * n_heads + off_h) * seqlen_q + lo + j * BLOCK_M
+                    tma.async_copy_global_to_shared(LSE2, [row], qdo_ready.index(s), lse2_smem.index(s))
+                    tma.async_copy_global_to_shared(DELTA, [row], qdo_ready.index(s), delta_smem.index(s))
 
     @gluon.jit
     def _release_skipped(ready, empty, it0, n, STAGES: gl.constexpr):
@@ -232,18 +244,19 @@ if GLUON:
 
     # --8<-- [start:hopper_bwd_step]
     @gluon.jit
-    def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_base, delta_base, offs_n, seqlen_q,
+    def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_rows, delta_rows, offs_n, seqlen_q,
                causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, PREFETCH: gl.constexpr,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
                s_layout: gl.constexpr, p_layout: gl.constexpr, o_layout: gl.constexpr, dq_desc, ds_smem, k_smem,
                dq_smem, ds_written, ds_free, off_b, off_h, SUB: gl.constexpr, FUSED_DQ: gl.constexpr, seqlen_k,
                IS_CAUSAL: gl.constexpr, RAGGED_KEYS: gl.constexpr):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
-        With PREFETCH, each step loads the next tile's LSE and delta rows while its dK product runs, instead of
-        paying their L2 round trip before its exponentials.
+        lse2_rows and delta_rows point at the head's LSE and delta rows. With PREFETCH, each step loads the next
+        tile's rows while its dK product runs, instead of paying their L2 round trip before its exponentials.
 
-        FUSED_DQ (every consumer streams the same query tiles in step): each step also adds its query tile's dQ
-        share from all consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
+        FUSED_DQ (every consumer streams the same query tiles in step): lse2_rows and delta_rows are the ring's
+        shared-memory slots, into which the producer copies each tile's rows with its Q and dO. Each step also adds
+        its query tile's dQ share from all consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
         ds_smem.index(SUB); consumer it % N_CONSUMERS computes the step's dQ tile from all of them and adds it
         with a TMA reduce-add from its own dq_smem tile. ds_written (one arrival per consumer a step) and ds_free
         (one) order the dS^T tiles' writes and reads."""
@@ -256,8 +269,8 @@ if GLUON:
         # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
         if PREFETCH:
             offs_m = m_lo + offs_m0
-            lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
-            delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+            lse2 = gl.load(lse2_rows + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
+            delta = gl.load(delta_rows + offs_m, mask=offs_m < seqlen_q, other=0.0)
         for start_m in range(m_lo, m_hi, BLOCK_M):
             it = it0 + (start_m - m_lo) // BLOCK_M
             s = it % STAGES
@@ -265,9 +278,13 @@ if GLUON:
             q = q_smem.index(s).reshape([BLOCK_M, BLOCK_D])
             do = do_smem.index(s).reshape([BLOCK_M, BLOCK_D])
             offs_m = start_m + offs_m0
-            if not PREFETCH:
-                lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
-                delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+            if FUSED_DQ:
+                # rows past seqlen_q hold the next head's LSE (where they exist): masked to inf as a load would be
+                lse2 = gl.where(offs_m < seqlen_q, lse2_rows.index(s).load(offs_m0.type.layout), float("inf"))
+                delta = delta_rows.index(s).load(offs_m0.type.layout)
+            elif not PREFETCH:
+                lse2 = gl.load(lse2_rows + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
+                delta = gl.load(delta_rows + offs_m, mask=offs_m < seqlen_q, other=0.0)
             # both products that need only the resident tiles and the streamed ones go out together: dP^T runs on the
             # tensor cores while P^T's exponentials run on the CUDA cores
             qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -312,8 +329,8 @@ if GLUON:
                 dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
             if PREFETCH:  # the next tile's rows (past m_hi: a few loads that nobody reads)
                 offs_next = offs_m + BLOCK_M
-                lse2 = gl.load(lse2_base + offs_next, mask=offs_next < seqlen_q, other=float("inf"))
-                delta = gl.load(delta_base + offs_next, mask=offs_next < seqlen_q, other=0.0)
+                lse2 = gl.load(lse2_rows + offs_next, mask=offs_next < seqlen_q, other=float("inf"))
+                delta = gl.load(delta_rows + offs_next, mask=offs_next < seqlen_q, other=0.0)
             dk = warpgroup_mma_wait(0, deps=(dk, ))
             mbarrier.arrive(qdo_empty.index(s), count=1)  # one arrival per warpgroup: this slot may be refilled
         return dk, dv
@@ -324,7 +341,8 @@ if GLUON:
                   off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale,
                   SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, PREFETCH: gl.constexpr, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc, ds_smem, dq_smem,
-                  ds_written, ds_free, FUSED_DQ: gl.constexpr, seqlen_k, RAGGED_KEYS: gl.constexpr):
+                  ds_written, ds_free, FUSED_DQ: gl.constexpr, seqlen_k, RAGGED_KEYS: gl.constexpr, lse2_smem,
+                  delta_smem):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M, 16])
@@ -369,13 +387,19 @@ if GLUON:
                 start = lo
             else:
                 start = my_lo
+            if FUSED_DQ:  # (the producer copies each tile's rows into the ring)
+                lse2_rows = lse2_smem
+                delta_rows = delta_smem
+            else:
+                lse2_rows = LSE2 + row
+                delta_rows = DELTA + row
             _release_skipped(qdo_ready, qdo_empty, it0, (start - lo) // BLOCK_M, STAGES)
-            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
+            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_rows, delta_rows,
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (start - lo) // BLOCK_M, start, full_lo,
                             True, False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
                             ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
                             IS_CAUSAL, RAGGED_KEYS)
-            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
+            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_rows, delta_rows,
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi,
                             False, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
                             ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
@@ -399,7 +423,8 @@ if GLUON:
                               RAGGED_KEYS: gl.constexpr = False):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
         rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q). With FUSED_DQ, dq_desc is a
-        zeroed fp32 dQ buffer into which the program adds dS K (``_tiles``); without it, dq_desc is not read.
+        zeroed fp32 dQ buffer into which the program adds dS K (``_tiles``), and LSE2 and DELTA come as
+        ``forward_hopper.rows_descriptor``s over the same buffers; without it, dq_desc is not read.
         RAGGED_KEYS (fused only): seqlen_k is not a multiple of N_CONSUMERS * BLOCK_N (``_consumer``)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
@@ -429,40 +454,53 @@ if GLUON:
             ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
             mbarrier.init(ds_written, count=N_CONSUMERS)
             mbarrier.init(ds_free, count=1)
+            # the streamed tiles' LSE and delta rows, one slot each in the ring: the consumers read them from shared
+            # memory, where 32 scattered global loads a step stalled them (ncu, session 23)
+            lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], LSE2.layout)
+            delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], DELTA.layout)
         else:  # stand-ins, never read (warp_specialize's arguments cannot be None)
             ds_smem = q_smem
             dq_smem = q_smem
             ds_written = kv_ready
             ds_free = kv_ready
+            lse2_smem = q_smem
+            delta_smem = q_smem
         if N_CONSUMERS == 2:
             gl.warp_specialize([
                 (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
+                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
+                             delta_smem, n_heads, seqlen_q, FUSED_DQ)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS,
+                             lse2_smem, delta_smem)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS,
+                             lse2_smem, delta_smem)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
                 (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
+                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
+                             delta_smem, n_heads, seqlen_q, FUSED_DQ)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS,
+                             lse2_smem, delta_smem)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS,
+                             lse2_smem, delta_smem)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 2, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
+                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS,
+                             lse2_smem, delta_smem)),
             ], [4, 4, 4], [160, 160, 160])
 
     # dK/dV for head dims over 128 (the producer streams Q and dO in column halves; the consumers share the keys) --
@@ -841,6 +879,8 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
         fused = dq_acc is not None
         grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, causal,
                             FUSED_DQ_SECTIONS.get((head_dim, causal)) if fused else None)
+        if fused:  # the producer copies the LSE and delta rows with Q and dO
+            rest = (rows_descriptor(lse2, block_m), rows_descriptor(delta, block_m), *rest[2:])
         dk_desc = descriptor(dk, block_n)
         launch_gluon(_attn_bwd_dkdv_hopper, grid,
                      (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),

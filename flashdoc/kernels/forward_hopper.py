@@ -458,6 +458,14 @@ def descriptor(t, rows: int, cols: int = 0):
                                 block_shape=[1, rows, 1, cols], layout=_smem_layout(rows, cols, t.dtype))
 
 
+def rows_descriptor(t: torch.Tensor, rows: int):
+    """A Gluon host descriptor over a contiguous fp32 (batch, heads, seqlen) tensor seen as one row of its
+    elements, read rows elements at a time (the fused backward's LSE and delta rows: a 3-D descriptor would need
+    seqlen to be a multiple of 4, for TMA's 16-byte strides). Elements past the end read as zeros."""
+    return unchecked_descriptor(TensorDescriptor, base=t, shape=[t.numel()], strides=[1], block_shape=[rows],
+                                layout=gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1))
+
+
 def descriptors(q, k, v, out, block_m: int, block_n: int):
     """``descriptor``s for the kernel: Q and O in BLOCK_M rows (one consumer's), K and V in BLOCK_N."""
     return descriptor(q, block_m), descriptor(k, block_n), descriptor(v, block_n), descriptor(out, block_m)
