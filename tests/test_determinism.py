@@ -133,6 +133,18 @@ def test_fused_kernel_masks_only_ragged_key_lengths(seqlen_k, fused, causal, rag
     assert constexprs["FUSED_DQ"] is fused and constexprs["RAGGED_KEYS"] is ragged, constexprs
 
 
+@pytest.mark.parametrize("seqlen", [777, 1000, 1001])
+def test_fused_kernel_reads_lse_rows_at_aligned_starts(seqlen):
+    """The fused kernel's producer copies each query tile's LSE and delta rows with TMA, which faults ("illegal
+    instruction", seen on the H200) on a row that starts off a 16-byte boundary: a seqlen that is not a multiple
+    of 4 gets its rows padded first. Checked on the host descriptor, so it runs on the CPU too."""
+    stats = torch.randn(2, 3, seqlen)
+    desc = backward_hopper.forward_hopper.rows_descriptor(stats, 64)
+    assert desc.shape == [6, seqlen] and desc.block_shape == [1, 64]
+    assert desc.strides[0] * 4 % 16 == 0 and desc.strides[1] == 1 and desc.base.data_ptr() % 16 == 0
+    assert torch.equal(desc.base[:, :seqlen], stats.view(6, seqlen))
+
+
 @pytest.mark.parametrize("deterministic", [True, False])
 @pytest.mark.parametrize("causal", [False, True])
 def test_backward_with_every_score_far_below_zero(causal, deterministic, monkeypatch):

@@ -204,7 +204,7 @@ if GLUON:
     @gluon.jit
     def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
                   off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr, LSE2, DELTA, lse2_smem,
-                  delta_smem, n_heads, seqlen_q, FUSED_DQ: gl.constexpr):
+                  delta_smem, n_heads, FUSED_DQ: gl.constexpr):
         """With FUSED_DQ, LSE2 and DELTA are ``rows_descriptor``s and each slot also gets its query rows' LSE and
         delta."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
@@ -226,10 +226,12 @@ if GLUON:
                                                 q_smem.index(s))
                 tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
                                                 do_smem.index(s))
-                if FUSED_DQ:  # (int32 coordinates: at d = 64, 2^31 rows would be a 256 GiB Q)
-                    row = (off_b * n_heads + off_h) * seqlen_q + lo + j * BLOCK_M
-                    tma.async_copy_global_to_shared(LSE2, [row], qdo_ready.index(s), lse2_smem.index(s))
-                    tma.async_copy_global_to_shared(DELTA, [row], qdo_ready.index(s), delta_smem.index(s))
+                if FUSED_DQ:
+                    row = off_b * n_heads + off_h
+                    tma.async_copy_global_to_shared(LSE2, [row, lo + j * BLOCK_M], qdo_ready.index(s),
+                                                    lse2_smem.index(s))
+                    tma.async_copy_global_to_shared(DELTA, [row, lo + j * BLOCK_M], qdo_ready.index(s),
+                                                    delta_smem.index(s))
 
     @gluon.jit
     def _release_skipped(ready, empty, it0, n, STAGES: gl.constexpr):
@@ -279,9 +281,9 @@ if GLUON:
             do = do_smem.index(s).reshape([BLOCK_M, BLOCK_D])
             offs_m = start_m + offs_m0
             if FUSED_DQ:
-                # rows past seqlen_q hold the next head's LSE (where they exist): masked to inf as a load would be
-                lse2 = gl.where(offs_m < seqlen_q, lse2_rows.index(s).load(offs_m0.type.layout), float("inf"))
-                delta = delta_rows.index(s).load(offs_m0.type.layout)
+                lse2 = gl.where(offs_m < seqlen_q, lse2_rows.index(s).reshape([BLOCK_M]).load(offs_m0.type.layout),
+                                float("inf"))
+                delta = delta_rows.index(s).reshape([BLOCK_M]).load(offs_m0.type.layout)
             elif not PREFETCH:
                 lse2 = gl.load(lse2_rows + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
                 delta = gl.load(delta_rows + offs_m, mask=offs_m < seqlen_q, other=0.0)
@@ -456,8 +458,8 @@ if GLUON:
             mbarrier.init(ds_free, count=1)
             # the streamed tiles' LSE and delta rows, one slot each in the ring: the consumers read them from shared
             # memory, where 32 scattered global loads a step stalled them (ncu, session 23)
-            lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], LSE2.layout)
-            delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], DELTA.layout)
+            lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], LSE2.layout)
+            delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], DELTA.layout)
         else:  # stand-ins, never read (warp_specialize's arguments cannot be None)
             ds_smem = q_smem
             dq_smem = q_smem
@@ -469,7 +471,7 @@ if GLUON:
             gl.warp_specialize([
                 (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
-                             delta_smem, n_heads, seqlen_q, FUSED_DQ)),
+                             delta_smem, n_heads, FUSED_DQ)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
@@ -485,7 +487,7 @@ if GLUON:
             gl.warp_specialize([
                 (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
-                             delta_smem, n_heads, seqlen_q, FUSED_DQ)),
+                             delta_smem, n_heads, FUSED_DQ)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,

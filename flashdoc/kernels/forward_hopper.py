@@ -459,11 +459,17 @@ def descriptor(t, rows: int, cols: int = 0):
 
 
 def rows_descriptor(t: torch.Tensor, rows: int):
-    """A Gluon host descriptor over a contiguous fp32 (batch, heads, seqlen) tensor seen as one row of its
-    elements, read rows elements at a time (the fused backward's LSE and delta rows: a 3-D descriptor would need
-    seqlen to be a multiple of 4, for TMA's 16-byte strides). Elements past the end read as zeros."""
-    return unchecked_descriptor(TensorDescriptor, base=t, shape=[t.numel()], strides=[1], block_shape=[rows],
-                                layout=gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1))
+    """A Gluon host descriptor over a contiguous fp32 (batch, heads, seqlen) tensor (the fused backward's LSE and
+    delta), read in (1, rows) tiles of one (batch, head)'s row; elements past seqlen read as zeros. TMA needs
+    16-byte row strides and tile starts, so a seqlen that is not a multiple of 4 gets its rows copied into a
+    padded buffer (a few KB; the launch's stream orders its reuse)."""
+    batch, heads, seqlen = t.shape
+    flat = t.view(batch * heads, seqlen)
+    if seqlen % 4:
+        flat = torch.nn.functional.pad(flat, (0, -seqlen % 4))
+    return unchecked_descriptor(TensorDescriptor, base=flat, shape=[batch * heads, seqlen], strides=[flat.stride(0), 1],
+                                block_shape=[1, rows],
+                                layout=gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
 
 
 def descriptors(q, k, v, out, block_m: int, block_n: int):
