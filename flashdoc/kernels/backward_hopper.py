@@ -26,13 +26,14 @@ updates its half of dK's and dV's columns with both halves. S^T = K Q^T is two c
 column halves, the same k-steps in the same order as one product: its gradients too came out bit-identical to
 the portable kernel's on the H200.
 
-Fused dK/dV/dQ (head dim 64, calls that do not ask for determinism, causal ones from 4k tokens;
+Fused dK/dV/dQ (head dim 64, calls that do not ask for determinism, causal ones from 1k tokens;
 ``backward.fused_dq_runs``): the dK/dV kernel also computes dQ = dS K, FlashAttention-3's way. Both consumers
 stream the same query tiles (under the mask from the first that sees any of the program's keys, each masking to
 zeros the tiles that see none of its own), so each step one of them (in turn) computes the tile's dQ from both
 consumers' dS^T tiles in shared memory and adds it into an fp32 buffer with a TMA reduce-add; the programs of
 other key blocks add into the same rows in an order that varies from run to run, and so does dQ's rounding.
-Five products per step instead of the split kernels' seven.
+Five products per step instead of the split kernels' seven. The producer also copies each streamed tile's LSE
+and delta rows into the ring, with TMA, instead of each consumer loading them from global memory every step.
 
 dQ: the forward's skeleton. One program = N_CONSUMERS x BLOCK_M query rows of one (batch, head); each consumer
 keeps its rows' Q and dO and streams BLOCK_N keys of K and V at a time: dQ += dS K.
@@ -107,10 +108,11 @@ HOPPER_DQ_CONFIGS = {
 # each step's dQ products in flight into the next step made ptxas spill and lost 5-7%).
 FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2, False), (64, True): (64, 64, 2, 2, False)}
 # Under the mask every consumer streams every query tile from its program's first (the ones that see none of its
-# keys masked to zeros), and the fp32 dQ buffer is zeroed and scaled per call: at short lengths that costs more than
-# the two saved products (session 20, backward alone: 0.93x the split kernels at 512 tokens, 0.97x at 1k, 1.02x at
-# 2k, 1.06x at 4k). So the fused kernel takes causal calls whose query and key lengths both reach this.
-FUSED_DQ_MIN_SEQLEN = {(64, True): 4096}
+# keys masked to zeros), and the fp32 dQ buffer is zeroed and scaled per call: at short lengths that costs as much as
+# the two saved products (session 23, with the LSE rows in the ring, backward alone: 1.00x the split kernels at 512
+# tokens, 1.07x at 1k, 1.15x at 2k; session 20, before: 0.93x, 0.97x, 1.02x, and 1.06x at 4k). So the fused kernel
+# takes causal calls whose query and key lengths both reach this.
+FUSED_DQ_MIN_SEQLEN = {(64, True): 1024}
 # Causal fused programs in ``forward_hopper._causal_item``'s order, in sections of this many (batch, kv head) pairs,
 # costliest key blocks first, so that the last programs to start are light ones rather than the last pairs' heaviest
 # (the plain grid's order). Session 20, backward alone, bf16, against the plain grid: sections of 4 pairs 1.02-1.03x
