@@ -106,6 +106,10 @@ HOPPER_DQ_CONFIGS = {
 # fp32 HBM with TMA reduce-adds, per (head dim, causal) (perf/fused_dq.py on the H200, perf/NOTES.md, sessions
 # 18-20: d = 64 1.07-1.20x the split kernels' speed without the mask, 1.06-1.09x under it from 4k tokens; leaving
 # each step's dQ products in flight into the next step made ptxas spill and lost 5-7%).
+# Head dims whose split dK/dV kernels (``_attn_bwd_dkdv_hopper``, ``_attn_bwd_dkdv_hopper_wide``) also take each
+# streamed tile's LSE and delta rows through the ring, as the fused kernel always does (session 23: +12-25% there).
+# Empty until perf/bwd_rows.py has measured it on the H200.
+ROWS_IN_RING_HEAD_DIMS = frozenset()
 FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2, False), (64, True): (64, 64, 2, 2, False)}
 # Under the mask every consumer streams every query tile from its program's first (the ones that see none of its
 # keys masked to zeros), and the fp32 dQ buffer is zeroed and scaled per call: at short lengths that costs as much as
@@ -206,13 +210,13 @@ if GLUON:
     @gluon.jit
     def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
                   off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr, LSE2, DELTA, lse2_smem,
-                  delta_smem, n_heads, FUSED_DQ: gl.constexpr):
-        """With FUSED_DQ, LSE2 and DELTA are ``rows_descriptor``s and each slot also gets its query rows' LSE and
-        delta."""
+                  delta_smem, n_heads, ROWS_IN_RING: gl.constexpr):
+        """With ROWS_IN_RING, LSE2 and DELTA are ``rows_descriptor``s and each slot also gets its query rows' LSE
+        and delta."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         _load_resident(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, start_n, off_hk)
         n_m = gl.cdiv(hi - lo, BLOCK_M)
-        if FUSED_DQ:
+        if ROWS_IN_RING:
             nbytes: gl.constexpr = (q_desc.block_type.nbytes + do_desc.block_type.nbytes + LSE2.block_type.nbytes
                                     + DELTA.block_type.nbytes)
         else:
@@ -228,7 +232,7 @@ if GLUON:
                                                 q_smem.index(s))
                 tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
                                                 do_smem.index(s))
-                if FUSED_DQ:
+                if ROWS_IN_RING:
                     row = off_b * n_heads + off_h
                     tma.async_copy_global_to_shared(LSE2, [row, lo + j * BLOCK_M], qdo_ready.index(s),
                                                     lse2_smem.index(s))
@@ -253,14 +257,15 @@ if GLUON:
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
                s_layout: gl.constexpr, p_layout: gl.constexpr, o_layout: gl.constexpr, dq_desc, ds_smem, k_smem,
                dq_smem, ds_written, ds_free, off_b, off_h, SUB: gl.constexpr, FUSED_DQ: gl.constexpr, seqlen_k,
-               IS_CAUSAL: gl.constexpr, RAGGED_KEYS: gl.constexpr):
+               IS_CAUSAL: gl.constexpr, RAGGED_KEYS: gl.constexpr, ROWS_IN_RING: gl.constexpr):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
-        lse2_rows and delta_rows point at the head's LSE and delta rows. With PREFETCH, each step loads the next
-        tile's rows while its dK product runs, instead of paying their L2 round trip before its exponentials.
+        lse2_rows and delta_rows point at the head's LSE and delta rows, or with ROWS_IN_RING are the ring's
+        shared-memory slots, into which the producer copies each tile's rows with its Q and dO. With PREFETCH (not
+        with ROWS_IN_RING), each step loads the next tile's rows while its dK product runs, instead of paying
+        their L2 round trip before its exponentials.
 
-        FUSED_DQ (every consumer streams the same query tiles in step): lse2_rows and delta_rows are the ring's
-        shared-memory slots, into which the producer copies each tile's rows with its Q and dO. Each step also adds
-        its query tile's dQ share from all consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
+        FUSED_DQ (every consumer streams the same query tiles in step): each step also adds its query tile's dQ
+        share from all consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
         ds_smem.index(SUB); consumer it % N_CONSUMERS computes the step's dQ tile from all of them and adds it
         with a TMA reduce-add from its own dq_smem tile. ds_written (one arrival per consumer a step) and ds_free
         (one) order the dS^T tiles' writes and reads."""
@@ -282,7 +287,7 @@ if GLUON:
             q = q_smem.index(s).reshape([BLOCK_M, BLOCK_D])
             do = do_smem.index(s).reshape([BLOCK_M, BLOCK_D])
             offs_m = start_m + offs_m0
-            if FUSED_DQ:
+            if ROWS_IN_RING:
                 lse2 = gl.where(offs_m < seqlen_q, lse2_rows.index(s).reshape([BLOCK_M]).load(offs_m0.type.layout),
                                 float("inf"))
                 delta = delta_rows.index(s).reshape([BLOCK_M]).load(offs_m0.type.layout)
@@ -346,7 +351,7 @@ if GLUON:
                   SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, PREFETCH: gl.constexpr, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc, ds_smem, dq_smem,
                   ds_written, ds_free, FUSED_DQ: gl.constexpr, seqlen_k, RAGGED_KEYS: gl.constexpr, lse2_smem,
-                  delta_smem):
+                  delta_smem, ROWS_IN_RING: gl.constexpr):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M, 16])
@@ -391,7 +396,7 @@ if GLUON:
                 start = lo
             else:
                 start = my_lo
-            if FUSED_DQ:  # (the producer copies each tile's rows into the ring)
+            if ROWS_IN_RING:  # (the producer copies each tile's rows into the ring)
                 lse2_rows = lse2_smem
                 delta_rows = delta_smem
             else:
@@ -402,12 +407,12 @@ if GLUON:
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (start - lo) // BLOCK_M, start, full_lo,
                             True, False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
                             ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
-                            IS_CAUSAL, RAGGED_KEYS)
+                            IS_CAUSAL, RAGGED_KEYS, ROWS_IN_RING)
             dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_rows, delta_rows,
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi,
                             False, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
                             ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
-                            IS_CAUSAL, RAGGED_KEYS)
+                            IS_CAUSAL, RAGGED_KEYS, ROWS_IN_RING)
         if FUSED_DQ:  # another consumer's last dQ product may still read this K tile
             n_steps = group_size * n_m
             mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
@@ -424,11 +429,12 @@ if GLUON:
                               group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
                               IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr,
                               PREFETCH: gl.constexpr, SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False,
-                              RAGGED_KEYS: gl.constexpr = False):
+                              RAGGED_KEYS: gl.constexpr = False, ROWS_IN_RING: gl.constexpr = False):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
-        rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q). With FUSED_DQ, dq_desc is a
-        zeroed fp32 dQ buffer into which the program adds dS K (``_tiles``), and LSE2 and DELTA come as
-        ``forward_hopper.rows_descriptor``s over the same buffers; without it, dq_desc is not read.
+        rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q); with ROWS_IN_RING (always
+        with FUSED_DQ) ``forward_hopper.rows_descriptor``s over them, whose rows the producer copies into the ring.
+        With FUSED_DQ, dq_desc is a zeroed fp32 dQ buffer into which the program adds dS K (``_tiles``); without
+        it, dq_desc is not read.
         RAGGED_KEYS (fused only): seqlen_k is not a multiple of N_CONSUMERS * BLOCK_N (``_consumer``)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
@@ -458,53 +464,55 @@ if GLUON:
             ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
             mbarrier.init(ds_written, count=N_CONSUMERS)
             mbarrier.init(ds_free, count=1)
-            # the streamed tiles' LSE and delta rows, one slot each in the ring: the consumers read them from shared
-            # memory, where 32 scattered global loads a step stalled them (ncu, session 23)
-            lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], LSE2.layout)
-            delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], DELTA.layout)
         else:  # stand-ins, never read (warp_specialize's arguments cannot be None)
             ds_smem = q_smem
             dq_smem = q_smem
             ds_written = kv_ready
             ds_free = kv_ready
+        if ROWS_IN_RING:
+            # the streamed tiles' LSE and delta rows, one slot each in the ring: the consumers read them from shared
+            # memory, where 32 scattered global loads a step stalled them (ncu, session 23)
+            lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], LSE2.layout)
+            delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], DELTA.layout)
+        else:
             lse2_smem = q_smem
             delta_smem = q_smem
         if N_CONSUMERS == 2:
             gl.warp_specialize([
                 (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
-                             delta_smem, n_heads, FUSED_DQ)),
+                             delta_smem, n_heads, ROWS_IN_RING)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
                              dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS,
-                             lse2_smem, delta_smem)),
+                             lse2_smem, delta_smem, ROWS_IN_RING)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
                              dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS,
-                             lse2_smem, delta_smem)),
+                             lse2_smem, delta_smem, ROWS_IN_RING)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
                 (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
-                             delta_smem, n_heads, FUSED_DQ)),
+                             delta_smem, n_heads, ROWS_IN_RING)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
                              dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS,
-                             lse2_smem, delta_smem)),
+                             lse2_smem, delta_smem, ROWS_IN_RING)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
                              dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS,
-                             lse2_smem, delta_smem)),
+                             lse2_smem, delta_smem, ROWS_IN_RING)),
                 (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
                              qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
                              softmax_scale, qk_scale, 2, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
                              dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS,
-                             lse2_smem, delta_smem)),
+                             lse2_smem, delta_smem, ROWS_IN_RING)),
             ], [4, 4, 4], [160, 160, 160])
 
     # dK/dV for head dims over 128 (the producer streams Q and dO in column halves; the consumers share the keys) --
@@ -517,7 +525,8 @@ if GLUON:
 
     @gluon.jit
     def _wide_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                       qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr):
+                       qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr, LSE2, DELTA,
+                       lse2_smem, delta_smem, n_heads, ROWS_IN_RING: gl.constexpr):
         """``_producer`` with each tile in two column halves: half h of ring slot s is q_smem.index(2 * s + h)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
@@ -526,27 +535,39 @@ if GLUON:
             tma.async_copy_global_to_shared(k_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, k_smem.index(h))
             tma.async_copy_global_to_shared(v_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, v_smem.index(h))
         n_m = gl.cdiv(hi - lo, BLOCK_M)
+        if ROWS_IN_RING:
+            nbytes: gl.constexpr = (2 * (q_desc.block_type.nbytes + do_desc.block_type.nbytes) + LSE2.block_type.nbytes
+                                    + DELTA.block_type.nbytes)
+        else:
+            nbytes: gl.constexpr = 2 * (q_desc.block_type.nbytes + do_desc.block_type.nbytes)
         for g in range(group_size):
             off_h = off_hk * group_size + g
             for j in range(n_m):
                 it = g * n_m + j
                 s = it % STAGES
                 mbarrier.wait(qdo_empty.index(s), ((it // STAGES) & 1) ^ 1)
-                mbarrier.expect(qdo_ready.index(s), 2 * (q_desc.block_type.nbytes + do_desc.block_type.nbytes))
+                mbarrier.expect(qdo_ready.index(s), nbytes)
                 for h in gl.static_range(2):
                     tma.async_copy_global_to_shared(q_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
                                                     qdo_ready.index(s), q_smem.index(2 * s + h))
                     tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
                                                     qdo_ready.index(s), do_smem.index(2 * s + h))
+                if ROWS_IN_RING:
+                    row = off_b * n_heads + off_h
+                    tma.async_copy_global_to_shared(LSE2, [row, lo + j * BLOCK_M], qdo_ready.index(s),
+                                                    lse2_smem.index(s))
+                    tma.async_copy_global_to_shared(DELTA, [row, lo + j * BLOCK_M], qdo_ready.index(s),
+                                                    delta_smem.index(s))
 
     # --8<-- [start:hopper_bwd_wide_step]
     @gluon.jit
     def _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty, ps_ready,
-                    ps_empty, lse2_base, delta_base, offs_n, seqlen_q, causal_offset, qk_scale, it0, m_lo, m_hi,
+                    ps_empty, lse2_rows, delta_rows, offs_n, seqlen_q, causal_offset, qk_scale, it0, m_lo, m_hi,
                     SUB: gl.constexpr, MASKED: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    COLS: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr):
+                    COLS: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr, ROWS_IN_RING: gl.constexpr):
         """``_tiles`` for one of the two consumers sharing the keys: query tiles [m_lo, m_hi), the ring's it0-th
-        first. Exchange buffer b (of 2) holds both consumers' P^T and dS^T: pT_smem.index(2 * b + c)."""
+        first. Exchange buffer b (of 2) holds both consumers' P^T and dS^T: pT_smem.index(2 * b + c). lse2_rows and
+        delta_rows as in ``_tiles``."""
         dtype: gl.constexpr = q_smem.dtype
         ROWS: gl.constexpr = BLOCK_M // 2  # query rows whose S^T and dP^T this consumer computes
         k0 = k_smem.index(0).reshape([BLOCK_N, COLS])
@@ -566,8 +587,13 @@ if GLUON:
             do1 = do_smem.index(2 * s + 1).reshape([BLOCK_M, COLS])
             offs_m = start_m + offs_m0
             # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
-            lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
-            delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+            if ROWS_IN_RING:
+                my_rows = lse2_rows.index(s).reshape([BLOCK_M]).slice(SUB * ROWS, ROWS)
+                lse2 = gl.where(offs_m < seqlen_q, my_rows.load(offs_m0.type.layout), float("inf"))
+                delta = delta_rows.index(s).reshape([BLOCK_M]).slice(SUB * ROWS, ROWS).load(offs_m0.type.layout)
+            else:
+                lse2 = gl.load(lse2_rows + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
+                delta = gl.load(delta_rows + offs_m, mask=offs_m < seqlen_q, other=0.0)
             # S^T and dP^T of my rows, each summed over both column halves; dP^T runs during the exponentials
             qkT = warpgroup_mma(k0, q0.slice(SUB * ROWS, ROWS).permute((1, 0)), zero_s, use_acc=False,
                                 is_async=True)
@@ -606,7 +632,7 @@ if GLUON:
                        qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo, hi, n_heads,
                        group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, SUB: gl.constexpr,
                        IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, COLS: gl.constexpr,
-                       STAGES: gl.constexpr):
+                       STAGES: gl.constexpr, lse2_smem, delta_smem, ROWS_IN_RING: gl.constexpr):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M // 2, 16])
@@ -623,13 +649,20 @@ if GLUON:
             off_h = off_hk * group_size + g
             row = (off_b.to(gl.int64) * n_heads + off_h) * seqlen_q
             it0 = g * n_m
+            if ROWS_IN_RING:  # (the producer copies each tile's rows into the ring)
+                lse2_rows = lse2_smem
+                delta_rows = delta_smem
+            else:
+                lse2_rows = LSE2 + row
+                delta_rows = DELTA + row
             dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
-                                 ps_ready, ps_empty, LSE2 + row, DELTA + row, offs_n, seqlen_q, causal_offset,
-                                 qk_scale, it0, lo, full_lo, SUB, True, BLOCK_M, BLOCK_N, COLS, STAGES, s_layout)
+                                 ps_ready, ps_empty, lse2_rows, delta_rows, offs_n, seqlen_q, causal_offset,
+                                 qk_scale, it0, lo, full_lo, SUB, True, BLOCK_M, BLOCK_N, COLS, STAGES, s_layout,
+                                 ROWS_IN_RING)
             dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
-                                 ps_ready, ps_empty, LSE2 + row, DELTA + row, offs_n, seqlen_q, causal_offset,
+                                 ps_ready, ps_empty, lse2_rows, delta_rows, offs_n, seqlen_q, causal_offset,
                                  qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, SUB, False, BLOCK_M,
-                                 BLOCK_N, COLS, STAGES, s_layout)
+                                 BLOCK_N, COLS, STAGES, s_layout, ROWS_IN_RING)
         # both consumers read both halves of K and V to the end: wait for the other before overwriting mine
         mbarrier.arrive(done, count=1)
         mbarrier.wait(done, 0)
@@ -646,9 +679,10 @@ if GLUON:
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
     def _attn_bwd_dkdv_hopper_wide(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads,
                                    group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
-                                   IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SECTION: gl.constexpr = 0):
-        """``_attn_bwd_dkdv_hopper`` for head dims over 128, every descriptor in tiles of half the head dim.
-        Grid: (key tiles of BLOCK_N, batch * kv heads)."""
+                                   IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SECTION: gl.constexpr = 0,
+                                   ROWS_IN_RING: gl.constexpr = False):
+        """``_attn_bwd_dkdv_hopper`` for head dims over 128, every tile descriptor in tiles of half the head dim
+        (LSE2 and DELTA as there). Grid: (key tiles of BLOCK_N, batch * kv heads)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
@@ -677,18 +711,25 @@ if GLUON:
         for i in gl.static_range(2):
             mbarrier.init(ps_ready.index(i), count=2)
             mbarrier.init(ps_empty.index(i), count=2)
+        if ROWS_IN_RING:
+            lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], LSE2.layout)
+            delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], DELTA.layout)
+        else:  # stand-ins, never read
+            lse2_smem = q_smem
+            delta_smem = q_smem
 
         gl.warp_specialize([
             (_wide_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
+                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
+                              delta_smem, n_heads, ROWS_IN_RING)),
             (_wide_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, pT_smem, dsT_smem,
                               kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo,
                               hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 0,
-                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES)),
+                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES, lse2_smem, delta_smem, ROWS_IN_RING)),
             (_wide_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, pT_smem, dsT_smem,
                               kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo,
                               hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 1,
-                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES)),
+                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES, lse2_smem, delta_smem, ROWS_IN_RING)),
         ], [4, 4], [240, 240])
 
 
@@ -875,23 +916,29 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
                              f"2, False), got config={config}")
         cols = head_dim // 2
         grid, order = _grid(triton.cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, causal)
+        rows_in_ring = head_dim in ROWS_IN_RING_HEAD_DIMS
+        if rows_in_ring:
+            rest = (rows_descriptor(lse2, block_m), rows_descriptor(delta, block_m), *rest[2:])
         launch_gluon(_attn_bwd_dkdv_hopper_wide, grid,
                      (*(descriptor(t, rows, cols) for t, rows in ((q, block_m), (dout, block_m), (k, block_n),
                                                                    (v, block_n), (dk, block_n), (dv, block_n))),
-                      *rest), dict(IS_CAUSAL=causal, STAGES=stages, **order), num_warps=4)
+                      *rest), dict(IS_CAUSAL=causal, STAGES=stages, **order, ROWS_IN_RING=rows_in_ring),
+                     num_warps=4)
     else:
         fused = dq_acc is not None
         grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, causal,
                             FUSED_DQ_SECTIONS.get((head_dim, causal)) if fused else None)
-        if fused:  # the producer copies the LSE and delta rows with Q and dO
+        rows_in_ring = fused or head_dim in ROWS_IN_RING_HEAD_DIMS
+        if rows_in_ring:  # the producer copies the LSE and delta rows with Q and dO
             rest = (rows_descriptor(lse2, block_m), rows_descriptor(delta, block_m), *rest[2:])
         dk_desc = descriptor(dk, block_n)
         launch_gluon(_attn_bwd_dkdv_hopper, grid,
                      (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
                       descriptor(v, block_n), dk_desc, descriptor(dv, block_n),
                       descriptor(dq_acc, block_m) if fused else dk_desc, *rest),  # (dq_desc: unread unless fused)
-                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=bool(prefetch), **order,
-                          FUSED_DQ=fused, RAGGED_KEYS=fused and seqlen_k % (consumers * block_n) != 0),
+                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers,
+                          PREFETCH=bool(prefetch) and not rows_in_ring, **order, FUSED_DQ=fused,
+                          RAGGED_KEYS=fused and seqlen_k % (consumers * block_n) != 0, ROWS_IN_RING=rows_in_ring),
                      num_warps=4)
 
 
