@@ -26,6 +26,7 @@ from flashdoc.kernels.launch import constexpr_defaults
 POINTERS = {"LSE": "*fp32", "LSE2": "*fp32", "DELTA": "*fp32", "COUNTER": "*i32"}
 FLOATS = {"qk_scale", "softmax_scale"}
 QUERY_ROWS = ("q_desc", "do_desc", "o_desc", "dq_desc")  # tiles of query rows; the other descriptors hold keys
+ROWS = ("LSE2", "DELTA")  # the dK/dV kernels' LSE and delta: ``forward_hopper.rows_descriptor``s
 
 
 def ptxas_info(ck):
@@ -95,32 +96,23 @@ def tuned_kernels():
         yield f"fwd  d={d} causal={causal}", compile_config(
             fh._attn_fwd_hopper, d, bm, bn, dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages,
                                                  N_CONSUMERS=consumers, O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
-    for (d, causal), (bm, bn, stages, consumers, prefetch) in bh.HOPPER_DKDV_CONFIGS.items():
+    for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
         for order, label in _orders(d, causal):
-            for ring in (False, True):  # each streamed tile's LSE and delta rows loaded by the consumers / in the ring
-                if ring != (d in bh.ROWS_IN_RING_HEAD_DIMS) and not os.environ.get("RING_VARIANTS"):
-                    continue  # (RING_VARIANTS=1 compiles the variant the table does not pick too)
-                rows = dict(rows=("LSE2", "DELTA")) if ring else {}
-                if d > bh.MAX_NARROW_HEAD_DIM:
-                    ck = compile_config(bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
-                                        dict(IS_CAUSAL=causal, STAGES=stages, **order,
-                                             **(dict(ROWS_IN_RING=True) if ring else {})), cols=d // 2, **rows)
-                else:
-                    ck = compile_config(bh._attn_bwd_dkdv_hopper, d, bm, bn,
-                                        dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers,
-                                             PREFETCH=prefetch and not ring, **order,
-                                             **(dict(ROWS_IN_RING=True) if ring else {})), **rows)
-                yield f"dkdv d={d} causal={causal}{label}" + (" rows in ring" if ring else ""), ck
-    for (d, causal), (bm, bn, stages, consumers, prefetch) in bh.FUSED_DQ_CONFIGS.items():
+            if d > bh.MAX_NARROW_HEAD_DIM:
+                ck = compile_config(bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
+                                    dict(IS_CAUSAL=causal, STAGES=stages, **order), cols=d // 2, rows=ROWS)
+            else:
+                ck = compile_config(bh._attn_bwd_dkdv_hopper, d, bm, bn,
+                                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order), rows=ROWS)
+            yield f"dkdv d={d} causal={causal}{label}", ck
+    for (d, causal), (bm, bn, stages, consumers) in bh.FUSED_DQ_CONFIGS.items():
         section = bh.FUSED_DQ_SECTIONS.get((d, causal))  # (a launch with fewer pairs compiles its own)
         for ragged in (False, True):  # key lengths that are / are not a multiple of the program's keys
             yield (f"fused d={d} causal={causal}" + (f" sections={section}" if section else "")
                    + (" ragged keys" if ragged else "")), compile_config(
                 bh._attn_bwd_dkdv_hopper, d, bm, bn,
-                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch, FUSED_DQ=True,
-                     RAGGED_KEYS=ragged, ROWS_IN_RING=True, **(dict(SECTION=section) if section else {})),
-                float32=("dq_desc", ),
-                rows=("LSE2", "DELTA"))
+                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, FUSED_DQ=True, RAGGED_KEYS=ragged,
+                     **(dict(SECTION=section) if section else {})), float32=("dq_desc", ), rows=ROWS)
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
         for order, label in _orders(d, causal):
             yield f"dq   d={d} causal={causal}{label}", compile_config(

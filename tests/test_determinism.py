@@ -134,10 +134,10 @@ def test_fused_kernel_masks_only_ragged_key_lengths(seqlen_k, fused, causal, rag
 
 
 @pytest.mark.parametrize("seqlen", [777, 1000, 1001])
-def test_fused_kernel_reads_lse_rows_at_aligned_starts(seqlen):
-    """The fused kernel's producer copies each query tile's LSE and delta rows with TMA, which faults ("illegal
-    instruction", seen on the H200) on a row that starts off a 16-byte boundary: a seqlen that is not a multiple
-    of 4 gets its rows padded first. Checked on the host descriptor, so it runs on the CPU too."""
+def test_lse_rows_start_on_16_byte_boundaries(seqlen):
+    """The Hopper dK/dV kernels' producer copies each query tile's LSE and delta rows with TMA, which faults
+    ("illegal instruction", seen on the H200) on a row that starts off a 16-byte boundary: a seqlen that is not a
+    multiple of 4 gets its rows padded first. Checked on the host descriptor, so it runs on the CPU too."""
     stats = torch.randn(2, 3, seqlen)
     desc = backward_hopper.forward_hopper.rows_descriptor(stats, 64)
     assert desc.shape == [6, seqlen] and desc.block_shape == [1, 64]
