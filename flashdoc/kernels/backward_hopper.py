@@ -103,13 +103,15 @@ HOPPER_DQ_CONFIGS = {
 # The fused backward (``backward.fused_dq_runs``): the dK/dV kernel also computes dQ, adding each step's tile into
 # fp32 HBM with TMA reduce-adds, per (head dim, causal) (perf/fused_dq.py on the H200, perf/NOTES.md, sessions
 # 18-20: d = 64 1.07-1.20x the split kernels' speed without the mask, 1.06-1.09x under it from 4k tokens; leaving
-# each step's dQ products in flight into the next step made ptxas spill and lost 5-7%).
+# each step's dQ products in flight into the next step made ptxas spill and lost 5-7%. Session 23, with the LSE rows
+# in the ring, against the split kernels still loading them: 1.19-1.26x and 1.15-1.22x from 2k).
 FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2), (64, True): (64, 64, 2, 2)}
 # Under the mask every consumer streams every query tile from its program's first (the ones that see none of its
 # keys masked to zeros), and the fp32 dQ buffer is zeroed and scaled per call: at short lengths that costs as much as
 # the two saved products (session 23, with the LSE rows in the ring, backward alone: 1.00x the split kernels at 512
-# tokens, 1.07x at 1k, 1.15x at 2k; session 20, before: 0.93x, 0.97x, 1.02x, and 1.06x at 4k). So the fused kernel
-# takes causal calls whose query and key lengths both reach this.
+# tokens, 1.07x at 1k, 1.15x at 2k, the split kernels still loading the rows, which then gained 1.05-1.10x at d = 64
+# causal from the ring too; session 20, before: 0.93x, 0.97x, 1.02x, and 1.06x at 4k). So the fused kernel takes
+# causal calls whose query and key lengths both reach this.
 FUSED_DQ_MIN_SEQLEN = {(64, True): 1024}
 # Causal fused programs in ``forward_hopper._causal_item``'s order, in sections of this many (batch, kv head) pairs,
 # costliest key blocks first, so that the last programs to start are light ones rather than the last pairs' heaviest
