@@ -23,8 +23,8 @@ def _one_line(text: str) -> str:
 
 @pytest.mark.parametrize("where", [POST, USAGE, "interface.flash_attn_func"])
 def test_fused_backward_threshold_in_prose(where):
-    """Causal calls take the fused backward from FUSED_DQ_MIN_SEQLEN tokens on, written "4,096" where it is
-    named."""
+    """Causal calls take the fused backward from FUSED_DQ_MIN_SEQLEN tokens on, written with a thousands comma
+    (e.g. "1,024") wherever it is named."""
     (key, tokens), = backward_hopper.FUSED_DQ_MIN_SEQLEN.items()
     assert key == (64, True), "the prose says the threshold is for causal calls at head dimension 64"
     text = interface.flash_attn_func.__doc__ if isinstance(where, str) else where.read_text()
