@@ -81,7 +81,7 @@ def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float3
     """One of the Gluon kernels compiled for sm_90 in bf16 at head_dim: its query-row descriptors (Q, dO, O, dQ)
     in BLOCK_M rows, its key ones (K, V, dK, dV) in BLOCK_N, all of cols columns (default: head_dim); the
     descriptors named in float32 over fp32 tensors instead (the fused backward's dQ buffer); the parameters named
-    in rows as ``forward_hopper.rows_descriptor``s of BLOCK_M (the fused backward's LSE and delta)."""
+    in rows as ``forward_hopper.rows_descriptor``s of BLOCK_M (the dK/dV kernels' LSE and delta)."""
     t = torch.empty(2, 1024, 4, head_dim, dtype=torch.bfloat16)
     descriptors = {name: fh.descriptor(t.float() if name in float32 else t,
                                        block_m if name in QUERY_ROWS else block_n, cols)

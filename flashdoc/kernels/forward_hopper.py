@@ -459,10 +459,10 @@ def descriptor(t, rows: int, cols: int = 0):
 
 
 def rows_descriptor(t: torch.Tensor, rows: int):
-    """A Gluon host descriptor over a contiguous fp32 (batch, heads, seqlen) tensor (the fused backward's LSE and
-    delta), read in (1, rows) tiles of one (batch, head)'s row; elements past seqlen read as zeros. TMA needs
+    """A Gluon host descriptor over a contiguous fp32 (batch, heads, seqlen) tensor (the Hopper dK/dV kernels' LSE
+    and delta), read in (1, rows) tiles of one (batch, head)'s row; elements past seqlen read as zeros. TMA needs
     16-byte row strides and tile starts, so a seqlen that is not a multiple of 4 gets its rows copied into a
-    padded buffer (a few KB; the launch's stream orders its reuse)."""
+    padded buffer (batch x heads x seqlen floats; the launch's stream orders the buffer's reuse)."""
     batch, heads, seqlen = t.shape
     flat = t.view(batch * heads, seqlen)
     if seqlen % 4:
