@@ -204,6 +204,13 @@ if GLUON:
             tma.async_copy_global_to_shared(b_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, b_smem.index(c))
 
     @gluon.jit
+    def _load_rows(lse2_desc, delta_desc, lse2_dst, delta_dst, ready, row, start_m):
+        """One streamed tile's rows of the LSE and delta (``rows_descriptor``s), from query start_m of (batch,
+        head) row, into a ring slot, arriving on the slot's barrier with its Q and dO."""
+        tma.async_copy_global_to_shared(lse2_desc, [row, start_m], ready, lse2_dst)
+        tma.async_copy_global_to_shared(delta_desc, [row, start_m], ready, delta_dst)
+
+    @gluon.jit
     def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
                   off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr, LSE2, DELTA, lse2_smem,
                   delta_smem, n_heads):
@@ -225,10 +232,8 @@ if GLUON:
                                                 q_smem.index(s))
                 tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
                                                 do_smem.index(s))
-                row = off_b * n_heads + off_h
-                tma.async_copy_global_to_shared(LSE2, [row, lo + j * BLOCK_M], qdo_ready.index(s), lse2_smem.index(s))
-                tma.async_copy_global_to_shared(DELTA, [row, lo + j * BLOCK_M], qdo_ready.index(s),
-                                                delta_smem.index(s))
+                _load_rows(LSE2, DELTA, lse2_smem.index(s), delta_smem.index(s), qdo_ready.index(s),
+                           off_b * n_heads + off_h, lo + j * BLOCK_M)
 
     @gluon.jit
     def _release_skipped(ready, empty, it0, n, STAGES: gl.constexpr):
@@ -513,10 +518,8 @@ if GLUON:
                                                     qdo_ready.index(s), q_smem.index(2 * s + h))
                     tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
                                                     qdo_ready.index(s), do_smem.index(2 * s + h))
-                row = off_b * n_heads + off_h
-                tma.async_copy_global_to_shared(LSE2, [row, lo + j * BLOCK_M], qdo_ready.index(s), lse2_smem.index(s))
-                tma.async_copy_global_to_shared(DELTA, [row, lo + j * BLOCK_M], qdo_ready.index(s),
-                                                delta_smem.index(s))
+                _load_rows(LSE2, DELTA, lse2_smem.index(s), delta_smem.index(s), qdo_ready.index(s),
+                           off_b * n_heads + off_h, lo + j * BLOCK_M)
 
     # --8<-- [start:hopper_bwd_wide_step]
     @gluon.jit
