@@ -108,11 +108,10 @@ HOPPER_DQ_CONFIGS = {
 FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2), (64, True): (64, 64, 2, 2)}
 # Under the mask every consumer streams every query tile from its program's first (the ones that see none of its
 # keys masked to zeros), and the fp32 dQ buffer is zeroed and scaled per call: at short lengths that costs as much as
-# the two saved products (session 23, with the LSE rows in the ring, backward alone: 1.00x the split kernels at 512
-# tokens, 1.07x at 1k, 1.15x at 2k, the split kernels still loading the rows, which then gained 1.05-1.10x at d = 64
-# causal from the ring too; session 20, before: 0.93x, 0.97x, 1.02x, and 1.06x at 4k). So the fused kernel takes
-# causal calls whose query and key lengths both reach this.
-FUSED_DQ_MIN_SEQLEN = {(64, True): 1024}
+# the two saved products (session 24, both with the LSE rows in the ring, backward alone, bf16: 0.90x the split
+# kernels at 512 tokens, 0.98x at 1k, 1.07x at 2k, 1.11x at 4k; session 20, before the ring: 0.93x, 0.97x, 1.02x,
+# 1.06x). So the fused kernel takes causal calls whose query and key lengths both reach this.
+FUSED_DQ_MIN_SEQLEN = {(64, True): 2048}
 # Causal fused programs in ``forward_hopper._causal_item``'s order, in sections of this many (batch, kv head) pairs,
 # costliest key blocks first, so that the last programs to start are light ones rather than the last pairs' heaviest
 # (the plain grid's order). Session 20, backward alone, bf16, against the plain grid: sections of 4 pairs 1.02-1.03x
