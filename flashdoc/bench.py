@@ -515,7 +515,6 @@ def hopper_configs(sweep):
                             if kernel == "fwd":
                                 pick["o_in_q"] = head_dim > forward_hopper.MAX_SEPARATE_O_HEAD_DIM
                             if kernel == "dkdv":
-                                pick["prefetch"] = bool(table[key][4])
                                 pick["wide"] = head_dim > backward_hopper.MAX_NARROW_HEAD_DIM
                                 pick["fused_dq"] = fused
                             picks.append(pick)
@@ -1054,7 +1053,7 @@ def autotuned_table(results):
     for p in picks:
         row = (p["dtype"], p["head_dim"], p["causal"], p["seq_bucket"])
         if p.get("gluon"):
-            variants = [name for field, name in (("o_in_q", "O in Q"), ("prefetch", "prefetch"), ("wide", "wide"),
+            variants = [name for field, name in (("o_in_q", "O in Q"), ("wide", "wide"),
                                                  ("fused_dq", "+ dQ")) if p.get(field)]
             cell = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} c{p['consumers']}"
             cell += f" {', '.join(variants)}" if variants else ""
@@ -1074,10 +1073,9 @@ def autotuned_table(results):
         "keep their query rows and stream the keys, BLOCK_N per step; the dK/dV kernel keeps its keys and streams "
         "the query rows. (Gluon): the Hopper kernel, whose config is fixed (no autotuning); c consumer warpgroups "
         "of 4 warps, each with its own BLOCK_M query rows (forward, dQ) or BLOCK_N keys (dK/dV); O in Q: the "
-        "forward stages its output in the query tiles; prefetch: each dK/dV step loads the next tile's LSE and "
-        "delta rows during its dK product; wide: the two dK/dV consumers share BLOCK_N keys and split the head "
-        "dim; + dQ: the fused backward, whose dK/dV kernel also computes dQ (no dQ kernel runs). — : the kernel "
-        "did not run in that row.")
+        "forward stages its output in the query tiles; wide: the two dK/dV consumers share BLOCK_N keys and split "
+        "the head dim; + dQ: the fused backward, whose dK/dV kernel also computes dQ (no dQ kernel runs). — : the "
+        "kernel did not run in that row.")
 
 
 def write_tables(results, out_dir):

@@ -167,7 +167,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=Fal
                 1 1
         deterministic: as in flash-attn, False (the default) lets the backward run a fused kernel that adds
             dq's parts from different key blocks in HBM, where that is faster (on Hopper: head dim 64, causal
-            calls from 4,096 tokens), so dq may differ in its last bits from run to run; True, or
+            calls from 2,048 tokens), so dq may differ in its last bits from run to run; True, or
             ``torch.use_deterministic_algorithms(True)``, gives bit-identical gradients on every run.
         return_lse: also return the log-sum-exp of each row of scaled scores.
         dropout_p, window_size, softcap, alibi_slopes, return_attn_probs: flash-attn 2's options, accepted only

@@ -2,7 +2,8 @@
 generated code with ptxas's register and spill counts.
 
 Run it before and after an edit that should not change the generated code (a refactor, a comment, a helper
-shared between kernels): equal hashes show that the kernels the tables select are the same instructions as
+shared between kernels): equal hashes (of the PTX, or of the machine code, which PTX differing only in its
+registers' numbering shares) show that the kernels the tables select are the same instructions as
 before, which a CPU machine can check. A different hash means the edit needs an H200 run. Register allocation
 on these kernels is sensitive to small source changes (perf/NOTES.md, session 11).
 
@@ -25,17 +26,24 @@ from flashdoc.kernels.launch import constexpr_defaults
 POINTERS = {"LSE": "*fp32", "LSE2": "*fp32", "DELTA": "*fp32", "COUNTER": "*i32"}
 FLOATS = {"qk_scale", "softmax_scale"}
 QUERY_ROWS = ("q_desc", "do_desc", "o_desc", "dq_desc")  # tiles of query rows; the other descriptors hold keys
+ROWS = ("LSE2", "DELTA")  # the dK/dV kernels' LSE and delta: ``forward_hopper.rows_descriptor``s
 
 
 def ptxas_info(ck):
-    """ptxas's register count and spill stores for a kernel compiled for sm_90 (its PTX assembled again)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(ck.asm["ptx"])
-        f.flush()
-        ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
-        res = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", f.name, "-o", "/dev/null"], capture_output=True,
-                             text=True)
-    return " ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr))
+    """ptxas's register count and spill stores for a kernel compiled for sm_90 (its PTX assembled again), and a
+    hash of the machine code: PTX that differs only in its virtual registers' numbers assembles to the same."""
+    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(ptx, "w") as f:
+            f.write(ck.asm["ptx"])
+        res = subprocess.run([os.path.join(bin_dir, "ptxas"), "-v", "--gpu-name=sm_90a", ptx, "-o", cubin],
+                             capture_output=True, text=True)
+        sass = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-sass", cubin], capture_output=True,
+                              text=True).stdout
+    instructions = re.findall(r"/\*[0-9a-f]{4,}\*/\s*([^;]*);", sass)
+    return " ".join([f"sass {hashlib.sha1(chr(10).join(instructions).encode()).hexdigest()[:12]}"]
+                    + re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr))
 
 
 def code_hash(ptx):
@@ -69,14 +77,16 @@ def compile_sm90(kernel, descriptors, constants):
                           options=dict(num_warps=4))
 
 
-def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float32=()):
+def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float32=(), rows=()):
     """One of the Gluon kernels compiled for sm_90 in bf16 at head_dim: its query-row descriptors (Q, dO, O, dQ)
     in BLOCK_M rows, its key ones (K, V, dK, dV) in BLOCK_N, all of cols columns (default: head_dim); the
-    descriptors named in float32 over fp32 tensors instead (the fused backward's dQ buffer)."""
+    descriptors named in float32 over fp32 tensors instead (the fused backward's dQ buffer); the parameters named
+    in rows as ``forward_hopper.rows_descriptor``s of BLOCK_M (the dK/dV kernels' LSE and delta)."""
     t = torch.empty(2, 1024, 4, head_dim, dtype=torch.bfloat16)
     descriptors = {name: fh.descriptor(t.float() if name in float32 else t,
                                        block_m if name in QUERY_ROWS else block_n, cols)
                    for name in kernel.arg_names if name.endswith("_desc")}
+    descriptors.update({name: fh.rows_descriptor(torch.empty(2, 4, 1024), block_m) for name in rows})
     return compile_sm90(kernel, descriptors, constants)
 
 
@@ -86,24 +96,23 @@ def tuned_kernels():
         yield f"fwd  d={d} causal={causal}", compile_config(
             fh._attn_fwd_hopper, d, bm, bn, dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages,
                                                  N_CONSUMERS=consumers, O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
-    for (d, causal), (bm, bn, stages, consumers, prefetch) in bh.HOPPER_DKDV_CONFIGS.items():
+    for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
         for order, label in _orders(d, causal):
             if d > bh.MAX_NARROW_HEAD_DIM:
                 ck = compile_config(bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
-                                    dict(IS_CAUSAL=causal, STAGES=stages, **order), cols=d // 2)
+                                    dict(IS_CAUSAL=causal, STAGES=stages, **order), cols=d // 2, rows=ROWS)
             else:
                 ck = compile_config(bh._attn_bwd_dkdv_hopper, d, bm, bn,
-                                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch,
-                                         **order))
+                                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order), rows=ROWS)
             yield f"dkdv d={d} causal={causal}{label}", ck
-    for (d, causal), (bm, bn, stages, consumers, prefetch) in bh.FUSED_DQ_CONFIGS.items():
+    for (d, causal), (bm, bn, stages, consumers) in bh.FUSED_DQ_CONFIGS.items():
         section = bh.FUSED_DQ_SECTIONS.get((d, causal))  # (a launch with fewer pairs compiles its own)
         for ragged in (False, True):  # key lengths that are / are not a multiple of the program's keys
             yield (f"fused d={d} causal={causal}" + (f" sections={section}" if section else "")
                    + (" ragged keys" if ragged else "")), compile_config(
                 bh._attn_bwd_dkdv_hopper, d, bm, bn,
-                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=prefetch, FUSED_DQ=True,
-                     RAGGED_KEYS=ragged, **(dict(SECTION=section) if section else {})), float32=("dq_desc", ))
+                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, FUSED_DQ=True, RAGGED_KEYS=ragged,
+                     **(dict(SECTION=section) if section else {})), float32=("dq_desc", ), rows=ROWS)
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
         for order, label in _orders(d, causal):
             yield f"dq   d={d} causal={causal}{label}", compile_config(

@@ -23,7 +23,7 @@ from flashdoc.kernels import backward_hopper as bh
 
 CALLS = 20
 GLUON_DQ = (64, 128, 2, 2)  # perf/NOTES.md, session 13: 0.98-1.02x the portable kernel alone
-GLUON_DKDV = (64, 64, 2, 2, True)  # 0.94-0.98x alone
+GLUON_DKDV = (64, 64, 2, 2)  # 0.94-0.98x alone (with PREFETCH, since replaced by the LSE rows in the ring)
 
 
 def profile_call(step):

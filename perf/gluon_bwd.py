@@ -5,9 +5,9 @@ their sm_90 compile (registers, spills) without a GPU.
     PYTHONPATH=/tmp/t36:. python perf/gluon_bwd.py --aot   # here, with a Triton 3.6 wheel unpacked in /tmp/t36
 
 The kernels were written here as a prototype in session 10, compiled for sm_90 without a GPU, and moved into
-flashdoc in session 11 after their first H200 run (perf/NOTES.md); the wide dK/dV kernel (head dims over 128) and
-the PREFETCH field were prototypes of session 12, moved in in session 13. Candidate configs can be given on the
-command line (a dK/dV config's fifth field, PREFETCH, defaults to 0):
+flashdoc in session 11 after their first H200 run (perf/NOTES.md); the wide dK/dV kernel (head dims over 128)
+was a prototype of session 12, moved in in session 13 (with a PREFETCH field, which session 23's LSE rows in the
+ring replaced). Candidate configs can be given on the command line:
 
     python3 perf/gluon_bwd.py --check --bench --head-dims 256 --dkdv-configs 64,64,2,2 --dq-configs 64,32,2,2
 """
@@ -23,11 +23,10 @@ from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.backward import bwd_dkdv, bwd_dq, bwd_preprocess
 from flashdoc.kernels.forward import attn_fwd
 from flashdoc.kernels.launch import on_device
-from perf.code_hash import compile_config, ptxas_info
+from perf.code_hash import ROWS, compile_config, ptxas_info
 
-# candidates, dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS,
-# PREFETCH)
-CONFIGS = [(64, 64, 2, 2, 0), (64, 64, 2, 2, 1), (64, 64, 3, 2, 0), (64, 64, 2, 3, 0)]
+# candidates, dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS)
+CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 64, 2, 3)]
 # dQ: (BLOCK_M query rows per consumer, BLOCK_N keys per streamed tile, STAGES, N_CONSUMERS)
 DQ_CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 128, 2, 2), (64, 64, 2, 3)]
 
@@ -61,10 +60,10 @@ def aot(head_dims=(64, 128)):
                         continue
                     if name == "dkdv" and d > MAX_NARROW_HEAD_DIM:
                         ck = compile_config(_attn_bwd_dkdv_hopper_wide, d, bm, bn,
-                                            dict(IS_CAUSAL=causal, STAGES=st), cols=d // 2)
+                                            dict(IS_CAUSAL=causal, STAGES=st), cols=d // 2, rows=ROWS)
                     elif name == "dkdv":
-                        ck = compile_config(kernel, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=st, N_CONSUMERS=nc,
-                                                                    PREFETCH=bool(cfg[4])))
+                        ck = compile_config(kernel, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=st, N_CONSUMERS=nc),
+                                            rows=ROWS)
                     else:
                         ck = compile_config(kernel, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=st, N_CONSUMERS=nc))
                     print(f"{name} d={d} causal={causal} {cfg} smem={smem(d, cfg) // 1024} KiB: {ptxas_info(ck)}",
@@ -204,10 +203,10 @@ if __name__ == "__main__":
     ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--kernels", nargs="+", default=["dkdv", "dq", "both"], choices=["dkdv", "dq", "both"])
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
-    ap.add_argument("--dkdv-configs", type=_config, nargs="+", help="instead of CONFIGS, e.g. 64,64,2,2,1")
+    ap.add_argument("--dkdv-configs", type=_config, nargs="+", help="instead of CONFIGS, e.g. 64,64,3,2")
     ap.add_argument("--dq-configs", type=_config, nargs="+", help="instead of DQ_CONFIGS, e.g. 64,32,2,2")
     a = ap.parse_args()
-    CONFIGS[:] = [(*c, 0)[:5] for c in a.dkdv_configs] if a.dkdv_configs else CONFIGS  # PREFETCH: 0 if not given
+    CONFIGS[:] = a.dkdv_configs or CONFIGS
     DQ_CONFIGS[:] = a.dq_configs or DQ_CONFIGS
     if a.aot:
         aot(a.head_dims)

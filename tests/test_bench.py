@@ -231,16 +231,16 @@ def test_hopper_kernels_are_listed_with_their_fixed_configs(monkeypatch):
 
 
 def test_hopper_config_cells_name_their_variants():
-    """A Gluon cell says which variant of its kernel ran: the forward's output staged in the query tiles, the
-    dK/dV step's prefetch, the wide dK/dV kernel."""
+    """A Gluon cell says which variant of its kernel ran: the forward's output staged in the query tiles, the wide
+    dK/dV kernel."""
     picks = [dict(kernel="fwd", gluon=True, dtype="bf16", seq_bucket=4096, head_dim=256, causal=False, block_m=64,
                   block_n=64, num_stages=2, consumers=2, o_in_q=True),
              dict(kernel="dkdv", gluon=True, dtype="bf16", seq_bucket=4096, head_dim=256, causal=False, block_m=64,
-                  block_n=64, num_stages=2, consumers=2, prefetch=False, wide=True),
+                  block_n=64, num_stages=2, consumers=2, wide=True),
              dict(kernel="dkdv", gluon=True, dtype="bf16", seq_bucket=4096, head_dim=128, causal=False, block_m=64,
-                  block_n=64, num_stages=2, consumers=2, prefetch=True, wide=False)]
+                  block_n=64, num_stages=2, consumers=2, wide=False)]
     lines = [line.replace("\u00a0", " ") for line in bench.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
-    assert lines[2] == "| bf16 d=128 full N=4k | — | 64×64 s2 c2 prefetch (Gluon) | — |"
+    assert lines[2] == "| bf16 d=128 full N=4k | — | 64×64 s2 c2 (Gluon) | — |"
     assert lines[3] == "| bf16 d=256 full N=4k | 64×64 s2 c2 O in Q (Gluon) | 64×64 s2 c2 wide (Gluon) | — |"
 
 

@@ -7,7 +7,7 @@ import torch
 from attention_oracle import DEVICE, assert_close_like_flash_attn, attention_math, make_qkv
 
 import flashdoc
-from flashdoc.kernels import backward, backward_hopper
+from flashdoc.kernels import backward, backward_hopper, forward_hopper
 
 
 def _grads(q, k, v, dout, causal, deterministic=True):
@@ -131,6 +131,18 @@ def test_fused_kernel_masks_only_ragged_key_lengths(seqlen_k, fused, causal, rag
                                     causal, True, dq_acc=dq_acc)
     (constexprs,) = launches
     assert constexprs["FUSED_DQ"] is fused and constexprs["RAGGED_KEYS"] is ragged, constexprs
+
+
+@pytest.mark.parametrize("seqlen", [777, 1000, 1001])
+def test_lse_rows_start_on_16_byte_boundaries(seqlen):
+    """The Hopper dK/dV kernels' producer copies each query tile's LSE and delta rows with TMA, which faults
+    ("illegal instruction", seen on the H200) on a row that starts off a 16-byte boundary: a seqlen that is not a
+    multiple of 4 gets its rows padded first. Checked on the host descriptor, so it runs on the CPU too."""
+    stats = torch.randn(2, 3, seqlen)
+    desc = forward_hopper.rows_descriptor(stats, 64)
+    assert desc.shape == [6, seqlen] and desc.block_shape == [1, 64]
+    assert desc.strides[0] * 4 % 16 == 0 and desc.strides[1] == 1 and desc.base.data_ptr() % 16 == 0
+    assert torch.equal(desc.base[:, :seqlen], stats.view(6, seqlen))
 
 
 @pytest.mark.parametrize("deterministic", [True, False])

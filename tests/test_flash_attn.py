@@ -517,8 +517,8 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_gpu_hopper_backward_every_config(head_dim, causal, dtype, monkeypatch):
-    """The Hopper dK/dV and dQ kernels (backward_hopper.py) in their tuned configs and with three consumers, a
-    deeper ring or PREFETCH switched (at d = 256: the wide dK/dV kernel, and dQ in the configs that fit), against
+    """The Hopper dK/dV and dQ kernels (backward_hopper.py) in their tuned configs and with three consumers or a
+    deeper ring (at d = 256: the wide dK/dV kernel, and dQ in the configs that fit), against
     the oracle's gradients by flash-attn's criterion (the one the autograd tests use): ragged lengths, GQA, both
     causal alignments (seqlen_q > seqlen_k leaves rows with no key, and keys no row sees). Causal calls at
     SECTIONED_HEAD_DIMS run in sections of 3 pairs here, the last one short."""
@@ -544,10 +544,9 @@ def test_gpu_hopper_backward_every_config(head_dim, causal, dtype, monkeypatch):
                 delta, lse2 = bwd_preprocess(dout, out_ref.detach().to(dtype), lse_ref.contiguous(), None)
             where = f"{shape} bottom_right={bottom_right}"
             if head_dim > bh.MAX_NARROW_HEAD_DIM:
-                dkdv_configs, dq_configs = [(64, 64, 2, 2, False)], [(64, 32, 2, 2), (64, 32, 3, 2)]
+                dkdv_configs, dq_configs = [(64, 64, 2, 2)], [(64, 32, 2, 2), (64, 32, 3, 2)]
             else:
-                dkdv_configs = [(64, 64, 2, 2, False), (64, 64, 2, 2, True), (64, 64, 3, 2, True),
-                                (64, 64, 2, 3, False)]
+                dkdv_configs = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 64, 2, 3)]
                 dq_configs = [(64, 64, 2, 2), (64, 128, 2, 2), (64, 64, 3, 2), (64, 64, 2, 3)]
             for config in {bh.HOPPER_DKDV_CONFIGS.get((head_dim, causal)), *dkdv_configs} - {None}:
                 dk, dv = torch.empty_like(k), torch.empty_like(v)

@@ -47,11 +47,9 @@ def test_faster_than_both_pytorch_backends_in_every_row(results, post):
             assert min(c["min"] for c in rows(results, mode, peer)) > 1, (said, peer, mode)
 
 
-def test_lead_over_flash_backend_is_smallest_at_head_dim_64(results, post):
-    said = claim(post, "It is smallest at head dimension 64")
-    d64 = max(c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-flash", (64,)))
-    wider = min(c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-flash", (128, 256)))
-    assert d64 < wider, said
+def test_forward_backward_clears_one_and_a_half_flash_backend_everywhere(results, post):
+    said = claim(post, "Every row clears the 1.5× target: the lowest ratio at any length is")
+    assert min(c["min"] for c in rows(results, "fwd_bwd", "sdpa-flash")) >= 1.5, said
 
 
 def test_ahead_of_flex_in_every_row(results, post):
@@ -73,9 +71,10 @@ def test_against_cudnn(results, post):
     said = claim(post, "at 256 it is behind without the mask")
     assert all(c["geomean"] < 1 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (False,))), said
     assert all(c["geomean"] > 1 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (True,))), said
-    said = claim(post, "flashdoc is level with cuDNN at head dimension 256")
-    assert all(0.95 <= c["geomean"] <= 1.05 for c in rows(results, "fwd_bwd", "sdpa-cudnn", (256,))), said
-    assert all(c["geomean"] < 1 for c in rows(results, "fwd_bwd", "sdpa-cudnn", (64, 128))), said
+    said = claim(post, "flashdoc is a little ahead of cuDNN on average at head dimensions 64 and 256")
+    assert all(1 < c["geomean"] <= 1.10 for c in rows(results, "fwd_bwd", "sdpa-cudnn", (64, 256))), said
+    said = claim(post, "and behind at 128")
+    assert all(c["geomean"] < 1 for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,))), said
 
 
 def test_short_sequences_mostly_behind_cudnn(results, post):

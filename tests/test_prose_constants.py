@@ -5,6 +5,7 @@ page and a docstring repeat a value in prose. Each test here derives the words f
 the file, when a table changes under prose that still says the old value.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,15 @@ def test_fused_backward_threshold_in_prose(where):
     assert key == (64, True), "the prose says the threshold is for causal calls at head dimension 64"
     text = interface.flash_attn_func.__doc__ if isinstance(where, str) else where.read_text()
     assert f"{tokens:,}" in _one_line(text), f"{where} should give FUSED_DQ_MIN_SEQLEN as {tokens:,}"
+
+
+def test_fused_backward_threshold_in_short_form():
+    """The post also names the threshold in passing, as "(causal mask|causal calls|under the mask) from 2k tokens":
+    every such mention must be FUSED_DQ_MIN_SEQLEN in thousands of tokens."""
+    (tokens,) = backward_hopper.FUSED_DQ_MIN_SEQLEN.values()
+    said = re.findall(r"(?:causal mask|causal calls|under the mask) from (\d+)k tokens", _one_line(POST.read_text()))
+    assert said, "the post no longer names the threshold in short form: update or remove this test"
+    assert all(int(k) * 1024 == tokens for k in said), f"the post says {said}k tokens, the table {tokens:,}"
 
 
 def test_fused_backward_program_keys_in_prose():

@@ -13,11 +13,12 @@ changes is who does what inside a program:
   tiles in shared memory together and waits for the first only, so the second runs on the tensor cores while
   the first one's exponentials run on the CUDA cores.
 
-dK/dV: one program = N_CONSUMERS x BLOCK_N keys of one (batch, kv head); consumer c keeps keys
-[start_n + c * BLOCK_N, + BLOCK_N) and streams BLOCK_M query rows of Q and dO at a time, over every query head
-of its GQA group, computing the transposed step (keys x queries): S^T = K Q^T, P^T = exp2(S^T * scale - lse),
-dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q. Under the causal mask each consumer
-skips, while still releasing in order, the query tiles that see none of its keys.
+dK/dV: one program = N_CONSUMERS x BLOCK_N keys of one (batch, kv head); consumer c keeps keys [start_n + c *
+BLOCK_N, + BLOCK_N) and streams BLOCK_M query rows of Q and dO at a time (with their rows of the LSE and delta,
+which the producer copies into the same ring slot), over every query head of its GQA group, computing the transposed
+step (keys x queries): S^T = K Q^T, P^T = exp2(S^T * scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T -
+delta), dK += dS^T Q. Under the causal mask each consumer skips, while still releasing in order, the query tiles
+that see none of its keys.
 
 dK/dV for head dims over 128 (the *wide* kernel): two consumers cannot each keep BLOCK_N keys' two d-column fp32
 accumulators at d = 256 (256 registers a thread), so they share one program's keys and split the head dim: each
@@ -26,7 +27,7 @@ updates its half of dK's and dV's columns with both halves. S^T = K Q^T is two c
 column halves, the same k-steps in the same order as one product: its gradients too came out bit-identical to
 the portable kernel's on the H200.
 
-Fused dK/dV/dQ (head dim 64, calls that do not ask for determinism, causal ones from 4k tokens;
+Fused dK/dV/dQ (head dim 64, calls that do not ask for determinism, causal ones from 1k tokens;
 ``backward.fused_dq_runs``): the dK/dV kernel also computes dQ = dS K, FlashAttention-3's way. Both consumers
 stream the same query tiles (under the mask from the first that sees any of the program's keys, each masking to
 zeros the tiles that see none of its own), so each step one of them (in turn) computes the tile's dQ from both
@@ -48,7 +49,7 @@ import triton
 from . import LOG2E
 from .forward import MAX_GRID_Y
 from . import forward_hopper
-from .forward_hopper import GLUON, descriptor, gluon_runs
+from .forward_hopper import GLUON, descriptor, gluon_runs, rows_descriptor
 from .launch import launch_gluon
 
 if GLUON:
@@ -78,21 +79,19 @@ SECTIONED_HEAD_DIMS = frozenset({256})
 
 # --8<-- [start:hopper_bwd_configs]
 # Chosen with perf/gluon_bwd.py on the H200 (perf/NOTES.md, sessions 11 and 13), per (head dim, causal).
-# dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS, PREFETCH: load the
-# next tile's LSE and delta rows during this step's dK product). Two consumers, so that each thread has 240
-# registers for its two 64 x d fp32 accumulators (three spilled 1.6-4.6 KB at d = 128 and ran at 0.28-0.47x the
-# portable kernel's speed). PREFETCH gained 2-6% at d = 128 without the mask and lost 1-6% under it, where it made
-# ptxas spill more. Head dims over 128 run the wide kernel: its two consumers share BLOCK_N keys, each owning half
-# of dK's and dV's columns (1.4-1.75x the portable kernel at d = 256).
+# dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS). Two consumers, so
+# that each thread has 240 registers for its two 64 x d fp32 accumulators (three spilled 1.6-4.6 KB at d = 128 and
+# ran at 0.28-0.47x the portable kernel's speed). Head dims over 128 run the wide kernel: its two consumers share
+# BLOCK_N keys, each owning half of dK's and dV's columns (1.4-1.75x the portable kernel at d = 256).
 # dQ: (BLOCK_M query rows per consumer, BLOCK_N keys per streamed tile, STAGES, N_CONSUMERS).
 # A key that is missing stays on the portable kernels, which measured as fast there (d = 64 without the mask:
 # dK/dV 0.89-0.98x, dQ 0.98-1.02x).
 HOPPER_DKDV_CONFIGS = {
-    (64, True): (64, 64, 2, 2, False),
-    (128, False): (64, 64, 2, 2, True),
-    (128, True): (64, 64, 2, 2, False),
-    (256, False): (64, 64, 2, 2, False),
-    (256, True): (64, 64, 2, 2, False),
+    (64, True): (64, 64, 2, 2),
+    (128, False): (64, 64, 2, 2),
+    (128, True): (64, 64, 2, 2),
+    (256, False): (64, 64, 2, 2),
+    (256, True): (64, 64, 2, 2),
 }
 HOPPER_DQ_CONFIGS = {
     (64, True): (64, 128, 2, 2),
@@ -104,13 +103,15 @@ HOPPER_DQ_CONFIGS = {
 # The fused backward (``backward.fused_dq_runs``): the dK/dV kernel also computes dQ, adding each step's tile into
 # fp32 HBM with TMA reduce-adds, per (head dim, causal) (perf/fused_dq.py on the H200, perf/NOTES.md, sessions
 # 18-20: d = 64 1.07-1.20x the split kernels' speed without the mask, 1.06-1.09x under it from 4k tokens; leaving
-# each step's dQ products in flight into the next step made ptxas spill and lost 5-7%).
-FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2, False), (64, True): (64, 64, 2, 2, False)}
+# each step's dQ products in flight into the next step made ptxas spill and lost 5-7%. Session 23, with the LSE rows
+# in the ring, against the split kernels still loading them: 1.19-1.26x and 1.15-1.22x from 2k).
+FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2), (64, True): (64, 64, 2, 2)}
 # Under the mask every consumer streams every query tile from its program's first (the ones that see none of its
-# keys masked to zeros), and the fp32 dQ buffer is zeroed and scaled per call: at short lengths that costs more than
-# the two saved products (session 20, backward alone: 0.93x the split kernels at 512 tokens, 0.97x at 1k, 1.02x at
-# 2k, 1.06x at 4k). So the fused kernel takes causal calls whose query and key lengths both reach this.
-FUSED_DQ_MIN_SEQLEN = {(64, True): 4096}
+# keys masked to zeros), and the fp32 dQ buffer is zeroed and scaled per call: at short lengths that costs as much as
+# the two saved products (session 24, both with the LSE rows in the ring, backward alone, bf16: 0.90x the split
+# kernels at 512 tokens, 0.98x at 1k, 1.07x at 2k, 1.11x at 4k; session 20, before the ring: 0.93x, 0.97x, 1.02x,
+# 1.06x). So the fused kernel takes causal calls whose query and key lengths both reach this.
+FUSED_DQ_MIN_SEQLEN = {(64, True): 2048}
 # Causal fused programs in ``forward_hopper._causal_item``'s order, in sections of this many (batch, kv head) pairs,
 # costliest key blocks first, so that the last programs to start are light ones rather than the last pairs' heaviest
 # (the plain grid's order). Session 20, backward alone, bf16, against the plain grid: sections of 4 pairs 1.02-1.03x
@@ -202,22 +203,36 @@ if GLUON:
             tma.async_copy_global_to_shared(b_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, b_smem.index(c))
 
     @gluon.jit
+    def _load_rows(lse2_desc, delta_desc, lse2_dst, delta_dst, ready, row, start_m):
+        """One streamed tile's rows of the LSE and delta (``rows_descriptor``s), from query start_m of (batch,
+        head) row, into a ring slot, arriving on the slot's barrier with its Q and dO."""
+        tma.async_copy_global_to_shared(lse2_desc, [row, start_m], ready, lse2_dst)
+        tma.async_copy_global_to_shared(delta_desc, [row, start_m], ready, delta_dst)
+
+    @gluon.jit
     def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
-                  off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr):
+                  off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr, LSE2, DELTA, lse2_smem,
+                  delta_smem, n_heads):
+        """Each ring slot gets a tile of Q and dO and the tile's rows of the LSE and delta (LSE2 and DELTA:
+        ``rows_descriptor``s)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         _load_resident(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, start_n, off_hk)
         n_m = gl.cdiv(hi - lo, BLOCK_M)
+        nbytes: gl.constexpr = (q_desc.block_type.nbytes + do_desc.block_type.nbytes + LSE2.block_type.nbytes
+                                + DELTA.block_type.nbytes)
         for g in range(group_size):
             off_h = off_hk * group_size + g
             for j in range(n_m):
                 it = g * n_m + j
                 s = it % STAGES
                 mbarrier.wait(qdo_empty.index(s), ((it // STAGES) & 1) ^ 1)
-                mbarrier.expect(qdo_ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+                mbarrier.expect(qdo_ready.index(s), nbytes)
                 tma.async_copy_global_to_shared(q_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
                                                 q_smem.index(s))
                 tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
                                                 do_smem.index(s))
+                _load_rows(LSE2, DELTA, lse2_smem.index(s), delta_smem.index(s), qdo_ready.index(s),
+                           off_b * n_heads + off_h, lo + j * BLOCK_M)
 
     @gluon.jit
     def _release_skipped(ready, empty, it0, n, STAGES: gl.constexpr):
@@ -232,15 +247,16 @@ if GLUON:
 
     # --8<-- [start:hopper_bwd_step]
     @gluon.jit
-    def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_base, delta_base, offs_n, seqlen_q,
-               causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, PREFETCH: gl.constexpr,
-               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-               s_layout: gl.constexpr, p_layout: gl.constexpr, o_layout: gl.constexpr, dq_desc, ds_smem, k_smem,
-               dq_smem, ds_written, ds_free, off_b, off_h, SUB: gl.constexpr, FUSED_DQ: gl.constexpr, seqlen_k,
-               IS_CAUSAL: gl.constexpr, RAGGED_KEYS: gl.constexpr):
+    def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem, offs_n, seqlen_q,
+               causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
+               p_layout: gl.constexpr, o_layout: gl.constexpr, dq_desc, ds_smem, k_smem, dq_smem, ds_written, ds_free,
+               off_b, off_h, SUB: gl.constexpr, FUSED_DQ: gl.constexpr, seqlen_k, IS_CAUSAL: gl.constexpr,
+               RAGGED_KEYS: gl.constexpr):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
-        With PREFETCH, each step loads the next tile's LSE and delta rows while its dK product runs, instead of
-        paying their L2 round trip before its exponentials.
+        Each ring slot holds the tile's Q and dO and its rows of the LSE and delta (lse2_smem, delta_smem), which
+        the producer copies with TMA: loaded from global memory by each consumer at the top of every step, they
+        held the exponentials up (ncu, session 23).
 
         FUSED_DQ (every consumer streams the same query tiles in step): each step also adds its query tile's dQ
         share from all consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
@@ -253,11 +269,6 @@ if GLUON:
         if FUSED_DQ:
             N_CONSUMERS: gl.constexpr = ds_smem.shape[0]
             zero_dq = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
-        # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
-        if PREFETCH:
-            offs_m = m_lo + offs_m0
-            lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
-            delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
         for start_m in range(m_lo, m_hi, BLOCK_M):
             it = it0 + (start_m - m_lo) // BLOCK_M
             s = it % STAGES
@@ -265,9 +276,10 @@ if GLUON:
             q = q_smem.index(s).reshape([BLOCK_M, BLOCK_D])
             do = do_smem.index(s).reshape([BLOCK_M, BLOCK_D])
             offs_m = start_m + offs_m0
-            if not PREFETCH:
-                lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
-                delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+            # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
+            lse2 = gl.where(offs_m < seqlen_q, lse2_smem.index(s).reshape([BLOCK_M]).load(offs_m0.type.layout),
+                            float("inf"))
+            delta = delta_smem.index(s).reshape([BLOCK_M]).load(offs_m0.type.layout)
             # both products that need only the resident tiles and the streamed ones go out together: dP^T runs on the
             # tensor cores while P^T's exponentials run on the CUDA cores
             qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -310,21 +322,17 @@ if GLUON:
                     _tma_reduce_add(dq_desc, [off_b, start_m, off_h, 0], dq_smem.index(SUB))
             else:
                 dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
-            if PREFETCH:  # the next tile's rows (past m_hi: a few loads that nobody reads)
-                offs_next = offs_m + BLOCK_M
-                lse2 = gl.load(lse2_base + offs_next, mask=offs_next < seqlen_q, other=float("inf"))
-                delta = gl.load(delta_base + offs_next, mask=offs_next < seqlen_q, other=0.0)
             dk = warpgroup_mma_wait(0, deps=(dk, ))
             mbarrier.arrive(qdo_empty.index(s), count=1)  # one arrival per warpgroup: this slot may be refilled
         return dk, dv
     # --8<-- [end:hopper_bwd_step]
 
     @gluon.jit
-    def _consumer(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
-                  off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale,
-                  SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, PREFETCH: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc, ds_smem, dq_smem,
-                  ds_written, ds_free, FUSED_DQ: gl.constexpr, seqlen_k, RAGGED_KEYS: gl.constexpr):
+    def _consumer(dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
+                  qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, causal_offset, softmax_scale,
+                  qk_scale, SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc, ds_smem, dq_smem, ds_written, ds_free,
+                  FUSED_DQ: gl.constexpr, seqlen_k, RAGGED_KEYS: gl.constexpr):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M, 16])
@@ -361,7 +369,6 @@ if GLUON:
             v_op = v
         for g in range(group_size):
             off_h = off_hk * group_size + g
-            row = (off_b.to(gl.int64) * n_heads + off_h) * seqlen_q
             it0 = g * n_m
             if FUSED_DQ:
                 # every consumer streams every query tile, so that one dQ tile per step covers all their keys: the
@@ -370,16 +377,16 @@ if GLUON:
             else:
                 start = my_lo
             _release_skipped(qdo_ready, qdo_empty, it0, (start - lo) // BLOCK_M, STAGES)
-            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
+            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem,
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (start - lo) // BLOCK_M, start, full_lo,
-                            True, False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
-                            ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
-                            IS_CAUSAL, RAGGED_KEYS)
-            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, LSE2 + row, DELTA + row,
+                            True, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
+                            k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k, IS_CAUSAL,
+                            RAGGED_KEYS)
+            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem,
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi,
-                            False, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
-                            ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
-                            IS_CAUSAL, RAGGED_KEYS)
+                            False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
+                            k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k, IS_CAUSAL,
+                            RAGGED_KEYS)
         if FUSED_DQ:  # another consumer's last dQ product may still read this K tile
             n_steps = group_size * n_m
             mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
@@ -395,11 +402,12 @@ if GLUON:
     def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE2, DELTA, n_heads,
                               group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
                               IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr,
-                              PREFETCH: gl.constexpr, SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False,
+                              SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False,
                               RAGGED_KEYS: gl.constexpr = False):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
-        rowsum(dO * O) (``backward.bwd_preprocess``), both (batch, heads, seqlen_q). With FUSED_DQ, dq_desc is a
-        zeroed fp32 dQ buffer into which the program adds dS K (``_tiles``); without it, dq_desc is not read.
+        rowsum(dO * O) (``backward.bwd_preprocess``): ``forward_hopper.rows_descriptor``s over (batch, heads,
+        seqlen_q) buffers, whose rows the producer copies into the ring. With FUSED_DQ, dq_desc is a zeroed fp32 dQ
+        buffer into which the program adds dS K (``_tiles``); without it, dq_desc is not read.
         RAGGED_KEYS (fused only): seqlen_k is not a multiple of N_CONSUMERS * BLOCK_N (``_consumer``)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
@@ -412,6 +420,8 @@ if GLUON:
         v_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
         q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
         do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], do_desc.layout)
+        lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], LSE2.layout)
+        delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], DELTA.layout)
         kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         qdo_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         qdo_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -434,35 +444,43 @@ if GLUON:
             dq_smem = q_smem
             ds_written = kv_ready
             ds_free = kv_ready
+
         if N_CONSUMERS == 2:
             gl.warp_specialize([
                 (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
-                (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
-                (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
+                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
+                             delta_smem, n_heads)),
+                (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
+                             qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
+                             causal_offset, softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
+                             STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
+                             RAGGED_KEYS)),
+                (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
+                             qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
+                             causal_offset, softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
+                             STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
+                             RAGGED_KEYS)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
                 (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
-                (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 0, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
-                (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 1, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
-                (_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, n_heads, group_size, seqlen_q, causal_offset,
-                             softmax_scale, qk_scale, 2, IS_CAUSAL, PREFETCH, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                             dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k, RAGGED_KEYS)),
+                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
+                             delta_smem, n_heads)),
+                (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
+                             qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
+                             causal_offset, softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
+                             STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
+                             RAGGED_KEYS)),
+                (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
+                             qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
+                             causal_offset, softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
+                             STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
+                             RAGGED_KEYS)),
+                (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
+                             qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
+                             causal_offset, softmax_scale, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
+                             STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
+                             RAGGED_KEYS)),
             ], [4, 4, 4], [160, 160, 160])
 
     # dK/dV for head dims over 128 (the producer streams Q and dO in column halves; the consumers share the keys) --
@@ -475,7 +493,8 @@ if GLUON:
 
     @gluon.jit
     def _wide_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                       qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr):
+                       qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr, LSE2, DELTA,
+                       lse2_smem, delta_smem, n_heads):
         """``_producer`` with each tile in two column halves: half h of ring slot s is q_smem.index(2 * s + h)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
@@ -484,23 +503,27 @@ if GLUON:
             tma.async_copy_global_to_shared(k_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, k_smem.index(h))
             tma.async_copy_global_to_shared(v_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, v_smem.index(h))
         n_m = gl.cdiv(hi - lo, BLOCK_M)
+        nbytes: gl.constexpr = (2 * (q_desc.block_type.nbytes + do_desc.block_type.nbytes) + LSE2.block_type.nbytes
+                                + DELTA.block_type.nbytes)
         for g in range(group_size):
             off_h = off_hk * group_size + g
             for j in range(n_m):
                 it = g * n_m + j
                 s = it % STAGES
                 mbarrier.wait(qdo_empty.index(s), ((it // STAGES) & 1) ^ 1)
-                mbarrier.expect(qdo_ready.index(s), 2 * (q_desc.block_type.nbytes + do_desc.block_type.nbytes))
+                mbarrier.expect(qdo_ready.index(s), nbytes)
                 for h in gl.static_range(2):
                     tma.async_copy_global_to_shared(q_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
                                                     qdo_ready.index(s), q_smem.index(2 * s + h))
                     tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
                                                     qdo_ready.index(s), do_smem.index(2 * s + h))
+                _load_rows(LSE2, DELTA, lse2_smem.index(s), delta_smem.index(s), qdo_ready.index(s),
+                           off_b * n_heads + off_h, lo + j * BLOCK_M)
 
     # --8<-- [start:hopper_bwd_wide_step]
     @gluon.jit
     def _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty, ps_ready,
-                    ps_empty, lse2_base, delta_base, offs_n, seqlen_q, causal_offset, qk_scale, it0, m_lo, m_hi,
+                    ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, causal_offset, qk_scale, it0, m_lo, m_hi,
                     SUB: gl.constexpr, MASKED: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     COLS: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr):
         """``_tiles`` for one of the two consumers sharing the keys: query tiles [m_lo, m_hi), the ring's it0-th
@@ -524,8 +547,9 @@ if GLUON:
             do1 = do_smem.index(2 * s + 1).reshape([BLOCK_M, COLS])
             offs_m = start_m + offs_m0
             # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
-            lse2 = gl.load(lse2_base + offs_m, mask=offs_m < seqlen_q, other=float("inf"))
-            delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+            my_lse2 = lse2_smem.index(s).reshape([BLOCK_M]).slice(SUB * ROWS, ROWS)
+            lse2 = gl.where(offs_m < seqlen_q, my_lse2.load(offs_m0.type.layout), float("inf"))
+            delta = delta_smem.index(s).reshape([BLOCK_M]).slice(SUB * ROWS, ROWS).load(offs_m0.type.layout)
             # S^T and dP^T of my rows, each summed over both column halves; dP^T runs during the exponentials
             qkT = warpgroup_mma(k0, q0.slice(SUB * ROWS, ROWS).permute((1, 0)), zero_s, use_acc=False,
                                 is_async=True)
@@ -560,8 +584,8 @@ if GLUON:
     # --8<-- [end:hopper_bwd_wide_step]
 
     @gluon.jit
-    def _wide_consumer(dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, pT_smem, dsT_smem, kv_ready,
-                       qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo, hi, n_heads,
+    def _wide_consumer(dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, pT_smem, dsT_smem,
+                       kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo, hi,
                        group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, SUB: gl.constexpr,
                        IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, COLS: gl.constexpr,
                        STAGES: gl.constexpr):
@@ -578,14 +602,12 @@ if GLUON:
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         mbarrier.wait(kv_ready, 0)
         for g in range(group_size):
-            off_h = off_hk * group_size + g
-            row = (off_b.to(gl.int64) * n_heads + off_h) * seqlen_q
             it0 = g * n_m
             dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
-                                 ps_ready, ps_empty, LSE2 + row, DELTA + row, offs_n, seqlen_q, causal_offset,
+                                 ps_ready, ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, causal_offset,
                                  qk_scale, it0, lo, full_lo, SUB, True, BLOCK_M, BLOCK_N, COLS, STAGES, s_layout)
             dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
-                                 ps_ready, ps_empty, LSE2 + row, DELTA + row, offs_n, seqlen_q, causal_offset,
+                                 ps_ready, ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, causal_offset,
                                  qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, SUB, False, BLOCK_M,
                                  BLOCK_N, COLS, STAGES, s_layout)
         # both consumers read both halves of K and V to the end: wait for the other before overwriting mine
@@ -605,8 +627,8 @@ if GLUON:
     def _attn_bwd_dkdv_hopper_wide(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads,
                                    group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
                                    IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SECTION: gl.constexpr = 0):
-        """``_attn_bwd_dkdv_hopper`` for head dims over 128, every descriptor in tiles of half the head dim.
-        Grid: (key tiles of BLOCK_N, batch * kv heads)."""
+        """``_attn_bwd_dkdv_hopper`` for head dims over 128, every tile descriptor in tiles of half the head dim
+        (LSE2 and DELTA as there). Grid: (key tiles of BLOCK_N, batch * kv heads)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
@@ -635,17 +657,20 @@ if GLUON:
         for i in gl.static_range(2):
             mbarrier.init(ps_ready.index(i), count=2)
             mbarrier.init(ps_empty.index(i), count=2)
+        lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], LSE2.layout)
+        delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], DELTA.layout)
 
         gl.warp_specialize([
             (_wide_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES)),
-            (_wide_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, pT_smem, dsT_smem,
-                              kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo,
-                              hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 0,
+                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
+                              delta_smem, n_heads)),
+            (_wide_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, pT_smem,
+                              dsT_smem, kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk,
+                              start_n, lo, hi, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 0,
                               IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES)),
-            (_wide_consumer, (dk_desc, dv_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, pT_smem, dsT_smem,
-                              kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo,
-                              hi, n_heads, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 1,
+            (_wide_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, pT_smem,
+                              dsT_smem, kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk,
+                              start_n, lo, hi, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 1,
                               IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES)),
         ], [4, 4], [240, 240])
 
@@ -814,23 +839,24 @@ def _grid(n_tiles: int, n_pairs: int, k: torch.Tensor, head_dim: int, causal: bo
 def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
                     config=None, dq_acc=None):
     """``backward.bwd_dkdv`` on Hopper (dk, dv written in place; lse2, delta from ``backward.bwd_preprocess``).
-    config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS, PREFETCH), default ``HOPPER_DKDV_CONFIGS[head_dim, causal]``,
+    config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS), default ``HOPPER_DKDV_CONFIGS[head_dim, causal]``,
     or with dq_acc ``FUSED_DQ_CONFIGS[head_dim, causal]``.
     dq_acc: a zeroed float32 tensor shaped like q: run the fused kernel, which also adds dS K (dQ before the
     softmax scale) into it.
-    Head dims over ``MAX_NARROW_HEAD_DIM`` run the wide kernel, which takes (BLOCK_M, BLOCK_N, STAGES, 2, False):
+    Head dims over ``MAX_NARROW_HEAD_DIM`` run the wide kernel, which takes (BLOCK_M, BLOCK_N, STAGES, 2):
     BLOCK_N keys per program, half of each streamed tile's BLOCK_M rows per consumer."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     if dq_acc is not None:
         config = config or FUSED_DQ_CONFIGS[head_dim, causal]
-    block_m, block_n, stages, consumers, prefetch = config or HOPPER_DKDV_CONFIGS[head_dim, causal]
-    rest = (lse2, delta, n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
-            softmax_scale, softmax_scale * LOG2E)
+    block_m, block_n, stages, consumers = config or HOPPER_DKDV_CONFIGS[head_dim, causal]
+    # the producer copies each streamed tile's LSE and delta rows into the ring with its Q and dO
+    rest = (rows_descriptor(lse2, block_m), rows_descriptor(delta, block_m), n_heads, n_heads // n_kv_heads, seqlen_q,
+            seqlen_k, seqlen_k - seqlen_q if bottom_right else 0, softmax_scale, softmax_scale * LOG2E)
     if head_dim > MAX_NARROW_HEAD_DIM:
-        if (consumers, prefetch) != (2, False):
+        if consumers != 2:
             raise ValueError(f"the wide dK/dV kernel (head_dim {head_dim}) takes configs (BLOCK_M, BLOCK_N, STAGES, "
-                             f"2, False), got config={config}")
+                             f"2), got config={config}")
         cols = head_dim // 2
         grid, order = _grid(triton.cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, causal)
         launch_gluon(_attn_bwd_dkdv_hopper_wide, grid,
@@ -846,8 +872,8 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
                      (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
                       descriptor(v, block_n), dk_desc, descriptor(dv, block_n),
                       descriptor(dq_acc, block_m) if fused else dk_desc, *rest),  # (dq_desc: unread unless fused)
-                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, PREFETCH=bool(prefetch), **order,
-                          FUSED_DQ=fused, RAGGED_KEYS=fused and seqlen_k % (consumers * block_n) != 0),
+                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order, FUSED_DQ=fused,
+                          RAGGED_KEYS=fused and seqlen_k % (consumers * block_n) != 0),
                      num_warps=4)
 
 

@@ -458,6 +458,20 @@ def descriptor(t, rows: int, cols: int = 0):
                                 block_shape=[1, rows, 1, cols], layout=_smem_layout(rows, cols, t.dtype))
 
 
+def rows_descriptor(t: torch.Tensor, rows: int):
+    """A Gluon host descriptor over a contiguous fp32 (batch, heads, seqlen) tensor (the Hopper dK/dV kernels' LSE
+    and delta), read in (1, rows) tiles of one (batch, head)'s row; elements past seqlen read as zeros. TMA needs
+    16-byte row strides and tile starts, so a seqlen that is not a multiple of 4 gets its rows copied into a
+    padded buffer (batch x heads x seqlen floats; the launch's stream orders the buffer's reuse)."""
+    batch, heads, seqlen = t.shape
+    flat = t.view(batch * heads, seqlen)
+    if seqlen % 4:
+        flat = torch.nn.functional.pad(flat, (0, -seqlen % 4))
+    return unchecked_descriptor(TensorDescriptor, base=flat, shape=[batch * heads, seqlen], strides=[flat.stride(0), 1],
+                                block_shape=[1, rows],
+                                layout=gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
+
+
 def descriptors(q, k, v, out, block_m: int, block_n: int):
     """``descriptor``s for the kernel: Q and O in BLOCK_M rows (one consumer's), K and V in BLOCK_N."""
     return descriptor(q, block_m), descriptor(k, block_n), descriptor(v, block_n), descriptor(out, block_m)
