@@ -27,7 +27,7 @@ updates its half of dK's and dV's columns with both halves. S^T = K Q^T is two c
 column halves, the same k-steps in the same order as one product: its gradients too came out bit-identical to
 the portable kernel's on the H200.
 
-Fused dK/dV/dQ (head dim 64, calls that do not ask for determinism, causal ones from 1k tokens;
+Fused dK/dV/dQ (head dim 64, calls that do not ask for determinism, causal ones from ``FUSED_DQ_MIN_SEQLEN`` tokens;
 ``backward.fused_dq_runs``): the dK/dV kernel also computes dQ = dS K, FlashAttention-3's way. Both consumers
 stream the same query tiles (under the mask from the first that sees any of the program's keys, each masking to
 zeros the tiles that see none of its own), so each step one of them (in turn) computes the tile's dQ from both
@@ -247,6 +247,18 @@ if GLUON:
 
     # --8<-- [start:hopper_bwd_step]
     @gluon.jit
+    def _slot_rows(lse2_smem, delta_smem, s, first: gl.constexpr, offs_m, seqlen_q):
+        """The LSE and delta of query rows offs_m, the slot's rows from first on, from ring slot s (``_load_rows``).
+        Rows past seqlen_q get lse = inf, which makes P exactly 0 (their Q and dO tiles read as zeros)."""
+        BLOCK_M: gl.constexpr = lse2_smem.shape[2]
+        ROWS: gl.constexpr = offs_m.shape[0]
+        lse2 = gl.where(offs_m < seqlen_q,
+                        lse2_smem.index(s).reshape([BLOCK_M]).slice(first, ROWS).load(offs_m.type.layout),
+                        float("inf"))
+        delta = delta_smem.index(s).reshape([BLOCK_M]).slice(first, ROWS).load(offs_m.type.layout)
+        return lse2, delta
+
+    @gluon.jit
     def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem, offs_n, seqlen_q,
                causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, BLOCK_M: gl.constexpr,
                BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
@@ -276,10 +288,7 @@ if GLUON:
             q = q_smem.index(s).reshape([BLOCK_M, BLOCK_D])
             do = do_smem.index(s).reshape([BLOCK_M, BLOCK_D])
             offs_m = start_m + offs_m0
-            # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
-            lse2 = gl.where(offs_m < seqlen_q, lse2_smem.index(s).reshape([BLOCK_M]).load(offs_m0.type.layout),
-                            float("inf"))
-            delta = delta_smem.index(s).reshape([BLOCK_M]).load(offs_m0.type.layout)
+            lse2, delta = _slot_rows(lse2_smem, delta_smem, s, 0, offs_m, seqlen_q)
             # both products that need only the resident tiles and the streamed ones go out together: dP^T runs on the
             # tensor cores while P^T's exponentials run on the CUDA cores
             qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -546,10 +555,7 @@ if GLUON:
             do0 = do_smem.index(2 * s).reshape([BLOCK_M, COLS])
             do1 = do_smem.index(2 * s + 1).reshape([BLOCK_M, COLS])
             offs_m = start_m + offs_m0
-            # rows past seqlen_q: lse = inf makes P exactly 0 (their Q and dO tiles read as zeros)
-            my_lse2 = lse2_smem.index(s).reshape([BLOCK_M]).slice(SUB * ROWS, ROWS)
-            lse2 = gl.where(offs_m < seqlen_q, my_lse2.load(offs_m0.type.layout), float("inf"))
-            delta = delta_smem.index(s).reshape([BLOCK_M]).slice(SUB * ROWS, ROWS).load(offs_m0.type.layout)
+            lse2, delta = _slot_rows(lse2_smem, delta_smem, s, SUB * ROWS, offs_m, seqlen_q)
             # S^T and dP^T of my rows, each summed over both column halves; dP^T runs during the exponentials
             qkT = warpgroup_mma(k0, q0.slice(SUB * ROWS, ROWS).permute((1, 0)), zero_s, use_acc=False,
                                 is_async=True)
