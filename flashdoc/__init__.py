@@ -16,6 +16,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from . import reference  # noqa: E402  (teaching implementations shown on the site)
+from ._config import show_config  # noqa: E402
 from .interface import flash_attn_func, scaled_dot_product_attention  # noqa: E402
 
 try:
@@ -25,4 +26,4 @@ try:
 except PackageNotFoundError:  # running from a source checkout that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["flash_attn_func", "scaled_dot_product_attention", "reference", "__version__"]
+__all__ = ["flash_attn_func", "scaled_dot_product_attention", "reference", "show_config", "__version__"]

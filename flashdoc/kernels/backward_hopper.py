@@ -58,19 +58,8 @@ if GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
         warpgroup_mma, warpgroup_mma_wait
 
-    from triton._C.libtriton import ir
-    from triton.experimental.gluon.language._core import builtin
-
     from .forward_hopper import _causal_item, _key_range, _key_visible, _keys_seen
-
-    @builtin
-    def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-        """Add the shared-memory tile src into the tile of tensor_desc at coord (fp32), by the TMA unit: a bulk
-        reduce-add that completes asynchronously, like ``tma.async_copy_shared_to_global``; ``tma.store_wait``
-        waits for it. Triton 3.6's Gluon builder has the operation but its Python API does not wrap it."""
-        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-        _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
-                                                  src.handle)
+    from .gluon_support import tma_load, tma_reduce_add, tma_store
 
 # Causal calls at these head dims hand out their tiles as the forward does, in L2-sized sections of heads, costliest
 # first (``_grid``). Session 14 on the H200: at d = 256 the wide dK/dV kernel +10% at 8-16k and dQ +3-8%; at d <= 128
@@ -199,15 +188,15 @@ if GLUON:
         N_CONSUMERS: gl.constexpr = a_smem.shape[0]
         mbarrier.expect(ready, N_CONSUMERS * (a_desc.block_type.nbytes + b_desc.block_type.nbytes))
         for c in gl.static_range(N_CONSUMERS):
-            tma.async_copy_global_to_shared(a_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, a_smem.index(c))
-            tma.async_copy_global_to_shared(b_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, b_smem.index(c))
+            tma_load(a_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, a_smem.index(c))
+            tma_load(b_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, b_smem.index(c))
 
     @gluon.jit
     def _load_rows(lse2_desc, delta_desc, lse2_dst, delta_dst, ready, row, start_m):
         """One streamed tile's rows of the LSE and delta (``rows_descriptor``s), from query start_m of (batch,
         head) row, into a ring slot, arriving on the slot's barrier with its Q and dO."""
-        tma.async_copy_global_to_shared(lse2_desc, [row, start_m], ready, lse2_dst)
-        tma.async_copy_global_to_shared(delta_desc, [row, start_m], ready, delta_dst)
+        tma_load(lse2_desc, [row, start_m], ready, lse2_dst)
+        tma_load(delta_desc, [row, start_m], ready, delta_dst)
 
     @gluon.jit
     def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
@@ -227,9 +216,9 @@ if GLUON:
                 s = it % STAGES
                 mbarrier.wait(qdo_empty.index(s), ((it // STAGES) & 1) ^ 1)
                 mbarrier.expect(qdo_ready.index(s), nbytes)
-                tma.async_copy_global_to_shared(q_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
+                tma_load(q_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
                                                 q_smem.index(s))
-                tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
+                tma_load(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
                                                 do_smem.index(s))
                 _load_rows(LSE2, DELTA, lse2_smem.index(s), delta_smem.index(s), qdo_ready.index(s),
                            off_b * n_heads + off_h, lo + j * BLOCK_M)
@@ -328,7 +317,7 @@ if GLUON:
                     tma.store_wait(0)
                     dq_smem.index(SUB).reshape([BLOCK_M, BLOCK_D]).store(dq)
                     fence_async_shared()
-                    _tma_reduce_add(dq_desc, [off_b, start_m, off_h, 0], dq_smem.index(SUB))
+                    tma_reduce_add(dq_desc, [off_b, start_m, off_h, 0], dq_smem.index(SUB))
             else:
                 dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
             dk = warpgroup_mma_wait(0, deps=(dk, ))
@@ -403,8 +392,8 @@ if GLUON:
         k.store((dk * softmax_scale).to(dtype))
         v.store(dv.to(dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(dk_desc, [off_b, first, off_hk, 0], k_tile)
-        tma.async_copy_shared_to_global(dv_desc, [off_b, first, off_hk, 0], v_tile)
+        tma_store(dk_desc, [off_b, first, off_hk, 0], k_tile)
+        tma_store(dv_desc, [off_b, first, off_hk, 0], v_tile)
         tma.store_wait(0)
 
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
@@ -509,8 +498,8 @@ if GLUON:
         COLS: gl.constexpr = q_desc.block_type.shape[3]
         mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
         for h in gl.static_range(2):
-            tma.async_copy_global_to_shared(k_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, k_smem.index(h))
-            tma.async_copy_global_to_shared(v_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, v_smem.index(h))
+            tma_load(k_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, k_smem.index(h))
+            tma_load(v_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, v_smem.index(h))
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         nbytes: gl.constexpr = (2 * (q_desc.block_type.nbytes + do_desc.block_type.nbytes) + LSE2.block_type.nbytes
                                 + DELTA.block_type.nbytes)
@@ -522,9 +511,9 @@ if GLUON:
                 mbarrier.wait(qdo_empty.index(s), ((it // STAGES) & 1) ^ 1)
                 mbarrier.expect(qdo_ready.index(s), nbytes)
                 for h in gl.static_range(2):
-                    tma.async_copy_global_to_shared(q_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
+                    tma_load(q_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
                                                     qdo_ready.index(s), q_smem.index(2 * s + h))
-                    tma.async_copy_global_to_shared(do_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
+                    tma_load(do_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
                                                     qdo_ready.index(s), do_smem.index(2 * s + h))
                 _load_rows(LSE2, DELTA, lse2_smem.index(s), delta_smem.index(s), qdo_ready.index(s),
                            off_b * n_heads + off_h, lo + j * BLOCK_M)
@@ -624,8 +613,8 @@ if GLUON:
         k_tile.reshape([BLOCK_N, COLS]).store((dk * softmax_scale).to(dtype))
         v_tile.reshape([BLOCK_N, COLS]).store(dv.to(dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(dk_desc, [off_b, start_n, off_hk, SUB * COLS], k_tile)
-        tma.async_copy_shared_to_global(dv_desc, [off_b, start_n, off_hk, SUB * COLS], v_tile)
+        tma_store(dk_desc, [off_b, start_n, off_hk, SUB * COLS], k_tile)
+        tma_store(dv_desc, [off_b, start_n, off_hk, SUB * COLS], v_tile)
         tma.store_wait(0)
 
 
@@ -692,9 +681,9 @@ if GLUON:
             s = j % STAGES
             mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s), k_smem.index(s))
+            tma_load(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s), k_smem.index(s))
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s), v_smem.index(s))
+            tma_load(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s), v_smem.index(s))
 
     @gluon.jit
     def _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k, causal_offset,
@@ -759,7 +748,7 @@ if GLUON:
         # every product of this warpgroup has completed: its query tile's shared memory takes dQ
         q.store((dq * softmax_scale).to(dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(dq_desc, [off_b, first, off_h, 0], q_tile)
+        tma_store(dq_desc, [off_b, first, off_h, 0], q_tile)
         _release_skipped(k_ready, kv_empty, gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N) - gl.cdiv(my_hi, BLOCK_N),
                          STAGES)
         tma.store_wait(0)

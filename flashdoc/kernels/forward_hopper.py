@@ -35,24 +35,22 @@ import os
 import torch
 import triton
 
-from . import INTERPRET, LOG2E
+from . import INTERPRET, LOG2E, gluon_support
 from .launch import launch_gluon, unchecked_descriptor
 
 # FLASHDOC_HOPPER=0 keeps every forward and backward on the portable kernels (for comparisons and debugging).
 ENABLED = os.environ.get("FLASHDOC_HOPPER", "1") != "0"
 
-# Gluon is experimental and its API moves between Triton releases: only the tested one is used.
-TESTED_TRITON = "3.6."
-
-try:
+# Gluon is experimental and its API moves between Triton releases: only verified ones are used (gluon_support).
+GLUON = gluon_support.ALLOWED and not INTERPRET
+if GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
         warpgroup_mma, warpgroup_mma_wait
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    GLUON = triton.__version__.startswith(TESTED_TRITON) and not INTERPRET
-except ImportError:  # a Triton without Gluon
-    GLUON = False
+
+    from .gluon_support import tma_load, tma_store
 
 # --8<-- [start:hopper_configs]
 # (BLOCK_M rows per consumer, BLOCK_N keys per tile, STAGES of the key/value ring, N_CONSUMERS, PERSISTENT: one
@@ -101,10 +99,14 @@ def heads_per_section(k: torch.Tensor, n_pairs: int) -> int:
 
 
 def gluon_runs(q: torch.Tensor) -> bool:
-    """Whether the Gluon kernels (this forward, ``backward_hopper``) can take a call on q: Gluon from the tested
-    Triton, not switched off, a Hopper GPU, fp16/bf16."""
-    return (GLUON and ENABLED and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-            and _is_hopper(q.device.index if q.device.index is not None else torch.cuda.current_device()))
+    """Whether the Gluon kernels (this forward, ``backward_hopper``) can take a call on q: not switched off, a
+    Hopper GPU, fp16/bf16, and Gluon from a verified Triton (if not, the first such call warns)."""
+    if not (ENABLED and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+            and _is_hopper(q.device.index if q.device.index is not None else torch.cuda.current_device())):
+        return False
+    if not GLUON:
+        gluon_support.warn_portable_fallback()
+    return GLUON
 
 
 def supports(q: torch.Tensor, causal: bool) -> bool:
@@ -226,17 +228,17 @@ if GLUON:
                 q_row = row0 + c * BLOCK_M
                 if IS_CAUSAL:  # a skipped consumer's tile loads rows from 0 (unused: the barrier counts every tile)
                     q_row = gl.maximum(q_row, 0)
-                tma.async_copy_global_to_shared(q_desc, [off_b, q_row, off_h, 0], q_ready, q_smem.index(c))
+                tma_load(q_desc, [off_b, q_row, off_h, 0], q_ready, q_smem.index(c))
             n_kv = gl.cdiv(hi, BLOCK_N)
             for j in range(n_kv):
                 it = kv_it + j
                 s = it % STAGES
                 mbarrier.wait(kv_empty.index(s), ((it // STAGES) & 1) ^ 1)
                 mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s),
+                tma_load(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s),
                                                 k_smem.index(s))
                 mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s),
+                tma_load(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s),
                                                 v_smem.index(s))
             kv_it += n_kv
             r += 1
@@ -357,7 +359,7 @@ if GLUON:
             if not skipped:
                 o_tile.reshape([BLOCK_M, BLOCK_D]).store(acc.to(dtype))
                 fence_async_shared()
-                tma.async_copy_shared_to_global(o_desc, [off_b, first, off_h, 0], o_tile)
+                tma_store(o_desc, [off_b, first, off_h, 0], o_tile)
             # the key tiles this warpgroup skipped are still released, in order, once loaded (an early arrival
             # would count towards the stage's previous use). (backward_hopper._release_skipped does the same; called
             # here, it made ptxas spill 260 bytes instead of 12 at d = 128, so the loop stays written out.)

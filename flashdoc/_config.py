@@ -1,0 +1,122 @@
+"""``python -m flashdoc`` and ``flashdoc.show_config()``: which versions, which GPU, which kernel path each call
+takes and why, where compiled kernels are cached, and which ``FLASHDOC_*`` switches are set.
+
+Modelled on ``python -m torch.utils.collect_env``: paste its output into a bug report. It reads the same
+decisions the kernels make (``kernels.gluon_support``, the Hopper kernels' config tables), so it cannot drift
+from them.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+# The switches flashdoc reads, with their default and what setting them does.
+SWITCHES = {
+    "FLASHDOC_HOPPER": ("1", "0 keeps every call on the portable kernels, even on Hopper"),
+    "FLASHDOC_UNVERIFIED_TRITON": ("0", "1 lets the Hopper kernels run on a Triton release they were not verified on"),
+    "FLASHDOC_AUTOTUNE": ("1", "0 skips the autotuner and takes each head dim's default tile config"),
+    "FLASHDOC_LAUNCH_CACHE": ("1", "0 sends every launch through Triton's own (slower) launch path"),
+    "TRITON_INTERPRET": ("unset", "1 runs the kernels in Triton's interpreter on CPU tensors (set without a GPU)"),
+    "TRITON_CACHE_DIR": ("unset", "where Triton keeps compiled kernels"),
+}
+
+
+def _versions() -> list[tuple[str, str]]:
+    import torch
+    import triton
+
+    import flashdoc
+
+    cuda = torch.version.cuda or "none (a CPU build)"
+    return [
+        ("flashdoc", f"{flashdoc.__version__} ({os.path.dirname(flashdoc.__file__)})"),
+        ("Python", f"{platform.python_version()} ({sys.executable})"),
+        ("torch", f"{torch.__version__}, CUDA {cuda}"),
+        ("Triton", triton.__version__),
+        ("OS", platform.platform()),
+    ]
+
+
+def _gpus() -> list[tuple[str, str]]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return [("GPU", "none: the kernels run in Triton's interpreter on the CPU (slow, exact)")]
+    rows = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        rows.append((f"GPU {i}", f"{p.name}, compute capability {p.major}.{p.minor}, {p.multi_processor_count} SMs, "
+                                 f"{p.total_memory / 2**30:.0f} GiB"))
+    return rows
+
+
+def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = None) -> list[tuple[str, str]]:
+    """(operation, the kernel that takes it and why) for a GPU of the given compute capability (None: no GPU),
+    with the kernels compiled or (interpret) run by Triton's interpreter; by default as this process runs them."""
+    from .kernels import INTERPRET, backward_hopper, forward_hopper, gluon_support
+
+    if interpret is None:
+        interpret = INTERPRET
+    if capability is None or interpret:
+        why = "no CUDA GPU" if capability is None else "TRITON_INTERPRET=1"
+        return [("every call", f"portable kernels in Triton's interpreter ({why})")]
+    if capability[0] != 9:
+        return [("every call", f"portable kernels (compute capability {capability[0]}.{capability[1]}: the Gluon "
+                               "kernels are written for Hopper, 9.0)")]
+    if not forward_hopper.ENABLED:
+        return [("every call", "portable kernels (FLASHDOC_HOPPER=0)")]
+    if not gluon_support.ALLOWED:
+        return [("every call", f"portable kernels: {gluon_support.REASON}")]
+
+    def dims(table):
+        return "/".join(str(d) for d in sorted({d for d, _ in table}))
+
+    fwd, dkdv = forward_hopper.HOPPER_CONFIGS, backward_hopper.HOPPER_DKDV_CONFIGS
+    dq = backward_hopper.HOPPER_DQ_CONFIGS
+    return [
+        ("forward", f"Hopper (Gluon) kernel at head dims {dims(fwd)} in fp16/bf16; portable kernel otherwise "
+                    "(fp32, other head dims)"),
+        ("backward dK/dV", f"Hopper kernel at head dims {dims(dkdv)} in fp16/bf16; portable otherwise"),
+        ("backward dQ", f"Hopper kernel at head dims {dims(dq)} in fp16/bf16, fused into the dK/dV kernel where "
+                        "that is faster; portable otherwise"),
+        ("why", gluon_support.REASON),
+    ]
+
+
+def _cache_dir() -> str:
+    try:
+        from triton import knobs
+
+        return knobs.cache.dir
+    except (ImportError, AttributeError):
+        return os.environ.get("TRITON_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+
+
+def report() -> str:
+    """The environment report as text."""
+    import torch
+
+    capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    sections = [
+        ("Versions", _versions()),
+        ("GPUs", _gpus()),
+        ("Kernel path", kernel_paths(capability)),
+        ("Compiled kernels", [("Triton cache", _cache_dir()),
+                              ("autotuning", "each process tunes once per shape family and keeps it in memory")]),
+        ("Switches", [(name, f"{os.environ.get(name, '(default ' + default + ')')}: {meaning}")
+                      for name, (default, meaning) in SWITCHES.items()]),
+    ]
+    width = max(len(key) for _, rows in sections for key, _ in rows)
+    lines = []
+    for title, rows in sections:
+        lines.append(title)
+        lines.extend(f"  {key:<{width}}  {value}" for key, value in rows)
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def show_config() -> None:
+    """Print which versions, GPU and kernel path flashdoc uses here, and why (``python -m flashdoc``)."""
+    print(report(), end="")
