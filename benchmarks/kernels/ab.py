@@ -1,11 +1,12 @@
 """A/B timing of kernel variants on the GPU, each at fixed tile configs (no autotuner), in one process.
 
-    PYTHONPATH=. python perf/ab.py [--variants base,new,pipe,ws] [--out ab.json]
+    PYTHONPATH=. python benchmarks/kernels/ab.py [--variants base,new,pipe,ws] [--out ab.json]
 
 Variants, each loaded as its own package from a copy of the kernel sources:
-- base: perf/_base/{forward,backward}.py, a snapshot of the kernels before the change under test (copy them
-  there before editing; the folder is git-ignored and travels to the GPU with `carry`);
-- perf/<folder>: any other such snapshot folder; a file it lacks comes from `new`;
+- base: benchmarks/kernels/_base/{forward,backward}.py, a snapshot of the kernels before the change under test
+  (copy them there before editing; the folder is git-ignored: carry it to the GPU box with the working tree);
+- <folder>/...: any other such snapshot folder, by its path from the repository's root (e.g.
+  benchmarks/kernels/_same); a file it lacks comes from `new`;
 - new:  flashdoc/kernels as they are now;
 - pipe: `new` with the unmasked forward loop software-pipelined by hand: the next tile's Q K^T is issued before
   the current tile's softmax (FlashAttention-3's intra-warpgroup overlap), if Triton keeps that product in flight;
@@ -13,7 +14,7 @@ Variants, each loaded as its own package from a copy of the kernel sources:
   instead of the MUFU (FlashAttention-4's split: the MUFU's 16 exp2 per clock per SM bind at d = 64); poly4:
   a quarter of them;
 - qk:   `new` with the dK/dV step computed queries-by-keys (S = Q K^T, K and V as B operands, P^T and dS^T into
-  the accumulating products; rejected in session 8: same registers, same speed);
+  the accumulating products; rejected: same registers, same speed);
 - ws:   `new` with `warp_specialize=True` on the forward's key loops;
 - lazy: `new` with the forward's rescaling of the accumulator skipped while no row's maximum has grown by more
   than 8 (log2 units, a factor 256), a branch on the whole tile (FlashAttention-4's conditional rescaling);
@@ -24,8 +25,8 @@ Variants, each loaded as its own package from a copy of the kernel sources:
   EVEN_N constexpr would compile them for lengths that the key tile divides (the A/B's lengths);
 - diag1: `new` with the masked loops (the causal diagonal, the ragged ends) of all three attention kernels
   left unpipelined (`num_stages=1`): a loop of one or two tiles pays a full pipeline prologue otherwise;
-(Variants timed in earlier sessions and rejected live in git: the fused backward with atomic dQ at commit
-cfdb8d3, the dV/dK split of the dK/dV kernel (`split`) at commit 00bd95b; see NOTES.md.)
+(Rejected variants that were removed live in git: the fused backward with atomic dQ at commit cfdb8d3, the
+dV/dK split of the dK/dV kernel (`split`) at commit 00bd95b; benchmarks/FINDINGS.md has their figures.)
 bf16, 16k tokens in total, heads = 2048 / d, layout (B, N, H, d). Prints each variant's median TFLOP/s over
 --rounds rounds (the variants in a rotated order each round) and its ratio to base.
 """
@@ -42,7 +43,7 @@ import tempfile
 import torch
 import triton
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "flashdoc" / "kernels"
 # AB_DEVICE=cpu (with TRITON_INTERPRET=1 and tiny --ns, --tokens) checks the variants' plumbing and results.
 DEVICE = os.environ.get("AB_DEVICE", "cuda")
@@ -165,8 +166,8 @@ def variants(names):
     fwd_new, bwd_new = (KERNELS / "forward.py").read_text(), (KERNELS / "backward.py").read_text()
     for name in names:
         fwd, bwd = fwd_new, bwd_new
-        if name == "base" or name.startswith("perf/"):  # a snapshot folder (git-ignored, carried)
-            folder = ROOT / ("perf/_base" if name == "base" else name)
+        if name == "base" or "/" in name:  # a snapshot folder (git-ignored, carried)
+            folder = ROOT / ("benchmarks/kernels/_base" if name == "base" else name)
             if (folder / "forward.py").exists():
                 fwd = (folder / "forward.py").read_text()
             if (folder / "backward.py").exists():
@@ -295,7 +296,7 @@ def main():
                 q, k, v, do = (torch.randn(b, n, h, d, device=DEVICE, dtype=dtype) for _ in range(4))
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
                 # One set of output buffers for every variant: where a variant's outputs live in memory moved its
-                # timing by up to +-5% (a copy of one variant under two names read 0.94-1.03x, session 6).
+                # timing by up to +-5% (a copy of one variant under two names read 0.94-1.03x).
                 out, lse = torch.empty_like(q), torch.empty(b, h, n, device=DEVICE, dtype=torch.float32)
                 dq, dk, dv = (torch.empty_like(q) for _ in range(3))
                 tests = []  # (label, variant, setup before timing, timed function, FLOPs, result)

@@ -1,10 +1,10 @@
 """A/B: the fused backward (``backward_hopper``'s dK/dV kernel also adding dQ with TMA reduce-adds, 5 products per
 tile pair) against the split kernels (dK/dV and dQ, 7 products, deterministic), at head dim 64, where the fused
-kernel runs (perf/NOTES.md, sessions 16-20, says why). The fused variant runs at every length here: the script
+kernel runs (benchmarks/FINDINGS.md says why). The fused variant runs at every length here: the script
 lifts the causal calls' minimum length (``backward_hopper.FUSED_DQ_MIN_SEQLEN``), which this A/B measured.
 
-    PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python perf/code_hash.py   # compile for sm_90 here, no GPU
-    PYTHONPATH=. python3 perf/fused_dq.py --check --bench --causal       # on the H200, ~2 min
+    PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python benchmarks/kernels/code_hash.py   # sm_90 compile, no GPU
+    PYTHONPATH=. python3 benchmarks/kernels/fused_dq.py --check --bench --causal       # on an H200, ~2 min
 
 --check: every variant against a float64 reference (bf16 and fp16, GQA, ragged, both masks; the other head dims
 take the split kernels), and whether the split path is bit-identical run to run. --bench:

@@ -1,15 +1,16 @@
 """A/B of the Hopper backward kernels (flashdoc/kernels/backward_hopper.py) against the portable ones, and
 their sm_90 compile (registers, spills) without a GPU.
 
-    python3 perf/gluon_bwd.py --check --bench          # on the H200: every config against the portable kernels
-    PYTHONPATH=/tmp/t36:. python perf/gluon_bwd.py --aot   # here, with a Triton 3.6 wheel unpacked in /tmp/t36
+    PYTHONPATH=. python3 benchmarks/kernels/gluon_bwd.py --check --bench   # on an H200: every config against
+                                                                          # the portable kernels
+    PYTHONPATH=/tmp/t36:. python benchmarks/kernels/gluon_bwd.py --aot   # no GPU: a Triton 3.6 wheel in /tmp/t36
 
-The kernels were written here as a prototype in session 10, compiled for sm_90 without a GPU, and moved into
-flashdoc in session 11 after their first H200 run (perf/NOTES.md); the wide dK/dV kernel (head dims over 128)
-was a prototype of session 12, moved in in session 13 (with a PREFETCH field, which session 23's LSE rows in the
-ring replaced). Candidate configs can be given on the command line:
+--check compares every config's gradients with the portable kernels' (they are bit-identical: the same products
+in the same order); --bench times each kernel against the autotuned portable one. Candidate configs can be given
+on the command line:
 
-    python3 perf/gluon_bwd.py --check --bench --head-dims 256 --dkdv-configs 64,64,2,2 --dq-configs 64,32,2,2
+    python3 benchmarks/kernels/gluon_bwd.py --check --bench --head-dims 256 --dkdv-configs 64,64,2,2 \
+        --dq-configs 64,32,2,2
 """
 
 import argparse
@@ -23,7 +24,7 @@ from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.backward import bwd_dkdv, bwd_dq, bwd_preprocess
 from flashdoc.kernels.forward import attn_fwd
 from flashdoc.kernels.launch import on_device
-from perf.code_hash import ROWS, compile_config, ptxas_info
+from benchmarks.kernels.code_hash import ROWS, compile_config, ptxas_info
 
 # candidates, dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS)
 CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 64, 2, 3)]

@@ -1,8 +1,8 @@
-"""A/B harness for the Hopper forward in Gluon (flashdoc/kernels/forward_hopper.py, session 9).
+"""A/B harness for the Hopper forward in Gluon (flashdoc/kernels/forward_hopper.py).
 
-    PYTHONPATH=/tmp/t36:. python perf/gluon_fwd.py --aot   # compile every config for sm_90 here (a Triton 3.6
-                                                            # wheel unpacked in /tmp/t36; no GPU needed)
-    python3 perf/gluon_fwd.py --check --bench              # on the H200: against the portable kernel
+    PYTHONPATH=/tmp/t36:. python benchmarks/kernels/gluon_fwd.py --aot   # compile every config for sm_90 here
+                                                                         # (a Triton 3.6 wheel in /tmp/t36, no GPU)
+    PYTHONPATH=. python3 benchmarks/kernels/gluon_fwd.py --check --bench   # on an H200: against the portable kernel
 
 Configs are (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent).
 """
@@ -14,8 +14,8 @@ import torch
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.forward import attn_fwd as tl_fwd
 from flashdoc.kernels.launch import on_device
-from perf.code_hash import compile_config, ptxas_info
-from perf.gluon_bwd import _config, _time
+from benchmarks.kernels.code_hash import compile_config, ptxas_info
+from benchmarks.kernels.gluon_bwd import _config, _time
 
 # (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent)
 CONFIGS = [(64, 128, 2, 3, False), (64, 128, 2, 2, False), (64, 128, 2, 3, True), (64, 128, 2, 2, True),

@@ -1,6 +1,6 @@
 """Host (CPU) time per call: how long the Python side of each path takes when the GPU work is negligible.
 
-    PYTHONPATH=. python perf/host_overhead.py [--profile] [--trace trace.json]
+    PYTHONPATH=. python benchmarks/kernels/host_overhead.py [--profile] [--trace trace.json]
 
 At N <= 1k a forward takes 0.1-0.3 ms on the GPU, and do_bench times each call after an L2 flush of about
 60 us: host work beyond that leaves the GPU idle inside the timed window, so it shows up as lower TFLOP/s.

@@ -1,12 +1,12 @@
 """Host cost of one kernel launch, layer by layer, and where the forward + backward step's host time goes.
 
-    PYTHONPATH=. python perf/launch_cost.py
+    PYTHONPATH=. python benchmarks/kernels/launch_cost.py
 
 Times the dQ kernel on a tiny problem (GPU work negligible), from the public launcher down to Triton's compiled
 launcher called directly, then the whole forward + backward step with the backward on autograd's worker thread
 or on the calling thread, with the process free to use every CPU or pinned to one, and the same for a step
-whose backward is a Python loop of growing length (session 7: unpinned, the worker thread's extra time did not
-follow the loop's length; pinned, the hand-off cost ~10 us).
+whose backward is a Python loop of growing length (unpinned, the worker thread's extra time did not follow the
+loop's length; pinned, the hand-off cost ~10 us).
 """
 
 import cProfile
@@ -19,11 +19,11 @@ import torch
 
 import flashdoc
 import flashdoc.interface as interface
-from flashdoc.bench import _pin_threads  # every thread of this process, as the benchmark pins
+from benchmarks.kernels.host_overhead import per_call_us
+from benchmarks.timing import pin_threads as _pin_threads  # every thread of this process, as the benchmark pins
 from flashdoc.kernels import backward as bwd
 from flashdoc.kernels import forward as fwd
 from flashdoc.kernels import launch
-from host_overhead import per_call_us  # perf/ is this script's directory
 
 
 def main():

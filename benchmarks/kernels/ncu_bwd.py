@@ -1,9 +1,9 @@
-"""Backward launches to read with Nsight Compute: the variants of perf/fused_dq.py (the split kernels, the fused
+"""Backward launches to read with Nsight Compute: the variants of fused_dq.py (the split kernels, the fused
 one), each once to compile (and autotune), then once more to profile.
 
     ncu --clock-control none --nvtx --nvtx-include "profile/" -k regex:_attn_bwd_dkdv \
         --section SpeedOfLight --section WarpStateStats --section SourceCounters \
-        python3 perf/ncu_bwd.py --variants fused --n 16384 --causal --dtype fp16
+        python3 benchmarks/kernels/ncu_bwd.py --variants fused --n 16384 --causal --dtype fp16
 
 (only the launches inside the NVTX range "profile" are profiled: every variant's second backward, after the first
 has compiled and autotuned it). d = 64, 16k tokens (batch 16384 / N, 32 heads); --n, --causal and --dtype pick
@@ -16,7 +16,7 @@ import argparse
 
 import torch
 
-from perf.fused_dq import VARIANTS, forward, run_variant
+from benchmarks.kernels.fused_dq import VARIANTS, forward, run_variant
 
 
 def main():

@@ -2,7 +2,7 @@
 
     ncu --clock-control none -k regex:_attn_fwd --launch-skip 2 --launch-count 2 \
         --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
-        python3 perf/ncu_fwd.py --d 128 --n 4096 --causal --configs "64,64,3,4;128,64,2,4"
+        python3 benchmarks/kernels/ncu_fwd.py --d 128 --n 4096 --causal --configs "64,64,3,4;128,64,2,4"
 
 (--launch-skip = the number of configs: the compiling launches). bf16, 16k tokens, heads = 2048 / d.
 """

@@ -1,11 +1,12 @@
 """Tile-config sweep on the GPU: every candidate config of each kernel, launched directly (no autotuner).
 
-    PYTHONPATH=. python perf/sweep.py [--ds 64,128,256] [--kinds fwd,dkdv,dq] [--out sweep.json]
-    PYTHONPATH=. python perf/sweep.py --round 2 --ds 64,128 --kinds fwd,dkdv,dq   (or --round 3)
-    PYTHONPATH=. python perf/sweep.py --round 4 --ds 64,128 --causal True --fwd-ns 2048,4096,8192 --bwd-ns ...
+    PYTHONPATH=. python benchmarks/kernels/sweep.py [--ds 64,128,256] [--kinds fwd,dkdv,dq] [--out sweep.json]
+    PYTHONPATH=. python benchmarks/kernels/sweep.py --round 2 --ds 64,128 --kinds fwd,dkdv,dq   (or --round 3)
+    PYTHONPATH=. python benchmarks/kernels/sweep.py --round 4 --ds 64,128 --causal True --fwd-ns 2048,4096,8192 \
+        --bwd-ns ...
 
 Kinds: fwd (the package's forward), dkdv / dq (the package's backward kernels, timed one at a time). To compare
-whole kernel versions instead of tile sizes, use perf/ab.py. bf16, 16k tokens in total (batch = 16384 / N),
+whole kernel versions instead of tile sizes, use ab.py. bf16, 16k tokens in total (batch = 16384 / N),
 heads = 2048 / d, layout (B, N, H, d). TFLOP/s: 4 B H N^2 d (halved when causal) per
 forward; the dK/dV kernel does 4 of the backward's 7 matmuls (2.5 x forward in all), dQ the other 3.
 Compilation runs first in parallel worker processes (it is CPU-bound and the cache is shared), timing after.
@@ -22,9 +23,8 @@ import time
 # SWEEP_DEVICE=cpu SWEEP_TOKENS=... give a slow interpreter dry run of the script's plumbing.
 DEVICE = os.environ.get("SWEEP_DEVICE", "cuda")
 TOKENS = int(os.environ.get("SWEEP_TOKENS", 16384))
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
+# The workers import flashdoc from this checkout (the repository's root, two folders up).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def C(bm, bn, s, w):
@@ -77,7 +77,7 @@ ROUND2 = {
               C(64, 32, 2, 4)],
     },
 }
-# Round 3 (--round 3, session 3): 128-row tiles on 4 warps, which perf/ab.py found fast for the d = 128
+# Round 3 (--round 3): 128-row tiles on 4 warps, which ab.py found fast for the d = 128
 # forward (two such programs fit one SM); the current configs come first.
 ROUND3 = {
     "fwd": {
@@ -97,7 +97,7 @@ ROUND3 = {
         256: [C(128, 32, 3, 8), C(128, 32, 2, 4), C(128, 16, 2, 4), C(128, 16, 3, 4), C(64, 32, 2, 4)],
     },
 }
-# Round 4 (session 7): causal at 2k-8k, where the benchmark is weakest (bf16 d = 64 causal forward + backward at
+# Round 4: causal at 2k-8k, where the benchmark is weakest (bf16 d = 64 causal forward + backward at
 # 4k ran 0.72x its non-causal speed); the package's candidates first, then neighbours. With --causal True.
 ROUND4 = {
     "fwd": {
@@ -188,7 +188,7 @@ def main():
     ap.add_argument("--causal", default="False,True")
     ap.add_argument("--rounds", type=int, default=3,
                     help="times each config is timed, the configs in a rotated order each time (median kept): a "
-                         "fixed order biases configs by their position (perf/NOTES.md, session 6)")
+                         "fixed order biases configs by their position (up to +-6%%)")
     ap.add_argument("--regs", action="store_true", help="print each compiled kernel's registers and spills")
     ap.add_argument("--regs-only", action="store_true", help="with --regs: compile and report, no timing")
     args = ap.parse_args()
