@@ -1,4 +1,4 @@
-"""The benchmark harness (flashdoc.bench) in its smallest mode, on the CPU.
+"""The benchmark harness (benchmarks/) in its smallest mode, on the CPU.
 
 Only the plumbing is tested: what gets written, its schema, the printed ratio table, and that a peer which is
 missing or fails is reported as skipped with a reason instead of stopping the run. No timing is asserted:
@@ -12,7 +12,8 @@ import threading
 import pytest
 import torch
 
-from flashdoc import bench
+from benchmarks import kernel_configs, peers, report, schema, timing
+from benchmarks.run import main, run_benchmark
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # The smallest sweep: one tiny shape, both modes and both maskings (about a second of interpreted flashdoc).
@@ -30,7 +31,7 @@ RECORD_KEYS = {"kind", "peer", "mode", "dtype", "head_dim", "causal", "seqlen", 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    results = bench.run_benchmark(out_dir=out, device=DEVICE, peers=PEERS, progress=False, verbose=False, **TINY)
+    results = run_benchmark(out_dir=out, device=DEVICE, peers=PEERS, progress=False, verbose=False, **TINY)
     return out, results
 
 
@@ -41,7 +42,7 @@ def test_results_json_schema(run):
     for key in ("schema", "date", "gpu", "torch", "triton", "flashdoc", "device", "note", "sweep", "peers",
                 "records", "quantiles"):
         assert key in on_disk, key
-    assert on_disk["schema"] == bench.SCHEMA
+    assert on_disk["schema"] == schema.SCHEMA
     if DEVICE == "cpu":  # no pinning and, under the interpreter, no autotuner
         assert on_disk["pinned_cpu"] is None and on_disk["flashdoc_autotuned"] == []
     else:  # timed on one CPU, and every (length bucket, head dim, masking) that flashdoc ran has its picks
@@ -54,7 +55,7 @@ def test_results_json_schema(run):
     assert on_disk["device"] == DEVICE
     if DEVICE == "cpu":
         assert "not meaningful" in on_disk["note"].lower()
-    assert set(on_disk["peers"]) == {p.name for p in bench.PEERS}
+    assert set(on_disk["peers"]) == {p.name for p in peers.PEERS}
 
     speed = [r for r in on_disk["records"] if r["kind"] == "speed"]
     # one record per (mode, causal) for every available peer
@@ -65,7 +66,7 @@ def test_results_json_schema(run):
         assert r["status"] in ("ok", "skipped")
         if r["status"] == "ok":
             assert r["ms"] > 0 and r["tflops"] > 0 and r["first_call_s"] > 0
-            assert r["flops"] == bench.flops(r["mode"], r["batch"], r["heads"], r["seqlen"], r["head_dim"],
+            assert r["flops"] == schema.flops(r["mode"], r["batch"], r["heads"], r["seqlen"], r["head_dim"],
                                              r["causal"])
         else:
             assert r["reason"]
@@ -76,7 +77,7 @@ def test_results_json_schema(run):
     if DEVICE == "cpu":  # GPU memory statistics need a GPU: one record says so
         assert len(memory) == 1 and memory[0]["status"] == "skipped" and memory[0]["reason"]
     else:
-        assert {r["peer"] for r in memory} == set(bench.MEMORY_PEERS)
+        assert {r["peer"] for r in memory} == set(schema.MEMORY_PEERS)
         assert all(r["peak_extra_bytes"] > 0 for r in memory if r["status"] == "ok")
 
 
@@ -93,9 +94,9 @@ def test_every_timing_is_the_best_of_its_passes(run):
 
 def test_the_second_pass_times_in_reverse_order():
     configs = [("fwd", "fp16", 32, False, n) for n in (64, 128, 256)]
-    assert [row for row, _ in bench._pass_order(configs, 1)] == [2, 1, 0]
+    assert [row for row, _ in timing.pass_order(configs, 1)] == [2, 1, 0]
     for row in range(3):
-        assert bench._row_order(row, 1) == bench._row_order(row, 0)[::-1]
+        assert timing.row_order(peers.PEERS, row, 1) == timing.row_order(peers.PEERS, row, 0)[::-1]
 
 
 # (one peer, four configurations per pass) the second call of the second pass; the very first call
@@ -104,7 +105,7 @@ def test_an_interrupted_run_keeps_what_it_timed(tmp_path, monkeypatch, stop_at, 
     """Ctrl-C (or `timeout`'s SIGTERM) during the timing: what was timed is still written, each configuration
     once with the passes it got, the tables and plots too (even with nothing timed), and the run says so."""
     calls = []
-    measure = bench.measure_speed
+    measure = timing.measure_speed
 
     def measure_then_stop(*args, **kwargs):
         calls.append(args)
@@ -112,8 +113,8 @@ def test_an_interrupted_run_keeps_what_it_timed(tmp_path, monkeypatch, stop_at, 
             raise KeyboardInterrupt
         return measure(*args, **kwargs)
 
-    monkeypatch.setattr(bench, "measure_speed", measure_then_stop)
-    results = bench.run_benchmark(out_dir=tmp_path, device="cpu", peers=["naive"], progress=False, verbose=False,
+    monkeypatch.setattr(timing, "measure_speed", measure_then_stop)
+    results = run_benchmark(out_dir=tmp_path, device="cpu", peers=["naive"], progress=False, verbose=False,
                                   **TINY)
     assert results["interrupted"]
     timed = [r for r in results["records"] if r["kind"] == "speed" and r["status"] == "ok"]
@@ -124,7 +125,7 @@ def test_an_interrupted_run_keeps_what_it_timed(tmp_path, monkeypatch, stop_at, 
 
 def test_passes_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="passes must be"):
-        bench.run_benchmark(out_dir=tmp_path, device="cpu", peers=["naive"], progress=False, verbose=False,
+        run_benchmark(out_dir=tmp_path, device="cpu", peers=["naive"], progress=False, verbose=False,
                             **dict(TINY, passes=0))
 
 
@@ -138,7 +139,7 @@ def test_each_row_starts_at_another_peer(run):
             if not rows or rows[-1][0] != key:
                 rows.append((key, []))
             rows[-1][1].append(r["peer"])
-    names = [p.name for p in bench.PEERS]
+    names = [p.name for p in peers.PEERS]
     for i, (_, order) in enumerate(rows):
         rotated = names[i % len(names):] + names[:i % len(names)]
         assert order == [name for name in rotated if name in order]
@@ -157,11 +158,11 @@ def test_pinning_moves_every_thread_and_is_undone(run):
     worker.start()
     started.wait()
     try:
-        bench._pin_threads({min(everyone)})
+        timing.pin_threads({min(everyone)})
         for tid in os.listdir("/proc/self/task"):
             assert os.sched_getaffinity(int(tid)) == {min(everyone)}, tid
     finally:
-        bench._pin_threads(everyone)
+        timing.pin_threads(everyone)
         stop.set()
         worker.join()
     assert os.sched_getaffinity(0) == everyone
@@ -169,13 +170,13 @@ def test_pinning_moves_every_thread_and_is_undone(run):
 
 def test_unavailable_peers_are_skipped_with_a_reason(run):
     _, results = run
-    peers = results["peers"]
-    assert peers["naive"]["available"] and peers["flashdoc"]["available"]
-    for name, peer in peers.items():
+    ran = results["peers"]
+    assert ran["naive"]["available"] and ran["flashdoc"]["available"]
+    for name, peer in ran.items():
         assert peer["available"] or peer["reason"], name
     if DEVICE == "cpu":  # these cannot run on a CPU-only machine
         for name in ("flex", "sdpa-cudnn", "sdpa-efficient"):
-            assert not peers[name]["available"], name
+            assert not ran[name]["available"], name
 
 
 def test_plots_and_tables_are_written(run):
@@ -185,7 +186,7 @@ def test_plots_and_tables_are_written(run):
     ratios = (out / "ratios.md").read_text()
     assert "| configuration | vs naive |" in ratios
     assert "fwd+bwd fp16 d=32 causal" in ratios
-    assert "| issue 4 target |" in (out / "targets.md").read_text()
+    assert "| target | status | measured |" in (out / "targets.md").read_text()
     assert "fwd fp16 d=32 full" in (out / "tflops.md").read_text()
     autotuned = (out / "autotuned.md").read_text()
     if DEVICE == "cpu":
@@ -199,7 +200,7 @@ def test_autotuned_table_has_one_row_per_shape_and_a_column_per_kernel():
                 num_warps=4)
     picks = [dict(pick, kernel="fwd"), dict(pick, kernel="dq", block_n=32),
              dict(pick, kernel="fwd", causal=True, seq_bucket=2048)]
-    lines = bench.autotuned_table({"flashdoc_autotuned": picks}).splitlines()
+    lines = report.autotuned_table({"flashdoc_autotuned": picks}).splitlines()
     lines = [line.replace("\u00a0", " ") for line in lines]  # non-breaking spaces keep cells on one line
     assert lines[0] == "| configuration (N: its length bucket) | forward | dK/dV | dQ |"
     # sorted full before causal; a kernel the row never ran (no backward there) shows a dash
@@ -217,12 +218,12 @@ def test_hopper_kernels_are_listed_with_their_fixed_configs(monkeypatch):
     monkeypatch.setattr(forward_hopper, "supports", lambda q, causal: q.shape[3] == 128)
     monkeypatch.setattr(backward_hopper, "supports_dkdv", lambda q, causal: causal)
     monkeypatch.setattr(backward_hopper, "supports_dq", lambda q, causal: False)
-    sweep = dataclasses.replace(bench.SWEEPS["cpu"], head_dims=(64, 128), seqlens=(2048,), total_tokens=2048,
+    sweep = dataclasses.replace(schema.SWEEPS["cpu"], head_dims=(64, 128), seqlens=(2048,), total_tokens=2048,
                                 hidden=256)
-    picks = bench.hopper_configs(sweep)
+    picks = kernel_configs.hopper_configs(sweep)
     assert sorted((p["kernel"], p["head_dim"], p["causal"]) for p in picks) == [
         ("dkdv", 64, True), ("dkdv", 128, True), ("fwd", 128, False), ("fwd", 128, True)]
-    lines = [line.replace("\u00a0", " ") for line in bench.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
+    lines = [line.replace("\u00a0", " ") for line in report.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
     block_m, block_n, stages, consumers = forward_hopper.HOPPER_CONFIGS[128, False][:4]
     assert lines[2] == (f"| fp16 d=64 causal N=2k | — | "
                         f"{'%d×%d s%d c%d' % backward_hopper.HOPPER_DKDV_CONFIGS[64, True][:4]} (Gluon) | — |")
@@ -239,7 +240,7 @@ def test_hopper_config_cells_name_their_variants():
                   block_n=64, num_stages=2, consumers=2, wide=True),
              dict(kernel="dkdv", gluon=True, dtype="bf16", seq_bucket=4096, head_dim=128, causal=False, block_m=64,
                   block_n=64, num_stages=2, consumers=2, wide=False)]
-    lines = [line.replace("\u00a0", " ") for line in bench.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
+    lines = [line.replace("\u00a0", " ") for line in report.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
     assert lines[2] == "| bf16 d=128 full N=4k | — | 64×64 s2 c2 (Gluon) | — |"
     assert lines[3] == "| bf16 d=256 full N=4k | 64×64 s2 c2 O in Q (Gluon) | 64×64 s2 c2 wide (Gluon) | — |"
 
@@ -255,19 +256,19 @@ def test_fused_backward_is_listed_in_the_dkdv_column(monkeypatch):
     monkeypatch.setattr(backward_hopper, "supports_fused_dq", lambda q, k, causal: (q.shape[3], causal) == (64, False))
     monkeypatch.setattr(backward_hopper, "supports_dkdv", lambda q, causal: True)
     monkeypatch.setattr(backward_hopper, "supports_dq", lambda q, causal: True)
-    sweep = dataclasses.replace(bench.SWEEPS["cpu"], head_dims=(64,), seqlens=(2048,), total_tokens=2048,
+    sweep = dataclasses.replace(schema.SWEEPS["cpu"], head_dims=(64,), seqlens=(2048,), total_tokens=2048,
                                 hidden=256)
-    picks = bench.hopper_configs(sweep)
+    picks = kernel_configs.hopper_configs(sweep)
     assert sorted((p["kernel"], p["causal"], p.get("fused_dq")) for p in picks) == [
         ("dkdv", False, True), ("dkdv", True, False), ("dq", True, None)]
-    lines = [line.replace("\u00a0", " ") for line in bench.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
+    lines = [line.replace("\u00a0", " ") for line in report.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
     fused = "%d×%d s%d c%d" % backward_hopper.FUSED_DQ_CONFIGS[64, False][:4]
     assert lines[2] == f"| fp16 d=64 full N=2k | — | {fused} + dQ (Gluon) | in dK/dV |"
     assert "+ dQ: the fused backward" in lines[-1]
 
 
 def test_ratio_table_is_printed(tmp_path, capsys):
-    bench.main(["--device", DEVICE, "--out", str(tmp_path), "--no-progress", "--peers", "naive,flashdoc",
+    main(["--device", DEVICE, "--out", str(tmp_path), "--no-progress", "--peers", "naive,flashdoc",
                 "--modes", "fwd", "--causal", "no", "--seqlens", "32", "--dtypes", "fp16", "--head-dims", "32",
                 "--memory-seqlens", "256", "--no-first-call", "--no-pin-cpu"])
     printed = capsys.readouterr().out
@@ -288,10 +289,10 @@ def test_failing_peers_do_not_stop_the_run(tmp_path, monkeypatch):
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return attn
 
-    peers = [p for p in bench.PEERS if p.name in ("naive", "flashdoc")]
-    peers += [bench.Peer("missing", "bhnd", missing), bench.Peer("oom", "bhnd", runs_out_of_memory)]
-    monkeypatch.setattr(bench, "PEERS", peers)
-    results = bench.run_benchmark(out_dir=tmp_path, device=DEVICE, progress=False, verbose=False,
+    kept = [p for p in peers.PEERS if p.name in ("naive", "flashdoc")]
+    kept += [peers.Peer("missing", "bhnd", missing), peers.Peer("oom", "bhnd", runs_out_of_memory)]
+    monkeypatch.setattr(peers, "PEERS", kept)
+    results = run_benchmark(out_dir=tmp_path, device=DEVICE, progress=False, verbose=False,
                                   **dict(TINY, seqlens=(32, 64), modes=("fwd",), causals=(True,)))
     assert results["peers"]["missing"] == {"available": False, "reason": "not installed (No module named "
                                                                           "'not_a_kernel')"}
@@ -310,11 +311,11 @@ def test_dtype_twins_and_causal_ratios_from_records():
                     seqlen=n, tflops=tflops, ms_p20=1.0, ms_p80=1.5)
     results = {"records": [rec("bf16", False, 300), rec("fp16", False, 240), rec("bf16", True, 270),
                            rec("fp16", True, 250), rec("bf16", False, 100, n=4096), rec("bf16", True, 90, n=4096)]}
-    twins = bench.dtype_twins(results, 0.15)
+    twins = report.dtype_twins(results, 0.15)
     assert [key for key, _ in twins] == [("fwd", 64, False, 512)]  # 300 vs 240 is 25% apart; 270 vs 250 is 8%
-    table = bench.twins_table(results, 0.15)
+    table = report.twins_table(results, 0.15)
     assert "| fwd d=64 full | 512 | 300 (1.00–1.50 ms) | 240 (1.00–1.50 ms) |" in table
-    assert "No row" in bench.twins_table(results, 0.5)
-    assert bench.causal_full_ratios(results) == {("bf16", 64, 512): 0.9, ("fp16", 64, 512): 250 / 240,
+    assert "No row" in report.twins_table(results, 0.5)
+    assert report.causal_full_ratios(results) == {("bf16", 64, 512): 0.9, ("fp16", 64, 512): 250 / 240,
                                                  ("bf16", 64, 4096): 0.9}
-    assert bench.causal_full_ratios(results, min_n=1024) == {("bf16", 64, 4096): 0.9}
+    assert report.causal_full_ratios(results, min_n=1024) == {("bf16", 64, 4096): 0.9}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flashdoc import bench
+from benchmarks import report, schema
 
 ROOT = Path(__file__).resolve().parent.parent
 POST = ROOT / "docs/blog/posts/flashattention-in-triton.md"
@@ -30,7 +30,7 @@ def post():
 
 def rows(results, mode, peer, head_dims=(64, 128, 256), causals=(False, True)):
     """The ratio table's cells (geomean and min over N >= 2k) for these rows."""
-    return bench.ratio_cells(results, mode, peer, head_dims, causals)
+    return report.ratio_cells(results, mode, peer, head_dims, causals)
 
 
 def claim(post, sentence):
@@ -43,7 +43,7 @@ def test_faster_than_both_pytorch_backends_in_every_row(results, post):
     said = claim(post, "Against PyTorch's FlashAttention-2 and memory-efficient backends, flashdoc is faster in "
                        "every row.")
     for peer in ("sdpa-flash", "sdpa-efficient"):
-        for mode in bench.MODES:
+        for mode in schema.MODES:
             assert min(c["min"] for c in rows(results, mode, peer)) > 1, (said, peer, mode)
 
 
@@ -55,7 +55,7 @@ def test_forward_backward_clears_one_and_a_half_flash_backend_everywhere(results
 def test_ahead_of_flex_in_every_row(results, post):
     said = claim(post, "Against FlexAttention (another Triton kernel), flashdoc is ahead in every row, forward and "
                        "forward plus backward")
-    for mode in bench.MODES:
+    for mode in schema.MODES:
         assert min(c["min"] for c in rows(results, mode, "flex")) > 1, (said, mode)
 
 
@@ -79,7 +79,7 @@ def test_against_cudnn(results, post):
 
 def test_short_sequences_mostly_behind_cudnn(results, post):
     said = claim(post, "at 512 and 1k tokens flashdoc is ahead of cuDNN in only")
-    vs_cudnn = bench.short_ratios(results, "sdpa-cudnn")
+    vs_cudnn = report.short_ratios(results, "sdpa-cudnn")
     assert sum(r > 1 for r in vs_cudnn) < len(vs_cudnn) / 2, said
 
 
@@ -91,7 +91,7 @@ def test_hopper_forward_runs_every_row(results, post):
 
 def test_most_dtype_twins_agree(results, post):
     said = claim(post, "Most twins agree within a few percent")
-    speed = bench._speed(results)
+    speed = report.speed_table(results)
     gaps = [speed[k]["flashdoc"] / speed[(k[0], "fp16", *k[2:])]["flashdoc"] for k in speed
             if k[1] == "bf16" and "flashdoc" in speed[k] and "flashdoc" in speed.get((k[0], "fp16", *k[2:]), {})]
     assert sum(abs(g - 1) <= 0.05 for g in gaps) > len(gaps) / 2, said
@@ -99,8 +99,8 @@ def test_most_dtype_twins_agree(results, post):
 
 def test_causal_forward_is_lowest_at_2k(results, post):
     said = claim(post, "At 2k it is lowest")
-    at_2k = bench.causal_full_ratios(results, 2048, 2048).values()
-    longer = bench.causal_full_ratios(results, 4096).values()
+    at_2k = report.causal_full_ratios(results, 2048, 2048).values()
+    longer = report.causal_full_ratios(results, 4096).values()
     assert min(at_2k) < min(longer), said
 
 
