@@ -1,7 +1,7 @@
 #!/bin/bash
-# One device call: the whole GPU test suite in parallel shards (Triton compilation is CPU-bound; the box has 16
-# cores), then the timing probe. Usage on the device: bash perf/device_run.sh
-# Shards are stopped with SIGINT at TEST_TIMEOUT so pytest still prints its summary.
+# The whole GPU test suite in parallel shards, from the repository's root: OUT=DIR bash benchmarks/kernels/gpu_suite.sh
+# Triton's compiles are CPU-bound, so the shards run side by side (a 16-core box takes them in ~4 minutes); each
+# is stopped with SIGINT at TEST_TIMEOUT seconds so that pytest still prints its summary.
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT/logs
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
@@ -24,4 +24,3 @@ run rest tests/test_errors.py tests/test_compile.py $F -k "not test_gpu_seqlens 
 wait
 for f in $OUT/logs/*.txt; do echo "== $f: $(tail -n 1 $f)"; done
 grep -h -E "^(FAILED|ERROR)" $OUT/logs/*.txt | head -30
-if [ "${PROBE:-1}" = 1 ]; then timeout -s INT ${PROBE_TIMEOUT:-100} python perf/probe.py --out $OUT/probe.json ${PROBE_ARGS} 2>&1 | tee $OUT/probe.txt | grep -v Warning; fi
