@@ -13,7 +13,7 @@ import pytest
 from flashdoc import interface
 from flashdoc.kernels import backward_hopper
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 POST = ROOT / "docs/blog/posts/flashattention-in-triton.md"
 USAGE = ROOT / "docs/usage.md"
 

@@ -108,7 +108,7 @@ def test_triton_imported_first_without_gpu():
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                         cwd=pathlib.Path(__file__).resolve().parent.parent)
+                         cwd=pathlib.Path(__file__).resolve().parents[2])
     assert "reference (1, 8, 2, 16)" in run.stdout, run.stderr
     assert run.returncode != 0
     assert "RuntimeError: flashdoc's kernels run in Triton's interpreter here" in run.stderr

@@ -1,9 +1,10 @@
-"""The words around the benchmark's numbers, checked against the recorded benchmark.
+"""Consistency of the recorded benchmark with the sentences the Triton post writes around its numbers.
 
-The numbers in the post's prose come from macros (tools/site_macros/benchmark.py), so they follow every new
-recording. The words around them ("ahead in every row", "behind in a few") do not: each test here reads the
-recorded results.json and fails when a recording contradicts a sentence of the post, naming the sentence, so
-that a new benchmark cannot land under prose it disproves.
+Nothing is timed here: each check reads recorded files (docs/generated/triton/benchmark/results.json and the
+dtype_bits snippet's table). The numbers in the post's prose come from macros (tools/site_macros/benchmark.py),
+so they follow every new recording. The words around them ("ahead in every row", "behind in a few") do not:
+each check fails when a recording contradicts a sentence of the post, naming the sentence, so that a new
+recording cannot land under prose it disproves.
 """
 
 import json
@@ -13,7 +14,7 @@ import pytest
 
 from benchmarks import report, schema
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 POST = ROOT / "docs/blog/posts/flashattention-in-triton.md"
 RESULTS = ROOT / "docs/generated/triton/benchmark/results.json"
 
@@ -39,7 +40,7 @@ def claim(post, sentence):
     return sentence
 
 
-def test_faster_than_both_pytorch_backends_in_every_row(results, post):
+def test_recording_backs_faster_than_both_pytorch_backends_in_every_row(results, post):
     said = claim(post, "Against PyTorch's FlashAttention-2 and memory-efficient backends, flashdoc is faster in "
                        "every row.")
     for peer in ("sdpa-flash", "sdpa-efficient"):
@@ -47,19 +48,19 @@ def test_faster_than_both_pytorch_backends_in_every_row(results, post):
             assert min(c["min"] for c in rows(results, mode, peer)) > 1, (said, peer, mode)
 
 
-def test_forward_backward_clears_one_and_a_half_flash_backend_everywhere(results, post):
+def test_recording_backs_forward_backward_clearing_one_and_a_half_flash_backend(results, post):
     said = claim(post, "Every row clears the 1.5× target: the lowest ratio at any length is")
     assert min(c["min"] for c in rows(results, "fwd_bwd", "sdpa-flash")) >= 1.5, said
 
 
-def test_ahead_of_flex_in_every_row(results, post):
+def test_recording_backs_ahead_of_flex_in_every_row(results, post):
     said = claim(post, "Against FlexAttention (another Triton kernel), flashdoc is ahead in every row, forward and "
                        "forward plus backward")
     for mode in schema.MODES:
         assert min(c["min"] for c in rows(results, mode, "flex")) > 1, (said, mode)
 
 
-def test_against_cudnn(results, post):
+def test_recording_backs_the_cudnn_comparison(results, post):
     said = claim(post, "Against cuDNN, the forward is ahead on average at head dimension 64")
     narrow = rows(results, "fwd", "sdpa-cudnn", (64, 128))
     assert all(c["geomean"] > 1 for c in rows(results, "fwd", "sdpa-cudnn", (64,))), said
@@ -77,19 +78,19 @@ def test_against_cudnn(results, post):
     assert all(c["geomean"] < 1 for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,))), said
 
 
-def test_short_sequences_mostly_behind_cudnn(results, post):
+def test_recording_backs_short_sequences_mostly_behind_cudnn(results, post):
     said = claim(post, "at 512 and 1k tokens flashdoc is ahead of cuDNN in only")
     vs_cudnn = report.short_ratios(results, "sdpa-cudnn")
     assert sum(r > 1 for r in vs_cudnn) < len(vs_cudnn) / 2, said
 
 
-def test_hopper_forward_runs_every_row(results, post):
+def test_recording_backs_hopper_forward_in_every_row(results, post):
     said = claim(post, "In the benchmark below, this kernel is flashdoc's forward in every row")
     forward = [p for p in results["flashdoc_autotuned"] if p["kernel"] == "fwd"]
     assert forward and all(p.get("gluon") for p in forward), said
 
 
-def test_most_dtype_twins_agree(results, post):
+def test_recording_backs_most_dtype_twins_agreeing(results, post):
     said = claim(post, "Most twins agree within a few percent")
     speed = report.speed_table(results)
     gaps = [speed[k]["flashdoc"] / speed[(k[0], "fp16", *k[2:])]["flashdoc"] for k in speed
@@ -97,14 +98,14 @@ def test_most_dtype_twins_agree(results, post):
     assert sum(abs(g - 1) <= 0.05 for g in gaps) > len(gaps) / 2, said
 
 
-def test_causal_forward_is_lowest_at_2k(results, post):
+def test_recording_backs_causal_forward_lowest_at_2k(results, post):
     said = claim(post, "At 2k it is lowest")
     at_2k = report.causal_full_ratios(results, 2048, 2048).values()
     longer = report.causal_full_ratios(results, 4096).values()
     assert min(at_2k) < min(longer), said
 
 
-def test_float16_rows_mostly_trail_their_bfloat16_twins(results, post):
+def test_recording_backs_float16_rows_trailing_their_bfloat16_twins(results, post):
     said = claim(post, "From 2k tokens up, most float16 rows also read a few percent below their bfloat16 twins.")
     speed = {(r["mode"], r["dtype"], r["head_dim"], r["causal"], r["seqlen"]): r["tflops"]
              for r in results["records"]
@@ -113,7 +114,7 @@ def test_float16_rows_mostly_trail_their_bfloat16_twins(results, post):
     assert sum(0.9 < r < 1 for r in ratios) > 0.75 * len(ratios), said
 
 
-def test_float16_holding_bfloat16_values_keeps_pace():
+def test_dtype_bits_recording_backs_float16_holding_bfloat16_values_keeping_pace():
     """The dtype_bits snippet's table: float16 inputs with bfloat16's values run within 2% of bfloat16 in both
     columns, and random float16 inputs run slower than both."""
     table = (ROOT / "docs/generated/triton/dtype_bits/dtype_bits.md").read_text().splitlines()[2:]
