@@ -26,6 +26,7 @@ def ids(snippets):
     return [s.name for s in snippets]
 
 
+@pytest.mark.timeout(1000)  # past run_snippet's own limit (900 s, then 60 s to stop), which says what ran over
 @pytest.mark.parametrize("snip", SNIPPETS, ids=ids(SNIPPETS))
 def test_snippet_runs(snip, tmp_path):
     result = run_snippet(snip, tmp_path, timeout=900)
