@@ -48,6 +48,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script (python benchmarks/run.py): make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import flashdoc  # noqa: E402  (first: on a machine without a GPU it switches Triton to its interpreter)
 import torch  # noqa: E402
 
 from benchmarks import kernel_configs, report, timing  # noqa: E402
@@ -60,16 +61,6 @@ def environment(device):
     """GPU, versions and the flashdoc commit that every record is stamped with."""
     import triton
 
-    try:
-        import flashdoc
-
-        flashdoc_version = getattr(flashdoc, "__version__", None)
-        if flashdoc_version is None:
-            from importlib.metadata import version
-
-            flashdoc_version = version("flashdoc")
-    except Exception:
-        flashdoc_version = "unknown"
     # FLASHDOC_COMMIT names the commit when the checkout's .git is not the source of truth (a copied working
     # tree on a GPU box whose .git lags behind)
     commit = os.environ.get("FLASHDOC_COMMIT")
@@ -85,7 +76,7 @@ def environment(device):
     else:
         gpu = f"CPU ({platform.processor() or platform.machine()}), no GPU"
     return dict(
-        gpu=gpu, torch=torch.__version__, triton=triton.__version__, flashdoc=flashdoc_version,
+        gpu=gpu, torch=torch.__version__, triton=triton.__version__, flashdoc=flashdoc.__version__,
         flashdoc_commit=commit, cuda=torch.version.cuda, python=platform.python_version(),
         flashdoc_autotune=os.environ.get("FLASHDOC_AUTOTUNE", "default"),
     )
