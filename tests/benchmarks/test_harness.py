@@ -319,3 +319,22 @@ def test_dtype_twins_and_causal_ratios_from_records():
     assert report.causal_full_ratios(results) == {("bf16", 64, 512): 0.9, ("fp16", 64, 512): 250 / 240,
                                                  ("bf16", 64, 4096): 0.9}
     assert report.causal_full_ratios(results, min_n=1024) == {("bf16", 64, 4096): 0.9}
+
+
+def test_the_command_line_runs_in_a_fresh_process(tmp_path):
+    """As `python -m benchmarks.run` (nox -s bench) starts it: nothing imported beforehand, so the benchmark's own
+    import order must leave flashdoc's kernels runnable (on a CPU: Triton's interpreter on before triton loads)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # (this process's flashdoc set it)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--device", DEVICE, "--out", str(tmp_path), "--no-progress",
+         "--peers", "naive,flashdoc", "--modes", "fwd", "--causal", "no", "--seqlens", "32", "--dtypes", "fp16",
+         "--head-dims", "32", "--memory-seqlens", "256", "--no-first-call", "--precompile-workers", "0"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = json.loads((tmp_path / "results.json").read_text())["records"]
+    assert [r["status"] for r in records if r["kind"] == "speed" and r["peer"] == "flashdoc"] == ["ok"]
