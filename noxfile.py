@@ -1,10 +1,11 @@
 """Sessions for flashdoc: tests, snippets, docs, publish, bench.
 
     nox -s tests              the whole test suite (Triton interpreter on CPU; GPU tests run when a GPU is there)
+    nox -s tests -- kernels   one group of tests: kernels, pipeline, site or benchmarks (tests/<group>/)
     nox -s snippets           run every snippet and record its outputs into docs/generated/
     nox -s docs               build the site into site/ (strict); `nox -s docs -- serve` serves it with live reload
     nox -s publish            on a CUDA GPU: record every snippet there, then build the site
-    nox -s bench              the kernel benchmark (GPU), results into bench-results/
+    nox -s bench              the benchmark against PyTorch's attention kernels (GPU), into bench-results/
 
 On a machine whose Python environment is already prepared (the H200 box has torch and Triton but no package
 registry), run a session in place with `nox --no-venv -s <session>`: installs are skipped.
@@ -20,6 +21,9 @@ import nox
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "venv"
+
+# The folders of tests/: `nox -s tests -- kernels` runs tests/kernels only.
+TEST_GROUPS = ("kernels", "pipeline", "site", "benchmarks")
 
 # Without a CUDA GPU, take PyTorch's CPU build (a few hundred MB) rather than a multi-GB CUDA build.
 # Override with FLASHDOC_TORCH, e.g. FLASHDOC_TORCH="torch==2.11.0".
@@ -45,13 +49,17 @@ def install(session: nox.Session, *extras: str) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Lint with ruff (pyproject.toml's rules), then run the test suite. Extra arguments go to pytest, e.g.
-    `nox -s tests -- -k snippets -x`."""
+    `nox -s tests -- -k snippets -x`; a first argument naming a group runs that folder only: `nox -s tests --
+    kernels -x` runs tests/kernels."""
     install(session, "test", "docs")
     if session.venv_backend == "none" and shutil.which("ruff") is None:
         session.log("ruff is not installed in this environment: lint skipped")  # e.g. the H200 box, in place
     else:
         session.run("ruff", "check", ".")
-    session.run("python", "-m", "pytest", *session.posargs)
+    args = list(session.posargs)
+    if args[:1] and args[0] in TEST_GROUPS:
+        args[0] = f"tests/{args[0]}"
+    session.run("python", "-m", "pytest", *args)
 
 
 @nox.session
@@ -87,6 +95,7 @@ def publish(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmark flashdoc against its peers; extra arguments go to `python -m flashdoc.bench`."""
-    install(session)
-    session.run("python", "-m", "flashdoc.bench", "--out", "bench-results", *session.posargs)
+    """Benchmark flashdoc against its peers; extra arguments go to `python -m benchmarks.run` (benchmarks/README.md
+    has the protocol), e.g. `nox -s bench -- --quick`."""
+    install(session, "bench")
+    session.run("python", "-m", "benchmarks.run", "--out", "bench-results", *session.posargs)

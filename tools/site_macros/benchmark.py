@@ -1,5 +1,5 @@
 """Macros that put numbers from the recorded benchmark into a page's prose, so that no sentence quotes a number by
-hand: each is computed by ``flashdoc.bench`` (the code that writes the benchmark's own tables) from the
+hand: each is computed by ``benchmarks.report`` (the code that writes the benchmark's own tables) from the
 ``results.json`` that ``snippets/triton/benchmark.py`` recorded, and the build fails if that recording is older
 than the snippet.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from flashdoc import bench
+from benchmarks import report
 from tools.outputs import snippet
 
 BENCHMARK = "triton/benchmark"
@@ -46,18 +46,18 @@ def register(env):
     def bench_ratio(mode, peer, head_dims, causal=None):
         """The range, over the matching rows of the ratio table (both dtypes; both maskings unless causal is
         given), of flashdoc's geometric-mean ratio to peer over N >= 2k."""
-        return times_range(*bench.ratio_range(recorded_results(), mode, peer, head_dims, _causals(causal)))
+        return times_range(*report.ratio_range(recorded_results(), mode, peer, head_dims, _causals(causal)))
 
     @env.macro
     def bench_worst_ratio(mode, peer, head_dims, causal=None):
         """The lowest ratio to peer in any matching row at any N >= 2k."""
-        lo, _ = bench.ratio_range(recorded_results(), mode, peer, head_dims, _causals(causal), stat="min")
+        lo, _ = report.ratio_range(recorded_results(), mode, peer, head_dims, _causals(causal), stat="min")
         return times_range(lo, lo)
 
     @env.macro
     def bench_causal_ratio(min_n, max_n=None):
         """The range of flashdoc's causal forward TFLOP/s over its full forward's, for min_n <= N <= max_n."""
-        ratios = bench.causal_full_ratios(recorded_results(), min_n, max_n).values()
+        ratios = report.causal_full_ratios(recorded_results(), min_n, max_n).values()
         if not ratios:
             raise ValueError(f"bench_causal_ratio: no causal/full pair with {min_n} <= N <= {max_n}")
         return times_range(min(ratios), max(ratios))
@@ -66,7 +66,7 @@ def register(env):
     def bench_short_ahead(peer):
         """'k of n': in how many of the rows shorter than the ratio table's (512 and 1k tokens) flashdoc is faster
         than peer."""
-        ratios = bench.short_ratios(recorded_results(), peer)
+        ratios = report.short_ratios(recorded_results(), peer)
         if not ratios:
             raise ValueError(f"bench_short_ahead: no short row measured against {peer!r}")
         return measured(f"{sum(r > 1 for r in ratios)} of {len(ratios)}")
@@ -74,4 +74,4 @@ def register(env):
     @env.macro
     def bench_twins(threshold):
         """Markdown table of flashdoc's rows whose bfloat16 and float16 speeds differ by more than threshold."""
-        return bench.twins_table(recorded_results(), threshold)
+        return report.twins_table(recorded_results(), threshold)

@@ -1,0 +1,138 @@
+"""Host (CPU) time per call: how long the Python side of each path takes when the GPU work is negligible.
+
+    PYTHONPATH=. python benchmarks/kernels/host_overhead.py [--profile] [--trace trace.json]
+
+At N <= 1k a forward takes 0.1-0.3 ms on the GPU, and do_bench times each call after an L2 flush of about
+60 us: host work beyond that leaves the GPU idle inside the timed window, so it shows up as lower TFLOP/s.
+This times a tiny problem (1 x 128 x 2 x 64, bf16) back to back, synchronising once per batch of calls, for
+the public API, each layer below it, and SDPA-flash; --profile adds cProfile's top entries for the API, and
+--trace writes a torch.profiler timeline (CPU and CUDA, with Python stacks) of ten forward + backward steps,
+for chrome://tracing or Perfetto: the place to see where a step's host time goes, thread by thread.
+"""
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import torch
+import triton
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashdoc
+from flashdoc.kernels.backward import attn_bwd, bwd_configs_for
+from flashdoc.kernels.forward import attn_fwd, fwd_configs_for
+
+CALLS = 2000
+
+
+def per_call_us(fn, calls=CALLS):
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--trace", metavar="JSON", help="write a torch.profiler timeline of ten forward + backward steps")
+    ap.add_argument("--trace-shape", default="1,128,2,64", metavar="B,N,H,D",
+                    help="the traced steps' shape (default: the tiny one timed above); e.g. 8,2048,16,128 for a "
+                         "benchmark row whose GPU work is comparable to the host work")
+    ap.add_argument("--skip-table", action="store_true", help="only the trace")
+    args = ap.parse_args()
+    q, k, v = (torch.randn(1, 128, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    out, lse = torch.empty_like(q), torch.empty(1, 2, 128, device="cuda", dtype=torch.float32)
+    config = fwd_configs_for(64, torch.bfloat16)[0]
+    bwd_config = bwd_configs_for(64, torch.bfloat16)[0]
+    dout, dq, dk, dv = (torch.randn_like(q) for _ in range(4))
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+
+    def sdpa():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+
+    def fwd_bwd():
+        flashdoc.flash_attn_func(qg, kg, vg, causal=True).sum().backward()
+
+    def sdpa_fwd_bwd():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2),
+                                           is_causal=True).sum().backward()
+
+    rows = {
+        "flash_attn_func forward": lambda: flashdoc.flash_attn_func(q, k, v, causal=True),
+        "op flashdoc::fwd (no validation, no autograd)": lambda: torch.ops.flashdoc.fwd(q, k, v, 0.125, True, True),
+        "attn_fwd through the autotuner": lambda: attn_fwd(q, k, v, out, lse, 0.125, True, True),
+        "attn_fwd with a fixed config": lambda: attn_fwd(q, k, v, out, lse, 0.125, True, True, config=config),
+        "SDPA-flash forward": sdpa,
+        "flash_attn_func forward + backward": fwd_bwd,
+        "op flashdoc::bwd": lambda: torch.ops.flashdoc.bwd(dout, q, k, v, out, lse, None, 0.125, True, True),
+        "attn_bwd through the autotuners (3 launches)":
+            lambda: attn_bwd(dout, q, k, v, out, lse, None, dq, dk, dv, 0.125, True, True),
+        "attn_bwd with fixed configs (3 launches)":
+            lambda: attn_bwd(dout, q, k, v, out, lse, None, dq, dk, dv, 0.125, True, True, config=bwd_config),
+        "SDPA-flash forward + backward": sdpa_fwd_bwd,
+        "empty CUDA op (torch.empty_like)": lambda: torch.empty_like(q),
+    }
+    if not args.skip_table:
+        for name, fn in rows.items():
+            print(f"{per_call_us(fn):8.1f} us  {name}", flush=True)
+        # The autograd engine runs a CUDA backward on its own worker thread; the same step with it on this one:
+        torch.autograd.set_multithreading_enabled(False)
+        print(f"{per_call_us(fwd_bwd):8.1f} us  flash_attn_func forward + backward, backward on the calling thread")
+        print(f"{per_call_us(sdpa_fwd_bwd):8.1f} us  SDPA-flash forward + backward, backward on the calling thread")
+        torch.autograd.set_multithreading_enabled(True)
+    if args.profile:
+        # cProfile sees only the calling thread: the backward runs on it here, not on autograd's worker
+        torch.autograd.set_multithreading_enabled(False)
+        for name in ("flash_attn_func forward", "flash_attn_func forward + backward"):
+            prof = cProfile.Profile()
+            prof.enable()
+            per_call_us(rows[name], calls=500)
+            prof.disable()
+            print(f"\n== cProfile: {name}")
+            pstats.Stats(prof).sort_stats("cumtime").print_stats(30)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        torch.autograd.set_multithreading_enabled(True)
+    if args.trace:
+        from torch.profiler import ProfilerActivity, profile
+
+        b, n, h, d = (int(x) for x in args.trace_shape.split(","))
+        tq, tk, tv = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                      for _ in range(3))
+        tdout = torch.randn_like(tq)
+
+        def step():  # as the benchmark's forward + backward row
+            flashdoc.flash_attn_func(tq, tk, tv, causal=True).backward(tdout)
+            tq.grad = tk.grad = tv.grad = None
+
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
+            for _ in range(10):
+                step()
+            torch.cuda.synchronize()
+        prof.export_chrome_trace(args.trace)
+        # Host-bound check: do_bench's time for the step (as the benchmark times it) against the GPU's kernel time
+        kernel_us = sum(e.self_device_time_total for e in prof.key_averages() if e.self_device_time_total) / 10
+        bench_ms = triton.testing.do_bench(step, warmup=25, rep=200)
+        print(f"trace shape {args.trace_shape}: do_bench {bench_ms * 1e3:.0f} us per step, GPU kernels "
+              f"{kernel_us:.0f} us per step, back to back without flushes "
+              f"{per_call_us(step, calls=50):.0f} us per step")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()
