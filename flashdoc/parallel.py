@@ -47,6 +47,7 @@ class RingBlock(NamedTuple):
     causal: bool
 
 
+# --8<-- [start:schedule]
 def ring_block(rank: int, step: int, world_size: int, seqlen: int, causal: bool,
                layout: str = "contiguous") -> Optional[RingBlock]:
     """The block rank ``rank`` computes at ring step ``step``, or None when the causal mask hides all of it.
@@ -68,6 +69,7 @@ def ring_block(rank: int, step: int, world_size: int, seqlen: int, causal: bool,
     if source < rank:
         return RingBlock(every, slice(0, half), False)
     return RingBlock(slice(half, seqlen), every, False)
+# --8<-- [end:schedule]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -145,6 +147,7 @@ _KV_TAG, _DKV_TAG = 0, 1  # the two streams of messages of the backward, kept ap
 # Forward and backward over the ring
 # ---------------------------------------------------------------------------------------------------------------
 
+# --8<-- [start:merge]
 def merge_partial(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor, block_lse: torch.Tensor) -> None:
     """Fold one block's attention into the running result, in place: out (B, S, H, D) fp32 and lse (B, H, S)
     fp32 become the attention over the union of both key sets. With L = logaddexp(lse, block_lse), each side
@@ -154,8 +157,10 @@ def merge_partial(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor,
     new_weight = torch.exp(block_lse - new_lse).transpose(1, 2).unsqueeze(-1)
     out.mul_(old_weight).add_(block_out * new_weight)
     lse.copy_(new_lse)
+# --8<-- [end:merge]
 
 
+# --8<-- [start:forward]
 def _ring_forward(q, k, v, softmax_scale: float, causal: bool, layout: str, ring: _Ring):
     """This rank's output (q's dtype) and LSE (fp32) over all ranks' keys."""
     seqlen = q.shape[1]
@@ -178,8 +183,10 @@ def _ring_forward(q, k, v, softmax_scale: float, causal: bool, layout: str, ring
             ring.wait(in_flight)
             kv = kv_next
     return out.to(q.dtype), lse
+# --8<-- [end:forward]
 
 
+# --8<-- [start:backward]
 def _ring_backward(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, layout: str, ring: _Ring):
     """dq, dk, dv of this rank's shards. The key/value shards go around as in the forward; next to each travels
     the fp32 sum of its gradient so far, which every rank adds its block's share to before passing it on. After
@@ -217,6 +224,7 @@ def _ring_backward(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, 
     ring.wait(dkv_in_flight)  # the W-th hop brings this rank's own shard's gradient home
     dk, dv = dkv_next.to(k.dtype).unbind(0)
     return dq.to(q.dtype), dk, dv
+# --8<-- [end:backward]
 
 
 class _RingFlashAttention(torch.autograd.Function):

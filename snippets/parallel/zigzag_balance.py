@@ -35,9 +35,9 @@ def work(layout, world_size, n_local):
 N_LOCAL = 512  # tokens per rank (the shares do not depend on it, up to the diagonal)
 print(f"{N_LOCAL} tokens per rank, causal. Work in units of one full block "
       f"({N_LOCAL} x {N_LOCAL} pairs).")
-print("| ranks | layout | work per rank (min - max) | ring time: sum over steps of the "
-      "slowest rank | ideal (total / ranks) | efficiency bound |")
-print("|---|---|---|---|---|---|")
+lines = ["| ranks | layout | work per rank (min - max) | ring time: the slowest rank "
+         "at each step, summed | even split (total / ranks) | efficiency bound |",
+         "|---|---|---|---|---|---|"]
 for world_size in (2, 4, 8):
     for layout in ("contiguous", "zigzag"):
         pairs = work(layout, world_size, N_LOCAL)
@@ -45,8 +45,12 @@ for world_size in (2, 4, 8):
         ring_time = sum(max(p) for p in pairs) / N_LOCAL**2
         ideal = sum(per_rank) / world_size
         spread = f"{min(per_rank):.2f} - {max(per_rank):.2f}"
-        print(f"| {world_size} | {layout} | {spread} | "
-              f"{ring_time:.2f} | {ideal:.2f} | {ideal / ring_time:.2f} |")
+        lines.append(f"| {world_size} | {layout} | {spread} | {ring_time:.2f} | "
+                     f"{ideal:.2f} | {ideal / ring_time:.2f} |")
+table = "\n".join(lines) + "\n"
+print(table)
+with open("balance.md", "w") as f:
+    f.write(table)
 
 world_size = 8
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True, constrained_layout=True)
