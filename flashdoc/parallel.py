@@ -155,7 +155,8 @@ def merge_partial(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor,
     new_lse = torch.logaddexp(lse, block_lse)
     old_weight = torch.exp(lse - new_lse).transpose(1, 2).unsqueeze(-1)
     new_weight = torch.exp(block_lse - new_lse).transpose(1, 2).unsqueeze(-1)
-    out.mul_(old_weight).add_(block_out * new_weight)
+    # two passes over the (memory-bound) output, and no temporary of its size
+    out.mul_(old_weight).addcmul_(block_out, new_weight)
     lse.copy_(new_lse)
 # --8<-- [end:merge]
 
