@@ -170,12 +170,11 @@ def measure(method, args, n, causal, mode, world, rank, mesh):
     backend = sdpa_backend(method.split("-")[1])
     # SDPA's layout: (batch, heads, seqlen, head_dim), contiguous
     q, k, v, dout = (t.transpose(1, 2).contiguous() for t in (q, k, v, dout))
-    if args.kv_heads and args.kv_heads != args.heads:
-        extra["enable_gqa"] = True
+    gqa = bool(args.kv_heads) and args.kv_heads != args.heads
 
     def attend(a, b, c):
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=bool(extra))
+            return F.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=gqa)
     if method.startswith("sdpa-"):
         inputs = [t.requires_grad_(mode == "fwd_bwd") for t in (q, k, v)]
         return timed(step(attend, inputs, dout, mode)), extra
