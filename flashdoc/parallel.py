@@ -29,7 +29,8 @@ import torch.distributed as dist
 from ._validation import validate_attention_inputs
 from .interface import _bwd_op, _fwd_op, flash_attn_func
 
-__all__ = ["ring_flash_attn_func", "zigzag_shard", "zigzag_unshard", "ring_block", "RingBlock", "LAYOUTS"]
+__all__ = ["ring_flash_attn_func", "zigzag_shard", "zigzag_unshard", "ring_block", "RingBlock", "merge_partial",
+           "LAYOUTS"]
 
 LAYOUTS = ("contiguous", "zigzag")
 
