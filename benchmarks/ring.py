@@ -16,7 +16,8 @@ same GPUs in one run:
 Throughput is tokens per second of the whole sequence (batch x N / time). Scaling efficiency is the W-GPU
 throughput over W times the same kernel's one-GPU throughput (1.0: perfect scaling). Before timing, the ring's
 output is gathered and compared with flashdoc's one-GPU output on the same tensors (``max_abs_diff``).
-Writes ``results.json`` (one row per measurement, with the machine and versions) and ``results.md``.
+Writes ``results.json`` (one row per measurement, with the machine and versions), ``results.md`` and
+``efficiency.png``.
 
 NVLink SHARP (multicast) is kept off, ``NCCL_NVLS_ENABLE=0``, unless the environment sets it.
 """
@@ -260,6 +261,36 @@ def markdown(rows, env):
     return "\n".join(lines) + "\n"
 
 
+def plot(rows, env, path):
+    """Scaling efficiency of every multi-GPU method, one panel per mode and mask, bars by N."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = [m for m in BASELINE if any(r["method"] == m and "efficiency" in r for r in rows)]
+    panels = sorted({(r["mode"], r["causal"]) for r in rows if "efficiency" in r})
+    if not methods or not panels:
+        return
+    seqlens = sorted({r["seqlen"] for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), sharey=True, squeeze=False)
+    width = 0.8 / len(methods)
+    for ax, (mode, causal) in zip(axes[0], panels):
+        for i, method in enumerate(methods):
+            eff = [next((r["efficiency"] for r in rows if r["method"] == method and r["seqlen"] == n
+                         and r["mode"] == mode and r["causal"] == causal and "efficiency" in r), 0.0)
+                   for n in seqlens]
+            ax.bar([j + i * width for j in range(len(seqlens))], eff, width, label=method)
+        ax.axhline(1.0, color="black", linewidth=0.6)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(seqlens))], [f"{n // 1024}k" for n in seqlens])
+        ax.set_title(f"{mode}, {'causal' if causal else 'full'}")
+        ax.set_xlabel("sequence length")
+    axes[0][0].set_ylabel(f"scaling efficiency on {env['world_size']} GPUs")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(methods), bbox_to_anchor=(0.5, 0.0), frameon=False)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+
+
 def main(local_rank=None, world=None, args=None):
     args = args or parse_args()
     if local_rank is not None:  # spawned by this script rather than torchrun
@@ -279,6 +310,10 @@ def main(local_rank=None, world=None, args=None):
             out.mkdir(parents=True, exist_ok=True)
             (out / "results.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
             (out / "results.md").write_text(markdown(rows, env))
+            try:
+                plot(rows, env, out / "efficiency.png")
+            except ImportError:  # matplotlib is optional: the JSON and the table are the results
+                pass
             print(markdown(rows, env))
     finally:
         dist.destroy_process_group()
