@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["naive_attention", "online_softmax", "online_softmax_update", "tiled_attention"]
+__all__ = [
+    "naive_attention",
+    "online_softmax",
+    "online_softmax_update",
+    "tiled_attention",
+    "tiled_attention_backward",
+]
 
 
 # --8<-- [start:naive]
@@ -71,16 +77,18 @@ def online_softmax_update(m, l, acc, s, v_blk):
 
 
 # --8<-- [start:tiled]
-def tiled_attention(q, k, v, block_q=64, block_k=64, causal=False, scale=None):
+def tiled_attention(q, k, v, block_q=64, block_k=64, causal=False, scale=None, return_lse=False):
     """FlashAttention's forward pass, tile by tile, in plain PyTorch.
 
     Each block of queries keeps a running max ``m``, denominator ``l`` and unnormalised output ``acc``
     while blocks of keys and values stream past; no (n_q, n_k) tensor is ever allocated.
-    q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> (..., n_q, d_v)
+    q: (..., n_q, d), k: (..., n_k, d), v: (..., n_k, d_v) -> (..., n_q, d_v), and with ``return_lse``
+    also the log-sum-exp of each row of scores, (..., n_q): all that the backward pass keeps of the softmax.
     """
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     n_q, n_k = q.shape[-2], k.shape[-2]
     out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=q.dtype, device=q.device)
     for i in range(0, n_q, block_q):
         q_blk = q[..., i : i + block_q, :]
         rows = q_blk.shape[-2]  # the last block may be shorter than block_q
@@ -97,5 +105,45 @@ def tiled_attention(q, k, v, block_q=64, block_k=64, causal=False, scale=None):
                 s = s.masked_fill(k_idx > q_idx, float("-inf"))
             m, l, acc, _, _ = online_softmax_update(m, l, acc, s, v[..., j : j + block_k, :])
         out[..., i : i + rows, :] = acc / l[..., None]  # normalise once, at the end
-    return out
+        lse[..., i : i + rows] = m + torch.log(l)
+    return (out, lse) if return_lse else out
 # --8<-- [end:tiled]
+
+
+# --8<-- [start:tiled_backward]
+def tiled_attention_backward(q, k, v, out, lse, dout, block_q=64, block_k=64, causal=False, scale=None):
+    """FlashAttention's backward pass, tile by tile: the gradients of ``tiled_attention``.
+
+    out and lse are the forward's output and log-sum-exp; dout is the gradient arriving at out. Each block of
+    keys keeps its dK and dV accumulators while the blocks of queries stream past; every tile of P is
+    recomputed from the scores and lse, so no (n_q, n_k) tensor is ever allocated.
+    Returns (dq, dk, dv), shaped like (q, k, v).
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    delta = (dout * out).sum(dim=-1)  # rowsum(dO * O): one number per query row
+    dq = torch.zeros_like(q)  # every key block adds its part of each query row's dQ
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    for j in range(0, n_k, block_k):
+        k_blk, v_blk = k[..., j : j + block_k, :], v[..., j : j + block_k, :]
+        cols = k_blk.shape[-2]
+        dk_acc, dv_acc = torch.zeros_like(k_blk), torch.zeros_like(v_blk)
+        for i in range(0, n_q, block_q):
+            q_blk, do_blk = q[..., i : i + block_q, :], dout[..., i : i + block_q, :]
+            rows = q_blk.shape[-2]
+            if causal and i + rows - 1 < j:
+                continue  # every query in this block is before every key in the key block
+            s = (q_blk @ k_blk.transpose(-2, -1)) * scale
+            if causal:
+                q_idx = torch.arange(i, i + rows, device=q.device)[:, None]
+                k_idx = torch.arange(j, j + cols, device=q.device)[None, :]
+                s = s.masked_fill(k_idx > q_idx, float("-inf"))
+            p = torch.exp(s - lse[..., i : i + rows, None])  # the forward's probabilities
+            dv_acc += p.transpose(-2, -1) @ do_blk  # dV = P^T dO
+            dp = do_blk @ v_blk.transpose(-2, -1)  # dP = dO V^T
+            ds = p * (dp - delta[..., i : i + rows, None])  # dS = P * (dP - delta)
+            dq[..., i : i + rows, :] += (ds @ k_blk) * scale  # dQ = scale * dS K
+            dk_acc += (ds.transpose(-2, -1) @ q_blk) * scale  # dK = scale * dS^T Q
+        dk[..., j : j + cols, :], dv[..., j : j + cols, :] = dk_acc, dv_acc
+    return dq, dk, dv
+# --8<-- [end:tiled_backward]
