@@ -117,8 +117,8 @@ def test_worked_example_trace_follows_the_tile_stepper_contract():
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("n_q,n_k", [(1, 1), (7, 13), (65, 33), (33, 70)])
-@pytest.mark.parametrize("block_q,block_k", [(16, 16), (32, 8), (5, 64)])
+@pytest.mark.parametrize("n_q,n_k,block_q,block_k", [(1, 1, 16, 16), (7, 13, 32, 8), (65, 33, 16, 16),
+                                                     (33, 70, 5, 64)])
 def test_tiled_backward_matches_autograd(n_q, n_k, block_q, block_k, causal):
     """The tiled backward's dQ, dK, dV equal autograd's through the definition, in float64."""
     q, k, v = qkv(2, 3, n_q, n_k, 16, d_v=24)
