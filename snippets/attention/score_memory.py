@@ -4,6 +4,14 @@ for one head in float32; then what heads, and GPT-3's sizes, do to that."""
 
 import torch
 
+
+def emit(filename, text):
+    """Print a result and keep it as a file a page can show on its own."""
+    print(text)
+    with open(filename, "w") as f:
+        f.write(text + "\n")
+
+
 torch.manual_seed(0)
 d = 64  # head dimension
 rows = ["| N | scores S (bytes) | = N² × 4? | S in MiB | kept for backward (MiB) "
@@ -34,7 +42,8 @@ table = "\n".join(rows) + "\n"
 print(table)
 # The seed post's arithmetic, redone from the measured size of one head's scores:
 mib, gib = s_bytes / 2**20, 32 * s_bytes / 2**30
-print(f"32 heads x {mib:.0f} MiB = {gib:.0f} GiB of scores per layer, batch 1, float32")
+emit("seed_arithmetic.txt",
+     f"32 heads x {mib:.0f} MiB = {gib:.0f} GiB of scores per layer, batch 1, float32")
 with open("score_memory.md", "w") as f:
     f.write(table)
 
@@ -46,10 +55,11 @@ one_head = x @ x.T  # (N, N)
 heads = x.view(n, h, d_model // h).transpose(0, 1)  # (h, N, d_model / h)
 many_heads = heads @ heads.transpose(-2, -1)  # (h, N, N)
 flops_one, flops_many = 2 * n * n * d_model, h * 2 * n * n * (d_model // h)
-print(f"\n{h} heads of {d_model // h} vs one head of {d_model}, N = {n}:")
-print(f"  FLOPs of QK^T: {flops_many:,} vs {flops_one:,}")
-print(f"  score bytes:   {many_heads.untyped_storage().nbytes():,} vs "
-      f"{one_head.untyped_storage().nbytes():,}")
+emit("heads.txt",
+     f"{h} heads of {d_model // h} vs one head of {d_model}, N = {n}:\n"
+     f"  FLOPs of QK^T: {flops_many:,} vs {flops_one:,}\n"
+     f"  score bytes:   {many_heads.untyped_storage().nbytes():,} vs "
+     f"{one_head.untyped_storage().nbytes():,}")
 # --8<-- [end:heads]
 
 # --8<-- [start:gpt3]
@@ -57,8 +67,9 @@ print(f"  score bytes:   {many_heads.untyped_storage().nbytes():,} vs "
 layers, n_heads, n_ctx, params = 96, 96, 2048, 175e9
 half = 2  # bytes per float16 number
 per_layer = n_heads * n_ctx**2 * half  # one layer's scores, one sequence
-print(f"\nGPT-3 175B at {n_ctx:,} tokens, float16:")
-print(f"  weights:                            {params * half / 2**30:,.0f} GiB")
-print(f"  scores of one layer, one sequence:  {per_layer / 2**20:,.0f} MiB")
-print(f"  P of all {layers} layers, one sequence: {layers * per_layer / 2**30:,.0f} GiB")
+emit("gpt3.txt",
+     f"GPT-3 175B at {n_ctx:,} tokens, float16:\n"
+     f"  weights:                            {params * half / 2**30:,.0f} GiB\n"
+     f"  scores of one layer, one sequence:  {per_layer / 2**20:,.0f} MiB\n"
+     f"  P of all {layers} layers, one sequence: {layers * per_layer / 2**30:,.0f} GiB")
 # --8<-- [end:gpt3]
