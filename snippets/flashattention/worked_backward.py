@@ -45,7 +45,7 @@ emit("setup.txt", show("dO", dO) + show("O (= P, since V = I)", O)
 
 # --8<-- [start:key_block]
 def run_key_block(j):
-    """One program of the dK/dV kernel: keys j, j+1 stay, the query blocks stream past."""
+    """One program of the dK/dV kernel: keys j, j+1 stay, query blocks stream past."""
     k_blk, v_blk = K[j : j + block], V[j : j + block]
     dK, dV = torch.zeros(block, 4), torch.zeros(block, 4)
     text = ""
