@@ -19,6 +19,6 @@ try:
     AutoModelForCausalLM.from_config(config, attn_implementation="flash_attention_2")
     print('attn_implementation="flash_attention_2": accepted')
 except (ImportError, ValueError) as err:
-    print(f'attn_implementation="flash_attention_2": {type(err).__name__}: '
-          f"{str(err).splitlines()[0][:70]}...")
+    print(f'attn_implementation="flash_attention_2": {type(err).__name__}:\n'
+          f"  {str(err).splitlines()[0][:70]}...")
 # --8<-- [end:default]
