@@ -86,6 +86,7 @@ def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
 # --8<-- [end:bwd_preprocess]
 
 
+# --8<-- [start:dkdv_inner]
 @triton.jit
 def _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_base, offs_n, seqlen_q,
                          causal_offset, qk_scale, lo, hi, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -113,6 +114,7 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_bas
         dsT = pT * (dpT - delta[None, :])
         dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
     return dk, dv
+# --8<-- [end:dkdv_inner]
 
 
 # --8<-- [start:bwd_dkdv]
@@ -178,6 +180,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
 # --8<-- [end:bwd_dkdv]
 
 
+# --8<-- [start:dq_inner]
 @triton.jit
 def _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale, lo,
                        hi, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
@@ -198,6 +201,7 @@ def _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seql
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
     return dq
+# --8<-- [end:dq_inner]
 
 
 # --8<-- [start:bwd_dq]

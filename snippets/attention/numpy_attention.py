@@ -1,17 +1,19 @@
-"""Scaled dot-product attention in ten lines of NumPy: two queries attend over three keys."""
+"""Scaled dot-product attention in ten lines of NumPy: two queries attend over three
+keys."""
 
 import numpy as np
 
 
 def softmax(x):
-    # Subtracting the row maximum changes nothing mathematically but keeps exp() from overflowing.
+    # Subtracting the row maximum changes nothing mathematically but keeps exp() from
+    # overflowing.
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
 
 
 def attention(Q, K, V):
     d_k = K.shape[-1]
-    scores = Q @ K.swapaxes(-1, -2) / np.sqrt(d_k)  # swapaxes, not .T, so batched inputs work too
+    scores = Q @ K.swapaxes(-1, -2) / np.sqrt(d_k)  # swapaxes, not .T: batches work too
     weights = softmax(scores)
     return weights @ V, weights
 

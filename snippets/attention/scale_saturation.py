@@ -1,9 +1,10 @@
-"""Why divide by sqrt(d_k): measure what the softmax and its gradient do as d_k grows, with and without the scale.
+"""Why divide by sqrt(d_k): measure what the softmax and its gradient do as d_k grows,
+with and without the scale.
 
-Queries and keys have i.i.d. standard-normal entries, as in the variance argument; each query attends over 64
-keys. For every d_k we measure the variance of the dot products, how peaked the softmax is, and the size of the
-gradient that reaches the queries from a random upstream gradient.
-"""
+Queries and keys have i.i.d. standard-normal entries, as in the variance argument;
+each query attends over 64 keys. For every d_k we measure the variance of the dot
+products, how peaked the softmax is, and the size of the gradient that reaches the
+queries from a random upstream gradient."""
 
 import math
 
@@ -21,28 +22,48 @@ def measure(d_k, scaled):
     k = torch.randn(n_keys, d_k)
     logits = q @ k.T / (math.sqrt(d_k) if scaled else 1.0)
     weights = torch.softmax(logits, dim=-1)
-    upstream = torch.randn_like(weights)  # stands in for dLoss/dweights from the rest of the network
+    # stands in for dLoss/dweights from the rest of the network
+    upstream = torch.randn_like(weights)
     (weights * upstream).sum().backward()
     return dict(
         var=logits.var().item(),
-        max_weight=weights.max(dim=-1).values.mean().item(),  # 1/64 = uniform, 1.0 = one-hot
-        one_hot=(weights.max(dim=-1).values > 0.99).float().mean().item(),  # rows that are (almost) one-hot
-        grad=q.grad.norm(dim=-1).median().item(),  # size of the gradient reaching each query
+        max_weight=weights.max(dim=-1)
+        .values.mean()
+        .item(),  # 1/64 = uniform, 1.0 = one-hot
+        one_hot=(weights.max(dim=-1).values > 0.99)
+        .float()
+        .mean()
+        .item(),  # rows that are (almost) one-hot
+        grad=q.grad.norm(dim=-1)
+        .median()
+        .item(),  # size of the gradient reaching each query
     )
+
+
 # --8<-- [end:experiment]
 
 
 results = {(d, s): measure(d, s) for d in dims for s in (False, True)}
 
-rows = ["| d_k | Var(q·k) | Var(q·k/√d_k) | mean max weight, no scale | mean max weight, ÷√d_k "
-        "| rows > 0.99, no scale | rows > 0.99, ÷√d_k | median ‖∂L/∂q‖, no scale | median ‖∂L/∂q‖, ÷√d_k |",
-        "|---|---|---|---|---|---|---|---|---|"]
+rows = [
+    "| d_k | Var(q·k) | Var(q·k/√d_k) "
+    "| mean max weight, no scale | mean max weight, ÷√d_k "
+    "| rows > 0.99, no scale | rows > 0.99, ÷√d_k "
+    "| median ‖∂L/∂q‖, no scale | median ‖∂L/∂q‖, ÷√d_k |",
+    "|---|---|---|---|---|---|---|---|---|",
+]
 for d in dims:
     u, s = results[d, False], results[d, True]
-    rows.append(f"| {d} | {u['var']:.1f} | {s['var']:.2f} | {u['max_weight']:.3f} | {s['max_weight']:.3f} | "
-                f"{u['one_hot']:.0%} | {s['one_hot']:.0%} | {u['grad']:.2e} | {s['grad']:.2e} |")
+    rows.append(
+        f"| {d} | {u['var']:.1f} | {s['var']:.2f} "
+        f"| {u['max_weight']:.3f} | {s['max_weight']:.3f} | "
+        f"{u['one_hot']:.0%} | {s['one_hot']:.0%} | {u['grad']:.2e} | {s['grad']:.2e} |"
+    )
 table = "\n".join(rows) + "\n"
-print(f"{n_queries} queries, {n_keys} keys each (a uniform softmax puts {1 / n_keys:.3f} on every key)\n")
+print(
+    f"{n_queries} queries, {n_keys} keys each "
+    f"(a uniform softmax puts {1 / n_keys:.3f} on every key)\n"
+)
 print(table)
 with open("saturation.md", "w") as f:
     f.write(table)
@@ -50,11 +71,24 @@ with open("saturation.md", "w") as f:
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
 for scaled, style in ((False, "o-"), (True, "s-")):
     label = "q·k / √d_k" if scaled else "q·k (no scale)"
-    left.plot(dims, [results[d, scaled]["max_weight"] for d in dims], style, label=label)
+    left.plot(
+        dims, [results[d, scaled]["max_weight"] for d in dims], style, label=label
+    )
     right.plot(dims, [results[d, scaled]["grad"] for d in dims], style, label=label)
 left.axhline(1 / n_keys, color="grey", ls=":", label="uniform (1/64)")
-left.set(xscale="log", xlabel="d_k", ylabel="mean of each row's largest weight", title="Softmax saturates")
-right.set(xscale="log", yscale="log", xlabel="d_k", ylabel="median ‖∂L/∂q‖", title="Gradient reaching the queries")
+left.set(
+    xscale="log",
+    xlabel="d_k",
+    ylabel="mean of each row's largest weight",
+    title="Softmax saturates",
+)
+right.set(
+    xscale="log",
+    yscale="log",
+    xlabel="d_k",
+    ylabel="median ‖∂L/∂q‖",
+    title="Gradient reaching the queries",
+)
 for ax in (left, right):
     ax.set_xticks(dims, [str(d) for d in dims])
     ax.grid(True, alpha=0.3)
@@ -62,12 +96,17 @@ for ax in (left, right):
 fig.tight_layout()
 fig.savefig("saturation.png", dpi=150)
 
-# Two heatmaps of the same 16 queries x 16 keys at d_k = 256, for a before/after slider on the page.
+# Two heatmaps of the same 16 queries x 16 keys at d_k = 256, for a before/after
+# slider on the page.
 q, k = torch.randn(16, 256), torch.randn(16, 256)
-for name, logits in (("weights_unscaled.png", q @ k.T), ("weights_scaled.png", q @ k.T / 16)):
+for name, logits in (
+    ("weights_unscaled.png", q @ k.T),
+    ("weights_scaled.png", q @ k.T / 16),
+):
     fig, ax = plt.subplots(figsize=(4, 4))
     ax.imshow(torch.softmax(logits, dim=-1), cmap="viridis", vmin=0, vmax=1)
-    ax.set(xlabel="key", ylabel="query", xticks=[], yticks=[])  # the slider's labels say which is which
+    # the slider's labels say which is which
+    ax.set(xlabel="key", ylabel="query", xticks=[], yticks=[])
     fig.tight_layout()
     fig.savefig(name, dpi=120)
     plt.close(fig)

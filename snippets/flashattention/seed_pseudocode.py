@@ -1,4 +1,5 @@
-"""Run the tiled pseudocode from the seed post exactly as published, and see where it breaks."""
+"""Run the tiled pseudocode from the seed post exactly as published, and see where it
+breaks."""
 
 import math
 
@@ -8,7 +9,8 @@ from flashdoc.reference import naive_attention
 
 
 # --8<-- [start:seed]
-# Verbatim from the seed post (only this comment added). Q, K, V: (batch, seq_len, d_head).
+# Verbatim from the seed post (only this comment added).
+# Q, K, V: (batch, seq_len, d_head).
 def flash_attention(Q, K, V, block_size=64):
     n = Q.shape[1]
     output = torch.zeros_like(Q)
@@ -51,14 +53,15 @@ def flash_attention(Q, K, V, block_size=64):
 def report(label, thunk):
     try:
         print(f"{label}: {thunk()}")
-    except Exception as err:  # noqa: BLE001 - reporting whatever the seed's code raises is the point
+    except Exception as err:  # noqa: BLE001 - what the seed's code raises is the point
         print(f"{label}: {type(err).__name__}: {err}")
 
 
 def error_vs_naive(batch, n, d):
     torch.manual_seed(0)
     Q, K, V = (torch.randn(batch, n, d) for _ in range(3))
-    return f"ran; max |error| vs naive attention = {(flash_attention(Q, K, V) - naive_attention(Q, K, V)).abs().max():.3g}"
+    error = (flash_attention(Q, K, V) - naive_attention(Q, K, V)).abs().max()
+    return f"ran; max |error| vs naive attention = {error:.3g}"
 
 
 report("1. as published (batch 2, n 128, d 32)", lambda: error_vs_naive(2, 128, 32))
@@ -67,18 +70,31 @@ report("2. with d_k defined (batch 2, n 128, d 32)", lambda: error_vs_naive(2, 1
 d_k = 64
 report("3. batch 1, n 128, d 64 = block_size", lambda: error_vs_naive(1, 128, 64))
 
-# 4. For n = 100 the last query block has 36 rows, but the seed allocates m_i (and l_i) with block_size columns:
+# 4. For n = 100 the last query block has 36 rows, but the seed allocates m_i (and l_i)
+# with block_size columns:
 m_i = torch.full((1, 64), float("-inf"))
-m_ij = torch.randn(1, 100 - 64, 64).max(dim=-1).values  # one max per row of that block: shape (1, 36)
-report("4. last block, torch.maximum(m_i, m_ij)", lambda: torch.maximum(m_i, m_ij).shape)
+m_ij = torch.randn(1, 100 - 64, 64).max(dim=-1).values  # one max per row: shape (1, 36)
+report("4. last block, torch.maximum(m_i, m_ij)",
+       lambda: torch.maximum(m_i, m_ij).shape)
 
 # --8<-- [start:beta]
-# The seed's beta form vs the standard one, on a tile whose row is fully masked (as causal masking produces):
-scores = torch.full((1, 4), float("-inf"))  # every key of this tile is in the query's future
+# The seed's beta form (FlashAttention-1's update) vs the standard one, on a tile row
+# whose keys are all masked:
+scores = torch.full((1, 4), float("-inf"))  # every key of this tile is in the future
 m_i = torch.tensor([1.5])  # the row already saw keys in an earlier tile
 m_ij = scores.max(dim=-1).values  # -inf
 m_new = torch.maximum(m_i, m_ij)
 beta_form = torch.exp(m_ij - m_new) * torch.exp(scores - m_ij[:, None]).sum(dim=-1)
 standard = torch.exp(scores - m_new[:, None]).sum(dim=-1)
-print(f"5. fully masked tile row: beta form adds {beta_form.item()}, the standard form adds {standard.item()}")
+print(f"5. fully masked tile row: beta form adds {beta_form.item()}, "
+      f"the standard form adds {standard.item()}")
+
+# The same row with one visible key: every term is finite, and the two forms agree.
+scores[0, 0] = 0.5
+m_ij = scores.max(dim=-1).values
+m_new = torch.maximum(m_i, m_ij)
+beta_form = torch.exp(m_ij - m_new) * torch.exp(scores - m_ij[:, None]).sum(dim=-1)
+standard = torch.exp(scores - m_new[:, None]).sum(dim=-1)
+print(f"6. one visible key: beta form adds {beta_form.item():.4f}, "
+      f"the standard form adds {standard.item():.4f}")
 # --8<-- [end:beta]

@@ -1,4 +1,5 @@
-"""How long the exponentials of an attention tile take next to its matrix products, on Hopper (H100, H200)."""
+"""How long the exponentials of an attention tile take next to its matrix products, on
+Hopper (H100, H200)."""
 
 # --8<-- [start:budget]
 # Per SM and clock cycle on Hopper: 4096 dense bf16/fp16 FLOPs on the tensor
@@ -16,8 +17,10 @@ WORK = {"forward": (2 * 2, 1), "backward": (7 * 2, 2)}
 
 header = ["head dim"]
 for phase in WORK:
-    header += [f"{phase}: exp2 time ÷ product time",
-               f"{phase}: ceiling if they never overlap"]
+    header += [
+        f"{phase}: exp2 time ÷ product time",
+        f"{phase}: ceiling if they never overlap",
+    ]
 rows = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
 for head_dim in (64, 128, 256):
     cells = [str(head_dim)]
@@ -26,8 +29,7 @@ for head_dim in (64, 128, 256):
         exp_clocks = exps / EXP2_PER_CLOCK
         # the share of the tensor cores' peak left if exp2 runs in between
         ceiling = product_clocks / (product_clocks + exp_clocks)
-        cells += [f"{exp_clocks / product_clocks:.2f}",
-                  f"{ceiling:.0%} of peak"]
+        cells += [f"{exp_clocks / product_clocks:.2f}", f"{ceiling:.0%} of peak"]
     rows.append("| " + " | ".join(cells) + " |")
 # --8<-- [end:budget]
 print("\n".join(rows))

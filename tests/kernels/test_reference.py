@@ -8,7 +8,13 @@ import math
 import pytest
 import torch
 
-from flashdoc.reference import naive_attention, online_softmax, online_softmax_update, tiled_attention
+from flashdoc.reference import (
+    naive_attention,
+    online_softmax,
+    online_softmax_update,
+    tiled_attention,
+    tiled_attention_backward,
+)
 from tools.outputs import snippet
 
 F64 = torch.float64
@@ -108,3 +114,39 @@ def test_worked_example_trace_follows_the_tile_stepper_contract():
     q, k = torch.tensor(trace["Q"], dtype=F64), torch.tensor(trace["K"], dtype=F64)
     expected = torch.softmax(q @ k.T * trace["scale"], dim=-1) @ torch.tensor(trace["V"], dtype=F64)
     torch.testing.assert_close(torch.tensor(trace["output"], dtype=F64), expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q,n_k,block_q,block_k", [(1, 1, 16, 16), (7, 13, 32, 8), (65, 33, 16, 16),
+                                                     (33, 70, 5, 64)])
+def test_tiled_backward_matches_autograd(n_q, n_k, block_q, block_k, causal):
+    """The tiled backward's dQ, dK, dV equal autograd's through the definition, in float64."""
+    q, k, v = qkv(2, 3, n_q, n_k, 16, d_v=24)
+    dout = torch.randn(2, 3, n_q, 24, dtype=F64, generator=torch.Generator().manual_seed(2))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    definition(q, k, v, causal=causal).backward(dout)
+    with torch.no_grad():
+        out, lse = tiled_attention(q, k, v, block_q, block_k, causal=causal, return_lse=True)
+        grads = tiled_attention_backward(q, k, v, out, lse, dout, block_q, block_k, causal=causal)
+    for name, got, t in zip(("dq", "dk", "dv"), grads, (q, k, v)):
+        torch.testing.assert_close(got, t.grad, rtol=0, atol=1e-12, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_tiled_lse_is_the_rows_log_sum_exp():
+    q, k, v = qkv(1, 2, 37, 41, 8)
+    _, lse = tiled_attention(q, k, v, 16, 16, causal=True, return_lse=True)
+    s = (q @ k.transpose(-2, -1)) * 8**-0.5
+    s = s.masked_fill(torch.ones(37, 41, dtype=torch.bool).triu(1), -math.inf)
+    torch.testing.assert_close(lse, torch.logsumexp(s, dim=-1), rtol=0, atol=1e-12)
+
+
+def test_tiled_backward_honours_an_explicit_scale():
+    q, k, v = qkv(1, 1, 19, 23, 8)
+    dout = torch.randn(1, 1, 19, 8, dtype=F64, generator=torch.Generator().manual_seed(3))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    definition(q, k, v, scale=0.3).backward(dout)
+    with torch.no_grad():
+        out, lse = tiled_attention(q, k, v, 8, 8, scale=0.3, return_lse=True)
+        grads = tiled_attention_backward(q, k, v, out, lse, dout, 8, 8, scale=0.3)
+    for got, t in zip(grads, (q, k, v)):
+        torch.testing.assert_close(got, t.grad, rtol=0, atol=1e-12)

@@ -14,7 +14,8 @@ from flashdoc import interface
 from flashdoc.kernels import backward_hopper
 
 ROOT = Path(__file__).resolve().parents[2]
-POST = ROOT / "docs/blog/posts/flashattention-in-triton.md"
+POSTS = ROOT / "docs/blog/posts"
+HOPPER = POSTS / "flashattention-on-hopper.md"
 USAGE = ROOT / "docs/usage.md"
 
 
@@ -30,7 +31,7 @@ def _fused_causal_threshold() -> int:
     return tokens
 
 
-@pytest.mark.parametrize("where", [POST, USAGE, "interface.flash_attn_func"])
+@pytest.mark.parametrize("where", [HOPPER, USAGE, "interface.flash_attn_func"])
 def test_fused_backward_threshold_in_prose(where):
     """Causal calls take the fused backward from FUSED_DQ_MIN_SEQLEN tokens on, written with a thousands comma
     (e.g. "1,024") wherever it is named."""
@@ -40,11 +41,12 @@ def test_fused_backward_threshold_in_prose(where):
 
 
 def test_fused_backward_threshold_in_short_form():
-    """The post also names the threshold in passing, as "(causal mask|causal calls|under the mask) from 2k tokens":
+    """The posts also name the threshold in passing, as "(causal mask|causal calls|under the mask) from 2k tokens":
     every such mention must be FUSED_DQ_MIN_SEQLEN in thousands of tokens."""
     tokens = _fused_causal_threshold()
-    said = re.findall(r"(?:causal mask|causal calls|under the mask) from (\d+)k tokens", _one_line(POST.read_text()))
-    assert said, "the post no longer names the threshold in short form: update or remove this test"
+    text = " ".join(_one_line(post.read_text()) for post in sorted(POSTS.glob("*.md")))
+    said = re.findall(r"(?:causal mask|causal calls|under the mask) from (\d+)k tokens", text)
+    assert said, "no post names the threshold in short form any more: update or remove this test"
     assert all(int(k) * 1024 == tokens for k in said), f"the post says {said}k tokens, the table {tokens:,}"
 
 
@@ -53,4 +55,18 @@ def test_fused_backward_program_keys_in_prose():
     keys = {config[1] * config[3] for config in backward_hopper.FUSED_DQ_CONFIGS.values()}
     assert len(keys) == 1, keys
     said = f"multiple of a program's {keys.pop()} keys"
-    assert said in _one_line(POST.read_text()), f"the post should say {said!r}"
+    assert said in _one_line(HOPPER.read_text()), f"the post should say {said!r}"
+
+
+def test_recorded_tile_tables_match_the_package(tmp_path):
+    """The posts show the kernels' configuration tables as the tile_configs snippet recorded them; a table
+    changed in the package since then must be recorded again (the snippet's source did not change, so the
+    freshness check alone would not notice)."""
+    from tools.outputs import GENERATED_DIR, snippet
+    from tools.record_snippets import run_snippet
+
+    assert run_snippet(snippet("triton/tile_configs"), tmp_path, timeout=300).ok
+    for name in ("forward.md", "hopper_forward.md", "hopper_backward.md"):
+        recorded = (GENERATED_DIR / "triton/tile_configs" / name).read_text()
+        assert (tmp_path / name).read_text() == recorded, (
+            f"{name} differs from the package's tables: python -m tools.record_snippets triton/tile_configs")

@@ -3,7 +3,7 @@
 mkdocs rewrites ``[text](../blog/posts/post.md)`` in a markdown page to the URL of the page built from that
 file. mkdocs-jupyter renders notebooks (docs/notebooks/*.py) to HTML itself, so their links to ``.md`` files
 would stay as written and break. This applies the same rewrite to notebook pages. A link to a file that is
-not among the docs is left as written; tests/browser/test_site.py reports it as broken.
+not among the docs is left as written; tests/site/test_site.py reports it as broken.
 """
 
 from __future__ import annotations

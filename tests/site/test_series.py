@@ -1,0 +1,77 @@
+"""The blog as a series a reader can follow, checked on the built site: no page shows the project's internal
+words, no post takes more than 30 minutes to read (mkdocs-material's own estimate, as the page shows it), and
+the blog index lists the parts in order."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+POSTS = Path(__file__).resolve().parents[2] / "docs/blog/posts"
+MAX_MINUTES = 30
+# Words from the project's engineering log, which mean nothing to a reader of the site.
+INTERNAL = re.compile(r"\bissue \d+|\bsession \d+|\bNOT met\b|\btargets?\b|\bperf/", re.IGNORECASE)
+
+
+class VisibleText(HTMLParser):
+    """The text a browser would show: everything outside script, style, svg and the head."""
+
+    HIDDEN = {"script", "style", "svg", "head", "title"}
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = 0
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.hidden += tag in self.HIDDEN
+
+    def handle_endtag(self, tag):
+        self.hidden -= tag in self.HIDDEN
+
+    def handle_data(self, data):
+        if not self.hidden:
+            self.text.append(data)
+
+
+def visible_text(path: Path) -> str:
+    parser = VisibleText()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return " ".join(" ".join(parser.text).split())
+
+
+def test_no_page_shows_internal_words(built_site):
+    pages = sorted(built_site.rglob("*.html"))
+    assert len(pages) > 10, pages
+    found = {}
+    for path in pages:
+        text = visible_text(path)
+        hits = sorted({m.group(0) for m in INTERNAL.finditer(text)})
+        if hits:
+            i = INTERNAL.search(text).start()
+            found[path.relative_to(built_site).as_posix()] = (hits, text[max(0, i - 60) : i + 60])
+    assert not found, f"pages that show internal words: {found}"
+
+
+@pytest.mark.parametrize("slug", [re.search(r"^slug: (\S+)$", p.read_text(), re.M).group(1)
+                                  for p in sorted(POSTS.glob("*.md"))])
+def test_post_reads_in_at_most_30_minutes(built_site, slug):
+    html, = built_site.glob(f"blog/*/*/*/{slug}/index.html")
+    minutes = int(re.search(r"(\d+) min read", visible_text(html)).group(1))
+    assert minutes <= MAX_MINUTES, f"{slug} reads in {minutes} minutes"
+
+
+def test_series_parts_link_in_order(built_site):
+    """Each "Part N" post names its part in its title, and the blog index lists the parts in order."""
+    index = visible_text(built_site / "blog/index.html")
+    start_here = index[index.rfind("Start here") : index.rfind("All posts")]
+    parts = [int(n) for n in re.findall(r"Part (\d+):", start_here)]
+    assert parts == sorted(parts) and parts[0] == 1, parts
+    titles = {int(re.search(r"^# Part (\d+):", p.read_text(), re.M).group(1)) for p in POSTS.glob("*.md")
+              if re.search(r"^# Part \d+:", p.read_text(), re.M)}
+    assert set(parts) == titles, (parts, titles)
