@@ -6,10 +6,13 @@
     {{ output("attention/numpy_attention") }}                  what it printed, with provenance
     {{ output("triton/benchmark", "ratios.md") }}              a recorded markdown table
     {{ figure("attention/scaling", "saturation.png", "Caption") }}   a recorded image
+    {{ install_flashdoc() }}                                   the one line that installs flashdoc
 
 The code itself is pulled in by pymdownx.snippets (``check_paths: true``), so a missing file or section
-fails the build. Outputs are checked against the snippet's current source: if the snippet changed after its
-outputs were recorded, the build fails with the command that refreshes them.
+fails the build. Each block's copy button copies a complete program (``tools/programs.py``): for a section,
+the file from its top through the section. The first block on a page whose snippet imports flashdoc is
+preceded by the line that installs it. Outputs are checked against the code that produced them
+(``tools/outputs.py``); a GPU-only output recorded with older package code carries a stamp saying so.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from __future__ import annotations
 import html
 import posixpath
 
+from tools import downloads
 from tools.outputs import DOCS_DIR, ROOT, Snippet, snippet
+from tools.programs import copy_program
 
 IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg", ".gif", ".webp")
 
@@ -29,9 +34,34 @@ def provenance_html(snip: Snippet, prov: dict) -> str:
         f"Recorded by running <code>{snip.rel_path}</code> on <strong>{html.escape(prov['device'])}</strong>"
         f" · torch {prov['torch']} · triton {prov['triton']} · {prov['date']} · source sha256 {sha}"
     )
+    if prov.get("commit"):
+        text += f" · flashdoc {prov['commit'][:10]}"
     if prov.get("interrupted_at_time_limit"):
         text += f" · <strong>stopped at its time limit after {prov['seconds']:.0f} s: partial results</strong>"
+    stamp = snip.stamp()
+    if stamp:
+        text += f' · <strong class="fd-stale-stamp">{html.escape(stamp)}</strong>'
     return f'<p class="provenance">{text}</p>'
+
+
+def imports_flashdoc(snip: Snippet) -> bool:
+    """Whether running the snippet imported flashdoc (its recorded provenance lists the modules it imported)."""
+    prov = snip.provenance() or {}
+    return any(rel.startswith("flashdoc/") for rel in prov.get("modules", {}))
+
+
+def install_line(site_url: str) -> str:
+    """One line: how to install flashdoc from the published site, with the wheel's checksum beside it."""
+    base = site_url.rstrip("/")
+    return (f'<p class="fd-install">The code on this page imports flashdoc; install it with '
+            f"<code>pip install {html.escape(downloads.wheel_url(site_url))}</code> "
+            f'(<a href="{base}/{downloads.SITE_DIR}/{downloads.CHECKSUMS}">SHA-256</a>, '
+            f'<a href="{base}/{downloads.SITE_DIR}/{downloads.sdist_name()}">source</a>).</p>')
+
+
+def _attribute(text: str) -> str:
+    """A value for a double-quoted HTML attribute, on one line (Markdown's HTML parsing is line-based)."""
+    return html.escape(text, quote=True).replace("\n", "&#10;")
 
 
 def relative_to_page(page, docs_path: str) -> str:
@@ -51,25 +81,47 @@ def _indent(text: str, prefix: str = "    ") -> str:
 
 
 def register(env):
+    install_shown: set[str] = set()  # pages whose install line was written (by the first block needing it)
+
+    def install_once() -> str:
+        page = env.page.file.src_uri
+        if page in install_shown:
+            return ""
+        install_shown.add(page)
+        return install_line(env.conf["site_url"]) + "\n\n"
+
+    @env.macro
+    def install_flashdoc():
+        """The one line that installs flashdoc (once per page: the code() blocks write it where needed)."""
+        return install_once()
+
     @env.macro
     def code(name, section=None, title=None, collapsed=False, hl_lines=None):
-        """A fenced Python block from ``snippets/<name>.py`` and a link to the whole file."""
+        """A fenced Python block from ``snippets/<name>.py``, whose copy button copies a complete program, and a
+        link to the whole file."""
         snip = snippet(name)
         target = snip.rel_path + (f":{section}" if section else "")
         options = f'title="{title or snip.rel_path}"'
         if hl_lines:
             options += f' hl_lines="{hl_lines}"'
-        block = f'```python {options}\n--8<-- "{target}"\n```'
+        attrs = f'class="fd-program" data-snippet="{snip.name}"'
+        if section:
+            attrs += f' data-section="{section}"'
+        attrs += f' data-copy="{_attribute(copy_program(snip, section))}"'
+        # material's copy button copies the data-copy of the nearest element that has one, not the shown lines
+        block = f'<div {attrs} markdown>\n\n```python {options}\n--8<-- "{target}"\n```\n\n</div>'
         url = site_relative_url(env.page, snip.rel_path)
         if section:
             caption = (f'Section <code>{section}</code> of <a href="{url}">{snip.rel_path}</a>; '
-                       "it relies on the lines before it in that file, which runs as is.")
+                       "the copy button copies it with the lines above it that it needs, as a program that runs.")
         else:
             caption = f'Complete and runnable: <a href="{url}">download {snip.rel_path}</a>.'
         caption_html = f'<p class="snippet-source">{caption}</p>'
+        install = install_once() if imports_flashdoc(snip) else ""
         if collapsed:
-            return f'??? example "{title or snip.rel_path}"\n\n{_indent(block)}\n\n{_indent(caption_html)}\n'
-        return f"{block}\n{caption_html}\n"
+            return (f'{install}??? example "{title or snip.rel_path}"\n\n{_indent(block)}\n\n'
+                    f"{_indent(caption_html)}\n")
+        return f"{install}{block}\n{caption_html}\n"
 
     @env.macro
     def output(name, file="stdout.txt", title="Output"):
