@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools import outputs
 from tools.outputs import (GPU_RECORD_COMMAND, PROVENANCE_FORMAT, ROOT, Snippet, all_snippets, module_hashes,
                            snippet, stale_snippets)
 
@@ -89,7 +90,7 @@ def run_snippet(snip: Snippet, workdir: Path, timeout: float = 1800, echo=None) 
         imports_json = Path(side) / "imports.json"  # outside workdir: not one of the snippet's outputs
         start = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, str(RUNNER), str(imports_json), str(snip.path)],
+            [sys.executable, str(RUNNER), str(outputs.ROOT), str(imports_json), str(snip.path)],
             cwd=workdir,
             env=snippet_env(),
             stdout=subprocess.PIPE,
