@@ -1,13 +1,14 @@
 """flashdoc's wheel and sdist, published with the site so readers can install what the snippets import.
 
 The site serves them from ``downloads/`` with a ``SHA256SUMS`` file (``sha256sum -c SHA256SUMS`` checks
-them); ``tools/hooks/downloads.py`` builds them after each site build, and the ``install_flashdoc()`` macro
-writes the one line that installs the wheel from the published site.
+them); ``tools/hooks/downloads.py`` builds them after each site build, and ``install_line`` is the one line
+that installs the wheel from the published site (``tools/hooks/install_line.py`` puts it on pages).
 """
 
 from __future__ import annotations
 
 import hashlib
+import html
 import re
 import shutil
 import subprocess
@@ -39,6 +40,14 @@ def sdist_name() -> str:
 
 def wheel_url(site_url: str) -> str:
     return f"{site_url.rstrip('/')}/{SITE_DIR}/{wheel_name()}"
+
+
+def install_line(site_url: str) -> str:
+    """One line of HTML: how to install flashdoc from the published site, with links to the checksums and sdist."""
+    base = f"{site_url.rstrip('/')}/{SITE_DIR}"
+    return (f'<p class="fd-install">The code on this page imports flashdoc; install it with '
+            f"<code>pip install {html.escape(wheel_url(site_url))}</code> "
+            f'(<a href="{base}/{CHECKSUMS}">SHA-256</a>, <a href="{base}/{sdist_name()}">source</a>).</p>')
 
 
 # What the distributions are built from: the package and the files its metadata names, nothing else of the repo.

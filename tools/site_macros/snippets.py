@@ -10,9 +10,10 @@
 
 The code itself is pulled in by pymdownx.snippets (``check_paths: true``), so a missing file or section
 fails the build. Each block's copy button copies a complete program (``tools/programs.py``): for a section,
-the file from its top through the section. The first block on a page whose snippet imports flashdoc is
-preceded by the line that installs it. Outputs are checked against the code that produced them
-(``tools/outputs.py``); a GPU-only output recorded with older package code carries a stamp saying so.
+the file from its top through the section. A page with a block whose snippet imports flashdoc gets the line
+that installs it under its title (``tools/hooks/install_line.py``), unless it placed ``install_flashdoc()``.
+Outputs are checked against the code that produced them (``tools/outputs.py``); a GPU-only output recorded
+with older package code carries a stamp saying so.
 """
 
 from __future__ import annotations
@@ -50,15 +51,6 @@ def imports_flashdoc(snip: Snippet) -> bool:
     return any(rel.startswith("flashdoc/") for rel in prov.get("modules", {}))
 
 
-def install_line(site_url: str) -> str:
-    """One line: how to install flashdoc from the published site, with the wheel's checksum beside it."""
-    base = site_url.rstrip("/")
-    return (f'<p class="fd-install">The code on this page imports flashdoc; install it with '
-            f"<code>pip install {html.escape(downloads.wheel_url(site_url))}</code> "
-            f'(<a href="{base}/{downloads.SITE_DIR}/{downloads.CHECKSUMS}">SHA-256</a>, '
-            f'<a href="{base}/{downloads.SITE_DIR}/{downloads.sdist_name()}">source</a>).</p>')
-
-
 def _attribute(text: str) -> str:
     """A value for a double-quoted HTML attribute, on one line (Markdown's HTML parsing is line-based)."""
     return html.escape(text, quote=True).replace("\n", "&#10;")
@@ -81,19 +73,10 @@ def _indent(text: str, prefix: str = "    ") -> str:
 
 
 def register(env):
-    install_shown: set[str] = set()  # pages whose install line was written (by the first block needing it)
-
-    def install_once() -> str:
-        page = env.page.file.src_uri
-        if page in install_shown:
-            return ""
-        install_shown.add(page)
-        return install_line(env.conf["site_url"]) + "\n\n"
-
     @env.macro
     def install_flashdoc():
-        """The one line that installs flashdoc (once per page: the code() blocks write it where needed)."""
-        return install_once()
+        """The one line that installs flashdoc, here (else pages whose code imports it get it under the title)."""
+        return downloads.install_line(env.conf["site_url"]) + "\n"
 
     @env.macro
     def code(name, section=None, title=None, collapsed=False, hl_lines=None):
@@ -107,6 +90,8 @@ def register(env):
         attrs = f'class="fd-program" data-snippet="{snip.name}"'
         if section:
             attrs += f' data-section="{section}"'
+        if imports_flashdoc(snip):
+            attrs += ' data-imports="flashdoc"'  # tools/hooks/install_line.py puts the install line on the page
         attrs += f' data-copy="{_attribute(copy_program(snip, section))}"'
         # material's copy button copies the data-copy of the nearest element that has one, not the shown lines
         block = f'<div {attrs} markdown>\n\n```python {options}\n--8<-- "{target}"\n```\n\n</div>'
@@ -117,11 +102,9 @@ def register(env):
         else:
             caption = f'Complete and runnable: <a href="{url}">download {snip.rel_path}</a>.'
         caption_html = f'<p class="snippet-source">{caption}</p>'
-        install = install_once() if imports_flashdoc(snip) else ""
         if collapsed:
-            return (f'{install}??? example "{title or snip.rel_path}"\n\n{_indent(block)}\n\n'
-                    f"{_indent(caption_html)}\n")
-        return f"{install}{block}\n{caption_html}\n"
+            return f'??? example "{title or snip.rel_path}"\n\n{_indent(block)}\n\n{_indent(caption_html)}\n'
+        return f"{block}\n{caption_html}\n"
 
     @env.macro
     def output(name, file="stdout.txt", title="Output"):
