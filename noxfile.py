@@ -144,7 +144,9 @@ def docs(session: nox.Session) -> None:
     """Build the site into site/ with no warnings allowed; `nox -s docs -- serve` serves it with live reload."""
     env = shared_env(session)
     if session.posargs[:1] == ["serve"]:
-        session.run("mkdocs", "serve", "--strict", *session.posargs[1:], env=env, external=True)
+        # serve watches flashdoc/ and tools/ (mkdocs.yml): no .pyc written there by the build's own imports
+        session.run("mkdocs", "serve", "--strict", *session.posargs[1:], env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
+                    external=True)
     else:
         build_site(session, env, *session.posargs)
         session.log("Site built into site/: serve it with `python -m http.server -d site` and open "

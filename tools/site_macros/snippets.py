@@ -35,11 +35,11 @@ def provenance_html(snip: Snippet, prov: dict) -> str:
         f"Recorded by running <code>{snip.rel_path}</code> on <strong>{html.escape(prov['device'])}</strong>"
         f" · torch {prov['torch']} · triton {prov['triton']} · {prov['date']} · source sha256 {sha}"
     )
-    if prov.get("commit"):
+    stamp = snip.stamp()
+    if prov.get("commit") and not stamp:  # the stamp names the commit itself
         text += f" · flashdoc {prov['commit'][:10]}"
     if prov.get("interrupted_at_time_limit"):
         text += f" · <strong>stopped at its time limit after {prov['seconds']:.0f} s: partial results</strong>"
-    stamp = snip.stamp()
     if stamp:
         text += f' · <strong class="fd-stale-stamp">{html.escape(stamp)}</strong>'
     return f'<p class="provenance">{text}</p>'
