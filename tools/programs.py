@@ -8,6 +8,7 @@ attribute around the block, which mkdocs-material's copy button copies instead o
 
     python -m tools.programs                # run every block's copy text that a CPU can run, from a built site
     python -m tools.programs --gpu-only     # only the GPU-only snippets' blocks (on a CUDA GPU)
+    python -m tools.programs --gpu-only triton/benchmark      # only the blocks of the snippets named
 
 Without ``--site``, the blocks are read from the pages' ``code()`` calls instead of a built site (a GPU box
 has no mkdocs).
@@ -146,12 +147,15 @@ def run_distinct(texts, workers: int = 2, timeout: float = 600) -> dict[str, Out
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="only blocks of these snippets ('topic/name'; default: all)")
+    parser.add_argument("--exclude", nargs="*", default=[], help="leave out blocks of these snippets")
     parser.add_argument("--site", type=Path, help="a built site to read the blocks from (default: the pages)")
     parser.add_argument("--gpu-only", action="store_true", help="only blocks of GPU-only snippets")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
     blocks = blocks_from_site(args.site) if args.site else blocks_from_pages()
-    blocks = [b for b in blocks if b.gpu_only == args.gpu_only]
+    blocks = [b for b in blocks if b.gpu_only == args.gpu_only and b.snippet not in args.exclude
+              and (not args.names or b.snippet in args.names)]
     outcomes = run_distinct([b.text for b in blocks], workers=args.workers)
     failed = 0
     for b in blocks:
