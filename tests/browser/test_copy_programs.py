@@ -16,12 +16,13 @@ from tools.programs import blocks_from_site, copy_program, run_distinct
 # else the text of the block's <code>. Read in the page, per Python block, with what wraps it.
 BLOCKS_JS = """() => [...document.querySelectorAll('.md-typeset div.language-python.highlight')].map(block => {
     const code = block.querySelector('pre > code');
-    const button = block.querySelector('button.md-clipboard');
+    const button = block.querySelector('button[data-md-type=copy]');
     const holder = code.closest('[data-copy]');
     return {
       program: block.closest('.fd-program') !== null,
       packageSource: block.closest('.fd-package-source') !== null,
       button: button !== null,
+      visible: button !== null && button.checkVisibility(),
       target: button ? button.getAttribute('data-clipboard-target') : null,
       copies: holder ? holder.getAttribute('data-copy') : code.innerText,
       snippet: holder ? holder.getAttribute('data-snippet') : null,
@@ -58,9 +59,9 @@ def test_every_python_block_copies_a_program_or_links_its_package_file(page, bui
                 expected = copy_program(snippet(block["snippet"]), block["section"])
                 if block["copies"].rstrip() != expected.rstrip():
                     problems.append(f"{where}: copies something other than {block['snippet']}'s program")
-        first = next((b for b in blocks if b["program"]), None)
+        first = next((b for b in blocks if b["program"] and b["visible"]), None)
         if first is not None:  # click one copy button per page and read what reached the clipboard
-            button = page.locator(f"button.md-clipboard[data-clipboard-target='{first['target']}']")
+            button = page.locator(f"button[data-md-type=copy][data-clipboard-target='{first['target']}']")
             button.scroll_into_view_if_needed()
             button.click()
             copied = page.evaluate("navigator.clipboard.readText()")

@@ -52,8 +52,12 @@ def imports_flashdoc(snip: Snippet) -> bool:
 
 
 def _attribute(text: str) -> str:
-    """A value for a double-quoted HTML attribute, on one line (Markdown's HTML parsing is line-based)."""
-    return html.escape(text, quote=True).replace("\n", "&#10;")
+    """A value for a double-quoted attribute in a fence's ``{ ... }`` options: one line, and no brace or backtick
+    that the fence's own syntax could take for its end (entities, which the browser turns back into text)."""
+    escaped = html.escape(text, quote=True)
+    for char, entity in (("\n", "&#10;"), ("{", "&#123;"), ("}", "&#125;"), ("`", "&#96;")):
+        escaped = escaped.replace(char, entity)
+    return escaped
 
 
 def relative_to_page(page, docs_path: str) -> str:
@@ -84,17 +88,17 @@ def register(env):
         link to the whole file."""
         snip = snippet(name)
         target = snip.rel_path + (f":{section}" if section else "")
-        options = f'title="{title or snip.rel_path}"'
+        options = f'.python .fd-program title="{title or snip.rel_path}" data-snippet="{snip.name}"'
         if hl_lines:
             options += f' hl_lines="{hl_lines}"'
-        attrs = f'class="fd-program" data-snippet="{snip.name}"'
         if section:
-            attrs += f' data-section="{section}"'
+            options += f' data-section="{section}"'
         if imports_flashdoc(snip):
-            attrs += ' data-imports="flashdoc"'  # tools/hooks/install_line.py puts the install line on the page
-        attrs += f' data-copy="{_attribute(copy_program(snip, section))}"'
-        # material's copy button copies the data-copy of the nearest element that has one, not the shown lines
-        block = f'<div {attrs} markdown>\n\n```python {options}\n--8<-- "{target}"\n```\n\n</div>'
+            options += ' data-imports="flashdoc"'  # tools/hooks/install_line.py puts the install line on the page
+        # on the block's div.highlight; material's copy button copies the data-copy of the nearest element that
+        # has one instead of the shown lines
+        options += f' data-copy="{_attribute(copy_program(snip, section))}"'
+        block = f'```{{ {options} }}\n--8<-- "{target}"\n```'
         url = site_relative_url(env.page, snip.rel_path)
         if section:
             caption = (f'Section <code>{section}</code> of <a href="{url}">{snip.rel_path}</a>; '
