@@ -9,12 +9,17 @@ notebook's whole source for download.
 
 from __future__ import annotations
 
+import pytest
+
 from tools.outputs import snippet
 from tools.programs import blocks_from_site, copy_program, run_distinct
 
+PlaywrightTimeout = pytest.importorskip("playwright.sync_api", reason="needs `pip install playwright`").TimeoutError
+
 # What material's copy button copies (its clipboard code): the data-copy of the nearest element that has one,
 # else the text of the block's <code>. Read in the page, per Python block, with what wraps it.
-BLOCKS_JS = """() => [...document.querySelectorAll('.md-typeset div.language-python.highlight')].map(block => {
+PYTHON_BLOCKS = ".md-typeset div.language-python.highlight"
+BLOCKS_JS = """() => [...document.querySelectorAll('""" + PYTHON_BLOCKS + """')].map(block => {
     const code = block.querySelector('pre > code');
     const button = block.querySelector('button[data-md-type=copy]');
     const holder = code.closest('[data-copy]');
@@ -45,6 +50,13 @@ def test_every_python_block_copies_a_program_or_links_its_package_file(page, bui
     for path in content_pages(built_site):
         rel = path.relative_to(built_site).as_posix()
         page.goto(page.site_url + rel.removesuffix("index.html"), wait_until="networkidle")
+        # material adds a block's buttons once the block has been on screen: show each, then wait for them
+        page.evaluate(f"document.querySelectorAll('{PYTHON_BLOCKS}').forEach(b => b.scrollIntoView())")
+        try:
+            page.wait_for_function(f"[...document.querySelectorAll('{PYTHON_BLOCKS}')]"
+                                   ".every(b => b.querySelector('button[data-md-type=copy]'))", timeout=10_000)
+        except PlaywrightTimeout:
+            pass  # reported below, block by block
         blocks = page.evaluate(BLOCKS_JS)
         for i, block in enumerate(blocks):
             where = f"{rel} block {i + 1}"
