@@ -1,5 +1,5 @@
 """Copy means run: every Python block's copy button on the built site copies a complete program, and each
-program runs on the CPU (the GPU-only snippets' programs are run on a GPU by tests/pipeline/test_copy_programs.py).
+program runs on the CPU (the GPU-only snippets' programs are run on a GPU by tests/pipeline/test_programs.py).
 
 A block shows a snippet's section; its copy button copies that section plus the lines above it that it needs
 (``tools/programs.py``). Listings of the package's own source are not programs: they link to the file in the
