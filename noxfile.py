@@ -1,11 +1,15 @@
-"""Sessions for flashdoc: tests, snippets, docs, publish, bench.
+"""Sessions for flashdoc: tests, lint, snippets, docs, publish, bench.
 
     nox -s tests              the whole test suite (Triton interpreter on CPU; GPU tests run when a GPU is there)
     nox -s tests -- kernels   one group of tests: kernels, pipeline, site or benchmarks (tests/<group>/)
-    nox -s snippets           run every snippet and record its outputs into docs/generated/
+    nox -s lint               ruff alone (the rules in pyproject.toml)
+    nox -s snippets           run every snippet and record its outputs into docs/generated/ (`-- topic/name`)
     nox -s docs               build the site into site/ (strict); `nox -s docs -- serve` serves it with live reload
-    nox -s publish            on a CUDA GPU: record every snippet there, then build the site
+    nox -s publish            record whatever is stale, refuse anything still stale, then build the site
     nox -s bench              the benchmark against PyTorch's attention kernels (GPU), into bench-results/
+
+tests, snippets, docs and publish share one environment, .nox/flashdoc (torch, Triton, the test and docs
+extras: about 2.7 GB), made by the first of them and reused by the others until pyproject.toml changes.
 
 On a machine whose Python environment is already prepared (the H200 box has torch and Triton but no package
 registry), run a session in place with `nox --no-venv -s <session>`: installs are skipped.
@@ -13,8 +17,12 @@ registry), run a session in place with `nox --no-venv -s <session>`: installs ar
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import sys
+import tempfile
+from pathlib import Path
 
 import nox
 
@@ -24,12 +32,22 @@ nox.options.default_venv_backend = "venv"
 
 # The folders of tests/: `nox -s tests -- kernels` runs tests/kernels only.
 TEST_GROUPS = ("kernels", "pipeline", "site", "benchmarks")
+ROOT = Path(__file__).resolve().parent
+# One environment for every session that needs flashdoc with its test and docs extras (a session-per-env
+# layout built three identical 2.7 GB environments).
+SHARED_ENV = ROOT / ".nox" / "flashdoc"
+SHARED_EXTRAS = "test,docs"
+# `nox --no-venv`: run in the Python that runs nox, installing nothing (the sharing sessions declare no nox
+# environment of their own, so nox cannot tell them apart from in-place runs; its command line can).
+IN_PLACE = "--no-venv" in sys.argv or any(a in ("--force-venv-backend=none", "-db=none") for a in sys.argv)
 
 # Without a CUDA GPU, take PyTorch's CPU build (a few hundred MB) rather than a multi-GB CUDA build.
 # Override with FLASHDOC_TORCH, e.g. FLASHDOC_TORCH="torch==2.11.0".
 CPU_TORCH = os.environ.get("FLASHDOC_TORCH", "torch==2.13.0")
-# mkdocs 1.6 prints a long notice about its successor on every run; it says nothing about this site.
-MKDOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}
+QUIET = {
+    "NO_MKDOCS_2_WARNING": "1",  # mkdocs 1.6's long notice about its successor, on every run
+    "PIP_ROOT_USER_ACTION": "ignore",  # pip's warning about running as root (CI and containers do)
+}
 
 
 def has_cuda_gpu() -> bool:
@@ -37,7 +55,8 @@ def has_cuda_gpu() -> bool:
 
 
 def install(session: nox.Session, *extras: str) -> None:
-    """Install flashdoc (editable) with the given extras, unless running in place (--no-venv)."""
+    """Install flashdoc (editable) with the given extras into the session's own environment, unless running in
+    place (--no-venv)."""
     if session.venv_backend == "none":
         return
     if not has_cuda_gpu():
@@ -46,51 +65,117 @@ def install(session: nox.Session, *extras: str) -> None:
     session.install("-e", spec)
 
 
-@nox.session
+def shared_env(session: nox.Session) -> dict[str, str]:
+    """The environment variables that run commands in the shared environment, creating or updating it first.
+
+    It is (re)installed when pyproject.toml, the torch pin or the presence of a GPU differ from what it was
+    installed for; pip's own progress shows while it downloads.
+    """
+    if IN_PLACE:
+        return dict(QUIET)
+    python = SHARED_ENV / "bin" / "python"
+    gpu = has_cuda_gpu()
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + f"{CPU_TORCH} gpu={gpu}".encode()).hexdigest()
+    stamp = SHARED_ENV / ".flashdoc-installed"
+    env = {**QUIET, "VIRTUAL_ENV": str(SHARED_ENV),
+           "PATH": os.pathsep.join([str(python.parent), os.environ.get("PATH", "")])}
+    if python.exists() and stamp.is_file() and stamp.read_text().strip() == wanted:
+        session.log(f"Reusing the shared environment {SHARED_ENV.relative_to(ROOT)}")
+        return env
+    if not python.exists():
+        session.log(f"Creating the shared environment {SHARED_ENV.relative_to(ROOT)} (once, for every session)")
+        session.run(sys.executable, "-m", "venv", str(SHARED_ENV), external=True)
+    pip = [str(python), "-m", "pip", "install", "--progress-bar", "on"]
+    if not gpu:
+        session.run(*pip, CPU_TORCH, env=env, external=True)
+    session.run(*pip, "-e", f".[{SHARED_EXTRAS}]", env=env, external=True)
+    stamp.write_text(wanted + "\n")
+    return env
+
+
+@nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """Lint with ruff (pyproject.toml's rules), then run the test suite. Extra arguments go to pytest, e.g.
     `nox -s tests -- -k snippets -x`; a first argument naming a group runs that folder only: `nox -s tests --
     kernels -x` runs tests/kernels."""
-    install(session, "test", "docs")
-    if session.venv_backend == "none" and shutil.which("ruff") is None:
+    env = shared_env(session)
+    if IN_PLACE and shutil.which("ruff") is None:
         session.log("ruff is not installed in this environment: lint skipped")  # e.g. the H200 box, in place
     else:
-        session.run("ruff", "check", ".")
+        session.run("ruff", "check", ".", env=env, external=True)
     args = list(session.posargs)
     if args[:1] and args[0] in TEST_GROUPS:
         args[0] = f"tests/{args[0]}"
-    session.run("python", "-m", "pytest", *args)
+    session.run("python", "-m", "pytest", *args, env=env, external=True)
 
 
 @nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check with pyproject.toml's rules, in a small environment of its own (ruff only)."""
+    if session.venv_backend != "none":
+        session.install("ruff>=0.6", env=QUIET)
+    session.run("ruff", "check", ".", *session.posargs)
+
+
+@nox.session(venv_backend="none")
 def snippets(session: nox.Session) -> None:
-    """Run every snippet (or those named: `nox -s snippets -- attention/numpy_attention`) and record outputs."""
-    install(session, "docs")
-    session.run("python", "-m", "tools.record_snippets", *session.posargs)
+    """Run every snippet (or those named: `nox -s snippets -- attention/numpy_attention`) and record outputs;
+    `nox -s snippets -- --stale` records only the stale ones."""
+    env = shared_env(session)
+    session.run("python", "-m", "tools.record_snippets", *session.posargs, env=env, external=True)
 
 
-@nox.session
+def build_site(session: nox.Session, env: dict[str, str], *args: str) -> None:
+    """mkdocs build --strict into a fresh folder, swapped in for site/ only if the build succeeds: a failed
+    build leaves the previous site in place."""
+    site = ROOT / "site"
+    building = Path(tempfile.mkdtemp(prefix=".site-building-", dir=ROOT))
+    try:
+        session.run("mkdocs", "build", "--strict", "--quiet", "--site-dir", str(building), *args,
+                    env=env, external=True)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        if site.exists():
+            session.log("site/ still holds the previous build")
+        raise
+    old = ROOT / ".site-old"
+    shutil.rmtree(old, ignore_errors=True)
+    if site.exists():
+        site.rename(old)
+    building.rename(site)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@nox.session(venv_backend="none")
 def docs(session: nox.Session) -> None:
     """Build the site into site/ with no warnings allowed; `nox -s docs -- serve` serves it with live reload."""
-    install(session, "docs")
+    env = shared_env(session)
     if session.posargs[:1] == ["serve"]:
-        session.run("mkdocs", "serve", "--strict", *session.posargs[1:], env=MKDOCS_ENV)
+        # serve watches flashdoc/ and tools/ (mkdocs.yml): no .pyc written there by the build's own imports
+        session.run("mkdocs", "serve", "--strict", *session.posargs[1:], env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
+                    external=True)
     else:
-        session.run("mkdocs", "build", "--strict", *session.posargs, env=MKDOCS_ENV)
-        session.log(f"Site built: open {os.path.abspath('site/index.html')}")
+        build_site(session, env, *session.posargs)
+        session.log("Site built into site/: serve it with `python -m http.server -d site` and open "
+                    "http://127.0.0.1:8000 (or `nox -s docs -- serve`)")
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def publish(session: nox.Session) -> None:
-    """Record every snippet on a CUDA GPU, then build the site: the output that gets deployed."""
-    if not has_cuda_gpu():
-        session.error(
-            "publish needs a CUDA GPU (nvidia-smi finds none here): it records every snippet's outputs, "
-            "benchmarks included, on the GPU. Use `nox -s snippets` and `nox -s docs` on this machine."
-        )
-    install(session, "docs")
-    session.run("python", "-m", "tools.record_snippets", "--require-gpu")
-    session.run("mkdocs", "build", "--strict", env=MKDOCS_ENV)
+    """Record every stale output (on a CUDA GPU for GPU-only snippets), refuse to go on while any is stale, then
+    build the site with flashdoc's wheel and sdist. FLASHDOC_SITE_URL and FLASHDOC_REPO_URL set where it is
+    published (defaults in mkdocs.yml)."""
+    env = {**shared_env(session), "FLASHDOC_REQUIRE_FRESH": "1"}
+    session.run("python", "-m", "tools.record_snippets", "--stale", env=env, external=True)
+    try:
+        session.run("python", "-m", "tools.record_snippets", "--check", env=env, external=True)
+    except nox.command.CommandFailed:
+        session.error("refusing to publish: the outputs above are stale (GPU-only ones are recorded on a CUDA "
+                      "GPU: run `nox -s publish` there, or see CONTRIBUTING.md)")
+    for name in ("FLASHDOC_SITE_URL", "FLASHDOC_REPO_URL"):
+        session.log(f"{name}={os.environ.get(name, '(mkdocs.yml default)')}")
+    build_site(session, env)
+    session.log("Published build in site/, with flashdoc's wheel, sdist and SHA256SUMS in site/downloads/")
 
 
 @nox.session

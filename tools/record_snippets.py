@@ -2,13 +2,17 @@
 
     python -m tools.record_snippets                 # all snippets
     python -m tools.record_snippets attention/numpy_attention   # only these
-    python -m tools.record_snippets --require-gpu   # refuse to run without a CUDA GPU (used by `nox -s publish`)
+    python -m tools.record_snippets --stale         # only those whose outputs the checkout did not produce
+    python -m tools.record_snippets --check         # record nothing: list the stale ones, exit 1 if any
+    python -m tools.record_snippets --require-gpu   # refuse to run without a CUDA GPU
     python -m tools.record_snippets --time-limit 540 triton/benchmark   # interrupt (Ctrl-C) after 540 s
 
-Each snippet runs as ``python <file>`` in a fresh, empty working directory. What it prints becomes
-``stdout.txt``; every file it writes there (figures, tables, video) is copied next to it; ``provenance.json``
-says which source (sha256), device, versions and date produced them. A snippet marked ``# flashdoc: gpu-only``
-still runs on a CPU machine, as a smoke test, but keeps its last GPU-recorded outputs.
+Each snippet runs as ``python <file>`` in a fresh, empty working directory (through ``tools/run_snippet.py``,
+which also notes the modules it imported). What it prints becomes ``stdout.txt``; every file it writes there
+(figures, tables, video) is copied next to it; ``provenance.json`` says what produced them: the snippet's
+sha256, the sha256 of every module of this repository that the run imported, the commit, device, versions and
+date. A snippet marked ``# flashdoc: gpu-only`` still runs on a CPU machine, as a smoke test, but keeps its last
+GPU-recorded outputs. What a snippet prints shows as it runs, indented under its name.
 """
 
 from __future__ import annotations
@@ -23,11 +27,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.outputs import ROOT, Snippet, all_snippets, snippet
+from tools import outputs
+from tools.outputs import (GPU_RECORD_COMMAND, PROVENANCE_FORMAT, ROOT, Snippet, all_snippets, module_hashes,
+                           snippet, stale_snippets)
+
+RUNNER = Path(__file__).resolve().with_name("run_snippet.py")
 
 
 @dataclass
@@ -38,6 +47,7 @@ class RunResult:
     seconds: float
     workdir: Path
     interrupted: bool = False  # stopped at the time limit with Ctrl-C; it may still have written partial outputs
+    modules: list[str] = field(default_factory=list)  # this repository's modules it imported, relative paths
 
     @property
     def ok(self) -> bool:
@@ -60,35 +70,67 @@ def _default_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def run_snippet(snip: Snippet, workdir: Path, timeout: float = 1800) -> RunResult:
+def _drain(pipe, sink: list[str], echo) -> None:
+    for line in pipe:
+        sink.append(line)
+        if echo is not None:
+            echo.write(f"      | {line}" if line.endswith("\n") else f"      | {line}\n")
+            echo.flush()
+
+
+def run_snippet(snip: Snippet, workdir: Path, timeout: float = 1800, echo=None) -> RunResult:
     """Run one snippet as a reader would (``python file.py``) inside ``workdir``.
 
     At ``timeout`` seconds the snippet gets a Ctrl-C (SIGINT), as a reader would press it: a long benchmark
-    then writes out what it measured so far. If it is still running a minute later, it is killed.
+    then writes out what it measured so far. If it is still running a minute later, it is killed. With
+    ``echo`` (a text stream), each line it prints is copied there as it comes, indented.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, str(snip.path)],
-        cwd=workdir,
-        env=snippet_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_default_ctrl_c if os.name == "posix" else None,
-    )
-    interrupted = False
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        interrupted = True
-        proc.send_signal(signal.SIGINT)
+    with tempfile.TemporaryDirectory(prefix="flashdoc-imports-") as side:
+        imports_json = Path(side) / "imports.json"  # outside workdir: not one of the snippet's outputs
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, str(RUNNER), str(outputs.ROOT), str(imports_json), str(snip.path)],
+            cwd=workdir,
+            env=snippet_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_default_ctrl_c if os.name == "posix" else None,
+        )
+        out: list[str] = []
+        err: list[str] = []
+        readers = [threading.Thread(target=_drain, args=(proc.stdout, out, echo), daemon=True),
+                   threading.Thread(target=_drain, args=(proc.stderr, err, echo), daemon=True)]
+        for reader in readers:
+            reader.start()
+        interrupted = False
         try:
-            stdout, stderr = proc.communicate(timeout=60)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-    return RunResult(proc.returncode, stdout, stderr, time.perf_counter() - start, workdir, interrupted)
+            interrupted = True
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for reader in readers:
+            reader.join()
+        seconds = time.perf_counter() - start
+        modules = json.loads(imports_json.read_text()) if imports_json.exists() else []
+    return RunResult(proc.returncode, "".join(out), "".join(err), seconds, workdir, interrupted, modules)
+
+
+def current_commit() -> str | None:
+    """The commit the checkout is at (FLASHDOC_COMMIT overrides it, for a copy whose .git is not current)."""
+    if os.environ.get("FLASHDOC_COMMIT"):
+        return os.environ["FLASHDOC_COMMIT"]
+    try:
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
 def describe_device() -> dict[str, str | bool]:
@@ -122,8 +164,12 @@ def record(snip: Snippet, result: RunResult, device: dict) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, dest)
     provenance = {
+        "format": PROVENANCE_FORMAT,
         "snippet": snip.rel_path,
         "source_sha256": snip.source_sha256,
+        # every module of this repository the run imported, so a change to any of them marks these outputs stale
+        "modules": module_hashes(result.modules),
+        "commit": current_commit(),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         **device,
         "seconds": round(result.seconds, 2),
@@ -133,13 +179,35 @@ def record(snip: Snippet, result: RunResult, device: dict) -> None:
     (out / "provenance.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
 
 
+def format_seconds(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+def check(names: list[str]) -> int:
+    """Print one line per stale output (or 'all fresh'); 1 if any is stale."""
+    stale = [s for s in stale_snippets() if not names or s.snippet.name in names]
+    for state in stale:
+        where = "GPU-only" if state.snippet.gpu_only else "CPU"
+        print(f"stale ({where}): {state.snippet.name}: {state.reason()}")
+    if not stale:
+        print("every recorded output is fresh")
+    return 1 if stale else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help="snippet ids like 'attention/numpy_attention' (default: all)")
     parser.add_argument("--require-gpu", action="store_true", help="fail unless a CUDA GPU is present")
+    parser.add_argument("--stale", action="store_true",
+                        help="record only snippets whose outputs are stale (of those named, or of all)")
+    parser.add_argument("--check", action="store_true", help="record nothing; list stale outputs, exit 1 if any")
     parser.add_argument("--time-limit", type=float, default=1800,
                         help="seconds before a snippet is interrupted with Ctrl-C (default: %(default)s)")
     args = parser.parse_args(argv)
+    names = [snippet(n).name for n in args.names]  # fails early, listing the known ones, on a typo
+    if args.check:
+        return check(names)
 
     device = describe_device()
     if args.require_gpu and not device["gpu"]:
@@ -150,16 +218,29 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
 
-    snippets = [snippet(n) for n in args.names] if args.names else all_snippets()
+    snippets = [snippet(n) for n in names] if names else all_snippets()
+    if args.stale:
+        stale = {state.snippet.name for state in stale_snippets()}
+        snippets = [s for s in snippets if s.name in stale]
+        if not device["gpu"]:
+            gpu_only = [s.name for s in snippets if s.gpu_only]
+            snippets = [s for s in snippets if not s.gpu_only]
+            if gpu_only:
+                print(f"Stale GPU-only outputs, which this CPU machine cannot record: {' '.join(gpu_only)}\n"
+                      f"  record them on a CUDA GPU: {GPU_RECORD_COMMAND} {' '.join(gpu_only)}", flush=True)
+        if not snippets:
+            print("Nothing stale to record here.", flush=True)
+            return 0
     print(f"Recording {len(snippets)} snippet(s) on {device['device']} "
           f"(torch {device['torch']}, triton {device['triton']})", flush=True)
     outcomes: list[tuple[str, str, float]] = []
+    started = time.perf_counter()
     for i, snip in enumerate(snippets, 1):
-        print(f"[{i}/{len(snippets)}] {snip.rel_path} ... ({len(snippets) - i} left after this)", flush=True)
+        elapsed = format_seconds(time.perf_counter() - started)
+        print(f"[{i}/{len(snippets)}] {snip.name}  (elapsed {elapsed})", flush=True)
         with tempfile.TemporaryDirectory(prefix="flashdoc-snippet-") as tmp:
-            result = run_snippet(snip, Path(tmp), timeout=args.time_limit)
-            if not result.ok:
-                print(result.stdout[-2000:], result.stderr[-4000:], sep="\n", file=sys.stderr)
+            result = run_snippet(snip, Path(tmp), timeout=args.time_limit, echo=sys.stdout)
+            if not result.ok:  # its traceback was shown as it ran
                 outcomes.append((snip.name, "FAILED", result.seconds))
             elif snip.gpu_only and not device["gpu"]:
                 prov = snip.provenance()
@@ -171,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"      {outcomes[-1][1]} in {outcomes[-1][2]:.1f} s", flush=True)
 
     width = max(len(name) for name, _, _ in outcomes)
-    print("\nSummary")
+    print(f"\nSummary (total {format_seconds(time.perf_counter() - started)})")
     for name, status, seconds in outcomes:
         print(f"  {name:<{width}}  {seconds:7.1f} s  {status}")
     failed = [name for name, status, _ in outcomes if status == "FAILED"]

@@ -35,12 +35,16 @@ def test_snippet_runs(snip, tmp_path):
 
 @pytest.mark.parametrize("snip", SNIPPETS, ids=ids(SNIPPETS))
 def test_recorded_outputs_match_source(snip):
+    """Recorded by the snippet and package code in the checkout; a GPU-only output recorded with older package
+    code is reported as a skip (its page shows it stamped) until a GPU records it again."""
     try:
         prov = snip.check_fresh()
     except StaleOutputError as err:
         pytest.fail(str(err))
     for name in prov["files"]:
         assert (snip.output_dir / name).is_file(), f"{snip.rel_path}: recorded file {name} is missing"
+    if snip.stamp():
+        pytest.skip(f"{snip.name} is shown stamped ({snip.stamp()}); record it on a CUDA GPU: {snip.refresh_command}")
 
 
 def test_no_orphaned_outputs():

@@ -6,10 +6,14 @@
     {{ output("attention/numpy_attention") }}                  what it printed, with provenance
     {{ output("triton/benchmark", "ratios.md") }}              a recorded markdown table
     {{ figure("attention/scaling", "saturation.png", "Caption") }}   a recorded image
+    {{ install_flashdoc() }}                                   the one line that installs flashdoc
 
 The code itself is pulled in by pymdownx.snippets (``check_paths: true``), so a missing file or section
-fails the build. Outputs are checked against the snippet's current source: if the snippet changed after its
-outputs were recorded, the build fails with the command that refreshes them.
+fails the build. Each block's copy button copies a complete program (``tools/programs.py``): for a section,
+the file from its top through the section. A page with a block whose snippet imports flashdoc gets the line
+that installs it under its title (``tools/hooks/install_line.py``), unless it placed ``install_flashdoc()``.
+Outputs are checked against the code that produced them (``tools/outputs.py``); a GPU-only output recorded
+with older package code carries a stamp saying so.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from __future__ import annotations
 import html
 import posixpath
 
+from tools import downloads
 from tools.outputs import DOCS_DIR, ROOT, Snippet, snippet
+from tools.programs import copy_program
 
 IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg", ".gif", ".webp")
 
@@ -29,9 +35,29 @@ def provenance_html(snip: Snippet, prov: dict) -> str:
         f"Recorded by running <code>{snip.rel_path}</code> on <strong>{html.escape(prov['device'])}</strong>"
         f" · torch {prov['torch']} · triton {prov['triton']} · {prov['date']} · source sha256 {sha}"
     )
+    stamp = snip.stamp()
+    if prov.get("commit") and not stamp:  # the stamp names the commit itself
+        text += f" · flashdoc {prov['commit'][:10]}"
     if prov.get("interrupted_at_time_limit"):
         text += f" · <strong>stopped at its time limit after {prov['seconds']:.0f} s: partial results</strong>"
+    if stamp:
+        text += f' · <strong class="fd-stale-stamp">{html.escape(stamp)}</strong>'
     return f'<p class="provenance">{text}</p>'
+
+
+def imports_flashdoc(snip: Snippet) -> bool:
+    """Whether running the snippet imported flashdoc (its recorded provenance lists the modules it imported)."""
+    prov = snip.provenance() or {}
+    return any(rel.startswith("flashdoc/") for rel in prov.get("modules", {}))
+
+
+def _attribute(text: str) -> str:
+    """A value for a double-quoted attribute in a fence's ``{ ... }`` options: one line, and no brace or backtick
+    that the fence's own syntax could take for its end (entities, which the browser turns back into text)."""
+    escaped = html.escape(text, quote=True)
+    for char, entity in (("\n", "&#10;"), ("{", "&#123;"), ("}", "&#125;"), ("`", "&#96;")):
+        escaped = escaped.replace(char, entity)
+    return escaped
 
 
 def relative_to_page(page, docs_path: str) -> str:
@@ -52,18 +78,31 @@ def _indent(text: str, prefix: str = "    ") -> str:
 
 def register(env):
     @env.macro
+    def install_flashdoc():
+        """The one line that installs flashdoc, here (else pages whose code imports it get it under the title)."""
+        return downloads.install_line(env.conf["site_url"]) + "\n"
+
+    @env.macro
     def code(name, section=None, title=None, collapsed=False, hl_lines=None):
-        """A fenced Python block from ``snippets/<name>.py`` and a link to the whole file."""
+        """A fenced Python block from ``snippets/<name>.py``, whose copy button copies a complete program, and a
+        link to the whole file."""
         snip = snippet(name)
         target = snip.rel_path + (f":{section}" if section else "")
-        options = f'title="{title or snip.rel_path}"'
+        options = f'.python .fd-program title="{title or snip.rel_path}" data-snippet="{snip.name}"'
         if hl_lines:
             options += f' hl_lines="{hl_lines}"'
-        block = f'```python {options}\n--8<-- "{target}"\n```'
+        if section:
+            options += f' data-section="{section}"'
+        if imports_flashdoc(snip):
+            options += ' data-imports="flashdoc"'  # tools/hooks/install_line.py puts the install line on the page
+        # on the block's div.highlight; material's copy button copies the data-copy of the nearest element that
+        # has one instead of the shown lines
+        options += f' data-copy="{_attribute(copy_program(snip, section))}"'
+        block = f'```{{ {options} }}\n--8<-- "{target}"\n```'
         url = site_relative_url(env.page, snip.rel_path)
         if section:
             caption = (f'Section <code>{section}</code> of <a href="{url}">{snip.rel_path}</a>; '
-                       "it relies on the lines before it in that file, which runs as is.")
+                       "the copy button copies it with the lines above it that it needs, as a program that runs.")
         else:
             caption = f'Complete and runnable: <a href="{url}">download {snip.rel_path}</a>.'
         caption_html = f'<p class="snippet-source">{caption}</p>'
