@@ -8,13 +8,19 @@ before, which a CPU machine can check. A different hash means the edit needs an 
 on these kernels is sensitive to small source changes (perf/NOTES.md, session 11).
 
     PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python perf/code_hash.py   # a Triton 3.6 wheel unpacked in /tmp/t36
+
+``--variants`` compiles the sliding-window and softcap kernels too (their compile errors, registers and spills
+show here, without a GPU); a regular expression as the last argument keeps the labels it matches
+(``perf/code_hash.py --variants 'fwd.*window'``).
 """
 
 import hashlib
 import os
 import re
 import subprocess
+import sys
 import tempfile
+from functools import partial
 
 import torch
 import triton
@@ -24,7 +30,7 @@ from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.launch import constexpr_defaults
 
 POINTERS = {"LSE": "*fp32", "LSE2": "*fp32", "DELTA": "*fp32", "COUNTER": "*i32"}
-FLOATS = {"qk_scale", "softmax_scale"}
+FLOATS = {"qk_scale", "softmax_scale", "softcap_scale"}
 QUERY_ROWS = ("q_desc", "do_desc", "o_desc", "dq_desc")  # tiles of query rows; the other descriptors hold keys
 ROWS = ("LSE2", "DELTA")  # the dK/dV kernels' LSE and delta: ``forward_hopper.rows_descriptor``s
 
@@ -91,33 +97,34 @@ def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float3
 
 
 def tuned_kernels():
-    """(label, compiled kernel) for every entry of the three Hopper config tables."""
+    """(label, thunk compiling the kernel) for every entry of the three Hopper config tables."""
     for (d, causal), (bm, bn, stages, consumers, _persistent) in fh.HOPPER_CONFIGS.items():
-        yield f"fwd  d={d} causal={causal}", compile_config(
-            fh._attn_fwd_hopper, d, bm, bn, dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages,
-                                                 N_CONSUMERS=consumers, O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
+        yield f"fwd  d={d} causal={causal}", partial(
+            compile_config, fh._attn_fwd_hopper, d, bm, bn,
+            dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, N_CONSUMERS=consumers,
+                 O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
         for order, label in _orders(d, causal):
             if d > bh.MAX_NARROW_HEAD_DIM:
-                ck = compile_config(bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
-                                    dict(IS_CAUSAL=causal, STAGES=stages, **order), cols=d // 2, rows=ROWS)
+                ck = partial(compile_config, bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
+                             dict(IS_CAUSAL=causal, STAGES=stages, **order), cols=d // 2, rows=ROWS)
             else:
-                ck = compile_config(bh._attn_bwd_dkdv_hopper, d, bm, bn,
-                                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order), rows=ROWS)
+                ck = partial(compile_config, bh._attn_bwd_dkdv_hopper, d, bm, bn,
+                             dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order), rows=ROWS)
             yield f"dkdv d={d} causal={causal}{label}", ck
     for (d, causal), (bm, bn, stages, consumers) in bh.FUSED_DQ_CONFIGS.items():
         section = bh.FUSED_DQ_SECTIONS.get((d, causal))  # (a launch with fewer pairs compiles its own)
         for ragged in (False, True):  # key lengths that are / are not a multiple of the program's keys
             yield (f"fused d={d} causal={causal}" + (f" sections={section}" if section else "")
-                   + (" ragged keys" if ragged else "")), compile_config(
-                bh._attn_bwd_dkdv_hopper, d, bm, bn,
+                   + (" ragged keys" if ragged else "")), partial(
+                compile_config, bh._attn_bwd_dkdv_hopper, d, bm, bn,
                 dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, FUSED_DQ=True, RAGGED_KEYS=ragged,
                      **(dict(SECTION=section) if section else {})), float32=("dq_desc", ), rows=ROWS)
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
         for order, label in _orders(d, causal):
-            yield f"dq   d={d} causal={causal}{label}", compile_config(
-                bh._attn_bwd_dq_hopper, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers,
-                                                        **order))
+            yield f"dq   d={d} causal={causal}{label}", partial(
+                compile_config, bh._attn_bwd_dq_hopper, d, bm, bn,
+                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order))
 
 
 def _orders(d, causal):
@@ -128,6 +135,54 @@ def _orders(d, causal):
     if causal and d in getattr(bh, "SECTIONED_HEAD_DIMS", ()):
         yield dict(SECTION=2), " sections=2"
 
+
+# the variants' constexprs, each on the causal configs (a window runs the causal kernels) or the dense ones
+VARIANTS = {"window": (True, dict(WINDOW=True)), "softcap": (False, dict(SOFTCAP=True)),
+            "causal softcap": (True, dict(SOFTCAP=True)), "window softcap": (True, dict(WINDOW=True, SOFTCAP=True))}
+
+
+def variant_kernels():
+    """(label, thunk compiling the kernel) for the sliding-window and softcap variants of every Hopper kernel
+    that takes them: the forward, the dK/dV kernels (narrow and wide) and dQ, on the tables' configs."""
+    for name, (causal, extra) in VARIANTS.items():
+        for (d, tab_causal), (bm, bn, stages, consumers, _persistent) in fh.HOPPER_CONFIGS.items():
+            if tab_causal == causal:
+                yield f"fwd  d={d} {name}", lambda d=d, bm=bm, bn=bn, stages=stages, consumers=consumers, extra=extra: \
+                    compile_config(fh._attn_fwd_hopper, d, bm, bn,
+                                   dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, N_CONSUMERS=consumers,
+                                        O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM, **extra))
+        for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
+            if tab_causal != causal:
+                continue
+            if d > bh.MAX_NARROW_HEAD_DIM:
+                yield f"dkdv d={d} {name}", lambda d=d, bm=bm, bn=bn, stages=stages, extra=extra: compile_config(
+                    bh._attn_bwd_dkdv_hopper_wide, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=stages, **extra),
+                    cols=d // 2, rows=ROWS)
+            else:
+                yield f"dkdv d={d} {name}", lambda d=d, bm=bm, bn=bn, stages=stages, consumers=consumers, \
+                    extra=extra: compile_config(bh._attn_bwd_dkdv_hopper, d, bm, bn,
+                                                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers,
+                                                     **extra), rows=ROWS)
+        for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
+            if tab_causal == causal:
+                yield f"dq   d={d} {name}", lambda d=d, bm=bm, bn=bn, stages=stages, consumers=consumers, \
+                    extra=extra: compile_config(bh._attn_bwd_dq_hopper, d, bm, bn,
+                                                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers,
+                                                     **extra))
+
+
 if __name__ == "__main__":
-    for label, ck in tuned_kernels():
+    args = sys.argv[1:]
+    variants = "--variants" in args
+    args = [a for a in args if a != "--variants"]
+    keep = re.compile(args[0]) if args else None
+    for label, thunk in (*tuned_kernels(), *(variant_kernels() if variants else ())):
+        if keep and not keep.search(label):
+            continue
+        try:
+            ck = thunk()
+        except Exception as e:  # a variant that does not compile: say so and go on
+            print(f"{label}: COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}",
+                  flush=True)
+            continue
         print(f"{label}: code {code_hash(ck.asm['ptx'])}  {ptxas_info(ck)}", flush=True)

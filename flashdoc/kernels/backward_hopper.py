@@ -49,19 +49,17 @@ import triton
 from . import LOG2E
 from .forward import MAX_GRID_Y
 from . import forward_hopper
-from .forward_hopper import GLUON, descriptor, gluon_runs, rows_descriptor
+from .forward_hopper import gluon_runs
+from .hopper_common import GLUON, descriptor, rows_descriptor
 from .launch import launch_gluon
 
 if GLUON:
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
-        warpgroup_mma, warpgroup_mma_wait
-
     from triton._C.libtriton import ir
     from triton.experimental.gluon.language._core import builtin
 
-    from .forward_hopper import _causal_item, _key_range, _key_visible, _keys_seen
+    from .hopper_common import _causal_item, _first_tile, _key_range, _key_visible, _keys_seen, _last_query_tile, \
+        _release_skipped, _tanh, _window_key_range, _window_query_range, fence_async_shared, gl, gluon, mbarrier, \
+        tma, warpgroup_mma, warpgroup_mma_wait
 
     @builtin
     def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
@@ -233,17 +231,6 @@ if GLUON:
                                                 do_smem.index(s))
                 _load_rows(LSE2, DELTA, lse2_smem.index(s), delta_smem.index(s), qdo_ready.index(s),
                            off_b * n_heads + off_h, lo + j * BLOCK_M)
-
-    @gluon.jit
-    def _release_skipped(ready, empty, it0, n, STAGES: gl.constexpr):
-        """Release the n streamed tiles from the ring's it0-th on that this consumer does not need, in order, each
-        once it has landed (an early arrival would count towards the slot's previous use). The forward's consumer
-        does the same with its loop written out; this form (a count, not an end) kept ptxas's spills at d = 128
-        causal to 316 bytes instead of 408, and the kernel 10% faster."""
-        for t in range(n):
-            it = it0 + t
-            mbarrier.wait(ready.index(it % STAGES), (it // STAGES) & 1)
-            mbarrier.arrive(empty.index(it % STAGES), count=1)
 
     # --8<-- [start:hopper_bwd_step]
     @gluon.jit
