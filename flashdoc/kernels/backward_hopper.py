@@ -46,11 +46,10 @@ head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the 
 import torch
 import triton
 
-from . import LOG2E
 from .forward import MAX_GRID_Y
 from . import forward_hopper
 from .forward_hopper import gluon_runs
-from .hopper_common import GLUON, descriptor, rows_descriptor
+from .hopper_common import GLUON, descriptor, mask, rows_descriptor
 from .launch import launch_gluon
 
 if GLUON:
@@ -121,38 +120,49 @@ MAX_NARROW_HEAD_DIM = 128
 # --8<-- [end:hopper_bwd_configs]
 
 
-def _takes(table, q: torch.Tensor, causal: bool) -> bool:
-    """``forward_hopper.gluon_runs``, a tuned config in table, and few enough (batch, head) pairs for the grid's
-    second axis (more go to the portable kernels' 1-D grid)."""
-    return (q.shape[3], causal) in table and q.shape[0] * q.shape[2] <= MAX_GRID_Y and gluon_runs(q)
+def _takes(table, q: torch.Tensor, causal: bool, window_size=(-1, -1), alibi_slopes=None,
+           dropout_p: float = 0.0) -> bool:
+    """``forward_hopper.gluon_runs``, a tuned config in table (a window takes the causal entry), few enough (batch,
+    head) pairs for the grid's second axis (more go to the portable kernels' 1-D grid), and no ALiBi or dropout
+    (which the portable kernels do)."""
+    return ((q.shape[3], causal or tuple(window_size) != (-1, -1)) in table and alibi_slopes is None
+            and not dropout_p and q.shape[0] * q.shape[2] <= MAX_GRID_Y and gluon_runs(q))
 
 
-def supports_dkdv(q: torch.Tensor, causal: bool) -> bool:
-    """Whether the Hopper dK/dV kernel takes this backward call (``_takes`` with its table)."""
-    return _takes(HOPPER_DKDV_CONFIGS, q, causal)
+def supports_dkdv(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None,
+                  dropout_p: float = 0.0) -> bool:
+    """Whether the Hopper dK/dV kernel takes this backward call (``_takes`` with its table; sliding windows and
+    softcap included)."""
+    return _takes(HOPPER_DKDV_CONFIGS, q, causal, window_size, alibi_slopes, dropout_p)
 
 
-def supports_fused_dq(q: torch.Tensor, k: torch.Tensor, causal: bool) -> bool:
+def supports_fused_dq(q: torch.Tensor, k: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0,
+                      alibi_slopes=None, dropout_p: float = 0.0) -> bool:
     """Whether the fused dK/dV/dQ kernel takes this backward call (``_takes`` with ``FUSED_DQ_CONFIGS``, and
-    both lengths at least ``FUSED_DQ_MIN_SEQLEN``'s)."""
+    both lengths at least ``FUSED_DQ_MIN_SEQLEN``'s). Not with a window or softcap: those go to the split
+    kernels (``supports_dkdv``, ``supports_dq``)."""
     min_seqlen = FUSED_DQ_MIN_SEQLEN.get((q.shape[3], causal), 0)
-    return min(q.shape[1], k.shape[1]) >= min_seqlen and _takes(FUSED_DQ_CONFIGS, q, causal)
+    return (tuple(window_size) == (-1, -1) and not softcap and min(q.shape[1], k.shape[1]) >= min_seqlen
+            and _takes(FUSED_DQ_CONFIGS, q, causal, window_size, alibi_slopes, dropout_p))
 
 
-def supports_dq(q: torch.Tensor, causal: bool) -> bool:
-    """Whether the Hopper dQ kernel takes this backward call (``_takes`` with its table)."""
-    return _takes(HOPPER_DQ_CONFIGS, q, causal)
+def supports_dq(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None,
+                dropout_p: float = 0.0) -> bool:
+    """Whether the Hopper dQ kernel takes this backward call (``_takes`` with its table; sliding windows and
+    softcap included)."""
+    return _takes(HOPPER_DQ_CONFIGS, q, causal, window_size, alibi_slopes, dropout_p)
 
 
 if GLUON:
     # dK/dV (the producer streams Q and dO; each consumer keeps its keys' K and V) ----------------------------------
     @gluon.jit
     def _key_block(KEYS: gl.constexpr, BLOCK_M: gl.constexpr, n_heads, group_size, seqlen_q, seqlen_k, causal_offset,
-                   IS_CAUSAL: gl.constexpr, SECTION: gl.constexpr):
+                   IS_CAUSAL: gl.constexpr, SECTION: gl.constexpr, window=0, WINDOW: gl.constexpr = False):
         """This dK/dV program's KEYS keys of one (batch, kv head), and the query tiles [lo, hi) that see any of
         them. Grid: (key blocks, batch * kv heads); with SECTION (causal only), one axis of key blocks x pairs in
-        ``forward_hopper._causal_item``'s order: sections of SECTION pairs, costliest key blocks first. Returns
-        off_b, off_hk, start_n, lo, hi."""
+        ``forward_hopper._causal_item``'s order: sections of SECTION pairs, costliest key blocks first. In a window
+        (``hopper_common``), the query tiles end where the rows' windows have left the keys. Returns off_b, off_hk,
+        start_n, lo, hi."""
         if SECTION > 0:
             n_blocks = gl.cdiv(seqlen_k, KEYS)
             # rank 0 is the costliest block: the first keys are seen by every query row
@@ -171,6 +181,8 @@ if GLUON:
             lo = gl.minimum(gl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M, hi)
         else:
             lo = 0
+        if WINDOW:
+            hi = gl.maximum(_last_query_tile(start_n, KEYS, hi, causal_offset, window, WINDOW, BLOCK_M), lo)
         return off_b, off_hk, start_n, lo, hi
 
     @gluon.jit
@@ -251,7 +263,8 @@ if GLUON:
                BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
                p_layout: gl.constexpr, o_layout: gl.constexpr, dq_desc, ds_smem, k_smem, dq_smem, ds_written, ds_free,
                off_b, off_h, SUB: gl.constexpr, FUSED_DQ: gl.constexpr, seqlen_k, IS_CAUSAL: gl.constexpr,
-               RAGGED_KEYS: gl.constexpr):
+               RAGGED_KEYS: gl.constexpr, window=0, softcap_scale=1.0, WINDOW: gl.constexpr = False,
+               SOFTCAP: gl.constexpr = False):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
         Each ring slot holds the tile's Q and dO and its rows of the LSE and delta (lse2_smem, delta_smem), which
         the producer copies with TMA: loaded from global memory by each consumer at the top of every step, they
@@ -261,7 +274,10 @@ if GLUON:
         share from all consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
         ds_smem.index(SUB); consumer it % N_CONSUMERS computes the step's dQ tile from all of them and adds it
         with a TMA reduce-add from its own dq_smem tile. ds_written (one arrival per consumer a step) and ds_free
-        (one) order the dS^T tiles' writes and reads."""
+        (one) order the dS^T tiles' writes and reads.
+
+        WINDOW: the mask also drops keys left of a row's window. SOFTCAP: S^T is capped (qk_scale holds softcap *
+        log2(e)) and dS^T takes tanh's derivative, 1 - t^2, for the cap's t = tanh(S^T * softcap_scale)."""
         dtype: gl.constexpr = q_smem.dtype
         offs_m0 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=s_layout)
@@ -281,16 +297,22 @@ if GLUON:
             qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             dpT = warpgroup_mma(v, do.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             qkT = warpgroup_mma_wait(1, deps=(qkT, ))
+            if SOFTCAP:
+                qkT = _tanh(qkT * softcap_scale)
             pT = gl.exp2(qkT * qk_scale - lse2[None, :])
             if MASKED:
                 if RAGGED_KEYS:  # (a consumer whose keys run past seqlen_k masks every tile: ``_consumer``)
                     keep = _key_visible(offs_n[:, None], offs_m[None, :], seqlen_k, causal_offset, IS_CAUSAL)
-                    pT = gl.where(keep, pT, 0.0)
                 else:
-                    pT = gl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
+                    keep = offs_n[:, None] <= offs_m[None, :] + causal_offset
+                    if WINDOW:
+                        keep = keep & (offs_n[:, None] >= offs_m[None, :] + causal_offset - window)
+                pT = gl.where(keep, pT, 0.0)
             dv = warpgroup_mma(gl.convert_layout(pT.to(dtype), p_layout), do, dv, is_async=True)
             dpT, dv = warpgroup_mma_wait(0, deps=(dpT, dv))
             dsT = pT * (dpT - delta[None, :])
+            if SOFTCAP:
+                dsT = dsT * (1.0 - qkT * qkT)
             if FUSED_DQ:
                 # dS^T goes through shared memory, where the step's dQ product reads it (after the previous step's
                 # dQ product has read what was there)
@@ -328,7 +350,8 @@ if GLUON:
                   qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, causal_offset, softmax_scale,
                   qk_scale, SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc, ds_smem, dq_smem, ds_written, ds_free,
-                  FUSED_DQ: gl.constexpr, seqlen_k, RAGGED_KEYS: gl.constexpr):
+                  FUSED_DQ: gl.constexpr, seqlen_k, RAGGED_KEYS: gl.constexpr, window, softcap_scale,
+                  WINDOW: gl.constexpr, SOFTCAP: gl.constexpr):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M, 16])
@@ -352,6 +375,10 @@ if GLUON:
             # lost 4% at d = 64 without the mask, on lengths that have no such keys.)
             if first + BLOCK_N > seqlen_k:
                 full_lo = hi
+        if WINDOW:  # past full_hi the rows' windows leave these keys: masked, and from my_hi on skipped
+            full_hi, my_hi = _window_query_range(first, lo, hi, full_lo, causal_offset, window, BLOCK_M, BLOCK_N)
+        else:
+            full_hi = hi
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         mbarrier.wait(kv_ready, 0)
         if FUSED_DQ:
@@ -377,12 +404,19 @@ if GLUON:
                             offs_n, seqlen_q, causal_offset, qk_scale, it0 + (start - lo) // BLOCK_M, start, full_lo,
                             True, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
                             k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k, IS_CAUSAL,
-                            RAGGED_KEYS)
+                            RAGGED_KEYS, window, softcap_scale, WINDOW, SOFTCAP)
             dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem,
-                            offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi,
-                            False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
-                            k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k, IS_CAUSAL,
-                            RAGGED_KEYS)
+                            offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo,
+                            full_hi, False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
+                            ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
+                            IS_CAUSAL, RAGGED_KEYS, window, softcap_scale, WINDOW, SOFTCAP)
+            if WINDOW:
+                dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem,
+                                offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_hi - lo) // BLOCK_M, full_hi,
+                                my_hi, True, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc,
+                                ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
+                                IS_CAUSAL, RAGGED_KEYS, window, softcap_scale, WINDOW, SOFTCAP)
+                _release_skipped(qdo_ready, qdo_empty, it0 + (my_hi - lo) // BLOCK_M, (hi - my_hi) // BLOCK_M, STAGES)
         if FUSED_DQ:  # another consumer's last dQ product may still read this K tile
             n_steps = group_size * n_m
             mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
@@ -394,23 +428,25 @@ if GLUON:
         tma.async_copy_shared_to_global(dv_desc, [off_b, first, off_hk, 0], v_tile)
         tma.store_wait(0)
 
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
+    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "window"])
     def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE2, DELTA, n_heads,
-                              group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
-                              IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr,
-                              SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False,
-                              RAGGED_KEYS: gl.constexpr = False):
+                              group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale, window,
+                              softcap_scale, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                              N_CONSUMERS: gl.constexpr, SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False,
+                              RAGGED_KEYS: gl.constexpr = False, WINDOW: gl.constexpr = False,
+                              SOFTCAP: gl.constexpr = False):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
         rowsum(dO * O) (``backward.bwd_preprocess``): ``forward_hopper.rows_descriptor``s over (batch, heads,
         seqlen_q) buffers, whose rows the producer copies into the ring. With FUSED_DQ, dq_desc is a zeroed fp32 dQ
         buffer into which the program adds dS K (``_tiles``); without it, dq_desc is not read.
-        RAGGED_KEYS (fused only): seqlen_k is not a multiple of N_CONSUMERS * BLOCK_N (``_consumer``)."""
+        RAGGED_KEYS (fused only): seqlen_k is not a multiple of N_CONSUMERS * BLOCK_N (``_consumer``). WINDOW,
+        SOFTCAP, window and softcap_scale: ``forward_hopper._attn_fwd_hopper``'s (not with FUSED_DQ)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         off_b, off_hk, start_n, lo, hi = _key_block(N_CONSUMERS * BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q,
-                                                    seqlen_k, causal_offset, IS_CAUSAL, SECTION)
+                                                    seqlen_k, causal_offset, IS_CAUSAL, SECTION, window, WINDOW)
 
         k_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
@@ -450,12 +486,12 @@ if GLUON:
                              qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
                              causal_offset, softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
                              STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
-                             RAGGED_KEYS)),
+                             RAGGED_KEYS, window, softcap_scale, WINDOW, SOFTCAP)),
                 (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
                              qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
                              causal_offset, softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
                              STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
-                             RAGGED_KEYS)),
+                             RAGGED_KEYS, window, softcap_scale, WINDOW, SOFTCAP)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
@@ -466,17 +502,17 @@ if GLUON:
                              qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
                              causal_offset, softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
                              STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
-                             RAGGED_KEYS)),
+                             RAGGED_KEYS, window, softcap_scale, WINDOW, SOFTCAP)),
                 (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
                              qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
                              causal_offset, softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
                              STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
-                             RAGGED_KEYS)),
+                             RAGGED_KEYS, window, softcap_scale, WINDOW, SOFTCAP)),
                 (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
                              qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
                              causal_offset, softmax_scale, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
                              STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
-                             RAGGED_KEYS)),
+                             RAGGED_KEYS, window, softcap_scale, WINDOW, SOFTCAP)),
             ], [4, 4, 4], [160, 160, 160])
 
     # dK/dV for head dims over 128 (the producer streams Q and dO in column halves; the consumers share the keys) --
@@ -521,7 +557,8 @@ if GLUON:
     def _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty, ps_ready,
                     ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, causal_offset, qk_scale, it0, m_lo, m_hi,
                     SUB: gl.constexpr, MASKED: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    COLS: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr):
+                    COLS: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr, window=0, softcap_scale=1.0,
+                    WINDOW: gl.constexpr = False, SOFTCAP: gl.constexpr = False):
         """``_tiles`` for one of the two consumers sharing the keys: query tiles [m_lo, m_hi), the ring's it0-th
         first. Exchange buffer b (of 2) holds both consumers' P^T and dS^T: pT_smem.index(2 * b + c)."""
         dtype: gl.constexpr = q_smem.dtype
@@ -551,11 +588,18 @@ if GLUON:
                                 is_async=True)
             dpT = warpgroup_mma(v1, do1.slice(SUB * ROWS, ROWS).permute((1, 0)), dpT, is_async=True)
             qkT = warpgroup_mma_wait(2, deps=(qkT, ))
+            if SOFTCAP:
+                qkT = _tanh(qkT * softcap_scale)
             pT = gl.exp2(qkT * qk_scale - lse2[None, :])
             if MASKED:
-                pT = gl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
+                keep = offs_n[:, None] <= offs_m[None, :] + causal_offset
+                if WINDOW:
+                    keep = keep & (offs_n[:, None] >= offs_m[None, :] + causal_offset - window)
+                pT = gl.where(keep, pT, 0.0)
             dpT = warpgroup_mma_wait(0, deps=(dpT, ))
             dsT = pT * (dpT - delta[None, :])
+            if SOFTCAP:
+                dsT = dsT * (1.0 - qkT * qkT)
             # hand my halves of P^T and dS^T over once both consumers have finished with this buffer's last use
             mbarrier.wait(ps_empty.index(b), ((it // 2) & 1) ^ 1)
             pT_smem.index(2 * b + SUB).store(pT.to(dtype))
@@ -581,7 +625,7 @@ if GLUON:
                        kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo, hi,
                        group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, SUB: gl.constexpr,
                        IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, COLS: gl.constexpr,
-                       STAGES: gl.constexpr):
+                       STAGES: gl.constexpr, window, softcap_scale, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M // 2, 16])
@@ -592,17 +636,28 @@ if GLUON:
         dv = gl.zeros([BLOCK_N, COLS], gl.float32, layout=o_layout)
         # both consumers need every query tile the program streams (its lo is their my_lo); from full_lo on, unmasked
         _, full_lo = _query_range(start_n, lo, hi, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+        if WINDOW:  # (and masked again from full_hi: the program's hi is where the last rows' windows leave its keys)
+            full_hi, _ = _window_query_range(start_n, lo, hi, full_lo, causal_offset, window, BLOCK_M, BLOCK_N)
+        else:
+            full_hi = hi
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         mbarrier.wait(kv_ready, 0)
         for g in range(group_size):
             it0 = g * n_m
             dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
                                  ps_ready, ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, causal_offset,
-                                 qk_scale, it0, lo, full_lo, SUB, True, BLOCK_M, BLOCK_N, COLS, STAGES, s_layout)
+                                 qk_scale, it0, lo, full_lo, SUB, True, BLOCK_M, BLOCK_N, COLS, STAGES, s_layout,
+                                 window, softcap_scale, WINDOW, SOFTCAP)
             dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
                                  ps_ready, ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, causal_offset,
-                                 qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, SUB, False, BLOCK_M,
-                                 BLOCK_N, COLS, STAGES, s_layout)
+                                 qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, full_hi, SUB, False, BLOCK_M,
+                                 BLOCK_N, COLS, STAGES, s_layout, window, softcap_scale, WINDOW, SOFTCAP)
+            if WINDOW:
+                dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready,
+                                     qdo_empty, ps_ready, ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q,
+                                     causal_offset, qk_scale, it0 + (full_hi - lo) // BLOCK_M, full_hi, hi, SUB, True,
+                                     BLOCK_M, BLOCK_N, COLS, STAGES, s_layout, window, softcap_scale, WINDOW,
+                                     SOFTCAP)
         # both consumers read both halves of K and V to the end: wait for the other before overwriting mine
         mbarrier.arrive(done, count=1)
         mbarrier.wait(done, 0)
@@ -616,18 +671,20 @@ if GLUON:
         tma.store_wait(0)
 
 
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
+    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "window"])
     def _attn_bwd_dkdv_hopper_wide(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads,
-                                   group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
-                                   IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SECTION: gl.constexpr = 0):
+                                   group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale, window,
+                                   softcap_scale, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                                   SECTION: gl.constexpr = 0, WINDOW: gl.constexpr = False,
+                                   SOFTCAP: gl.constexpr = False):
         """``_attn_bwd_dkdv_hopper`` for head dims over 128, every tile descriptor in tiles of half the head dim
-        (LSE2 and DELTA as there). Grid: (key tiles of BLOCK_N, batch * kv heads)."""
+        (LSE2, DELTA and the variants as there). Grid: (key tiles of BLOCK_N, batch * kv heads)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         off_b, off_hk, start_n, lo, hi = _key_block(BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q, seqlen_k,
-                                                    causal_offset, IS_CAUSAL, SECTION)
+                                                    causal_offset, IS_CAUSAL, SECTION, window, WINDOW)
 
         k_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], v_desc.layout)
@@ -660,11 +717,11 @@ if GLUON:
             (_wide_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, pT_smem,
                               dsT_smem, kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk,
                               start_n, lo, hi, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 0,
-                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES)),
+                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES, window, softcap_scale, WINDOW, SOFTCAP)),
             (_wide_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, pT_smem,
                               dsT_smem, kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk,
                               start_n, lo, hi, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 1,
-                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES)),
+                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES, window, softcap_scale, WINDOW, SOFTCAP)),
         ], [4, 4], [240, 240])
 
 
@@ -672,12 +729,18 @@ if GLUON:
 
     @gluon.jit
     def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                     kv_empty, off_b, off_h, off_hk, row0, hi, STAGES: gl.constexpr):
+                     kv_empty, off_b, off_h, off_hk, row0, hi, STAGES: gl.constexpr, causal_offset, window,
+                     WINDOW: gl.constexpr):
+        """The program's query rows' Q and dO, then its key tiles through the ring: in a window, from its first
+        row's first key on (ring position 0)."""
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         _load_resident(q_desc, do_desc, q_smem, do_smem, qdo_ready, off_b, row0, off_h)
-        for j in range(gl.cdiv(hi, BLOCK_N)):
-            s = j % STAGES
-            mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+        n_kv = gl.cdiv(hi, BLOCK_N)
+        j0 = _first_tile(row0, causal_offset, window, n_kv, WINDOW, BLOCK_N)
+        for j in range(j0, n_kv):
+            it = j - j0
+            s = it % STAGES
+            mbarrier.wait(kv_empty.index(s), ((it // STAGES) & 1) ^ 1)
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s), k_smem.index(s))
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
@@ -687,13 +750,15 @@ if GLUON:
     def _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k, causal_offset,
                   qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
-                  p_layout: gl.constexpr):
-        """The portable ``_attn_bwd_dq_inner`` for one consumer: key/value tiles [lo, hi) from the ring."""
+                  p_layout: gl.constexpr, j0=0, window=0, softcap_scale=1.0, WINDOW: gl.constexpr = False,
+                  SOFTCAP: gl.constexpr = False):
+        """The portable ``_attn_bwd_dq_inner`` for one consumer: key/value tiles [lo, hi) from the ring, whose first
+        (position 0) is key tile j0. The variants as in ``_tiles``."""
         dtype: gl.constexpr = k_smem.dtype
         offs_n0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
         for start_n in range(lo, hi, BLOCK_N):
-            j = start_n // BLOCK_N
+            j = start_n // BLOCK_N - j0
             s = j % STAGES
             phase = (j // STAGES) & 1
             mbarrier.wait(k_ready.index(s), phase)
@@ -703,13 +768,18 @@ if GLUON:
             v = v_smem.index(s).reshape([BLOCK_N, BLOCK_D])
             dp = warpgroup_mma(do, v.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             qk = warpgroup_mma_wait(1, deps=(qk, ))  # dP may still be running during the exponentials
+            if SOFTCAP:
+                qk = _tanh(qk * softcap_scale)
             p = gl.exp2(qk * qk_scale - lse2[:, None])
             if MASKED:
                 offs_n = start_n + offs_n0
-                keep = _key_visible(offs_n[None, :], offs_m[:, None], seqlen_k, causal_offset, IS_CAUSAL)
+                keep = _key_visible(offs_n[None, :], offs_m[:, None], seqlen_k, causal_offset, IS_CAUSAL, window,
+                                    WINDOW)
                 p = gl.where(keep, p, 0.0)
             dp = warpgroup_mma_wait(0, deps=(dp, ))
             ds = p * (dp - delta[:, None])
+            if SOFTCAP:
+                ds = ds * (1.0 - qk * qk)
             dq = warpgroup_mma(gl.convert_layout(ds.to(dtype), p_layout), k, dq, is_async=True)
             dq = warpgroup_mma_wait(0, deps=(dq, ))
             mbarrier.arrive(kv_empty.index(s), count=1)
@@ -719,7 +789,8 @@ if GLUON:
     def _dq_consumer(dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready, kv_empty,
                      off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
                      SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                     BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
+                     BLOCK_D: gl.constexpr, STAGES: gl.constexpr, window, softcap_scale, WINDOW: gl.constexpr,
+                     SOFTCAP: gl.constexpr):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
@@ -737,26 +808,44 @@ if GLUON:
         do = do_smem.index(SUB).reshape([BLOCK_M, BLOCK_D])
         dq = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
         mbarrier.wait(qdo_ready, 0)
+        if WINDOW:
+            # the ring holds the program's key tiles from its first row's first key (``_dq_producer``)
+            j0 = _first_tile(row0, causal_offset, window, gl.cdiv(hi, BLOCK_N), WINDOW, BLOCK_N)
+            my_lo, full_lo, full_hi, my_end = _window_key_range(first, j0 * BLOCK_N, full_hi, my_hi, causal_offset,
+                                                                window, BLOCK_M, BLOCK_N)
+            _release_skipped(k_ready, kv_empty, 0, my_lo // BLOCK_N - j0, STAGES)
+            dq = _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k,
+                           causal_offset, qk_scale, my_lo, full_lo, True, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
+                           s_layout, p_layout, j0, window, softcap_scale, WINDOW, SOFTCAP)
+        else:
+            j0 = 0
+            full_lo = 0
         dq = _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k,
-                       causal_offset, qk_scale, 0, full_hi, False, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                       s_layout, p_layout)
+                       causal_offset, qk_scale, full_lo, full_hi, False, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
+                       s_layout, p_layout, j0, window, softcap_scale, WINDOW, SOFTCAP)
         dq = _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k,
                        causal_offset, qk_scale, full_hi, my_hi, True, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                       s_layout, p_layout)
+                       s_layout, p_layout, j0, window, softcap_scale, WINDOW, SOFTCAP)
         # every product of this warpgroup has completed: its query tile's shared memory takes dQ
         q.store((dq * softmax_scale).to(dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(dq_desc, [off_b, first, off_h, 0], q_tile)
-        _release_skipped(k_ready, kv_empty, gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N) - gl.cdiv(my_hi, BLOCK_N),
-                         STAGES)
+        if WINDOW:
+            _release_skipped(k_ready, kv_empty, my_end // BLOCK_N - j0, gl.cdiv(hi, BLOCK_N) - my_end // BLOCK_N,
+                             STAGES)
+        else:
+            _release_skipped(k_ready, kv_empty, gl.cdiv(my_hi, BLOCK_N),
+                             gl.cdiv(hi, BLOCK_N) - gl.cdiv(my_hi, BLOCK_N), STAGES)
         tma.store_wait(0)
 
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
+    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "window"])
     def _attn_bwd_dq_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, n_heads, group_size, seqlen_q,
-                            seqlen_k, causal_offset, softmax_scale, qk_scale, IS_CAUSAL: gl.constexpr,
-                            STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, SECTION: gl.constexpr = 0):
+                            seqlen_k, causal_offset, softmax_scale, qk_scale, window, softcap_scale,
+                            IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr,
+                            SECTION: gl.constexpr = 0, WINDOW: gl.constexpr = False, SOFTCAP: gl.constexpr = False):
         """Grid: (query tiles of N_CONSUMERS * BLOCK_M, batch * heads); with SECTION (causal only), one axis in
-        ``forward_hopper._causal_item``'s order, as ``_key_block``'s."""
+        ``forward_hopper._causal_item``'s order, as ``_key_block``'s. The variants as in
+        ``_attn_bwd_dkdv_hopper``."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
@@ -793,27 +882,34 @@ if GLUON:
         if N_CONSUMERS == 2:
             gl.warp_specialize([
                 (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready,
-                                v_ready, kv_empty, off_b, off_h, off_hk, row0, hi, STAGES)),
+                                v_ready, kv_empty, off_b, off_h, off_hk, row0, hi, STAGES, causal_offset, window,
+                                WINDOW)),
                 (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
                                 kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                                softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                                softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, window,
+                                softcap_scale, WINDOW, SOFTCAP)),
                 (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
                                 kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                                softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                                softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, window,
+                                softcap_scale, WINDOW, SOFTCAP)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
                 (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready,
-                                v_ready, kv_empty, off_b, off_h, off_hk, row0, hi, STAGES)),
+                                v_ready, kv_empty, off_b, off_h, off_hk, row0, hi, STAGES, causal_offset, window,
+                                WINDOW)),
                 (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
                                 kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                                softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                                softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, window,
+                                softcap_scale, WINDOW, SOFTCAP)),
                 (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
                                 kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                                softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                                softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, window,
+                                softcap_scale, WINDOW, SOFTCAP)),
                 (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
                                 kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                                softmax_scale, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                                softmax_scale, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, window,
+                                softcap_scale, WINDOW, SOFTCAP)),
             ], [4, 4, 4], [160, 160, 160])
 
 
@@ -830,56 +926,63 @@ def _grid(n_tiles: int, n_pairs: int, k: torch.Tensor, head_dim: int, causal: bo
 
 
 def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
-                    config=None, dq_acc=None):
+                    config=None, dq_acc=None, *, window_size=(-1, -1), softcap: float = 0.0):
     """``backward.bwd_dkdv`` on Hopper (dk, dv written in place; lse2, delta from ``backward.bwd_preprocess``).
     config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS), default ``HOPPER_DKDV_CONFIGS[head_dim, causal]``,
     or with dq_acc ``FUSED_DQ_CONFIGS[head_dim, causal]``.
     dq_acc: a zeroed float32 tensor shaped like q: run the fused kernel, which also adds dS K (dQ before the
     softmax scale) into it.
     Head dims over ``MAX_NARROW_HEAD_DIM`` run the wide kernel, which takes (BLOCK_M, BLOCK_N, STAGES, 2):
-    BLOCK_N keys per program, half of each streamed tile's BLOCK_M rows per consumer."""
+    BLOCK_N keys per program, half of each streamed tile's BLOCK_M rows per consumer.
+    window_size and softcap: as ``hopper_common.mask`` takes them (not with dq_acc); a window takes the tables'
+    causal entries."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
+    m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
     if dq_acc is not None:
+        if m.window or m.softcap:
+            raise ValueError("the fused dK/dV/dQ kernel (dq_acc) takes no window_size or softcap")
         config = config or FUSED_DQ_CONFIGS[head_dim, causal]
-    block_m, block_n, stages, consumers = config or HOPPER_DKDV_CONFIGS[head_dim, causal]
+    block_m, block_n, stages, consumers = config or HOPPER_DKDV_CONFIGS[head_dim, m.causal]
     # the producer copies each streamed tile's LSE and delta rows into the ring with its Q and dO
     rest = (rows_descriptor(lse2, block_m), rows_descriptor(delta, block_m), n_heads, n_heads // n_kv_heads, seqlen_q,
-            seqlen_k, seqlen_k - seqlen_q if bottom_right else 0, softmax_scale, softmax_scale * LOG2E)
+            seqlen_k, m.causal_offset, softmax_scale, m.qk_scale, m.window_width, m.softcap_scale)
     if head_dim > MAX_NARROW_HEAD_DIM:
         if consumers != 2:
             raise ValueError(f"the wide dK/dV kernel (head_dim {head_dim}) takes configs (BLOCK_M, BLOCK_N, STAGES, "
                              f"2), got config={config}")
         cols = head_dim // 2
-        grid, order = _grid(triton.cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, causal)
+        grid, order = _grid(triton.cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, m.causal)
         launch_gluon(_attn_bwd_dkdv_hopper_wide, grid,
                      (*(descriptor(t, rows, cols) for t, rows in ((q, block_m), (dout, block_m), (k, block_n),
                                                                    (v, block_n), (dk, block_n), (dv, block_n))),
-                      *rest), dict(IS_CAUSAL=causal, STAGES=stages, **order), num_warps=4)
+                      *rest), dict(**m.constexprs, STAGES=stages, **order), num_warps=4)
     else:
         fused = dq_acc is not None
-        grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, causal,
+        grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, m.causal,
                             FUSED_DQ_SECTIONS.get((head_dim, causal)) if fused else None)
         dk_desc = descriptor(dk, block_n)
         launch_gluon(_attn_bwd_dkdv_hopper, grid,
                      (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
                       descriptor(v, block_n), dk_desc, descriptor(dv, block_n),
                       descriptor(dq_acc, block_m) if fused else dk_desc, *rest),  # (dq_desc: unread unless fused)
-                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order, FUSED_DQ=fused,
+                     dict(**m.constexprs, STAGES=stages, N_CONSUMERS=consumers, **order, FUSED_DQ=fused,
                           RAGGED_KEYS=fused and seqlen_k % (consumers * block_n) != 0),
                      num_warps=4)
 
 
 def bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
-                  config=None):
+                  config=None, *, window_size=(-1, -1), softcap: float = 0.0):
     """``backward.bwd_dq`` on Hopper (dq written in place). config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS),
-    default ``HOPPER_DQ_CONFIGS[head_dim, causal]``."""
+    default ``HOPPER_DQ_CONFIGS[head_dim, causal]`` (a window takes the causal entry). window_size and softcap:
+    as ``hopper_common.mask`` takes them."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
-    block_m, block_n, stages, consumers = config or HOPPER_DQ_CONFIGS[head_dim, causal]
-    grid, order = _grid(triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads, k, head_dim, causal)
+    m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
+    block_m, block_n, stages, consumers = config or HOPPER_DQ_CONFIGS[head_dim, m.causal]
+    grid, order = _grid(triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads, k, head_dim, m.causal)
     launch_gluon(_attn_bwd_dq_hopper, grid,
                  (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n), descriptor(v, block_n),
                   descriptor(dq, block_m), lse2, delta, n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k,
-                  seqlen_k - seqlen_q if bottom_right else 0, softmax_scale, softmax_scale * LOG2E),
-                 dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order), num_warps=4)
+                  m.causal_offset, softmax_scale, m.qk_scale, m.window_width, m.softcap_scale),
+                 dict(**m.constexprs, STAGES=stages, N_CONSUMERS=consumers, **order), num_warps=4)
