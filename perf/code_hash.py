@@ -137,15 +137,16 @@ def _orders(d, causal):
 
 
 # the variants' constexprs, each on the causal configs (a window runs the causal kernels) or the dense ones
-VARIANTS = {"window": (True, dict(WINDOW=True)), "softcap": (False, dict(SOFTCAP=True)),
-            "causal softcap": (True, dict(SOFTCAP=True)), "window softcap": (True, dict(WINDOW=True, SOFTCAP=True))}
+VARIANTS = {"window": (True, dict(IS_LOCAL=True)), "softcap": (False, dict(SOFTCAP=True)),
+            "causal softcap": (True, dict(SOFTCAP=True)), "window softcap": (True, dict(IS_LOCAL=True, SOFTCAP=True))}
 
 
 def variant_kernels():
     """(label, thunk compiling the kernel) for the sliding-window and softcap variants of every Hopper kernel
     that takes them: the forward, the dK/dV kernels (narrow and wide) and dQ, on the tables' configs."""
     for name, (causal, extra) in VARIANTS.items():
-        for (d, tab_causal), (bm, bn, stages, consumers, _persistent) in fh.HOPPER_CONFIGS.items():
+        for (d, tab_causal), config in fh.HOPPER_CONFIGS.items():
+            bm, bn, stages, consumers, _persistent = fh.VARIANT_CONFIGS.get((d, tab_causal), config)
             if tab_causal == causal:
                 yield f"fwd  d={d} {name}", lambda d=d, bm=bm, bn=bn, stages=stages, consumers=consumers, extra=extra: \
                     compile_config(fh._attn_fwd_hopper, d, bm, bn,

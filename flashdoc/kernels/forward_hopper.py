@@ -58,6 +58,13 @@ HOPPER_CONFIGS = {
     (256, False): (64, 64, 2, 2, True),
     (256, True): (64, 64, 2, 2, True),
 }
+# Sliding windows and softcap keep more values live in each consumer (a second mask edge, tanh's): at d = 128 three
+# consumers' 160 registers a thread spilled 384 bytes (window) and 80 (softcap) when compiled for sm_90, where two
+# consumers' 240 spill none. So those calls take two consumers there (perf/code_hash.py --variants shows the counts).
+VARIANT_CONFIGS = {
+    (128, False): (64, 128, 2, 2, True),
+    (128, True): (64, 128, 2, 2, True),
+}
 # Head dims over this write each consumer's output through its query tile (``O_IN_Q``): separate output tiles take
 # shared memory that the key/value ring needs.
 MAX_SEPARATE_O_HEAD_DIM = 128
@@ -95,20 +102,64 @@ def gluon_runs(q: torch.Tensor) -> bool:
             and _is_hopper(q.device.index if q.device.index is not None else torch.cuda.current_device()))
 
 
-def supports(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None,
-             dropout_p: float = 0.0) -> bool:
-    """Whether this kernel takes a forward call: ``gluon_runs``, a head dim with a tuned config, and variants it
-    has (sliding windows and softcap; not ALiBi or dropout, which stay on the portable kernel). Every length
-    qualifies: causal calls of 128 tokens to 2k ran 1.01-1.12x the portable kernel at d = 64 and 1.19-1.45x at
-    d = 256 once the causal items ended at the last row; before, the short item came last and a minimum length
-    kept calls under 1k-2k tokens on the portable kernel."""
-    return (alibi_slopes is None and not dropout_p
-            and (q.shape[3], causal or tuple(window_size) != (-1, -1)) in HOPPER_CONFIGS and gluon_runs(q))
+def table_key(q: torch.Tensor, causal: bool, window_size=(-1, -1)) -> tuple:
+    """The config tables' key for a call, (head dim, causal): a sliding window takes the causal entry."""
+    return q.shape[3], causal or tuple(window_size) != (-1, -1)
+
+
+def supports(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0, alibi: bool = False) -> bool:
+    """Whether this kernel takes a forward call: ``gluon_runs``, a head dim with a tuned config, and the variants
+    it has (sliding windows and softcap; ALiBi and dropout stay on the portable kernel: the masking core's
+    ``hopper_supports`` never asks about dropout). Every length qualifies: causal calls of 128 tokens to 2k ran
+    1.01-1.12x the portable kernel at d = 64 and 1.19-1.45x at d = 256 once the causal items ended at the last
+    row; before, the short item came last and a minimum length kept calls under 1k-2k tokens on the portable
+    kernel."""
+    return not alibi and table_key(q, causal, window_size) in HOPPER_CONFIGS and gluon_runs(q)
 
 
 if GLUON:
-    from .hopper_common import _causal_item, _first_tile, _key_range, _key_visible, _keys_seen, _release_skipped, \
-        _tanh, _window_key_range, fence_async_shared, gl, gluon, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+    from .hopper_common import Ring, Scores, _causal_item, _first_tile, _in_ring, _key_range, _keys_seen, \
+        _release_skipped, _scores, aggregate, fence_async_shared, gl, gluon, mask_scores, mbarrier, tma, \
+        warpgroup_mma, warpgroup_mma_wait
+
+    @aggregate
+    class Work:
+        """A launch's work items (``_work``): ``total`` tiles of query rows, ``n_tiles`` per (batch, head), over
+        n_heads query heads in GQA groups of group_size, seqlen_q queries and seqlen_k keys per head."""
+        n_tiles: gl.tensor
+        total: gl.tensor
+        n_heads: gl.tensor
+        group_size: gl.tensor
+        seqlen_q: gl.tensor
+        seqlen_k: gl.tensor
+
+        @gluon.constexpr_function
+        def __init__(self, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k):
+            self.n_tiles = n_tiles
+            self.total = total
+            self.n_heads = n_heads
+            self.group_size = group_size
+            self.seqlen_q = seqlen_q
+            self.seqlen_k = seqlen_k
+
+    @aggregate
+    class Queries:
+        """A work item's query tiles, one per consumer (q, and o, where each consumer stages its output: q itself
+        with O_IN_Q), the item number the producer publishes (item), and their barriers: ready when the producer
+        has published an item and its queries have landed, empty when every consumer is done with them."""
+        q: gl.shared_memory_descriptor
+        o: gl.shared_memory_descriptor
+        item: gl.shared_memory_descriptor
+        ready: gl.shared_memory_descriptor
+        empty: gl.shared_memory_descriptor
+
+        @gluon.constexpr_function
+        def __init__(self, q, o, item, ready, empty):
+            self.q = q
+            self.o = o
+            self.item = item
+            self.ready = ready
+            self.empty = empty
 
     @gluon.constexpr_function
     def _item_layout(num_warps):
@@ -135,7 +186,7 @@ if GLUON:
 
     # --8<-- [start:hopper_work_item]
     @gluon.jit
-    def _work(item, n_tiles, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr,
+    def _work(item, n_tiles, n_heads, group_size, seqlen_q, seqlen_k, right_offset, IS_CAUSAL: gl.constexpr,
               BLOCK_M: gl.constexpr, ROWS: gl.constexpr):
         """Work item pid_bh * n_tiles + tile (``_claim``): a tile of ROWS query rows of one (batch, head). Returns the
         head indices, the first row and the key count.
@@ -153,7 +204,7 @@ if GLUON:
         row0 = tile * ROWS
         if IS_CAUSAL:
             row0 -= (n_tiles * ROWS - seqlen_q) // BLOCK_M * BLOCK_M
-        return pid_bh, off_b, off_h, off_hk, row0, _keys_seen(row0, ROWS, seqlen_k, causal_offset, IS_CAUSAL)
+        return pid_bh, off_b, off_h, off_hk, row0, _keys_seen(row0, ROWS, seqlen_k, right_offset, IS_CAUSAL)
     # --8<-- [end:hopper_work_item]
 
     @gluon.jit
@@ -163,13 +214,20 @@ if GLUON:
 
 
     @gluon.jit
-    def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
-                  kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_q, seqlen_k, causal_offset,
-                  window, IS_CAUSAL: gl.constexpr, WINDOW: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    def _producer(q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section):
         """Claims work items from the global COUNTER (heaviest first, so the first program free takes the next:
-        greedy, longest-first scheduling), publishes each in item_smem with its queries, and streams its keys
-        and values through the ring: in a window, only the tiles from the item's first row's first key on."""
+        greedy, longest-first scheduling), publishes each with its queries, and streams its keys and values
+        through the ring: in a window, only the tiles from the item's first row's first key on."""
+        q_smem, item_smem, q_ready, q_empty = queries.q, queries.item, queries.ready, queries.empty
+        k_smem, v_smem, k_ready, v_ready, kv_empty = ring.a, ring.b, ring.a_ready, ring.b_ready, ring.empty
+        n_tiles, total, n_heads, group_size = work.n_tiles, work.total, work.n_heads, work.group_size
+        seqlen_q, seqlen_k = work.seqlen_q, work.seqlen_k
+        left_offset, right_offset = scores.left_offset, scores.right_offset
+        IS_CAUSAL: gl.constexpr = scores.IS_CAUSAL
+        IS_LOCAL: gl.constexpr = scores.IS_LOCAL
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = k_smem.shape[2]
+        STAGES: gl.constexpr = k_smem.shape[0]
         N_CONSUMERS: gl.constexpr = q_smem.shape[0]
         layout: gl.constexpr = _item_layout(gl.num_warps())
         kv_it = 0  # key/value tiles loaded so far, over all of this program's work items: the ring's position
@@ -177,7 +235,7 @@ if GLUON:
         i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
         while i < total:
             _, off_b, off_h, off_hk, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_q, seqlen_k,
-                                                      causal_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
+                                                      right_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
             # the consumers are done with the last item's queries (a fresh barrier counts as having completed the
             # phase before its first: the first item never waits)
             mbarrier.wait(q_empty, (r & 1) ^ 1)
@@ -189,7 +247,7 @@ if GLUON:
                     q_row = gl.maximum(q_row, 0)
                 tma.async_copy_global_to_shared(q_desc, [off_b, q_row, off_h, 0], q_ready, q_smem.index(c))
             n_kv = gl.cdiv(hi, BLOCK_N)
-            j0 = _first_tile(row0, causal_offset, window, n_kv, WINDOW, BLOCK_N)
+            j0 = _first_tile(row0, seqlen_k, left_offset, right_offset, n_kv, IS_CAUSAL, IS_LOCAL, BLOCK_N)
             for j in range(j0, n_kv):
                 it = kv_it + (j - j0)
                 s = it % STAGES
@@ -211,15 +269,18 @@ if GLUON:
     # --8<-- [start:hopper_consume]
 
     @gluon.jit
-    def _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m, seqlen_k,
-                 causal_offset, qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-                 s_layout: gl.constexpr, p_layout: gl.constexpr, row_o: gl.constexpr, window=0, softcap_scale=1.0,
-                 WINDOW: gl.constexpr = False, SOFTCAP: gl.constexpr = False):
+    def _consume(acc, l_i, m_i, q, ring, kv_it, offs_m, seqlen_k, scores, lo, hi, MASKED: gl.constexpr,
+                 s_layout: gl.constexpr, p_layout: gl.constexpr, row_o: gl.constexpr):
         """``forward._attn_fwd_inner`` for one consumer warpgroup: key/value tiles [lo, hi) from the ring, whose
-        tile 0 is the ring's kv_it-th. SOFTCAP: the scores are capped first (``hopper_common._tanh``; qk_scale
-        then holds softcap * log2(e))."""
+        tile 0 is the ring's kv_it-th. The scores go through ``Scores``: capped (``_scores``), then, in the
+        MASKED tiles, masked by the core's band (``mask_scores``)."""
+        k_smem, v_smem, k_ready, v_ready, kv_empty = ring.a, ring.b, ring.a_ready, ring.b_ready, ring.empty
+        qk_scale = scores.qk_scale
         dtype: gl.constexpr = k_smem.dtype
+        BLOCK_M: gl.constexpr = q.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[2]
+        BLOCK_D: gl.constexpr = k_smem.shape[4]
+        STAGES: gl.constexpr = k_smem.shape[0]
         offs_n0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
         for start_n in range(lo, hi, BLOCK_N):
@@ -230,13 +291,12 @@ if GLUON:
             k = k_smem.index(s).reshape([BLOCK_N, BLOCK_D])
             qk = warpgroup_mma(q, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             qk = warpgroup_mma_wait(0, deps=(qk, ))
-            if SOFTCAP:
-                qk = _tanh(qk * softcap_scale)
+            qk = _scores(qk, scores)
             if MASKED:
                 offs_n = start_n + offs_n0
-                keep = _key_visible(offs_n[None, :], offs_m[:, None], seqlen_k, causal_offset, IS_CAUSAL, window,
-                                    WINDOW)
-                qk = gl.where(keep, qk, float("-inf"))
+                cols = offs_n[None, :]
+                qk = mask_scores(qk, offs_m[:, None], cols, seqlen_k, scores.left_offset, scores.right_offset,
+                                 float("-inf"), True, scores.IS_CAUSAL, scores.IS_LOCAL)
             m_ij = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
             if MASKED:
                 m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
@@ -255,13 +315,20 @@ if GLUON:
     # --8<-- [end:hopper_consume]
 
     @gluon.jit
-    def _consumer(o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
-                  kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale, window,
-                  softcap_scale, SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-                  SOFTCAP: gl.constexpr, O_IN_Q: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
+    def _consumer(o_desc, LSE, queries, ring, work, scores, SUB: gl.constexpr, O_IN_Q: gl.constexpr):
         """Consumer warpgroup SUB: rows row0 + SUB * BLOCK_M + [0, BLOCK_M) of each work item's query tile. With
-        O_IN_Q, o_smem is q_smem: the output goes out through the query tile, which is released only then."""
+        O_IN_Q, queries.o is queries.q: the output goes out through the query tile, which is released only then."""
+        q_smem, o_smem, item_smem, q_ready, q_empty = queries.q, queries.o, queries.item, queries.ready, queries.empty
+        k_smem, k_ready, kv_empty = ring.a, ring.a_ready, ring.empty
+        n_tiles, total, n_heads, group_size = work.n_tiles, work.total, work.n_heads, work.group_size
+        seqlen_q, seqlen_k = work.seqlen_q, work.seqlen_k
+        left_offset, right_offset = scores.left_offset, scores.right_offset
+        IS_CAUSAL: gl.constexpr = scores.IS_CAUSAL
+        IS_LOCAL: gl.constexpr = scores.IS_LOCAL
+        BLOCK_M: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_smem.shape[2]
+        BLOCK_D: gl.constexpr = k_smem.shape[4]
+        STAGES: gl.constexpr = k_smem.shape[0]
         dtype: gl.constexpr = o_desc.dtype
         N_CONSUMERS: gl.constexpr = q_smem.shape[0]
         # wgmma's accumulator layouts: 4 warps stacked along the rows, 16 rows per instruction
@@ -279,9 +346,10 @@ if GLUON:
         i = _read_item(item_smem)
         while i < total:
             pid_bh, off_b, off_h, _, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_q, seqlen_k,
-                                                      causal_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
+                                                      right_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
             first = row0 + SUB * BLOCK_M  # this warpgroup's first row
-            full_hi, my_hi = _key_range(first, seqlen_k, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+            my_lo, full_lo, full_hi, my_hi = _key_range(first, seqlen_k, left_offset, right_offset, IS_CAUSAL,
+                                                        IS_LOCAL, BLOCK_M, BLOCK_N)
             if IS_CAUSAL:  # rows before row 0 get no keys (bottom-right alignment would otherwise give them some)
                 skipped = _skipped(first, BLOCK_M)
                 full_hi = gl.where(skipped, 0, full_hi)
@@ -293,29 +361,22 @@ if GLUON:
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
             l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
             acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
-            if WINDOW:
-                # the ring holds the item's tiles from its first row's first key (``_producer``): this warpgroup's
-                # first ones may lie before its own, and its rows' left edges need the mask up to full_lo
-                lo = _first_tile(row0, causal_offset, window, gl.cdiv(hi, BLOCK_N), WINDOW, BLOCK_N) * BLOCK_N
+            if IS_LOCAL:
+                # the ring holds the item's key tiles from its first row's first key (``_producer``): this
+                # warpgroup's own may start later, and its rows' left edges need the mask up to full_lo
+                lo = _first_tile(row0, seqlen_k, left_offset, right_offset, gl.cdiv(hi, BLOCK_N), IS_CAUSAL, IS_LOCAL,
+                                 BLOCK_N) * BLOCK_N
                 kv_base = kv_it - lo // BLOCK_N  # the ring position of key tile 0
-                my_lo, full_lo, full_hi, my_end = _window_key_range(first, lo, full_hi, my_hi, causal_offset, window,
-                                                                    BLOCK_M, BLOCK_N)
+                my_lo, full_lo, full_hi, my_hi, my_end = _in_ring(lo, hi, my_lo, full_lo, full_hi, my_hi, BLOCK_N)
                 _release_skipped(k_ready, kv_empty, kv_it, (my_lo - lo) // BLOCK_N, STAGES)
-                acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_base,
-                                         offs_m, seqlen_k, causal_offset, qk_scale, my_lo, full_lo, True, IS_CAUSAL,
-                                         BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o, window,
-                                         softcap_scale, WINDOW, SOFTCAP)
+                acc, l_i, m_i = _consume(acc, l_i, m_i, q, ring, kv_base, offs_m, seqlen_k, scores, my_lo, full_lo,
+                                         True, s_layout, p_layout, row_o)
             else:
                 kv_base = kv_it
-                full_lo = 0
-            acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_base, offs_m,
-                                     seqlen_k, causal_offset, qk_scale, full_lo, full_hi, False, IS_CAUSAL, BLOCK_M,
-                                     BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o, window, softcap_scale,
-                                     WINDOW, SOFTCAP)
-            acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_base, offs_m,
-                                     seqlen_k, causal_offset, qk_scale, full_hi, my_hi, True, IS_CAUSAL, BLOCK_M,
-                                     BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o, window, softcap_scale,
-                                     WINDOW, SOFTCAP)
+            acc, l_i, m_i = _consume(acc, l_i, m_i, q, ring, kv_base, offs_m, seqlen_k, scores, full_lo, full_hi,
+                                     False, s_layout, p_layout, row_o)
+            acc, l_i, m_i = _consume(acc, l_i, m_i, q, ring, kv_base, offs_m, seqlen_k, scores, full_hi, my_hi, True,
+                                     s_layout, p_layout, row_o)
             if not O_IN_Q:
                 # every Q K^T of this item is done: the producer may load the next item's queries during the epilogue
                 mbarrier.arrive(q_empty, count=1)
@@ -338,7 +399,7 @@ if GLUON:
             # the key tiles this warpgroup skipped are still released, in order, once loaded (an early arrival
             # would count towards the stage's previous use). (backward_hopper._release_skipped does the same; called
             # here, it made ptxas spill 260 bytes instead of 12 at d = 128, so the loop stays written out.)
-            if WINDOW:
+            if IS_LOCAL:
                 skip_from = my_end // BLOCK_N
             else:
                 skip_from = gl.cdiv(my_hi, BLOCK_N)
@@ -359,19 +420,18 @@ if GLUON:
     # --8<-- [start:hopper_kernel]
     # Lengths, offsets and counts change from call to call: no specialising on their value.
     @gluon.jit(do_not_specialize=["n_tiles", "total", "section", "n_heads", "group_size", "seqlen_q", "seqlen_k",
-                                  "causal_offset", "window"])
+                                  "right_offset", "left_offset"])
     def _attn_fwd_hopper(q_desc, k_desc, v_desc, o_desc, LSE, COUNTER, n_tiles, total, section, n_heads, group_size,
-                         seqlen_q, seqlen_k, causal_offset, qk_scale, window, softcap_scale, IS_CAUSAL: gl.constexpr,
-                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                         N_CONSUMERS: gl.constexpr, O_IN_Q: gl.constexpr, WINDOW: gl.constexpr = False,
+                         seqlen_q, seqlen_k, right_offset, qk_scale, left_offset, softcap_scale,
+                         IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                         N_CONSUMERS: gl.constexpr, O_IN_Q: gl.constexpr, IS_LOCAL: gl.constexpr = False,
                          SOFTCAP: gl.constexpr = False):
         """Work items: ``total`` tiles of N_CONSUMERS * BLOCK_M query rows (``n_tiles`` per (batch, head)), claimed
         one at a time through COUNTER (an int32 zero): one per program, or, on a persistent grid of one program per
         SM, as many as each program gets through, the producer loading an item's queries and first keys while the
         consumers finish the one before; causal ones in sections of ``section`` (batch, head) pairs
-        (``_causal_item``). q/k/v/o_desc: ``descriptors``. WINDOW (with IS_CAUSAL): query i sees keys
-        [i + causal_offset - window, i + causal_offset] (``hopper_common``'s sliding windows). SOFTCAP: scores
-        capped by tanh, softcap_scale = softmax_scale / softcap, qk_scale = softcap * log2(e)."""
+        (``_causal_item``). q/k/v/o_desc: ``descriptors``. The mask and the score change: ``Scores`` (IS_LOCAL, a
+        sliding window's left edge, comes with IS_CAUSAL: ``hopper_common.mask``)."""
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         q_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
@@ -394,40 +454,24 @@ if GLUON:
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(kv_empty.index(i), count=N_CONSUMERS)  # every consumer releases a stage
 
-        # (Gluon needs each partition's function written out in the list, so the two cases are spelled out; building
-        # the argument tuples once and concatenating them does not work in Triton 3.6: a tuple assigned to a name
-        # turns its constexprs into tensors, and a literal (0, ) added to one becomes a plain int)
+        queries = Queries(q_smem, o_smem, item_smem, q_ready, q_empty)
+        ring = Ring(k_smem, v_smem, k_ready, v_ready, kv_empty)
+        work = Work(n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k)
+        scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
+        # (Gluon needs each partition written out in the list, so the two consumer counts are spelled out: in Triton
+        # 3.6 a tuple assigned to a name turns its functions and constexprs into tensors)
         if N_CONSUMERS == 2:
             gl.warp_specialize([
-                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_q,
-                             seqlen_k, causal_offset, window, IS_CAUSAL, WINDOW, BLOCK_N, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, window, softcap_scale, 0, IS_CAUSAL, WINDOW, SOFTCAP, O_IN_Q,
-                             BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, window, softcap_scale, 1, IS_CAUSAL, WINDOW, SOFTCAP, O_IN_Q,
-                             BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section)),
+                (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q)),
+                (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
-                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_q,
-                             seqlen_k, causal_offset, window, IS_CAUSAL, WINDOW, BLOCK_N, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, window, softcap_scale, 0, IS_CAUSAL, WINDOW, SOFTCAP, O_IN_Q,
-                             BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, window, softcap_scale, 1, IS_CAUSAL, WINDOW, SOFTCAP, O_IN_Q,
-                             BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, window, softcap_scale, 2, IS_CAUSAL, WINDOW, SOFTCAP, O_IN_Q,
-                             BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section)),
+                (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q)),
+                (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q)),
+                (_consumer, (o_desc, LSE, queries, ring, work, scores, 2, O_IN_Q)),
             ], [4, 4, 4], [160, 160, 160])
     # --8<-- [end:hopper_kernel]
 
@@ -440,23 +484,29 @@ def descriptors(q, k, v, out, block_m: int, block_n: int):
 
 
 def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None, *,
-                    window_size=(-1, -1), softcap: float = 0.0):
+                    window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None):
     """``forward.attn_fwd`` on Hopper (``supports`` said yes). config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS,
-    PERSISTENT), default ``HOPPER_CONFIGS[head_dim, causal]`` (a window takes the causal entry). window_size and
-    softcap as ``hopper_common.mask`` takes them. Runs inside ``launch.on_device``."""
+    PERSISTENT), default ``HOPPER_CONFIGS[head_dim, causal]`` (a window takes the causal entry), or for a window
+    or softcap ``VARIANT_CONFIGS``' entry where it has one. window_size and softcap as ``hopper_common.mask``
+    takes them; alibi_slopes must be None (``supports``). Runs inside ``launch.on_device``."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
+    if alibi_slopes is not None:
+        raise ValueError("the Hopper forward has no ALiBi: alibi_slopes runs on the portable kernel")
     m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
-    block_m, block_n, stages, consumers, persistent = config or HOPPER_CONFIGS[head_dim, m.causal]
+    key = table_key(q, causal, window_size)
+    if config is None and (m.is_local or m.softcap):
+        config = VARIANT_CONFIGS.get(key)
+    block_m, block_n, stages, consumers, persistent = config or HOPPER_CONFIGS[key]
     n_tiles = triton.cdiv(seqlen_q, consumers * block_m)
     total = n_tiles * batch * n_heads
     # persistent: one program per SM, each taking its work items in turn
     grid = (min(total, _sm_count(q.device.index)) if persistent else total,)
     counter = torch.zeros(1, device=q.device, dtype=torch.int32)  # the next work item to claim
-    section = heads_per_section(k, batch * n_heads) if m.causal else 1
+    section = heads_per_section(k, batch * n_heads) if m.is_causal else 1
     launch_gluon(_attn_fwd_hopper, grid,
                  (*descriptors(q, k, v, out, block_m, block_n), lse, counter, n_tiles, total, section, n_heads,
-                  n_heads // n_kv_heads, seqlen_q, seqlen_k, m.causal_offset, m.qk_scale, m.window_width,
+                  n_heads // n_kv_heads, seqlen_q, seqlen_k, m.right_offset, m.qk_scale, m.left_offset,
                   m.softcap_scale),
                  dict(**m.constexprs, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, N_CONSUMERS=consumers,
                       O_IN_Q=head_dim > MAX_SEPARATE_O_HEAD_DIM), num_warps=4)

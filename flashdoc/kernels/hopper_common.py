@@ -11,6 +11,7 @@ import triton
 
 from . import INTERPRET, LOG2E
 from .launch import unchecked_descriptor
+from .mask import band, key_block_range, mask_scores, query_block_range, softcap, softcap_grad  # noqa: F401
 
 # Gluon is experimental and its API moves between Triton releases: only the tested one is used.
 TESTED_TRITON = "3.6."
@@ -59,51 +60,89 @@ def rows_descriptor(t: torch.Tensor, rows: int):
 
 @dataclasses.dataclass(frozen=True)
 class Mask:
-    """What a Hopper kernel launch takes for a call's mask and score change (``mask`` builds it): constexprs
-    IS_CAUSAL (an upper key bound: query i sees keys up to i + causal_offset), WINDOW (a lower one too: from
-    i + causal_offset - window) and SOFTCAP, and the runtime values. ``table_causal``: which of a config table's
-    entries (head dim, causal) the call takes: a window runs the causal kernels."""
-    causal: bool
-    window: bool
+    """A call's mask and score change as the Hopper kernels take them (``mask`` builds it): the constexprs
+    IS_CAUSAL (query i sees keys up to i + right_offset), IS_LOCAL (and from i + left_offset on: a sliding
+    window's left edge) and SOFTCAP, and the runtime values. The tables' (head dim, causal) entry a call takes is
+    (head dim, is_causal): a window runs the causal kernels."""
+    is_causal: bool
+    is_local: bool
     softcap: bool
-    causal_offset: int
-    window_width: int
+    right_offset: int
+    left_offset: int
     qk_scale: float
     softcap_scale: float
 
     @property
     def constexprs(self) -> dict:
-        return dict(IS_CAUSAL=self.causal, WINDOW=self.window, SOFTCAP=self.softcap)
+        return dict(IS_CAUSAL=self.is_causal, IS_LOCAL=self.is_local, SOFTCAP=self.softcap)
 
 
 def mask(causal: bool, window_size: tuple, softcap: float, softmax_scale: float, seqlen_q: int, seqlen_k: int,
          bottom_right: bool) -> Mask:
-    """The kernels' form of a call's mask. window_size = (left, right), -1 unbounded, flash-attn's meaning:
-    query i sees keys [i + offset - left, i + offset + right], offset = seqlen_k - seqlen_q when bottom_right
-    (flash-attn's alignment), else 0 (SDPA's); causal sets right = 0. softcap > 0 caps the scaled scores at
-    softcap * tanh(s / softcap)."""
-    left, right = window_size
-    if causal:
-        right = 0
-    offset = seqlen_k - seqlen_q if bottom_right else 0
-    bounded = left >= 0 or right >= 0
-    if left >= 0 and right < 0:
-        right = max(seqlen_q, seqlen_k)  # no right edge: one past every key, from any row
-    window = left >= 0
-    return Mask(causal=bounded, window=window, softcap=softcap > 0,
-                causal_offset=offset + right if bounded else offset, window_width=left + right if window else 0,
-                qk_scale=(softcap if softcap > 0 else softmax_scale) * LOG2E,
+    """The Hopper kernels' form of a call: the masking core's band (``mask.band``: flash-attn's window_size,
+    -1 unbounded, causal = right 0, bottom-right or top-left alignment) and softcap > 0, which caps the scaled
+    scores at softcap * tanh(s / softcap) (the kernels take softcap_scale = softmax_scale / softcap into the tanh
+    and softcap * log2(e) as the exponent's scale, FlashAttention-3's way: one multiply and one tanh a score)."""
+    is_causal, is_local, left_offset, right_offset = band(seqlen_q, seqlen_k, causal, window_size, bottom_right)
+    if is_local and not is_causal:
+        # the kernels' left edge comes with a right one (their programs' key ranges start from the causal ones):
+        # put it past every key, from every row
+        is_causal = True
+        right_offset = (seqlen_k - seqlen_q if bottom_right else 0) + max(seqlen_q, seqlen_k)
+    return Mask(is_causal=is_causal, is_local=is_local, softcap=softcap > 0, right_offset=right_offset,
+                left_offset=left_offset, qk_scale=(softcap if softcap > 0 else softmax_scale) * LOG2E,
                 softcap_scale=softmax_scale / softcap if softcap > 0 else 1.0)
 
 
 if GLUON:
-    @gluon.jit
-    def _keys_seen(row0, ROWS: gl.constexpr, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr):
-        """How many keys (from key 0) the query rows [row0, row0 + ROWS) see between them."""
-        if IS_CAUSAL:
-            return gl.maximum(gl.minimum(row0 + ROWS + causal_offset, seqlen_k), 0)
-        else:
-            return seqlen_k
+    # Triton 3.6's Gluon has aggregates (classes of tensors, shared-memory buffers and constexprs that jitted code
+    # passes and returns as one value) under this private name; its own Blackwell helpers import them so.
+    from triton.language.core import _aggregate as aggregate
+
+    # --8<-- [start:hopper_state]
+    @aggregate
+    class Scores:
+        """How a kernel turns Q K^T into the softmax's exponents (``Mask`` on the device): capped with SOFTCAP
+        (tanh of the scores times softcap_scale), scaled by qk_scale (softmax_scale * log2(e), or softcap * log2(e)
+        with SOFTCAP), and masked by the core's band: key j counts for query i when j <= i + right_offset
+        (IS_CAUSAL) and j >= i + left_offset (IS_LOCAL)."""
+        right_offset: gl.tensor
+        left_offset: gl.tensor
+        qk_scale: gl.tensor
+        softcap_scale: gl.tensor
+        IS_CAUSAL: gl.constexpr
+        IS_LOCAL: gl.constexpr
+        SOFTCAP: gl.constexpr
+
+        @gluon.constexpr_function
+        def __init__(self, right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP):
+            self.right_offset = right_offset
+            self.left_offset = left_offset
+            self.qk_scale = qk_scale
+            self.softcap_scale = softcap_scale
+            self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
+            self.IS_LOCAL = gl.constexpr(IS_LOCAL)
+            self.SOFTCAP = gl.constexpr(SOFTCAP)
+
+    @aggregate
+    class Ring:
+        """A ring of shared-memory slots of two streamed tiles a and b (K and V): a_ready and b_ready (a barrier a
+        slot each) complete when a TMA copy lands, empty when every consumer is done with the slot. The number of
+        slots (STAGES), the tiles' rows and the head dim are the buffers' shapes."""
+        a: gl.shared_memory_descriptor
+        b: gl.shared_memory_descriptor
+        a_ready: gl.shared_memory_descriptor
+        b_ready: gl.shared_memory_descriptor
+        empty: gl.shared_memory_descriptor
+
+        @gluon.constexpr_function
+        def __init__(self, a, b, a_ready, b_ready, empty):
+            self.a = a
+            self.b = b
+            self.a_ready = a_ready
+            self.b_ready = b_ready
+            self.empty = empty
+    # --8<-- [end:hopper_state]
 
     # --8<-- [start:hopper_causal_order]
     @gluon.jit
@@ -120,31 +159,80 @@ if GLUON:
         return j // pairs, first + j % pairs
     # --8<-- [end:hopper_causal_order]
 
-    @gluon.jit
-    def _key_range(first, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-                   BLOCK_N: gl.constexpr):
-        """The keys that one consumer's BLOCK_M query rows from ``first`` on need: [0, full_hi) with no mask,
-        [full_hi, my_hi) masked. Under the causal mask, the upper warpgroups' rows see fewer keys than the
-        program loads; a consumer skips [my_hi, hi)."""
-        if IS_CAUSAL:
-            full_hi = gl.maximum(first + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-            full_hi = gl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-        else:
-            full_hi = seqlen_k // BLOCK_N * BLOCK_N
-        return full_hi, _keys_seen(first, BLOCK_M, seqlen_k, causal_offset, IS_CAUSAL)
+    # The key ranges. A program of the forward or dQ kernel loads, for its ROWS query rows, the key tiles from the
+    # first one its first row sees (0 without a window) to the last one its last row sees; each consumer then
+    # visits its own BLOCK_M rows' part (the core's ``key_block_range``) and releases the rest of the ring.
 
     @gluon.jit
-    def _key_visible(offs_n, offs_m, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr, window=0,
-                     WINDOW: gl.constexpr = False):
-        """Which (query, key) pairs of a tile count: keys before seqlen_k and, under the causal mask, keys at most
-        causal_offset past their query; in a window, also at least causal_offset - window past it. offs_n and
-        offs_m come broadcast to the tile's shape, either way round."""
-        keep = offs_n < seqlen_k
+    def _key_range(first, seqlen_k, left_offset, right_offset, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+        """The keys the query rows [first, first + BLOCK_M) see: the core's ``key_block_range`` (lo, full_lo,
+        full_hi, hi; masked [lo, full_lo), unmasked [full_lo, full_hi), masked [full_hi, hi)), with hi at least 0
+        (under the bottom-right diagonal the first rows can see no key at all)."""
+        lo, full_lo, full_hi, hi = key_block_range(first, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N,
+                                                   IS_CAUSAL, IS_LOCAL)
         if IS_CAUSAL:
-            keep = keep & (offs_n <= offs_m + causal_offset)
-        if WINDOW:
-            keep = keep & (offs_n >= offs_m + causal_offset - window)
-        return keep
+            hi = gl.maximum(hi, 0)
+        return lo, full_lo, full_hi, hi
+
+    @gluon.jit
+    def _keys_seen(row0, ROWS: gl.constexpr, seqlen_k, right_offset, IS_CAUSAL: gl.constexpr):
+        """How many keys (from key 0) the query rows [row0, row0 + ROWS) see between them: ``_key_range``'s hi."""
+        _, _, _, hi = _key_range(row0, seqlen_k, 0, right_offset, IS_CAUSAL, False, ROWS, ROWS)
+        return hi
+
+    @gluon.jit
+    def _first_tile(row0, seqlen_k, left_offset, right_offset, n_tiles, IS_CAUSAL: gl.constexpr,
+                    IS_LOCAL: gl.constexpr, BLOCK_N: gl.constexpr):
+        """The first key tile (of BLOCK_N keys, at most n_tiles: none) that query rows from row0 on see: with a
+        window's left edge, the tile of row0's first key (the core's lo); else 0."""
+        if IS_LOCAL:
+            lo, _, _, _ = key_block_range(row0, seqlen_k, left_offset, right_offset, BLOCK_N, BLOCK_N, IS_CAUSAL,
+                                          IS_LOCAL)
+            return gl.minimum(lo // BLOCK_N, n_tiles)
+        else:
+            return 0
+
+    @gluon.jit
+    def _in_ring(lo, hi, my_lo, full_lo, full_hi, my_hi, BLOCK_N: gl.constexpr):
+        """A consumer's ``_key_range`` (my_lo, full_lo, full_hi, my_hi) inside its program's ring, which holds the
+        key tiles from lo to hi's: rows whose window starts past every key the program loads visit none. Returns
+        my_lo, full_lo, full_hi, my_hi and my_end, the end of the tiles it visits (the ones past it it releases)."""
+        end = gl.cdiv(hi, BLOCK_N) * BLOCK_N
+        my_hi = gl.minimum(my_hi, hi)
+        my_lo = gl.minimum(gl.maximum(my_lo, lo), end)
+        my_end = gl.maximum(gl.cdiv(my_hi, BLOCK_N) * BLOCK_N, my_lo)
+        full_lo = gl.minimum(gl.maximum(full_lo, my_lo), my_end)
+        full_hi = gl.maximum(gl.minimum(full_hi, my_hi), full_lo)
+        return my_lo, full_lo, full_hi, my_hi, my_end
+
+    @gluon.jit
+    def _query_end(start_n, KEYS: gl.constexpr, hi, seqlen_q, left_offset, right_offset, IS_CAUSAL: gl.constexpr,
+                   IS_LOCAL: gl.constexpr, BLOCK_M: gl.constexpr):
+        """The end of the query tiles (of BLOCK_M, at most hi) that see any of the KEYS keys from start_n: with a
+        window's left edge, where the rows' windows have left them (the core's ``query_block_range`` hi); else
+        hi."""
+        if IS_LOCAL:
+            _, _, _, end = query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M, KEYS, IS_CAUSAL,
+                                             IS_LOCAL)
+            return gl.minimum(end, hi)
+        else:
+            return hi
+
+    @gluon.jit
+    def _scores(qk, scores):
+        """The raw scores Q K^T (or K Q^T) as the kernels' exponents take them: capped with SOFTCAP (the core's
+        ``softcap`` with cap_out 1: the cap's softcap * log2(e) is the kernel's qk_scale). Before the mask."""
+        if scores.SOFTCAP:
+            qk = softcap(qk, scores.softcap_scale, 1.0, False)
+        return qk
+
+    @gluon.jit
+    def _scores_grad(ds, qk, scores):
+        """dS through the cap: times tanh's derivative 1 - t^2 (the core's ``softcap_grad``; t = ``_scores``' qk)."""
+        if scores.SOFTCAP:
+            ds = ds * softcap_grad(qk, 1.0)
+        return ds
 
     @gluon.jit
     def _release_skipped(ready, empty, it0, n, STAGES: gl.constexpr):
@@ -157,67 +245,3 @@ if GLUON:
             mbarrier.wait(ready.index(it % STAGES), (it // STAGES) & 1)
             mbarrier.arrive(empty.index(it % STAGES), count=1)
 
-    # Sliding windows. A window (left, right) lets query i see keys [i + offset - left, i + offset + right] (offset:
-    # the diagonal's, 0 or seqlen_k - seqlen_q). The kernels take its right edge as the causal mask's, with
-    # causal_offset = offset + right, and its left edge as WINDOW with window = left + right: keys
-    # [i + causal_offset - window, i + causal_offset]. So what the causal mask skips past the diagonal, the window
-    # skips before its left edge too, and a program's cost grows with the window, not with the length.
-
-    @gluon.jit
-    def _first_tile(row0, causal_offset, window, n_tiles, WINDOW: gl.constexpr, BLOCK_N: gl.constexpr):
-        """The first key tile (of BLOCK_N keys, at most n_tiles: none) that query rows from row0 on see: the one
-        that holds row0's first key in a window, else 0."""
-        if WINDOW:
-            return gl.minimum(gl.maximum(row0 + causal_offset - window, 0) // BLOCK_N, n_tiles)
-        else:
-            return 0
-
-    @gluon.jit
-    def _window_key_range(first, lo, full_hi, my_hi, causal_offset, window, BLOCK_M: gl.constexpr,
-                          BLOCK_N: gl.constexpr):
-        """``_key_range`` in a window, for a consumer whose program loads the key tiles from ``lo`` on: its rows
-        from ``first`` need the tiles [my_lo, my_end), masked in [my_lo, full_lo) (keys left of some of its rows'
-        windows) and in [full_hi, my_hi) (keys past some of its rows' diagonals), unmasked in between. Returns
-        my_lo, full_lo, full_hi, my_end."""
-        my_lo = gl.maximum(gl.maximum(first + causal_offset - window, 0) // BLOCK_N * BLOCK_N, lo)
-        my_end = gl.maximum(gl.cdiv(my_hi, BLOCK_N) * BLOCK_N, my_lo)
-        my_lo = gl.minimum(my_lo, my_end)
-        # the last row's first key: tiles from there on are inside every row's window
-        full_lo = gl.cdiv(gl.maximum(first + BLOCK_M - 1 + causal_offset - window, 0), BLOCK_N) * BLOCK_N
-        full_lo = gl.maximum(gl.minimum(full_lo, full_hi), my_lo)
-        return my_lo, full_lo, gl.maximum(full_hi, full_lo), my_end
-
-    @gluon.jit
-    def _window_query_range(first, lo, hi, full_lo, causal_offset, window, BLOCK_M: gl.constexpr,
-                            BLOCK_N: gl.constexpr):
-        """The backward's side of ``_window_key_range``: for BLOCK_N keys from ``first`` whose query tiles
-        [full_lo, hi) need no causal mask, the tiles [full_lo, full_hi) see all of them and [full_hi, my_hi) some
-        (past full_hi, the later rows' windows have left the first keys); tiles from my_hi on see none. Returns
-        full_hi, my_hi."""
-        # query i sees key j when j >= i + causal_offset - window, i.e. i <= j - causal_offset + window
-        my_hi = gl.cdiv(gl.maximum(first + BLOCK_N - causal_offset + window, 0), BLOCK_M) * BLOCK_M
-        my_hi = gl.maximum(gl.minimum(my_hi, hi), full_lo)
-        full_hi = gl.maximum(first - causal_offset + window + 1, 0) // BLOCK_M * BLOCK_M
-        full_hi = gl.maximum(gl.minimum(full_hi, my_hi), full_lo)
-        return full_hi, my_hi
-
-    @gluon.jit
-    def _last_query_tile(start_n, KEYS: gl.constexpr, hi, causal_offset, window, WINDOW: gl.constexpr,
-                         BLOCK_M: gl.constexpr):
-        """The end of the query tiles (of BLOCK_M, at most hi) that see any of the KEYS keys from start_n: in a
-        window, the later rows' windows have left them; else hi."""
-        if WINDOW:
-            return gl.minimum(gl.cdiv(gl.maximum(start_n + KEYS - causal_offset + window, 0), BLOCK_M) * BLOCK_M, hi)
-        else:
-            return hi
-
-    # Softcap: s -> softcap * tanh(s / softcap) on the scaled scores. The kernels take softcap_scale =
-    # softmax_scale / softcap into the tanh and softcap * log2(e) as their qk_scale, as FlashAttention-3 does, so
-    # the cap costs one multiply and one tanh per score; the backward multiplies dS by tanh's derivative, 1 - t^2.
-
-    @gluon.jit
-    def _tanh(x):
-        """tanh by the hardware's approximation (one MUFU instruction, relative error under 2^-10.9, as
-        FlashAttention-3's softcap uses)."""
-        return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=True,
-                                         pack=1)

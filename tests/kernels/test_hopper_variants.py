@@ -70,18 +70,23 @@ def reference(q, k, v, scale, causal, window_size, softcap, bottom_right, dtype=
 @pytest.mark.parametrize("seqlen_q, seqlen_k", [(113, 203), (203, 113), (64, 64)])
 @pytest.mark.parametrize("bottom_right", [False, True])
 def test_mask_rule_matches_flash_attn(causal, window_size, seqlen_q, seqlen_k, bottom_right):
-    """The kernels see key j from query i when j <= i + causal_offset (IS_CAUSAL) and j >= i + causal_offset -
-    window (WINDOW): exactly flash-attn's window, for every (i, j)."""
+    """The Hopper kernels see key j from query i when j <= i + right_offset (IS_CAUSAL) and j >= i + left_offset
+    (IS_LOCAL), with j < seqlen_k: exactly flash-attn's window, for every (i, j). (A window's left edge always
+    comes with a right one there.) Windows are a flash-attn API feature, so bottom-right aligned only: the core's
+    ``band`` treats a side at least seqlen_k wide as unbounded, as flash-attn does, which top-left alignment
+    with seqlen_q > seqlen_k would contradict."""
+    if not bottom_right and window_size != (-1, -1):
+        pytest.skip("windows are aligned bottom-right (flash-attn's API; the SDPA API has no window)")
     m = mask(causal, window_size, 0.0, 0.125, seqlen_q, seqlen_k, bottom_right)
     i = torch.arange(seqlen_q)[:, None]
     j = torch.arange(seqlen_k)[None, :]
     keep = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool)
-    if m.causal:
-        keep &= j <= i + m.causal_offset
-    if m.window:
-        keep &= j >= i + m.causal_offset - m.window_width
+    if m.is_causal:
+        keep &= j <= i + m.right_offset
+    if m.is_local:
+        keep &= j >= i + m.left_offset
+        assert m.is_causal
     assert torch.equal(keep, visible(seqlen_q, seqlen_k, causal, window_size, bottom_right))
-    assert m.causal == (causal or window_size != (-1, -1))
 
 
 def test_softcap_folds_into_the_scales():
@@ -90,7 +95,7 @@ def test_softcap_folds_into_the_scales():
     m = mask(False, (-1, -1), 50.0, 0.125, 10, 10, True)
     assert m.softcap and m.softcap_scale == 0.125 / 50.0 and m.qk_scale == pytest.approx(50.0 * 1.4426950408889634)
     m = mask(True, (-1, -1), 0.0, 0.125, 10, 10, True)
-    assert not m.softcap and not m.window and m.qk_scale == 0.125 * 1.4426950408889634
+    assert not m.softcap and not m.is_local and m.qk_scale == 0.125 * 1.4426950408889634
 
 
 def _inputs(shape, head_dim, dtype, softcap):
@@ -192,17 +197,16 @@ def test_gpu_hopper_backward_variants(causal, window_size, softcap, head_dim, dt
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 def test_gpu_hopper_supports_the_variants_it_has():
-    """The predicates the dispatcher asks: windows and softcap yes (a window on the causal tables' entries), ALiBi
-    and dropout no, the fused dK/dV/dQ kernel never with a variant."""
+    """The predicates the dispatcher asks (``mask.hopper_supports``): windows and softcap yes (a window on the
+    causal tables' entries), ALiBi no, the fused dK/dV/dQ kernel never with a variant."""
     from flashdoc.kernels import backward_hopper as bh
     from flashdoc.kernels import forward_hopper as fh
 
     q, k, _ = make_qkv(1, 4096, 4096, 2, 2, 64, torch.bfloat16, requires_grad=False)
     assert fh.supports(q, False, window_size=(128, 0)) and fh.supports(q, False, softcap=30.0)
-    assert not fh.supports(q, False, alibi_slopes=torch.ones(2, device="cuda"))
-    assert not fh.supports(q, True, dropout_p=0.1)
+    assert not fh.supports(q, False, alibi=True)
     assert bh.supports_dkdv(q, False, window_size=(128, 0)) and bh.supports_dq(q, False, window_size=(128, 0))
     assert bh.supports_fused_dq(q, k, True)
     assert not bh.supports_fused_dq(q, k, True, window_size=(128, 0))
     assert not bh.supports_fused_dq(q, k, False, softcap=30.0)
-    assert not bh.supports_dkdv(q, False, alibi_slopes=torch.ones(2, device="cuda"))
+    assert not bh.supports_dkdv(q, False, alibi=True) and not bh.supports_dq(q, True, alibi=True)
