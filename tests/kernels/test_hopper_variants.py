@@ -111,26 +111,26 @@ def _inputs(shape, head_dim, dtype, softcap):
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("causal, window_size, softcap", VARIANTS)
 def test_gpu_hopper_forward_variants(causal, window_size, softcap, head_dim, dtype, monkeypatch):
-    """The Hopper forward with windows and softcap, in its tuned config and others (two and three consumers, a
-    persistent grid of 7 programs that each claim several items), against the oracle: output by flash-attn's 2x
-    rule, lse to 1e-3. out and lse start as NaN: every row must be written, the rows that see no key too."""
+    """The Hopper forward with windows and softcap, in its default config (None: ``VARIANT_CONFIGS`` or the tuned
+    one) and others (two and three consumers, a persistent grid of 7 programs that each claim several items),
+    against the oracle: output by flash-attn's 2x rule, lse to 1e-3. out and lse start as NaN: every row must be
+    written, the rows that see no key too."""
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.launch import on_device
 
     monkeypatch.setattr(fh, "_sm_count", lambda device_index: 7)
     monkeypatch.setattr(fh, "heads_per_section", lambda k, n_pairs: min(3, n_pairs))
-    table_causal = causal or window_size != (-1, -1)
     if head_dim > fh.MAX_SEPARATE_O_HEAD_DIM:
         others = [(64, 32, 3, 2, True)]
     else:
-        others = [(64, 128, 2, 2, True), (64, 64, 4, 3, False)]
+        others = [(64, 128, 2, 3, True), (64, 64, 4, 3, False)]
     for shape in SHAPES:
         q, k, v = _inputs(shape, head_dim, dtype, softcap)
         scale = head_dim ** -0.5
         for bottom_right in (False, True):
             out_ref, lse_ref = reference(q, k, v, scale, causal, window_size, softcap, bottom_right)
             out_pt, _ = reference(q, k, v, scale, causal, window_size, softcap, bottom_right, dtype)
-            for config in {fh.HOPPER_CONFIGS[head_dim, table_causal], *others}:
+            for config in [None, *others]:
                 out = torch.full_like(q, float("nan"))
                 lse = torch.full((shape[0], shape[3], shape[1]), float("nan"), device="cuda")
                 with on_device(q.device):
@@ -210,3 +210,41 @@ def test_gpu_hopper_supports_the_variants_it_has():
     assert not bh.supports_fused_dq(q, k, True, window_size=(128, 0))
     assert not bh.supports_fused_dq(q, k, False, softcap=30.0)
     assert not bh.supports_dkdv(q, False, alibi=True) and not bh.supports_dq(q, True, alibi=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
+@pytest.mark.parametrize("causal, window_size, softcap", [(False, (256, 0), 0.0), (True, (-1, -1), 30.0),
+                                                          (False, (100, 50), 20.0)])
+def test_gpu_flash_attn_func_runs_the_variants_on_hopper(causal, window_size, softcap, monkeypatch):
+    """Through the public flash_attn_func, a window or softcap call at d = 128 runs the Hopper forward and the
+    Hopper dK/dV and dQ kernels (the dispatcher asks the predicates), and its output and gradients match the
+    oracle by flash-attn's rule."""
+    import inspect
+
+    import flashdoc
+    from flashdoc.kernels import backward_hopper as bh
+    from flashdoc.kernels import forward_hopper as fh
+
+    if "window_size" not in inspect.signature(flashdoc.flash_attn_func).parameters:
+        pytest.skip("this flash_attn_func has no window_size (the variants' interface is not merged)")
+    calls = []
+    for module, name in ((fh, "attn_fwd_hopper"), (bh, "bwd_dkdv_hopper"), (bh, "bwd_dq_hopper")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **kw: calls.append(_name)
+                            or _real(*a, **kw))
+    q, k, v = _inputs((2, 1000, 1203, 4, 2), 128, torch.bfloat16, softcap)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = flashdoc.flash_attn_func(q, k, v, causal=causal, window_size=window_size, softcap=softcap)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    assert set(calls) == {"attn_fwd_hopper", "bwd_dkdv_hopper", "bwd_dq_hopper"}, calls
+    scale = 128 ** -0.5
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    pt_in = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out_ref, _ = reference(*ref_in, scale, causal, window_size, softcap, True)
+    out_pt, _ = reference(*pt_in, scale, causal, window_size, softcap, True, torch.bfloat16)
+    assert_close_like_flash_attn("out", out, out_ref, out_pt, torch.bfloat16)
+    for name, g, g_ref, g_pt in zip("qkv", grads, torch.autograd.grad(out_ref, ref_in, dout.double()),
+                                    torch.autograd.grad(out_pt, pt_in, dout)):
+        assert_close_like_flash_attn(f"d{name}", g, g_ref, g_pt, torch.bfloat16, mult=3.0)
