@@ -38,6 +38,11 @@ Five products per step instead of the split kernels' seven.
 dQ: the forward's skeleton. One program = N_CONSUMERS x BLOCK_M query rows of one (batch, head); each consumer
 keeps its rows' Q and dO and streams BLOCK_N keys of K and V at a time: dQ += dS K.
 
+Sliding windows and softcap (``hopper_common``, on the masking core): a dK/dV program streams only the query
+tiles whose windows reach its keys and masks each of them in one loop; the dQ kernel streams the key tiles from
+its first row's first key, like the forward; softcap recomputes the cap and multiplies dS by its derivative. The
+fused kernel takes neither (``supports_fused_dq``).
+
 Same inputs as ``backward.bwd_dkdv`` and ``backward.bwd_dq`` (GQA, both causal alignments, any lengths), the
 head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the calls these kernels take here
 (``supports_dkdv``, ``supports_dq``); ``FLASHDOC_HOPPER=0`` keeps them on the portable kernels, like the forward.

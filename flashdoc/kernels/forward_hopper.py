@@ -24,6 +24,12 @@ At head dims over 128 each consumer writes its output through its own query tile
 FlashAttention-3 does, rather than through a separate output tile: at d = 256 that is what leaves room for 64-key
 tiles in the ring.
 
+Sliding windows and softcap come from the masking core (``mask.py``, through ``hopper_common``): a window is the
+causal kernel with the window's right edge as its diagonal and a left edge (IS_LOCAL), so an item streams only
+the key tiles from its first row's first key and a window's cost grows with the window, not the length; softcap
+takes a tanh of each score before the mask. Partitions take their state grouped (``Queries``, ``Ring``, ``Work``,
+``Scores``).
+
 Same inputs, outputs and semantics as ``forward._attn_fwd`` (GQA, both causal alignments, any lengths); the head
 dims with a tuned config (64, 128, 256), fp16/bf16. ``forward.attn_fwd`` sends the calls this kernel takes here
 (``supports``).
