@@ -275,7 +275,7 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
     slope = tl.load(SLOPES + pid_bh) if ALIBI else None
     seed = tl.load(RNG) if DROPOUT else None
     rng_offset = tl.load(RNG + 1) if DROPOUT else None
-    lo, full_lo, full_hi, hi = key_block_range(pid_m, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N,
+    lo, full_lo, full_hi, hi = key_block_range(start_m, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N,
                                                IS_CAUSAL, IS_LOCAL)
     if IS_LOCAL:
         dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset,

@@ -13,9 +13,9 @@ alignment and 0 for PyTorch's top-left one, causal is ``right_offset = diag_offs
 Kernel-side rules (``@triton.jit``; pure arithmetic on the scalars and tensors passed in, so a Gluon kernel can
 call them too: Triton generates a called ``@triton.jit`` function with its caller's semantics):
 
-- ``key_block_range(tile, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N, IS_CAUSAL, IS_LOCAL)`` ->
-  ``(lo, full_lo, full_hi, hi)``: the keys query tile ``tile`` (rows [tile * BLOCK_M, (tile + 1) * BLOCK_M))
-  visits are ``[lo, hi)``; those in ``[full_lo, full_hi)`` (whole BLOCK_N tiles every row sees, all below seqlen_k) need
+- ``key_block_range(start_m, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N, IS_CAUSAL, IS_LOCAL)`` ->
+  ``(lo, full_lo, full_hi, hi)``: the keys a tile of BLOCK_M query rows from ``start_m`` visits are
+  ``[lo, hi)``; those in ``[full_lo, full_hi)`` (whole BLOCK_N tiles every row sees, all below seqlen_k) need
   no element mask; ``[lo, full_lo)`` and ``[full_hi, hi)`` do. Without IS_LOCAL, ``lo = full_lo = 0``.
 - ``query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M, BLOCK_N, IS_CAUSAL, IS_LOCAL)`` ->
   ``(lo, full_lo, full_hi, hi)``: the same for the query rows a tile of BLOCK_N keys from ``start_n`` is seen by
@@ -162,23 +162,23 @@ def band(seqlen_q: int, seqlen_k: int, causal: bool, window_size=(-1, -1), botto
 
 
 @triton.jit
-def key_block_range(tile, seqlen_k, left_offset, right_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def key_block_range(start_m, seqlen_k, left_offset, right_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr):
-    """(lo, full_lo, full_hi, hi): the keys query rows [tile * BLOCK_M, (tile + 1) * BLOCK_M) visit, and the
-    whole BLOCK_N tiles among them that every row sees (no element mask). See the module docstring."""
+    """(lo, full_lo, full_hi, hi): the keys rows [start_m, start_m + BLOCK_M) visit, and the whole tiles among
+    them that every row sees (no element mask). See the module docstring."""
     if IS_CAUSAL:
-        # row tile * BLOCK_M sees keys <= tile * BLOCK_M + right_offset, and so does every row below it
-        full_hi = tl.maximum(tile * BLOCK_M + right_offset + 1, 0) // BLOCK_N * BLOCK_N
+        # row start_m sees keys <= start_m + right_offset, and so does every row below it
+        full_hi = tl.maximum(start_m + right_offset + 1, 0) // BLOCK_N * BLOCK_N
         full_hi = tl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-        hi = tl.minimum((tile + 1) * BLOCK_M + right_offset, seqlen_k)
+        hi = tl.minimum(start_m + BLOCK_M + right_offset, seqlen_k)
     else:
         full_hi = seqlen_k // BLOCK_N * BLOCK_N
         hi = seqlen_k
     if IS_LOCAL:
         # the last row sees keys >= start_m + BLOCK_M - 1 + left_offset, and so does every row above it
-        lo = tl.maximum(tile * BLOCK_M + left_offset, 0) // BLOCK_N * BLOCK_N
+        lo = tl.maximum(start_m + left_offset, 0) // BLOCK_N * BLOCK_N
         hi = tl.maximum(hi, lo)
-        full_lo = tl.cdiv(tl.maximum((tile + 1) * BLOCK_M - 1 + left_offset, 0), BLOCK_N) * BLOCK_N
+        full_lo = tl.cdiv(tl.maximum(start_m + BLOCK_M - 1 + left_offset, 0), BLOCK_N) * BLOCK_N
         full_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
         full_hi = tl.minimum(tl.maximum(full_hi, full_lo), hi)
     else:
@@ -312,7 +312,7 @@ def dropout_keep(seed, rng_offset, head, rows, cols, p_drop):
 def _block_ranges_kernel(OUT, seqlen_k, left_offset, right_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr):
     pid = tl.program_id(0)
-    lo, full_lo, full_hi, hi = key_block_range(pid, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N,
+    lo, full_lo, full_hi, hi = key_block_range(pid * BLOCK_M, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N,
                                                IS_CAUSAL, IS_LOCAL)
     tl.store(OUT + pid * 4, lo)
     tl.store(OUT + pid * 4 + 1, full_lo)
