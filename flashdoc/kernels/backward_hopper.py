@@ -399,8 +399,11 @@ if GLUON:
                     pT = mask_scores(pT, offs_m[None, :], cols, seqlen_k, scores.left_offset, scores.right_offset,
                                      0.0, False, True, scores.IS_LOCAL)
             dv = warpgroup_mma(gl.convert_layout(pT.to(dtype), p_layout), do, dv, is_async=True)
+            # softcap's derivative goes into P^T now, for dS^T = P^T (dP^T - delta): then the capped scores need
+            # not live on through the wait (kept apart, they made ptxas spill 916 bytes at d = 128)
+            pT = _scores_grad(pT, qkT, scores)
             dpT, dv = warpgroup_mma_wait(0, deps=(dpT, dv))
-            dsT = _scores_grad(pT * (dpT - delta[None, :]), qkT, scores)
+            dsT = pT * (dpT - delta[None, :])
             if FUSED_DQ:
                 # dS^T goes through shared memory, where the step's dQ product reads it (after the previous step's
                 # dQ product has read what was there)
@@ -885,8 +888,9 @@ if GLUON:
                 cols = offs_n[None, :]
                 p = mask_scores(p, offs_m[:, None], cols, seqlen_k, scores.left_offset, scores.right_offset, 0.0,
                                 True, scores.IS_CAUSAL, scores.IS_LOCAL)
+            p = _scores_grad(p, qk, scores)  # (as in ``_tiles``)
             dp = warpgroup_mma_wait(0, deps=(dp, ))
-            ds = _scores_grad(p * (dp - delta[:, None]), qk, scores)
+            ds = p * (dp - delta[:, None])
             dq = warpgroup_mma(gl.convert_layout(ds.to(dtype), p_layout), k, dq, is_async=True)
             dq = warpgroup_mma_wait(0, deps=(dq, ))
             mbarrier.arrive(kv_empty.index(s), count=1)

@@ -229,7 +229,8 @@ if GLUON:
 
     @gluon.jit
     def _scores_grad(ds, qk, scores):
-        """dS through the cap: times tanh's derivative 1 - t^2 (the core's ``softcap_grad``; t = ``_scores``' qk)."""
+        """ds (dS, or P on its way to dS = P (dP - delta)) through the cap: times tanh's derivative 1 - t^2 (the
+        core's ``softcap_grad``; t = ``_scores``' qk)."""
         if scores.SOFTCAP:
             ds = ds * softcap_grad(qk, 1.0)
         return ds
