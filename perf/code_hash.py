@@ -150,33 +150,32 @@ VARIANTS = {"window": (True, dict(IS_LOCAL=True)), "softcap": (False, dict(SOFTC
 
 def variant_kernels():
     """(label, thunk compiling the kernel) for the sliding-window and softcap variants of every Hopper kernel
-    that takes them: the forward, the dK/dV kernels (narrow and wide) and dQ, on the tables' configs."""
+    that takes them: the forward, the dK/dV kernels (narrow and wide) and dQ, on the configs the launchers
+    pick."""
     for name, (causal, extra) in VARIANTS.items():
         for (d, tab_causal), config in fh.HOPPER_CONFIGS.items():
             bm, bn, stages, consumers, _persistent = fh.VARIANT_CONFIGS.get((d, tab_causal), config)
             if tab_causal == causal:
-                yield f"fwd  d={d} {name}", lambda d=d, bm=bm, bn=bn, stages=stages, consumers=consumers, extra=extra: \
-                    compile_config(fh._attn_fwd_hopper, d, bm, bn,
-                                   dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, N_CONSUMERS=consumers,
-                                        O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM, **extra))
+                yield f"fwd  d={d} {name}", partial(
+                    compile_config, fh._attn_fwd_hopper, d, bm, bn,
+                    dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, N_CONSUMERS=consumers,
+                         O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM, **extra))
         for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
             if tab_causal != causal:
                 continue
             if d > bh.MAX_NARROW_HEAD_DIM:
-                yield f"dkdv d={d} {name}", lambda d=d, bm=bm, bn=bn, stages=stages, extra=extra: compile_config(
-                    bh._attn_bwd_dkdv_hopper_wide, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=stages, **extra),
-                    cols=d // 2, rows=ROWS)
+                yield f"dkdv d={d} {name}", partial(compile_config, bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
+                                                    dict(IS_CAUSAL=causal, STAGES=stages, **extra), cols=d // 2,
+                                                    rows=ROWS)
             else:
-                yield f"dkdv d={d} {name}", lambda d=d, bm=bm, bn=bn, stages=stages, consumers=consumers, \
-                    extra=extra: compile_config(bh._attn_bwd_dkdv_hopper, d, bm, bn,
-                                                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers,
-                                                     **extra), rows=ROWS)
+                yield f"dkdv d={d} {name}", partial(
+                    compile_config, bh._attn_bwd_dkdv_hopper, d, bm, bn,
+                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **extra), rows=ROWS)
         for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
             if tab_causal == causal:
-                yield f"dq   d={d} {name}", lambda d=d, bm=bm, bn=bn, stages=stages, consumers=consumers, \
-                    extra=extra: compile_config(bh._attn_bwd_dq_hopper, d, bm, bn,
-                                                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers,
-                                                     **extra))
+                yield f"dq   d={d} {name}", partial(
+                    compile_config, bh._attn_bwd_dq_hopper, d, bm, bn,
+                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **extra))
 
 
 def compile_portable(kernel, config, descriptors, constants, float32: bool):
