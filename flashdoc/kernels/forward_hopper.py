@@ -65,7 +65,7 @@ HOPPER_CONFIGS = {
     (256, True): (64, 64, 2, 2, True),
 }
 # Sliding windows and softcap keep more values live in each consumer (a second mask edge, tanh's): at d = 128 three
-# consumers' 160 registers a thread spilled 384 bytes (window) and 80 (softcap) when compiled for sm_90, where two
+# consumers' 160 registers a thread spilled 384 bytes (window) and 80 (causal softcap) compiled for sm_90, where two
 # consumers' 240 spill none. So those calls take two consumers there (perf/code_hash.py --variants shows the counts).
 VARIANT_CONFIGS = {
     (128, False): (64, 128, 2, 2, True),
