@@ -143,6 +143,7 @@ def variant_args(variant: Variant, q: torch.Tensor, seqlen_k: int, softmax_scale
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# --8<-- [start:band]
 def band(seqlen_q: int, seqlen_k: int, causal: bool, window_size=(-1, -1), bottom_right: bool = True):
     """(IS_CAUSAL, IS_LOCAL, left_offset, right_offset) for a call: query i sees key j when
     ``i + left_offset <= j <= i + right_offset``, each edge only where its flag is set.
@@ -160,7 +161,9 @@ def band(seqlen_q: int, seqlen_k: int, causal: bool, window_size=(-1, -1), botto
     is_causal, is_local = right >= 0, left >= 0
     return (is_causal, is_local, diag_offset - left if is_local else 0, diag_offset + right if is_causal else 0)
 
+# --8<-- [end:band]
 
+# --8<-- [start:key_block_range]
 @triton.jit
 def key_block_range(start_m, seqlen_k, left_offset, right_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr):
@@ -186,6 +189,7 @@ def key_block_range(start_m, seqlen_k, left_offset, right_offset, BLOCK_M: tl.co
         full_lo = 0
     return lo, full_lo, full_hi, hi
 
+# --8<-- [end:key_block_range]
 
 @triton.jit
 def query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M: tl.constexpr,
@@ -216,6 +220,7 @@ def query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M: tl.
     return lo, full_lo, full_hi, hi
 
 
+# --8<-- [start:mask_scores]
 @triton.jit
 def mask_scores(s, rows, cols, seqlen_k, left_offset, right_offset, fill: tl.constexpr, KEY_END: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr):
@@ -237,6 +242,7 @@ def mask_scores(s, rows, cols, seqlen_k, left_offset, right_offset, fill: tl.con
         s = tl.where(cols >= rows + left_offset, s, fill)
     return s
 
+# --8<-- [end:mask_scores]
 
 # ---------------------------------------------------------------------------------------------------------------
 # Score modifications
@@ -257,6 +263,7 @@ def _tanh(x, PRECISE: tl.constexpr):
                                          is_pure=True, pack=1)
 
 
+# --8<-- [start:softcap]
 @triton.jit
 def softcap(qk, cap_in, cap_out, PRECISE: tl.constexpr):
     """``cap_out * tanh(qk * cap_in)``: with cap_in = scale / softcap and cap_out = softcap / scale, times the
@@ -270,7 +277,9 @@ def softcap_grad(capped, cap_in):
     t = capped * cap_in
     return 1.0 - t * t
 
+# --8<-- [end:softcap]
 
+# --8<-- [start:mod_scores]
 @triton.jit
 def alibi(qk, rows, cols, slope, alibi_offset):
     """qk minus ``slope * |i + alibi_offset - j|`` (slope already divided by the softmax scale)."""
@@ -287,12 +296,14 @@ def mod_scores(qk, rows, cols, cap_in, cap_out, slope, alibi_offset, SOFTCAP: tl
         qk = alibi(qk, rows, cols, slope, alibi_offset)
     return qk
 
+# --8<-- [end:mod_scores]
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dropout
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# --8<-- [start:dropout_keep]
 @triton.jit
 def dropout_keep(seed, rng_offset, head, rows, cols, p_drop):
     """True where dropout keeps P[row, col] of (batch * heads + head) ``head``: one Philox draw per element
@@ -302,6 +313,7 @@ def dropout_keep(seed, rng_offset, head, rows, cols, p_drop):
                            head.to(tl.uint32, bitcast=True), rng_offset.to(tl.uint32))
     return tl.uint_to_uniform_float(r) >= p_drop
 
+# --8<-- [end:dropout_keep]
 
 # ---------------------------------------------------------------------------------------------------------------
 # Host helpers for figures and tests
