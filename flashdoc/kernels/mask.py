@@ -166,14 +166,18 @@ def band(seqlen_q: int, seqlen_k: int, causal: bool, window_size=(-1, -1), botto
 # --8<-- [start:key_block_range]
 @triton.jit
 def key_block_range(start_m, seqlen_k, left_offset, right_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr):
+                    IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr, tile=None):
     """(lo, full_lo, full_hi, hi): the keys rows [start_m, start_m + BLOCK_M) visit, and the whole tiles among
-    them that every row sees (no element mask). See the module docstring."""
+    them that every row sees (no element mask). See the module docstring.
+
+    tile: the tile's index, for a caller whose start_m is tile * BLOCK_M and which wants the tile's end computed
+    as (tile + 1) * BLOCK_M (the forward kernel: the integer arithmetic it was tuned with)."""
     if IS_CAUSAL:
         # row start_m sees keys <= start_m + right_offset, and so does every row below it
         full_hi = tl.maximum(start_m + right_offset + 1, 0) // BLOCK_N * BLOCK_N
         full_hi = tl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-        hi = tl.minimum(start_m + BLOCK_M + right_offset, seqlen_k)
+        end_m = start_m + BLOCK_M if tile is None else (tile + 1) * BLOCK_M
+        hi = tl.minimum(end_m + right_offset, seqlen_k)
     else:
         full_hi = seqlen_k // BLOCK_N * BLOCK_N
         hi = seqlen_k
@@ -181,14 +185,13 @@ def key_block_range(start_m, seqlen_k, left_offset, right_offset, BLOCK_M: tl.co
         # the last row sees keys >= start_m + BLOCK_M - 1 + left_offset, and so does every row above it
         lo = tl.maximum(start_m + left_offset, 0) // BLOCK_N * BLOCK_N
         hi = tl.maximum(hi, lo)
-        full_lo = tl.cdiv(tl.maximum(start_m + BLOCK_M - 1 + left_offset, 0), BLOCK_N) * BLOCK_N
+        full_lo = tl.cdiv(tl.maximum(start_m + (BLOCK_M - 1) + left_offset, 0), BLOCK_N) * BLOCK_N
         full_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
         full_hi = tl.minimum(tl.maximum(full_hi, full_lo), hi)
     else:
         lo = 0
         full_lo = 0
     return lo, full_lo, full_hi, hi
-
 # --8<-- [end:key_block_range]
 
 @triton.jit
