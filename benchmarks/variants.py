@@ -2,6 +2,7 @@
 flashdoc's dense rows and FlexAttention with the same block mask / score_mod.
 
     python3 benchmarks/variants.py --out $OUT/variants          # writes variants.json and variants.md there
+    python3 benchmarks/variants.py --out $OUT/variants --groups window   # one group: variants-window.*
 
 Shapes follow the project's protocol: bf16, 16k tokens in total (batch = 16384 / N), hidden 2048 (heads =
 2048 / d). Each time is the median of ``triton.testing.do_bench``. TFLOP/s count 4 * B * H * d FLOPs per score
@@ -31,6 +32,7 @@ TOKENS, HIDDEN = 16384, 2048
 WINDOW = (1024, 0)
 SOFTCAP = 50.0
 QUANTILES = [0.5, 0.2, 0.8]
+GROUPS = ["dense", "window", "softcap", "alibi"]
 
 
 # --- what is counted ------------------------------------------------------------------------------------------
@@ -194,6 +196,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for variants.json and variants.md")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (runs on a CPU, through the interpreter)")
+    parser.add_argument("--groups", nargs="+", default=GROUPS, choices=GROUPS,
+                        help="run only these groups of rows (default: all; the outputs are named after them)")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     smoke = args.smoke or device == "cpu"
@@ -203,6 +207,8 @@ def main():
     flex = Flex() if device == "cuda" else None
     results = []
     for group, name, peer, mode, n, d, causal, window, extra in rows_to_run(smoke):
+        if group not in args.groups:
+            continue
         batch, heads = max(1, tokens // n), hidden // d
         slopes = None
         if extra.get("alibi"):
@@ -233,10 +239,12 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     meta = dict(device=torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
                 torch=torch.__version__, triton=__import__("triton").__version__, smoke=smoke,
+                dtype=str(dtype).removeprefix("torch."), tokens=tokens, hidden=hidden,
                 flashdoc=os.path.dirname(flashdoc.__file__))
-    with open(os.path.join(args.out, "variants.json"), "w") as f:
+    stem = "variants" if args.groups == GROUPS else "variants-" + "-".join(args.groups)
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
         json.dump(dict(meta=meta, rows=results), f, indent=1)
-    with open(os.path.join(args.out, "variants.md"), "w") as f:
+    with open(os.path.join(args.out, stem + ".md"), "w") as f:
         f.write(report(results, meta))
     print(report(results, meta))
 
@@ -252,17 +260,21 @@ def _rate(results, group, name_start, mode, n, d, causal=None):
 def report(results, meta) -> str:
     """Markdown: every row, then the ratios the targets are stated in."""
     lines = ["# flashdoc variants benchmark\n", f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}, "
-             "bf16, 16k tokens in total, hidden 2048; TFLOP/s on the scores inside the mask.\n",
+             f"{meta['dtype']}, {meta['tokens']} tokens in total, hidden {meta['hidden']}; TFLOP/s on the scores "
+             "inside the mask.\n",
              "| group | row | mode | N | d | ms | TFLOP/s |", "|---|---|---|---|---|---|---|"]
     for r in results:
         rate = f"{r['tflops']:.1f}" if "tflops" in r else "unsupported"
         ms = f"{r['ms']:.3f}" if "ms" in r else "-"
-        lines.append(f"| {r['group']} | {r['name']}{' causal' if r['causal'] and r['group'] != 'dense' else ''} | "
+        causal = " causal" if r["causal"] and "causal" not in r["name"] else ""
+        lines.append(f"| {r['group']} | {r['name']}{causal} | "
                      f"{r['mode']} | {r['seqlen']} | {r['head_dim']} | {ms} | {rate} |")
     lines += ["", "## Ratios (target in brackets)", "", "| what | d | mode | N | ratio |", "|---|---|---|---|---|"]
+    if not results:
+        return "\n".join(lines) + "\n"
     long = max(r["seqlen"] for r in results)
     for d in sorted({r["head_dim"] for r in results}):
-        for mode in ("fwd", "fwd_bwd"):
+        for mode in ("fwd", "fwd_bwd") if any(r["group"] == "window" for r in results) else ():
             w = _rate(results, "window", "flashdoc window", mode, long, d)
             c = _rate(results, "window", "flashdoc causal", mode, long, d)
             fl = _rate(results, "window", "flex sliding", mode, long, d)

@@ -208,7 +208,7 @@ def compile_portable(kernel, config, descriptors, constants, float32: bool):
 
 def portable_kernels(match=""):
     """(label, compiled kernel) for every config of the portable kernels' tables, causal and not, whose label
-    contains ``match``."""
+    contains every comma-separated part of ``match``."""
     from flashdoc.kernels import backward as b
     from flashdoc.kernels import forward as f
 
@@ -225,14 +225,14 @@ def portable_kernels(match=""):
                     name = (f"{label} d={d} {'fp32' if float32 else 'bf16'} causal={causal} "
                             f"{config.kwargs['BLOCK_M']}x{config.kwargs['BLOCK_N']} s{config.num_stages} "
                             f"w{config.num_warps}{' across' if config.kwargs['ACROSS_HEADS'] else ''}")
-                    if match in name:
+                    if all(part in name for part in match.split(",")):
                         yield name, compile_portable(kernel, config, descriptors, constants, float32)
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
     if "--portable" in args:
-        # --portable [MATCH]: only the portable kernels whose label contains MATCH (e.g. "dq", "causal=True")
+        # --portable [MATCH]: only the portable kernels whose label contains MATCH (e.g. "dq", "fwd,causal=True")
         i = args.index("--portable")
         for label, ck in portable_kernels(args[i + 1] if len(args) > i + 1 else ""):
             print(f"{label}: code {code_hash(ck.asm['ptx'])}  {ptxas_info(ck)}", flush=True)

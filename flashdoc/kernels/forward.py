@@ -197,7 +197,7 @@ def _attn_fwd(Q, K, V, O, LSE,
     # Split the key range (mask.key_block_range): whole tiles every row of this query tile sees run without
     # masks; the rest (the band's edges, the ragged end of the keys) run with them.
     lo, full_lo, full_hi, hi = key_block_range(pid_m * BLOCK_M, seqlen_k, left_offset, right_offset, BLOCK_M,
-                                               BLOCK_N, IS_CAUSAL, IS_LOCAL)
+                                               BLOCK_N, IS_CAUSAL, IS_LOCAL, tile=pid_m)
     if IS_LOCAL:
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset,
                                         right_offset, qk_scale, lo, full_lo, cap_in, cap_out, slope, alibi_offset,

@@ -143,6 +143,7 @@ def variant_args(variant: Variant, q: torch.Tensor, seqlen_k: int, softmax_scale
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# --8<-- [start:band]
 def band(seqlen_q: int, seqlen_k: int, causal: bool, window_size=(-1, -1), bottom_right: bool = True):
     """(IS_CAUSAL, IS_LOCAL, left_offset, right_offset) for a call: query i sees key j when
     ``i + left_offset <= j <= i + right_offset``, each edge only where its flag is set.
@@ -160,17 +161,23 @@ def band(seqlen_q: int, seqlen_k: int, causal: bool, window_size=(-1, -1), botto
     is_causal, is_local = right >= 0, left >= 0
     return (is_causal, is_local, diag_offset - left if is_local else 0, diag_offset + right if is_causal else 0)
 
+# --8<-- [end:band]
 
+# --8<-- [start:key_block_range]
 @triton.jit
 def key_block_range(start_m, seqlen_k, left_offset, right_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr):
+                    IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr, tile=None):
     """(lo, full_lo, full_hi, hi): the keys rows [start_m, start_m + BLOCK_M) visit, and the whole tiles among
-    them that every row sees (no element mask). See the module docstring."""
+    them that every row sees (no element mask). See the module docstring.
+
+    tile: the tile's index, for a caller whose start_m is tile * BLOCK_M and which wants the tile's end computed
+    as (tile + 1) * BLOCK_M (the forward kernel: the integer arithmetic it was tuned with)."""
     if IS_CAUSAL:
         # row start_m sees keys <= start_m + right_offset, and so does every row below it
         full_hi = tl.maximum(start_m + right_offset + 1, 0) // BLOCK_N * BLOCK_N
         full_hi = tl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-        hi = tl.minimum(start_m + BLOCK_M + right_offset, seqlen_k)
+        end_m = start_m + BLOCK_M if tile is None else (tile + 1) * BLOCK_M
+        hi = tl.minimum(end_m + right_offset, seqlen_k)
     else:
         full_hi = seqlen_k // BLOCK_N * BLOCK_N
         hi = seqlen_k
@@ -178,14 +185,14 @@ def key_block_range(start_m, seqlen_k, left_offset, right_offset, BLOCK_M: tl.co
         # the last row sees keys >= start_m + BLOCK_M - 1 + left_offset, and so does every row above it
         lo = tl.maximum(start_m + left_offset, 0) // BLOCK_N * BLOCK_N
         hi = tl.maximum(hi, lo)
-        full_lo = tl.cdiv(tl.maximum(start_m + BLOCK_M - 1 + left_offset, 0), BLOCK_N) * BLOCK_N
+        full_lo = tl.cdiv(tl.maximum(start_m + (BLOCK_M - 1) + left_offset, 0), BLOCK_N) * BLOCK_N
         full_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
         full_hi = tl.minimum(tl.maximum(full_hi, full_lo), hi)
     else:
         lo = 0
         full_lo = 0
     return lo, full_lo, full_hi, hi
-
+# --8<-- [end:key_block_range]
 
 @triton.jit
 def query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M: tl.constexpr,
@@ -216,6 +223,7 @@ def query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M: tl.
     return lo, full_lo, full_hi, hi
 
 
+# --8<-- [start:mask_scores]
 @triton.jit
 def mask_scores(s, rows, cols, seqlen_k, left_offset, right_offset, fill: tl.constexpr, KEY_END: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr):
@@ -237,6 +245,7 @@ def mask_scores(s, rows, cols, seqlen_k, left_offset, right_offset, fill: tl.con
         s = tl.where(cols >= rows + left_offset, s, fill)
     return s
 
+# --8<-- [end:mask_scores]
 
 # ---------------------------------------------------------------------------------------------------------------
 # Score modifications
@@ -257,6 +266,7 @@ def _tanh(x, PRECISE: tl.constexpr):
                                          is_pure=True, pack=1)
 
 
+# --8<-- [start:softcap]
 @triton.jit
 def softcap(qk, cap_in, cap_out, PRECISE: tl.constexpr):
     """``cap_out * tanh(qk * cap_in)``: with cap_in = scale / softcap and cap_out = softcap / scale, times the
@@ -270,7 +280,9 @@ def softcap_grad(capped, cap_in):
     t = capped * cap_in
     return 1.0 - t * t
 
+# --8<-- [end:softcap]
 
+# --8<-- [start:mod_scores]
 @triton.jit
 def alibi(qk, rows, cols, slope, alibi_offset):
     """qk minus ``slope * |i + alibi_offset - j|`` (slope already divided by the softmax scale)."""
@@ -287,12 +299,14 @@ def mod_scores(qk, rows, cols, cap_in, cap_out, slope, alibi_offset, SOFTCAP: tl
         qk = alibi(qk, rows, cols, slope, alibi_offset)
     return qk
 
+# --8<-- [end:mod_scores]
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dropout
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# --8<-- [start:dropout_keep]
 @triton.jit
 def dropout_keep(seed, rng_offset, head, rows, cols, p_drop):
     """True where dropout keeps P[row, col] of (batch * heads + head) ``head``: one Philox draw per element
@@ -302,6 +316,7 @@ def dropout_keep(seed, rng_offset, head, rows, cols, p_drop):
                            head.to(tl.uint32, bitcast=True), rng_offset.to(tl.uint32))
     return tl.uint_to_uniform_float(r) >= p_drop
 
+# --8<-- [end:dropout_keep]
 
 # ---------------------------------------------------------------------------------------------------------------
 # Host helpers for figures and tests
