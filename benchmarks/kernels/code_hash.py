@@ -8,13 +8,24 @@ before, which a CPU machine can check. A different hash means the edit needs an 
 on these kernels is sensitive to small source changes (perf/NOTES.md, session 11).
 
     PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python perf/code_hash.py   # a Triton 3.6 wheel unpacked in /tmp/t36
+    PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python perf/code_hash.py --portable   # the tl kernels instead
+
+``--portable`` compiles every config of the portable kernels' tables (``forward.FWD_CONFIGS``,
+``backward.DKDV_CONFIGS`` and ``DQ_CONFIGS``), with and without the causal mask, in bf16 (fp32 for the fp32
+entries), with the integer arguments Triton specialises on taken as multiples of 16, as in a typical launch.
+
+``--variants`` compiles the sliding-window and softcap kernels too (their compile errors, registers and spills
+show here, without a GPU); a regular expression as the last argument keeps the labels it matches
+(``perf/code_hash.py --variants 'fwd.*window'``).
 """
 
 import hashlib
 import os
 import re
 import subprocess
+import sys
 import tempfile
+from functools import partial
 
 import torch
 import triton
@@ -24,9 +35,11 @@ from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.launch import constexpr_defaults
 
 POINTERS = {"LSE": "*fp32", "LSE2": "*fp32", "DELTA": "*fp32", "COUNTER": "*i32"}
-FLOATS = {"qk_scale", "softmax_scale"}
+FLOATS = {"qk_scale", "softmax_scale", "softcap_scale"}
 QUERY_ROWS = ("q_desc", "do_desc", "o_desc", "dq_desc")  # tiles of query rows; the other descriptors hold keys
 ROWS = ("LSE2", "DELTA")  # the dK/dV kernels' LSE and delta: ``forward_hopper.rows_descriptor``s
+# the portable kernels' variant arguments (mask.VariantArgs), None (compiled as constants) without their features
+VARIANT_ARGS = ("left_offset", "cap_in", "cap_out", "SLOPES", "alibi_offset", "RNG", "p_drop", "drop_scale")
 
 
 def ptxas_info(ck):
@@ -91,33 +104,34 @@ def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float3
 
 
 def tuned_kernels():
-    """(label, compiled kernel) for every entry of the three Hopper config tables."""
+    """(label, thunk compiling the kernel) for every entry of the three Hopper config tables."""
     for (d, causal), (bm, bn, stages, consumers, _persistent) in fh.HOPPER_CONFIGS.items():
-        yield f"fwd  d={d} causal={causal}", compile_config(
-            fh._attn_fwd_hopper, d, bm, bn, dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages,
-                                                 N_CONSUMERS=consumers, O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
+        yield f"fwd  d={d} causal={causal}", partial(
+            compile_config, fh._attn_fwd_hopper, d, bm, bn,
+            dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, N_CONSUMERS=consumers,
+                 O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
         for order, label in _orders(d, causal):
             if d > bh.MAX_NARROW_HEAD_DIM:
-                ck = compile_config(bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
-                                    dict(IS_CAUSAL=causal, STAGES=stages, **order), cols=d // 2, rows=ROWS)
+                ck = partial(compile_config, bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
+                             dict(IS_CAUSAL=causal, STAGES=stages, **order), cols=d // 2, rows=ROWS)
             else:
-                ck = compile_config(bh._attn_bwd_dkdv_hopper, d, bm, bn,
-                                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order), rows=ROWS)
+                ck = partial(compile_config, bh._attn_bwd_dkdv_hopper, d, bm, bn,
+                             dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order), rows=ROWS)
             yield f"dkdv d={d} causal={causal}{label}", ck
     for (d, causal), (bm, bn, stages, consumers) in bh.FUSED_DQ_CONFIGS.items():
         section = bh.FUSED_DQ_SECTIONS.get((d, causal))  # (a launch with fewer pairs compiles its own)
         for ragged in (False, True):  # key lengths that are / are not a multiple of the program's keys
             yield (f"fused d={d} causal={causal}" + (f" sections={section}" if section else "")
-                   + (" ragged keys" if ragged else "")), compile_config(
-                bh._attn_bwd_dkdv_hopper, d, bm, bn,
+                   + (" ragged keys" if ragged else "")), partial(
+                compile_config, bh._attn_bwd_dkdv_hopper, d, bm, bn,
                 dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, FUSED_DQ=True, RAGGED_KEYS=ragged,
                      **(dict(SECTION=section) if section else {})), float32=("dq_desc", ), rows=ROWS)
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
         for order, label in _orders(d, causal):
-            yield f"dq   d={d} causal={causal}{label}", compile_config(
-                bh._attn_bwd_dq_hopper, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers,
-                                                        **order))
+            yield f"dq   d={d} causal={causal}{label}", partial(
+                compile_config, bh._attn_bwd_dq_hopper, d, bm, bn,
+                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order))
 
 
 def _orders(d, causal):
@@ -128,6 +142,111 @@ def _orders(d, causal):
     if causal and d in getattr(bh, "SECTIONED_HEAD_DIMS", ()):
         yield dict(SECTION=2), " sections=2"
 
+
+# the variants' constexprs, each on the causal configs (a window runs the causal kernels) or the dense ones
+VARIANTS = {"window": (True, dict(IS_LOCAL=True)), "softcap": (False, dict(SOFTCAP=True)),
+            "causal softcap": (True, dict(SOFTCAP=True)), "window softcap": (True, dict(IS_LOCAL=True, SOFTCAP=True))}
+
+
+def variant_kernels():
+    """(label, thunk compiling the kernel) for the sliding-window and softcap variants of every Hopper kernel
+    that takes them: the forward, the dK/dV kernels (narrow and wide) and dQ, on the configs the launchers
+    pick."""
+    for name, (causal, extra) in VARIANTS.items():
+        for (d, tab_causal), config in fh.HOPPER_CONFIGS.items():
+            bm, bn, stages, consumers, _persistent = fh.VARIANT_CONFIGS.get((d, tab_causal), config)
+            if tab_causal == causal:
+                yield f"fwd  d={d} {name}", partial(
+                    compile_config, fh._attn_fwd_hopper, d, bm, bn,
+                    dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, N_CONSUMERS=consumers,
+                         O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM, **extra))
+        for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
+            if tab_causal != causal:
+                continue
+            if d > bh.MAX_NARROW_HEAD_DIM:
+                yield f"dkdv d={d} {name}", partial(compile_config, bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
+                                                    dict(IS_CAUSAL=causal, STAGES=stages, **extra), cols=d // 2,
+                                                    rows=ROWS)
+            else:
+                yield f"dkdv d={d} {name}", partial(
+                    compile_config, bh._attn_bwd_dkdv_hopper, d, bm, bn,
+                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **extra), rows=ROWS)
+        for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
+            if tab_causal == causal:
+                yield f"dq   d={d} {name}", partial(
+                    compile_config, bh._attn_bwd_dq_hopper, d, bm, bn,
+                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **extra))
+
+
+def compile_portable(kernel, config, descriptors, constants, float32: bool):
+    """A portable (``tl``) kernel compiled for sm_90 under one ``triton.Config``: descriptors (name: rows
+    meta-parameter) as 4-D ``head_tiles`` descriptors, pointers (``*bf16``/``*fp32``; LSE-like rows fp32), the
+    scales fp32, other integers i32, those the kernel specialises taken divisible by 16."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    dtype = "fp32" if float32 else "bf16"
+    meta = {**constexpr_defaults(kernel), **constants, **config.kwargs}
+    sig, attrs = {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in meta or name in VARIANT_ARGS:  # the variants' arguments are None without their features
+            sig[name] = "constexpr"
+            meta.setdefault(name, None)
+        elif name in descriptors:
+            sig[name] = f"tensordesc<{dtype}[1,{meta[descriptors[name]]},1,{meta['BLOCK_D']}]>"
+        elif name.isupper():  # tensors are named in capitals
+            sig[name] = POINTERS.get(name, f"*{dtype}")
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            sig[name] = "fp32" if name in FLOATS else "i32"
+            if i not in kernel.do_not_specialize:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    source = ASTSource(kernel, sig, {(kernel.arg_names.index(k),): v for k, v in meta.items()}, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+
+
+def portable_kernels(match=""):
+    """(label, compiled kernel) for every config of the portable kernels' tables, causal and not, whose label
+    contains every comma-separated part of ``match``."""
+    from flashdoc.kernels import backward as b
+    from flashdoc.kernels import forward as f
+
+    kernels = (("fwd ", f._attn_fwd, f.FWD_CONFIGS, dict(K="BLOCK_N", V="BLOCK_N", O="BLOCK_M")),
+               ("dkdv", b._attn_bwd_dkdv, b.DKDV_CONFIGS,
+                dict(Q="BLOCK_M", DO="BLOCK_M", DK="BLOCK_N", DV="BLOCK_N")),
+               ("dq  ", b._attn_bwd_dq, b.DQ_CONFIGS, dict(K="BLOCK_N", V="BLOCK_N", DQ="BLOCK_M")))
+    for label, kernel, table, descriptors in kernels:
+        for d, float32 in sorted({key[:2] for key in table}):
+            for causal in (False, True):
+                for config in f.configs_for(table, d, torch.float32 if float32 else torch.bfloat16, causal):
+                    constants = dict(HEAD_DIM=d, BLOCK_D=d, IS_CAUSAL=causal,
+                                     DOT_PRECISION="ieee" if float32 else "tf32", ONE_AXIS=False)
+                    name = (f"{label} d={d} {'fp32' if float32 else 'bf16'} causal={causal} "
+                            f"{config.kwargs['BLOCK_M']}x{config.kwargs['BLOCK_N']} s{config.num_stages} "
+                            f"w{config.num_warps}{' across' if config.kwargs['ACROSS_HEADS'] else ''}")
+                    if all(part in name for part in match.split(",")):
+                        yield name, compile_portable(kernel, config, descriptors, constants, float32)
+
+
 if __name__ == "__main__":
-    for label, ck in tuned_kernels():
+    args = sys.argv[1:]
+    if "--portable" in args:
+        # --portable [MATCH]: only the portable kernels whose label contains MATCH (e.g. "dq", "fwd,causal=True")
+        i = args.index("--portable")
+        for label, ck in portable_kernels(args[i + 1] if len(args) > i + 1 else ""):
+            print(f"{label}: code {code_hash(ck.asm['ptx'])}  {ptxas_info(ck)}", flush=True)
+        sys.exit()
+    variants = "--variants" in args
+    args = [a for a in args if a != "--variants"]
+    keep = re.compile(args[0]) if args else None
+    for label, thunk in (*tuned_kernels(), *(variant_kernels() if variants else ())):
+        if keep and not keep.search(label):
+            continue
+        try:
+            ck = thunk()
+        except Exception as e:  # a variant that does not compile: say so and go on
+            print(f"{label}: COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}",
+                  flush=True)
+            continue
         print(f"{label}: code {code_hash(ck.asm['ptx'])}  {ptxas_info(ck)}", flush=True)

@@ -2,7 +2,11 @@
 
 ``forward.py`` holds the fused forward kernel, ``forward_hopper.py`` its warp-specialised Hopper version (in
 Gluon, taken on H100/H200 where it applies), ``backward.py`` the three backward kernels, and
-``backward_hopper.py`` the Hopper versions of its dK/dV and dQ kernels. Each file reads in the same order:
+``backward_hopper.py`` the Hopper versions of its dK/dV and dQ kernels. ``mask.py`` is the masking core they all
+call: which key blocks a tile visits, which elements it masks, and how a score changes (causal, sliding windows,
+softcap, ALiBi, dropout). ``hopper_common.py`` holds what the two Hopper files share: Gluon itself, their host
+descriptors, the causal work order, the key ranges on the masking core, and the aggregates their partitions'
+state travels in. Each kernel file reads in the same order:
 tuning constants, kernels, launch functions. ``launch.py`` holds what launching any of them
 takes: the device and context guard, the host tensor descriptors, the launch cache, and the second stream the
 backward forks for its dQ kernel. The torch.library ops and the autograd wiring live in

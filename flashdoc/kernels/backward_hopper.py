@@ -38,6 +38,11 @@ Five products per step instead of the split kernels' seven.
 dQ: the forward's skeleton. One program = N_CONSUMERS x BLOCK_M query rows of one (batch, head); each consumer
 keeps its rows' Q and dO and streams BLOCK_N keys of K and V at a time: dQ += dS K.
 
+Sliding windows and softcap (``hopper_common``, on the masking core): a dK/dV program streams only the query
+tiles whose windows reach its keys and masks each of them in one loop; the dQ kernel streams the key tiles from
+its first row's first key, like the forward; softcap recomputes the cap and multiplies dS by its derivative. The
+fused kernel takes neither (``supports_fused_dq``).
+
 Same inputs as ``backward.bwd_dkdv`` and ``backward.bwd_dq`` (GQA, both causal alignments, any lengths), the
 head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the calls these kernels take here
 (``supports_dkdv``, ``supports_dq``); ``FLASHDOC_HOPPER=0`` keeps them on the portable kernels, like the forward.
@@ -46,20 +51,17 @@ head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the 
 import torch
 import triton
 
-from . import LOG2E
 from .forward import MAX_GRID_Y
 from . import forward_hopper
-from .forward_hopper import GLUON, descriptor, gluon_runs, rows_descriptor
+from .forward_hopper import gluon_runs
+from .hopper_common import GLUON, descriptor, mask, rows_descriptor
 from .launch import launch_gluon
 
 if GLUON:
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
-        warpgroup_mma, warpgroup_mma_wait
+    from .hopper_common import Ring, Scores, _causal_item, _first_tile, _in_ring, _key_range, _keys_seen, _query_end, \
+        _release_skipped, _scores, _scores_grad, aggregate, fence_async_shared, gl, gluon, mask_scores, mbarrier, tma, \
+        tma_load, tma_reduce_add, tma_store, warpgroup_mma, warpgroup_mma_wait
 
-    from .forward_hopper import _causal_item, _key_range, _key_visible, _keys_seen
-    from .gluon_support import tma_load, tma_reduce_add, tma_store
 
 # Causal calls at these head dims hand out their tiles as the forward does, in L2-sized sections of heads, costliest
 # first (``_grid``). Session 14 on the H200: at d = 256 the wide dK/dV kernel +10% at 8-16k and dQ +3-8%; at d <= 128
@@ -112,38 +114,132 @@ MAX_NARROW_HEAD_DIM = 128
 # --8<-- [end:hopper_bwd_configs]
 
 
-def _takes(table, q: torch.Tensor, causal: bool) -> bool:
-    """``forward_hopper.gluon_runs``, a tuned config in table, and few enough (batch, head) pairs for the grid's
-    second axis (more go to the portable kernels' 1-D grid)."""
-    return (q.shape[3], causal) in table and q.shape[0] * q.shape[2] <= MAX_GRID_Y and gluon_runs(q)
+def _takes(table, q: torch.Tensor, causal: bool, window_size=(-1, -1), alibi: bool = False) -> bool:
+    """``forward_hopper.gluon_runs``, a tuned config in table (``forward_hopper.table_key``: a window takes the
+    causal entry), few enough (batch, head) pairs for the grid's second axis (more go to the portable kernels' 1-D
+    grid), and no ALiBi (which the portable kernels have)."""
+    return (not alibi and forward_hopper.table_key(q, causal, window_size) in table
+            and q.shape[0] * q.shape[2] <= MAX_GRID_Y and gluon_runs(q))
 
 
-def supports_dkdv(q: torch.Tensor, causal: bool) -> bool:
-    """Whether the Hopper dK/dV kernel takes this backward call (``_takes`` with its table)."""
-    return _takes(HOPPER_DKDV_CONFIGS, q, causal)
+def supports_dkdv(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0,
+                  alibi: bool = False) -> bool:
+    """Whether the Hopper dK/dV kernel takes this backward call (``_takes`` with its table; sliding windows and
+    softcap included)."""
+    return _takes(HOPPER_DKDV_CONFIGS, q, causal, window_size, alibi)
 
 
-def supports_fused_dq(q: torch.Tensor, k: torch.Tensor, causal: bool) -> bool:
+def supports_fused_dq(q: torch.Tensor, k: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0,
+                      alibi: bool = False) -> bool:
     """Whether the fused dK/dV/dQ kernel takes this backward call (``_takes`` with ``FUSED_DQ_CONFIGS``, and
-    both lengths at least ``FUSED_DQ_MIN_SEQLEN``'s)."""
+    both lengths at least ``FUSED_DQ_MIN_SEQLEN``'s). Not with a window or softcap: those calls run the split
+    kernels (``supports_dkdv``, ``supports_dq``)."""
     min_seqlen = FUSED_DQ_MIN_SEQLEN.get((q.shape[3], causal), 0)
-    return min(q.shape[1], k.shape[1]) >= min_seqlen and _takes(FUSED_DQ_CONFIGS, q, causal)
+    return (tuple(window_size) == (-1, -1) and not softcap and min(q.shape[1], k.shape[1]) >= min_seqlen
+            and _takes(FUSED_DQ_CONFIGS, q, causal, window_size, alibi))
 
 
-def supports_dq(q: torch.Tensor, causal: bool) -> bool:
-    """Whether the Hopper dQ kernel takes this backward call (``_takes`` with its table)."""
-    return _takes(HOPPER_DQ_CONFIGS, q, causal)
+def supports_dq(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0,
+                alibi: bool = False) -> bool:
+    """Whether the Hopper dQ kernel takes this backward call (``_takes`` with its table; sliding windows and
+    softcap included)."""
+    return _takes(HOPPER_DQ_CONFIGS, q, causal, window_size, alibi)
 
 
 if GLUON:
+    # The partitions' state, grouped (``hopper_common.Scores`` and ``Ring`` too) --------------------------------------
+    @aggregate
+    class QueryRing:
+        """The dK/dV kernels' ring of streamed query tiles: per slot, Q and dO (q, do; the wide kernel keeps each in
+        two column halves, slot s's half h at 2 * s + h) and the tile's rows of the LSE and delta (lse2, delta),
+        one "ready" barrier for all four and one "empty" barrier."""
+        q: gl.shared_memory_descriptor
+        do: gl.shared_memory_descriptor
+        lse2: gl.shared_memory_descriptor
+        delta: gl.shared_memory_descriptor
+        ready: gl.shared_memory_descriptor
+        empty: gl.shared_memory_descriptor
+
+        @gluon.constexpr_function
+        def __init__(self, q, do, lse2, delta, ready, empty):
+            self.q = q
+            self.do = do
+            self.lse2 = lse2
+            self.delta = delta
+            self.ready = ready
+            self.empty = empty
+
+    @aggregate
+    class KeyBlock:
+        """A dK/dV program's keys, from start_n, of (batch off_b, kv head off_hk), and the query tiles [lo, hi) that
+        see any of them (``_key_block``), over the GQA group's group_size query heads."""
+        off_b: gl.tensor
+        off_hk: gl.tensor
+        start_n: gl.tensor
+        lo: gl.tensor
+        hi: gl.tensor
+        group_size: gl.tensor
+        seqlen_q: gl.tensor
+        seqlen_k: gl.tensor
+
+        @gluon.constexpr_function
+        def __init__(self, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, seqlen_k):
+            self.off_b = off_b
+            self.off_hk = off_hk
+            self.start_n = start_n
+            self.lo = lo
+            self.hi = hi
+            self.group_size = group_size
+            self.seqlen_q = seqlen_q
+            self.seqlen_k = seqlen_k
+
+    @aggregate
+    class FusedDQ:
+        """The fused kernel's dQ state: the fp32 dQ descriptor its TMA reduce-adds go to, each consumer's dS^T tile
+        (ds) and fp32 dQ tile (dq), and the barriers ordering a step's dS^T writes and reads (written: one arrival
+        per consumer, free: one)."""
+        desc: tma.tensor_descriptor
+        ds: gl.shared_memory_descriptor
+        dq: gl.shared_memory_descriptor
+        written: gl.shared_memory_descriptor
+        free: gl.shared_memory_descriptor
+
+        @gluon.constexpr_function
+        def __init__(self, desc, ds, dq, written, free):
+            self.desc = desc
+            self.ds = ds
+            self.dq = dq
+            self.written = written
+            self.free = free
+
+    @aggregate
+    class Exchange:
+        """The wide dK/dV kernel's two exchange buffers, each holding both consumers' P^T and dS^T halves (pT, dsT:
+        buffer b's consumer c at 2 * b + c), with their barriers (ready: both halves written, empty: both read),
+        and done: both consumers have finished reading K and V."""
+        pT: gl.shared_memory_descriptor
+        dsT: gl.shared_memory_descriptor
+        ready: gl.shared_memory_descriptor
+        empty: gl.shared_memory_descriptor
+        done: gl.shared_memory_descriptor
+
+        @gluon.constexpr_function
+        def __init__(self, pT, dsT, ready, empty, done):
+            self.pT = pT
+            self.dsT = dsT
+            self.ready = ready
+            self.empty = empty
+            self.done = done
+
     # dK/dV (the producer streams Q and dO; each consumer keeps its keys' K and V) ----------------------------------
     @gluon.jit
-    def _key_block(KEYS: gl.constexpr, BLOCK_M: gl.constexpr, n_heads, group_size, seqlen_q, seqlen_k, causal_offset,
-                   IS_CAUSAL: gl.constexpr, SECTION: gl.constexpr):
+    def _key_block(KEYS: gl.constexpr, BLOCK_M: gl.constexpr, n_heads, group_size, seqlen_q, seqlen_k, right_offset,
+                   IS_CAUSAL: gl.constexpr, SECTION: gl.constexpr, left_offset=0, IS_LOCAL: gl.constexpr = False):
         """This dK/dV program's KEYS keys of one (batch, kv head), and the query tiles [lo, hi) that see any of
         them. Grid: (key blocks, batch * kv heads); with SECTION (causal only), one axis of key blocks x pairs in
-        ``forward_hopper._causal_item``'s order: sections of SECTION pairs, costliest key blocks first. Returns
-        off_b, off_hk, start_n, lo, hi."""
+        ``forward_hopper._causal_item``'s order: sections of SECTION pairs, costliest key blocks first. In a window
+        (``hopper_common``), the query tiles end where the rows' windows have left the keys. Returns off_b, off_hk,
+        start_n, lo, hi."""
         if SECTION > 0:
             n_blocks = gl.cdiv(seqlen_k, KEYS)
             # rank 0 is the costliest block: the first keys are seen by every query row
@@ -159,21 +255,24 @@ if GLUON:
         start_n = pid_n * KEYS
         hi = gl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
         if IS_CAUSAL:
-            lo = gl.minimum(gl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M, hi)
+            lo = gl.minimum(gl.maximum(start_n - right_offset, 0) // BLOCK_M * BLOCK_M, hi)
         else:
             lo = 0
+        if IS_LOCAL:
+            hi = gl.maximum(_query_end(start_n, KEYS, hi, seqlen_q, left_offset, right_offset, IS_CAUSAL, IS_LOCAL,
+                                       BLOCK_M), lo)
         return off_b, off_hk, start_n, lo, hi
 
     @gluon.jit
-    def _query_range(first, lo, hi, causal_offset, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+    def _query_range(first, lo, hi, right_offset, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
                      BLOCK_N: gl.constexpr):
         """The query tiles that BLOCK_N keys from ``first`` on need, within the program's [lo, hi): masked
-        [my_lo, full_lo), unmasked [full_lo, hi). Query rows i see key j when j <= i + causal_offset: tiles before
+        [my_lo, full_lo), unmasked [full_lo, hi). Query rows i see key j when j <= i + right_offset: tiles before
         my_lo see none of these keys, tiles from full_lo on see all of them; the ragged last tile needs no mask
         (its padded rows get P = 0)."""
         if IS_CAUSAL:
-            my_lo = gl.maximum(gl.minimum(gl.maximum(first - causal_offset, 0) // BLOCK_M * BLOCK_M, hi), lo)
-            full_lo = gl.minimum(gl.cdiv(gl.maximum(first + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M, hi)
+            my_lo = gl.maximum(gl.minimum(gl.maximum(first - right_offset, 0) // BLOCK_M * BLOCK_M, hi), lo)
+            full_lo = gl.minimum(gl.cdiv(gl.maximum(first + BLOCK_N - 1 - right_offset, 0), BLOCK_M) * BLOCK_M, hi)
             full_lo = gl.maximum(full_lo, my_lo)
         else:
             my_lo = lo
@@ -199,11 +298,14 @@ if GLUON:
         tma_load(delta_desc, [row, start_m], ready, delta_dst)
 
     @gluon.jit
-    def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready, qdo_empty,
-                  off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr, LSE2, DELTA, lse2_smem,
-                  delta_smem, n_heads):
+    def _producer(q_desc, do_desc, k_desc, v_desc, LSE2, DELTA, ring, k_smem, v_smem, kv_ready, block, n_heads):
         """Each ring slot gets a tile of Q and dO and the tile's rows of the LSE and delta (LSE2 and DELTA:
         ``rows_descriptor``s)."""
+        q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta
+        qdo_ready, qdo_empty = ring.ready, ring.empty
+        off_b, off_hk, start_n, lo, hi, group_size = (block.off_b, block.off_hk, block.start_n, block.lo, block.hi,
+                                                      block.group_size)
+        STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         _load_resident(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, start_n, off_hk)
         n_m = gl.cdiv(hi - lo, BLOCK_M)
@@ -223,17 +325,6 @@ if GLUON:
                 _load_rows(LSE2, DELTA, lse2_smem.index(s), delta_smem.index(s), qdo_ready.index(s),
                            off_b * n_heads + off_h, lo + j * BLOCK_M)
 
-    @gluon.jit
-    def _release_skipped(ready, empty, it0, n, STAGES: gl.constexpr):
-        """Release the n streamed tiles from the ring's it0-th on that this consumer does not need, in order, each
-        once it has landed (an early arrival would count towards the slot's previous use). The forward's consumer
-        does the same with its loop written out; this form (a count, not an end) kept ptxas's spills at d = 128
-        causal to 316 bytes instead of 408, and the kernel 10% faster."""
-        for t in range(n):
-            it = it0 + t
-            mbarrier.wait(ready.index(it % STAGES), (it // STAGES) & 1)
-            mbarrier.arrive(empty.index(it % STAGES), count=1)
-
     # --8<-- [start:hopper_bwd_step]
     @gluon.jit
     def _slot_rows(lse2_smem, delta_smem, s, first: gl.constexpr, offs_m, seqlen_q):
@@ -248,12 +339,11 @@ if GLUON:
         return lse2, delta
 
     @gluon.jit
-    def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem, offs_n, seqlen_q,
-               causal_offset, qk_scale, it0, m_lo, m_hi, MASKED: gl.constexpr, BLOCK_M: gl.constexpr,
-               BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
-               p_layout: gl.constexpr, o_layout: gl.constexpr, dq_desc, ds_smem, k_smem, dq_smem, ds_written, ds_free,
-               off_b, off_h, SUB: gl.constexpr, FUSED_DQ: gl.constexpr, seqlen_k, IS_CAUSAL: gl.constexpr,
-               RAGGED_KEYS: gl.constexpr):
+    def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem, offs_n, seqlen_q, scores,
+               it0, m_lo, m_hi, MASKED: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr, p_layout: gl.constexpr,
+               o_layout: gl.constexpr, dq_desc, ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h,
+               SUB: gl.constexpr, FUSED_DQ: gl.constexpr, seqlen_k, RAGGED_KEYS: gl.constexpr):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
         Each ring slot holds the tile's Q and dO and its rows of the LSE and delta (lse2_smem, delta_smem), which
         the producer copies with TMA: loaded from global memory by each consumer at the top of every step, they
@@ -263,7 +353,11 @@ if GLUON:
         share from all consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
         ds_smem.index(SUB); consumer it % N_CONSUMERS computes the step's dQ tile from all of them and adds it
         with a TMA reduce-add from its own dq_smem tile. ds_written (one arrival per consumer a step) and ds_free
-        (one) order the dS^T tiles' writes and reads."""
+        (one) order the dS^T tiles' writes and reads.
+
+        The scores go through ``Scores`` (``hopper_common``): capped, masked in the MASKED tiles by the core's band,
+        and with SOFTCAP dS^T takes the cap's derivative."""
+        qk_scale = scores.qk_scale
         dtype: gl.constexpr = q_smem.dtype
         offs_m0 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=s_layout)
@@ -283,14 +377,20 @@ if GLUON:
             qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             dpT = warpgroup_mma(v, do.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             qkT = warpgroup_mma_wait(1, deps=(qkT, ))
+            qkT = _scores(qkT, scores)
             pT = gl.exp2(qkT * qk_scale - lse2[None, :])
             if MASKED:
+                cols = offs_n[:, None]
                 if RAGGED_KEYS:  # (a consumer whose keys run past seqlen_k masks every tile: ``_consumer``)
-                    keep = _key_visible(offs_n[:, None], offs_m[None, :], seqlen_k, causal_offset, IS_CAUSAL)
-                    pT = gl.where(keep, pT, 0.0)
-                else:
-                    pT = gl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
+                    pT = mask_scores(pT, offs_m[None, :], cols, seqlen_k, scores.left_offset, scores.right_offset,
+                                     0.0, True, scores.IS_CAUSAL, scores.IS_LOCAL)
+                else:  # (without the causal mask no tile is masked: the edge is written out all the same)
+                    pT = mask_scores(pT, offs_m[None, :], cols, seqlen_k, scores.left_offset, scores.right_offset,
+                                     0.0, False, True, scores.IS_LOCAL)
             dv = warpgroup_mma(gl.convert_layout(pT.to(dtype), p_layout), do, dv, is_async=True)
+            # softcap's derivative goes into P^T now, for dS^T = P^T (dP^T - delta): then the capped scores need
+            # not live on through the wait (kept apart, they made ptxas spill 916 bytes at d = 128)
+            pT = _scores_grad(pT, qkT, scores)
             dpT, dv = warpgroup_mma_wait(0, deps=(dpT, dv))
             dsT = pT * (dpT - delta[None, :])
             if FUSED_DQ:
@@ -326,11 +426,20 @@ if GLUON:
     # --8<-- [end:hopper_bwd_step]
 
     @gluon.jit
-    def _consumer(dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                  qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, causal_offset, softmax_scale,
-                  qk_scale, SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BLOCK_D: gl.constexpr, STAGES: gl.constexpr, dq_desc, ds_smem, dq_smem, ds_written, ds_free,
-                  FUSED_DQ: gl.constexpr, seqlen_k, RAGGED_KEYS: gl.constexpr):
+    def _consumer(dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused,
+                  SUB: gl.constexpr, FUSED_DQ: gl.constexpr, RAGGED_KEYS: gl.constexpr):
+        q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta
+        qdo_ready, qdo_empty = ring.ready, ring.empty
+        off_b, off_hk, start_n, lo, hi, group_size = (block.off_b, block.off_hk, block.start_n, block.lo, block.hi,
+                                                      block.group_size)
+        seqlen_q, seqlen_k, right_offset = block.seqlen_q, block.seqlen_k, scores.right_offset
+        dq_desc, ds_smem, dq_smem, ds_written, ds_free = fused.desc, fused.ds, fused.dq, fused.written, fused.free
+        IS_CAUSAL: gl.constexpr = scores.IS_CAUSAL
+        IS_LOCAL: gl.constexpr = scores.IS_LOCAL
+        STAGES: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_smem.shape[2]
+        BLOCK_D: gl.constexpr = k_smem.shape[4]
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M, 16])
@@ -345,7 +454,7 @@ if GLUON:
         v = v_tile.reshape([BLOCK_N, BLOCK_D])
         dk = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
         dv = gl.zeros([BLOCK_N, BLOCK_D], gl.float32, layout=o_layout)
-        my_lo, full_lo = _query_range(first, lo, hi, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+        my_lo, full_lo = _query_range(first, lo, hi, right_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
         if RAGGED_KEYS:
             # Keys past seqlen_k read as zeros, so their scores are 0; where all of a row's scores lie below about
             # -88 (its LSE does), exp(0 - LSE) overflows to inf, and the dQ product multiplies that by the key's zero
@@ -354,6 +463,9 @@ if GLUON:
             # lost 4% at d = 64 without the mask, on lengths that have no such keys.)
             if first + BLOCK_N > seqlen_k:
                 full_lo = hi
+        if IS_LOCAL:  # past my_hi the rows' windows have left these keys: skipped
+            my_hi = gl.maximum(_query_end(first, BLOCK_N, hi, seqlen_q, scores.left_offset, right_offset, IS_CAUSAL,
+                                          IS_LOCAL, BLOCK_M), full_lo)
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         mbarrier.wait(kv_ready, 0)
         if FUSED_DQ:
@@ -375,16 +487,24 @@ if GLUON:
             else:
                 start = my_lo
             _release_skipped(qdo_ready, qdo_empty, it0, (start - lo) // BLOCK_M, STAGES)
+            if IS_LOCAL:
+                # one masked loop over every tile: a third copy of the step between two masked ones made ptxas spill
+                # 856 bytes at d = 128 (perf/code_hash.py --variants)
+                masked_hi = my_hi
+            else:
+                masked_hi = full_lo
             dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem,
-                            offs_n, seqlen_q, causal_offset, qk_scale, it0 + (start - lo) // BLOCK_M, start, full_lo,
-                            True, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
-                            k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k, IS_CAUSAL,
-                            RAGGED_KEYS)
-            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem,
-                            offs_n, seqlen_q, causal_offset, qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi,
-                            False, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
-                            k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k, IS_CAUSAL,
-                            RAGGED_KEYS)
+                            offs_n, seqlen_q, scores, it0 + (start - lo) // BLOCK_M, start, masked_hi, True, BLOCK_M,
+                            BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem, k_smem, dq_smem,
+                            ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k, RAGGED_KEYS)
+            if IS_LOCAL:
+                _release_skipped(qdo_ready, qdo_empty, it0 + (my_hi - lo) // BLOCK_M, (hi - my_hi) // BLOCK_M, STAGES)
+            else:
+                dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem,
+                                offs_n, seqlen_q, scores, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, False,
+                                BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
+                                k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
+                                RAGGED_KEYS)
         if FUSED_DQ:  # another consumer's last dQ product may still read this K tile
             n_steps = group_size * n_m
             mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
@@ -396,23 +516,25 @@ if GLUON:
         tma_store(dv_desc, [off_b, first, off_hk, 0], v_tile)
         tma.store_wait(0)
 
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
+    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "window"])
     def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE2, DELTA, n_heads,
-                              group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
-                              IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr,
-                              SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False,
-                              RAGGED_KEYS: gl.constexpr = False):
+                              group_size, seqlen_q, seqlen_k, right_offset, softmax_scale, qk_scale, left_offset,
+                              softcap_scale, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                              N_CONSUMERS: gl.constexpr, SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False,
+                              RAGGED_KEYS: gl.constexpr = False, IS_LOCAL: gl.constexpr = False,
+                              SOFTCAP: gl.constexpr = False):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
         rowsum(dO * O) (``backward.bwd_preprocess``): ``forward_hopper.rows_descriptor``s over (batch, heads,
         seqlen_q) buffers, whose rows the producer copies into the ring. With FUSED_DQ, dq_desc is a zeroed fp32 dQ
         buffer into which the program adds dS K (``_tiles``); without it, dq_desc is not read.
-        RAGGED_KEYS (fused only): seqlen_k is not a multiple of N_CONSUMERS * BLOCK_N (``_consumer``)."""
+        RAGGED_KEYS (fused only): seqlen_k is not a multiple of N_CONSUMERS * BLOCK_N (``_consumer``). The mask and
+        score change: ``Scores`` (not with FUSED_DQ)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         off_b, off_hk, start_n, lo, hi = _key_block(N_CONSUMERS * BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q,
-                                                    seqlen_k, causal_offset, IS_CAUSAL, SECTION)
+                                                    seqlen_k, right_offset, IS_CAUSAL, SECTION, left_offset, IS_LOCAL)
 
         k_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
@@ -443,42 +565,29 @@ if GLUON:
             ds_written = kv_ready
             ds_free = kv_ready
 
+        ring = QueryRing(q_smem, do_smem, lse2_smem, delta_smem, qdo_ready, qdo_empty)
+        block = KeyBlock(off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, seqlen_k)
+        scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
+        fused = FusedDQ(dq_desc, ds_smem, dq_smem, ds_written, ds_free)
         if N_CONSUMERS == 2:
             gl.warp_specialize([
-                (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
-                             delta_smem, n_heads)),
-                (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
-                             qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
-                             causal_offset, softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
-                             STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
-                             RAGGED_KEYS)),
-                (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
-                             qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
-                             causal_offset, softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
-                             STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
-                             RAGGED_KEYS)),
+                (_producer, (q_desc, do_desc, k_desc, v_desc, LSE2, DELTA, ring, k_smem, v_smem, kv_ready, block,
+                             n_heads)),
+                (_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused, 0,
+                             FUSED_DQ, RAGGED_KEYS)),
+                (_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused, 1,
+                             FUSED_DQ, RAGGED_KEYS)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
-                (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                             qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
-                             delta_smem, n_heads)),
-                (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
-                             qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
-                             causal_offset, softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
-                             STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
-                             RAGGED_KEYS)),
-                (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
-                             qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
-                             causal_offset, softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
-                             STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
-                             RAGGED_KEYS)),
-                (_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, kv_ready,
-                             qdo_ready, qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q,
-                             causal_offset, softmax_scale, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D,
-                             STAGES, dq_desc, ds_smem, dq_smem, ds_written, ds_free, FUSED_DQ, seqlen_k,
-                             RAGGED_KEYS)),
+                (_producer, (q_desc, do_desc, k_desc, v_desc, LSE2, DELTA, ring, k_smem, v_smem, kv_ready, block,
+                             n_heads)),
+                (_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused, 0,
+                             FUSED_DQ, RAGGED_KEYS)),
+                (_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused, 1,
+                             FUSED_DQ, RAGGED_KEYS)),
+                (_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused, 2,
+                             FUSED_DQ, RAGGED_KEYS)),
             ], [4, 4, 4], [160, 160, 160])
 
     # dK/dV for head dims over 128 (the producer streams Q and dO in column halves; the consumers share the keys) --
@@ -490,10 +599,13 @@ if GLUON:
     # as two column halves (descriptors of COLS columns), so no product needs a column slice of shared memory.
 
     @gluon.jit
-    def _wide_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                       qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES: gl.constexpr, LSE2, DELTA,
-                       lse2_smem, delta_smem, n_heads):
-        """``_producer`` with each tile in two column halves: half h of ring slot s is q_smem.index(2 * s + h)."""
+    def _wide_producer(q_desc, do_desc, k_desc, v_desc, LSE2, DELTA, ring, k_smem, v_smem, kv_ready, block, n_heads):
+        """``_producer`` with each tile in two column halves: half h of ring slot s is ring.q.index(2 * s + h)."""
+        q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta
+        qdo_ready, qdo_empty = ring.ready, ring.empty
+        off_b, off_hk, start_n, lo, hi, group_size = (block.off_b, block.off_hk, block.start_n, block.lo, block.hi,
+                                                      block.group_size)
+        STAGES: gl.constexpr = lse2_smem.shape[0]
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
         mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
@@ -521,11 +633,12 @@ if GLUON:
     # --8<-- [start:hopper_bwd_wide_step]
     @gluon.jit
     def _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty, ps_ready,
-                    ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, causal_offset, qk_scale, it0, m_lo, m_hi,
-                    SUB: gl.constexpr, MASKED: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    COLS: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr):
+                    ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, scores, it0, m_lo, m_hi, SUB: gl.constexpr,
+                    MASKED: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, COLS: gl.constexpr,
+                    STAGES: gl.constexpr, s_layout: gl.constexpr):
         """``_tiles`` for one of the two consumers sharing the keys: query tiles [m_lo, m_hi), the ring's it0-th
         first. Exchange buffer b (of 2) holds both consumers' P^T and dS^T: pT_smem.index(2 * b + c)."""
+        qk_scale = scores.qk_scale
         dtype: gl.constexpr = q_smem.dtype
         ROWS: gl.constexpr = BLOCK_M // 2  # query rows whose S^T and dP^T this consumer computes
         k0 = k_smem.index(0).reshape([BLOCK_N, COLS])
@@ -553,11 +666,14 @@ if GLUON:
                                 is_async=True)
             dpT = warpgroup_mma(v1, do1.slice(SUB * ROWS, ROWS).permute((1, 0)), dpT, is_async=True)
             qkT = warpgroup_mma_wait(2, deps=(qkT, ))
+            qkT = _scores(qkT, scores)
             pT = gl.exp2(qkT * qk_scale - lse2[None, :])
-            if MASKED:
-                pT = gl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
+            if MASKED:  # (the causal edge written out always, as in ``_tiles``; no key-end mask: seqlen_k unread)
+                cols = offs_n[:, None]
+                pT = mask_scores(pT, offs_m[None, :], cols, 0, scores.left_offset, scores.right_offset, 0.0, False,
+                                 True, scores.IS_LOCAL)
             dpT = warpgroup_mma_wait(0, deps=(dpT, ))
-            dsT = pT * (dpT - delta[None, :])
+            dsT = _scores_grad(pT * (dpT - delta[None, :]), qkT, scores)
             # hand my halves of P^T and dS^T over once both consumers have finished with this buffer's last use
             mbarrier.wait(ps_empty.index(b), ((it // 2) & 1) ^ 1)
             pT_smem.index(2 * b + SUB).store(pT.to(dtype))
@@ -579,11 +695,20 @@ if GLUON:
     # --8<-- [end:hopper_bwd_wide_step]
 
     @gluon.jit
-    def _wide_consumer(dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, pT_smem, dsT_smem,
-                       kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk, start_n, lo, hi,
-                       group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, SUB: gl.constexpr,
-                       IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, COLS: gl.constexpr,
-                       STAGES: gl.constexpr):
+    def _wide_consumer(dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, exchange, block, scores, softmax_scale,
+                       SUB: gl.constexpr):
+        q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta
+        qdo_ready, qdo_empty = ring.ready, ring.empty
+        pT_smem, dsT_smem, ps_ready, ps_empty, done = exchange.pT, exchange.dsT, exchange.ready, exchange.empty, \
+            exchange.done
+        off_b, off_hk, start_n, lo, hi, group_size = (block.off_b, block.off_hk, block.start_n, block.lo, block.hi,
+                                                      block.group_size)
+        seqlen_q, right_offset = block.seqlen_q, scores.right_offset
+        IS_CAUSAL: gl.constexpr = scores.IS_CAUSAL
+        STAGES: gl.constexpr = lse2_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_smem.shape[2]
+        COLS: gl.constexpr = k_smem.shape[4]
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_M // 2, 16])
@@ -593,18 +718,20 @@ if GLUON:
         dk = gl.zeros([BLOCK_N, COLS], gl.float32, layout=o_layout)
         dv = gl.zeros([BLOCK_N, COLS], gl.float32, layout=o_layout)
         # both consumers need every query tile the program streams (its lo is their my_lo); from full_lo on, unmasked
-        _, full_lo = _query_range(start_n, lo, hi, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+        _, full_lo = _query_range(start_n, lo, hi, right_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+        if scores.IS_LOCAL:  # every tile masked, as in ``_consumer`` (hi is where the rows' windows leave the keys)
+            full_lo = hi
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         mbarrier.wait(kv_ready, 0)
         for g in range(group_size):
             it0 = g * n_m
             dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
-                                 ps_ready, ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, causal_offset,
-                                 qk_scale, it0, lo, full_lo, SUB, True, BLOCK_M, BLOCK_N, COLS, STAGES, s_layout)
+                                 ps_ready, ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, scores, it0, lo,
+                                 full_lo, SUB, True, BLOCK_M, BLOCK_N, COLS, STAGES, s_layout)
             dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
-                                 ps_ready, ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, causal_offset,
-                                 qk_scale, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, SUB, False, BLOCK_M,
-                                 BLOCK_N, COLS, STAGES, s_layout)
+                                 ps_ready, ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, scores,
+                                 it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, SUB, False, BLOCK_M, BLOCK_N, COLS,
+                                 STAGES, s_layout)
         # both consumers read both halves of K and V to the end: wait for the other before overwriting mine
         mbarrier.arrive(done, count=1)
         mbarrier.wait(done, 0)
@@ -618,18 +745,20 @@ if GLUON:
         tma.store_wait(0)
 
 
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
+    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "window"])
     def _attn_bwd_dkdv_hopper_wide(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads,
-                                   group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
-                                   IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SECTION: gl.constexpr = 0):
+                                   group_size, seqlen_q, seqlen_k, right_offset, softmax_scale, qk_scale,
+                                   left_offset, softcap_scale, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                                   SECTION: gl.constexpr = 0, IS_LOCAL: gl.constexpr = False,
+                                   SOFTCAP: gl.constexpr = False):
         """``_attn_bwd_dkdv_hopper`` for head dims over 128, every tile descriptor in tiles of half the head dim
-        (LSE2 and DELTA as there). Grid: (key tiles of BLOCK_N, batch * kv heads)."""
+        (LSE2, DELTA and the variants as there). Grid: (key tiles of BLOCK_N, batch * kv heads)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         off_b, off_hk, start_n, lo, hi = _key_block(BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q, seqlen_k,
-                                                    causal_offset, IS_CAUSAL, SECTION)
+                                                    right_offset, IS_CAUSAL, SECTION, left_offset, IS_LOCAL)
 
         k_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], v_desc.layout)
@@ -654,48 +783,84 @@ if GLUON:
             mbarrier.init(ps_empty.index(i), count=2)
         lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], LSE2.layout)
         delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], DELTA.layout)
+        ring = QueryRing(q_smem, do_smem, lse2_smem, delta_smem, qdo_ready, qdo_empty)
+        exchange = Exchange(pT_smem, dsT_smem, ps_ready, ps_empty, done)
+        block = KeyBlock(off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, seqlen_k)
+        scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
 
         gl.warp_specialize([
-            (_wide_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, qdo_ready,
-                              qdo_empty, off_b, off_hk, start_n, lo, hi, group_size, STAGES, LSE2, DELTA, lse2_smem,
-                              delta_smem, n_heads)),
-            (_wide_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, pT_smem,
-                              dsT_smem, kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk,
-                              start_n, lo, hi, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 0,
-                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES)),
-            (_wide_consumer, (dk_desc, dv_desc, lse2_smem, delta_smem, q_smem, do_smem, k_smem, v_smem, pT_smem,
-                              dsT_smem, kv_ready, qdo_ready, qdo_empty, ps_ready, ps_empty, done, off_b, off_hk,
-                              start_n, lo, hi, group_size, seqlen_q, causal_offset, softmax_scale, qk_scale, 1,
-                              IS_CAUSAL, BLOCK_M, BLOCK_N, COLS, STAGES)),
+            (_wide_producer, (q_desc, do_desc, k_desc, v_desc, LSE2, DELTA, ring, k_smem, v_smem, kv_ready, block,
+                              n_heads)),
+            (_wide_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, exchange, block, scores,
+                              softmax_scale, 0)),
+            (_wide_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, exchange, block, scores,
+                              softmax_scale, 1)),
         ], [4, 4], [240, 240])
 
 
     # dQ: the forward's skeleton (the producer streams K and V; each consumer keeps its query rows' Q and dO) ------
 
+    @aggregate
+    class QueryBlock:
+        """A dQ program's query rows from row0, of (batch off_b, head off_h; kv head off_hk; pid_bh = batch * heads
+        + head), and hi: the keys they see between them (from key 0)."""
+        off_b: gl.tensor
+        off_h: gl.tensor
+        off_hk: gl.tensor
+        pid_bh: gl.tensor
+        row0: gl.tensor
+        hi: gl.tensor
+        seqlen_q: gl.tensor
+        seqlen_k: gl.tensor
+
+        @gluon.constexpr_function
+        def __init__(self, off_b, off_h, off_hk, pid_bh, row0, hi, seqlen_q, seqlen_k):
+            self.off_b = off_b
+            self.off_h = off_h
+            self.off_hk = off_hk
+            self.pid_bh = pid_bh
+            self.row0 = row0
+            self.hi = hi
+            self.seqlen_q = seqlen_q
+            self.seqlen_k = seqlen_k
+
     @gluon.jit
-    def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                     kv_empty, off_b, off_h, off_hk, row0, hi, STAGES: gl.constexpr):
+    def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, qdo_ready, ring, block, scores):
+        """The program's query rows' Q and dO, then its key tiles through the ring: with a window's left edge, from
+        its first row's first key on (ring position 0)."""
+        k_smem, v_smem, k_ready, v_ready, kv_empty = ring.a, ring.b, ring.a_ready, ring.b_ready, ring.empty
+        off_b, off_h, off_hk, row0, hi = block.off_b, block.off_h, block.off_hk, block.row0, block.hi
+        STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         _load_resident(q_desc, do_desc, q_smem, do_smem, qdo_ready, off_b, row0, off_h)
-        for j in range(gl.cdiv(hi, BLOCK_N)):
-            s = j % STAGES
-            mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+        n_kv = gl.cdiv(hi, BLOCK_N)
+        j0 = _first_tile(row0, block.seqlen_k, scores.left_offset, scores.right_offset, n_kv, scores.IS_CAUSAL,
+                         scores.IS_LOCAL, BLOCK_N)
+        for j in range(j0, n_kv):
+            it = j - j0
+            s = it % STAGES
+            mbarrier.wait(kv_empty.index(s), ((it // STAGES) & 1) ^ 1)
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
             tma_load(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s), k_smem.index(s))
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
             tma_load(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s), v_smem.index(s))
 
     @gluon.jit
-    def _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k, causal_offset,
-                  qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
-                  p_layout: gl.constexpr):
-        """The portable ``_attn_bwd_dq_inner`` for one consumer: key/value tiles [lo, hi) from the ring."""
+    def _dq_tiles(dq, q, do, lse2, delta, ring, offs_m, seqlen_k, scores, lo, hi, MASKED: gl.constexpr,
+                  s_layout: gl.constexpr, p_layout: gl.constexpr, j0=0):
+        """The portable ``_attn_bwd_dq_inner`` for one consumer: key/value tiles [lo, hi) from the ring, whose first
+        (position 0) is key tile j0. The scores as in ``_tiles``."""
+        k_smem, v_smem, k_ready, v_ready, kv_empty = ring.a, ring.b, ring.a_ready, ring.b_ready, ring.empty
+        qk_scale = scores.qk_scale
         dtype: gl.constexpr = k_smem.dtype
+        BLOCK_M: gl.constexpr = q.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[2]
+        BLOCK_D: gl.constexpr = k_smem.shape[4]
+        STAGES: gl.constexpr = k_smem.shape[0]
         offs_n0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
         for start_n in range(lo, hi, BLOCK_N):
-            j = start_n // BLOCK_N
+            j = start_n // BLOCK_N - j0
             s = j % STAGES
             phase = (j // STAGES) & 1
             mbarrier.wait(k_ready.index(s), phase)
@@ -705,11 +870,14 @@ if GLUON:
             v = v_smem.index(s).reshape([BLOCK_N, BLOCK_D])
             dp = warpgroup_mma(do, v.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             qk = warpgroup_mma_wait(1, deps=(qk, ))  # dP may still be running during the exponentials
+            qk = _scores(qk, scores)
             p = gl.exp2(qk * qk_scale - lse2[:, None])
             if MASKED:
                 offs_n = start_n + offs_n0
-                keep = _key_visible(offs_n[None, :], offs_m[:, None], seqlen_k, causal_offset, IS_CAUSAL)
-                p = gl.where(keep, p, 0.0)
+                cols = offs_n[None, :]
+                p = mask_scores(p, offs_m[:, None], cols, seqlen_k, scores.left_offset, scores.right_offset, 0.0,
+                                True, scores.IS_CAUSAL, scores.IS_LOCAL)
+            p = _scores_grad(p, qk, scores)  # (as in ``_tiles``)
             dp = warpgroup_mma_wait(0, deps=(dp, ))
             ds = p * (dp - delta[:, None])
             dq = warpgroup_mma(gl.convert_layout(ds.to(dtype), p_layout), k, dq, is_async=True)
@@ -718,10 +886,17 @@ if GLUON:
         return dq
 
     @gluon.jit
-    def _dq_consumer(dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready, kv_empty,
-                     off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
-                     SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                     BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
+    def _dq_consumer(dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
+                     SUB: gl.constexpr):
+        k_ready, kv_empty = ring.a_ready, ring.empty
+        off_b, off_h, pid_bh, row0, hi = block.off_b, block.off_h, block.pid_bh, block.row0, block.hi
+        seqlen_q, seqlen_k = block.seqlen_q, block.seqlen_k
+        IS_CAUSAL: gl.constexpr = scores.IS_CAUSAL
+        IS_LOCAL: gl.constexpr = scores.IS_LOCAL
+        STAGES: gl.constexpr = ring.a.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = ring.a.shape[2]
+        BLOCK_D: gl.constexpr = q_smem.shape[4]
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
@@ -733,32 +908,49 @@ if GLUON:
         row = pid_bh.to(gl.int64) * seqlen_q + offs_m
         lse2 = gl.load(LSE2 + row, mask=offs_m < seqlen_q, other=float("inf"))
         delta = gl.load(DELTA + row, mask=offs_m < seqlen_q, other=0.0)
-        full_hi, my_hi = _key_range(first, seqlen_k, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+        my_lo, full_lo, full_hi, my_hi = _key_range(first, seqlen_k, scores.left_offset, scores.right_offset,
+                                                    IS_CAUSAL, IS_LOCAL, BLOCK_M, BLOCK_N)
         q_tile = q_smem.index(SUB)
         q = q_tile.reshape([BLOCK_M, BLOCK_D])
         do = do_smem.index(SUB).reshape([BLOCK_M, BLOCK_D])
         dq = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
         mbarrier.wait(qdo_ready, 0)
-        dq = _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k,
-                       causal_offset, qk_scale, 0, full_hi, False, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                       s_layout, p_layout)
-        dq = _dq_tiles(dq, q, do, lse2, delta, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, seqlen_k,
-                       causal_offset, qk_scale, full_hi, my_hi, True, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES,
-                       s_layout, p_layout)
+        if IS_LOCAL:
+            # the ring holds the program's key tiles from its first row's first key (``_dq_producer``)
+            j0 = _first_tile(row0, seqlen_k, scores.left_offset, scores.right_offset, gl.cdiv(hi, BLOCK_N),
+                             IS_CAUSAL, IS_LOCAL, BLOCK_N)
+            my_lo, full_lo, full_hi, my_hi, my_end = _in_ring(j0 * BLOCK_N, hi, my_lo, full_lo, full_hi, my_hi,
+                                                              BLOCK_N)
+            _release_skipped(k_ready, kv_empty, 0, my_lo // BLOCK_N - j0, STAGES)
+            dq = _dq_tiles(dq, q, do, lse2, delta, ring, offs_m, seqlen_k, scores, my_lo, full_lo, True, s_layout,
+                           p_layout, j0)
+        else:
+            j0 = 0
+        dq = _dq_tiles(dq, q, do, lse2, delta, ring, offs_m, seqlen_k, scores, full_lo, full_hi, False, s_layout,
+                       p_layout, j0)
+        dq = _dq_tiles(dq, q, do, lse2, delta, ring, offs_m, seqlen_k, scores, full_hi, my_hi, True, s_layout,
+                       p_layout, j0)
         # every product of this warpgroup has completed: its query tile's shared memory takes dQ
         q.store((dq * softmax_scale).to(dtype))
         fence_async_shared()
         tma_store(dq_desc, [off_b, first, off_h, 0], q_tile)
-        _release_skipped(k_ready, kv_empty, gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N) - gl.cdiv(my_hi, BLOCK_N),
-                         STAGES)
+        if IS_LOCAL:
+            _release_skipped(k_ready, kv_empty, my_end // BLOCK_N - j0, gl.cdiv(hi, BLOCK_N) - my_end // BLOCK_N,
+                             STAGES)
+        else:
+            _release_skipped(k_ready, kv_empty, gl.cdiv(my_hi, BLOCK_N),
+                             gl.cdiv(hi, BLOCK_N) - gl.cdiv(my_hi, BLOCK_N), STAGES)
         tma.store_wait(0)
 
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset"])
+    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "left_offset"])
     def _attn_bwd_dq_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, n_heads, group_size, seqlen_q,
-                            seqlen_k, causal_offset, softmax_scale, qk_scale, IS_CAUSAL: gl.constexpr,
-                            STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, SECTION: gl.constexpr = 0):
+                            seqlen_k, right_offset, softmax_scale, qk_scale, left_offset, softcap_scale,
+                            IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr,
+                            SECTION: gl.constexpr = 0, IS_LOCAL: gl.constexpr = False,
+                            SOFTCAP: gl.constexpr = False):
         """Grid: (query tiles of N_CONSUMERS * BLOCK_M, batch * heads); with SECTION (causal only), one axis in
-        ``forward_hopper._causal_item``'s order, as ``_key_block``'s."""
+        ``forward_hopper._causal_item``'s order, as ``_key_block``'s. The variants as in
+        ``_attn_bwd_dkdv_hopper``."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
@@ -776,7 +968,7 @@ if GLUON:
         off_h = pid_bh % n_heads
         off_hk = off_h // group_size
         row0 = tile * (N_CONSUMERS * BLOCK_M)
-        hi = _keys_seen(row0, N_CONSUMERS * BLOCK_M, seqlen_k, causal_offset, IS_CAUSAL)
+        hi = _keys_seen(row0, N_CONSUMERS * BLOCK_M, seqlen_k, right_offset, IS_CAUSAL)
 
         q_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
         do_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], do_desc.layout)
@@ -792,30 +984,26 @@ if GLUON:
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(kv_empty.index(i), count=N_CONSUMERS)
 
+        ring = Ring(k_smem, v_smem, k_ready, v_ready, kv_empty)
+        block = QueryBlock(off_b, off_h, off_hk, pid_bh, row0, hi, seqlen_q, seqlen_k)
+        scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
         if N_CONSUMERS == 2:
             gl.warp_specialize([
-                (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready,
-                                v_ready, kv_empty, off_b, off_h, off_hk, row0, hi, STAGES)),
-                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                                kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                                softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                                kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                                softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, qdo_ready, ring, block, scores)),
+                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
+                                0)),
+                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
+                                1)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
-                (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready,
-                                v_ready, kv_empty, off_b, off_h, off_hk, row0, hi, STAGES)),
-                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                                kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                                softmax_scale, qk_scale, 0, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                                kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                                softmax_scale, qk_scale, 1, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, k_smem, v_smem, qdo_ready, k_ready, v_ready,
-                                kv_empty, off_b, off_h, pid_bh, row0, hi, seqlen_q, seqlen_k, causal_offset,
-                                softmax_scale, qk_scale, 2, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, qdo_ready, ring, block, scores)),
+                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
+                                0)),
+                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
+                                1)),
+                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
+                                2)),
             ], [4, 4, 4], [160, 160, 160])
 
 
@@ -832,56 +1020,69 @@ def _grid(n_tiles: int, n_pairs: int, k: torch.Tensor, head_dim: int, causal: bo
 
 
 def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
-                    config=None, dq_acc=None):
+                    config=None, dq_acc=None, *, window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None):
     """``backward.bwd_dkdv`` on Hopper (dk, dv written in place; lse2, delta from ``backward.bwd_preprocess``).
     config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS), default ``HOPPER_DKDV_CONFIGS[head_dim, causal]``,
     or with dq_acc ``FUSED_DQ_CONFIGS[head_dim, causal]``.
     dq_acc: a zeroed float32 tensor shaped like q: run the fused kernel, which also adds dS K (dQ before the
     softmax scale) into it.
     Head dims over ``MAX_NARROW_HEAD_DIM`` run the wide kernel, which takes (BLOCK_M, BLOCK_N, STAGES, 2):
-    BLOCK_N keys per program, half of each streamed tile's BLOCK_M rows per consumer."""
+    BLOCK_N keys per program, half of each streamed tile's BLOCK_M rows per consumer.
+    window_size and softcap: as ``hopper_common.mask`` takes them (not with dq_acc); a window takes the tables'
+    causal entries. alibi_slopes must be None (``supports_dkdv``)."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
+    if alibi_slopes is not None:
+        raise ValueError("the Hopper backward has no ALiBi: alibi_slopes runs on the portable kernels")
+    m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
     if dq_acc is not None:
+        if m.is_local or m.softcap or tuple(window_size) != (-1, -1):
+            raise ValueError("the fused dK/dV/dQ kernel (dq_acc) takes no window_size or softcap")
         config = config or FUSED_DQ_CONFIGS[head_dim, causal]
-    block_m, block_n, stages, consumers = config or HOPPER_DKDV_CONFIGS[head_dim, causal]
+    key = forward_hopper.table_key(q, causal, window_size)
+    block_m, block_n, stages, consumers = config or HOPPER_DKDV_CONFIGS[key]
     # the producer copies each streamed tile's LSE and delta rows into the ring with its Q and dO
     rest = (rows_descriptor(lse2, block_m), rows_descriptor(delta, block_m), n_heads, n_heads // n_kv_heads, seqlen_q,
-            seqlen_k, seqlen_k - seqlen_q if bottom_right else 0, softmax_scale, softmax_scale * LOG2E)
+            seqlen_k, m.right_offset, softmax_scale, m.qk_scale, m.left_offset, m.softcap_scale)
     if head_dim > MAX_NARROW_HEAD_DIM:
         if consumers != 2:
             raise ValueError(f"the wide dK/dV kernel (head_dim {head_dim}) takes configs (BLOCK_M, BLOCK_N, STAGES, "
                              f"2), got config={config}")
         cols = head_dim // 2
-        grid, order = _grid(triton.cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, causal)
+        grid, order = _grid(triton.cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, m.is_causal)
         launch_gluon(_attn_bwd_dkdv_hopper_wide, grid,
                      (*(descriptor(t, rows, cols) for t, rows in ((q, block_m), (dout, block_m), (k, block_n),
                                                                    (v, block_n), (dk, block_n), (dv, block_n))),
-                      *rest), dict(IS_CAUSAL=causal, STAGES=stages, **order), num_warps=4)
+                      *rest), dict(**m.constexprs, STAGES=stages, **order), num_warps=4)
     else:
         fused = dq_acc is not None
-        grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, causal,
+        grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, m.is_causal,
                             FUSED_DQ_SECTIONS.get((head_dim, causal)) if fused else None)
         dk_desc = descriptor(dk, block_n)
         launch_gluon(_attn_bwd_dkdv_hopper, grid,
                      (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
                       descriptor(v, block_n), dk_desc, descriptor(dv, block_n),
                       descriptor(dq_acc, block_m) if fused else dk_desc, *rest),  # (dq_desc: unread unless fused)
-                     dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order, FUSED_DQ=fused,
+                     dict(**m.constexprs, STAGES=stages, N_CONSUMERS=consumers, **order, FUSED_DQ=fused,
                           RAGGED_KEYS=fused and seqlen_k % (consumers * block_n) != 0),
                      num_warps=4)
 
 
 def bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
-                  config=None):
+                  config=None, *, window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None):
     """``backward.bwd_dq`` on Hopper (dq written in place). config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS),
-    default ``HOPPER_DQ_CONFIGS[head_dim, causal]``."""
+    default ``HOPPER_DQ_CONFIGS[head_dim, causal]`` (a window takes the causal entry). window_size and softcap:
+    as ``hopper_common.mask`` takes them; alibi_slopes must be None (``supports_dq``)."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
-    block_m, block_n, stages, consumers = config or HOPPER_DQ_CONFIGS[head_dim, causal]
-    grid, order = _grid(triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads, k, head_dim, causal)
+    if alibi_slopes is not None:
+        raise ValueError("the Hopper backward has no ALiBi: alibi_slopes runs on the portable kernels")
+    m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
+    block_m, block_n, stages, consumers = config or HOPPER_DQ_CONFIGS[forward_hopper.table_key(q, causal,
+                                                                                               window_size)]
+    grid, order = _grid(triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads, k, head_dim, m.is_causal)
     launch_gluon(_attn_bwd_dq_hopper, grid,
                  (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n), descriptor(v, block_n),
                   descriptor(dq, block_m), lse2, delta, n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k,
-                  seqlen_k - seqlen_q if bottom_right else 0, softmax_scale, softmax_scale * LOG2E),
-                 dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order), num_warps=4)
+                  m.right_offset, softmax_scale, m.qk_scale, m.left_offset, m.softcap_scale),
+                 dict(**m.constexprs, STAGES=stages, N_CONSUMERS=consumers, **order), num_warps=4)

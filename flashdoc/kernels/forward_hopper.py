@@ -24,6 +24,12 @@ At head dims over 128 each consumer writes its output through its own query tile
 FlashAttention-3 does, rather than through a separate output tile: at d = 256 that is what leaves room for 64-key
 tiles in the ring.
 
+Sliding windows and softcap come from the masking core (``mask.py``, through ``hopper_common``): a window is the
+causal kernel with the window's right edge as its diagonal and a left edge (IS_LOCAL), so an item streams only
+the key tiles from its first row's first key and a window's cost grows with the window, not the length; softcap
+takes a tanh of each score before the mask. Partitions take their state grouped (``Queries``, ``Ring``, ``Work``,
+``Scores``).
+
 Same inputs, outputs and semantics as ``forward._attn_fwd`` (GQA, both causal alignments, any lengths); the head
 dims with a tuned config (64, 128, 256), fp16/bf16. ``forward.attn_fwd`` sends the calls this kernel takes here
 (``supports``).
@@ -35,22 +41,13 @@ import os
 import torch
 import triton
 
-from . import INTERPRET, LOG2E, gluon_support
-from .launch import launch_gluon, unchecked_descriptor
+from . import gluon_support
+from .hopper_common import GLUON, descriptor, mask, rows_descriptor  # noqa: F401 (re-exported)
+from .launch import launch_gluon
 
 # FLASHDOC_HOPPER=0 keeps every forward and backward on the portable kernels (for comparisons and debugging).
 ENABLED = os.environ.get("FLASHDOC_HOPPER", "1") != "0"
 
-# Gluon is experimental and its API moves between Triton releases: only verified ones are used (gluon_support).
-GLUON = gluon_support.ALLOWED and not INTERPRET
-if GLUON:
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
-        warpgroup_mma, warpgroup_mma_wait
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    from .gluon_support import tma_load, tma_store
 
 # --8<-- [start:hopper_configs]
 # (BLOCK_M rows per consumer, BLOCK_N keys per tile, STAGES of the key/value ring, N_CONSUMERS, PERSISTENT: one
@@ -67,6 +64,13 @@ HOPPER_CONFIGS = {
     (128, True): (64, 128, 2, 3, True),
     (256, False): (64, 64, 2, 2, True),
     (256, True): (64, 64, 2, 2, True),
+}
+# Sliding windows and softcap keep more values live in each consumer (a second mask edge, tanh's): at d = 128 three
+# consumers' 160 registers a thread spilled 384 bytes (window) and 80 (causal softcap) compiled for sm_90, where two
+# consumers' 240 spill none. So those calls take two consumers there (perf/code_hash.py --variants shows the counts).
+VARIANT_CONFIGS = {
+    (128, False): (64, 128, 2, 2, True),
+    (128, True): (64, 128, 2, 2, True),
 }
 # Head dims over this write each consumer's output through its query tile (``O_IN_Q``): separate output tiles take
 # shared memory that the key/value ring needs.
@@ -109,15 +113,65 @@ def gluon_runs(q: torch.Tensor) -> bool:
     return GLUON
 
 
-def supports(q: torch.Tensor, causal: bool) -> bool:
-    """Whether this kernel takes a forward call: ``gluon_runs`` and a head dim with a tuned config. Every length
-    qualifies: causal calls of 128 tokens to 2k ran 1.01-1.12x the portable kernel at d = 64 and 1.19-1.45x at
-    d = 256 once the causal items ended at the last row (perf/NOTES.md, session 16); before, the short item came
-    last and a minimum length kept calls under 1k-2k tokens on the portable kernel."""
-    return (q.shape[3], causal) in HOPPER_CONFIGS and gluon_runs(q)
+def table_key(q: torch.Tensor, causal: bool, window_size=(-1, -1)) -> tuple:
+    """The config tables' key for a call, (head dim, causal): a sliding window takes the causal entry."""
+    return q.shape[3], causal or tuple(window_size) != (-1, -1)
+
+
+def supports(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0, alibi: bool = False) -> bool:
+    """Whether this kernel takes a forward call: ``gluon_runs``, a head dim with a tuned config, and the variants
+    it has (sliding windows and softcap; ALiBi and dropout stay on the portable kernel: the masking core's
+    ``hopper_supports`` never asks about dropout). Every length qualifies: causal calls of 128 tokens to 2k ran
+    1.01-1.12x the portable kernel at d = 64 and 1.19-1.45x at d = 256 once the causal items ended at the last
+    row; before, the short item came last and a minimum length kept calls under 1k-2k tokens on the portable
+    kernel."""
+    return not alibi and table_key(q, causal, window_size) in HOPPER_CONFIGS and gluon_runs(q)
 
 
 if GLUON:
+    from .hopper_common import Ring, Scores, _causal_item, _first_tile, _in_ring, _key_range, _keys_seen, \
+        _release_skipped, _scores, aggregate, fence_async_shared, gl, gluon, mask_scores, mbarrier, tma, \
+        tma_load, tma_store, warpgroup_mma, warpgroup_mma_wait
+
+    @aggregate
+    class Work:
+        """A launch's work items (``_work``): ``total`` tiles of query rows, ``n_tiles`` per (batch, head), over
+        n_heads query heads in GQA groups of group_size, seqlen_q queries and seqlen_k keys per head."""
+        n_tiles: gl.tensor
+        total: gl.tensor
+        n_heads: gl.tensor
+        group_size: gl.tensor
+        seqlen_q: gl.tensor
+        seqlen_k: gl.tensor
+
+        @gluon.constexpr_function
+        def __init__(self, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k):
+            self.n_tiles = n_tiles
+            self.total = total
+            self.n_heads = n_heads
+            self.group_size = group_size
+            self.seqlen_q = seqlen_q
+            self.seqlen_k = seqlen_k
+
+    @aggregate
+    class Queries:
+        """A work item's query tiles, one per consumer (q, and o, where each consumer stages its output: q itself
+        with O_IN_Q), the item number the producer publishes (item), and their barriers: ready when the producer
+        has published an item and its queries have landed, empty when every consumer is done with them."""
+        q: gl.shared_memory_descriptor
+        o: gl.shared_memory_descriptor
+        item: gl.shared_memory_descriptor
+        ready: gl.shared_memory_descriptor
+        empty: gl.shared_memory_descriptor
+
+        @gluon.constexpr_function
+        def __init__(self, q, o, item, ready, empty):
+            self.q = q
+            self.o = o
+            self.item = item
+            self.ready = ready
+            self.empty = empty
+
     @gluon.constexpr_function
     def _item_layout(num_warps):
         """The register layout of the one-element work-item buffer, in a partition of num_warps warps."""
@@ -128,28 +182,7 @@ if GLUON:
         """The work item the producer last published in shared memory (a one-element buffer)."""
         return gl.max(item_smem.load(_item_layout(gl.num_warps())), 0)
 
-    @gluon.jit
-    def _keys_seen(row0, ROWS: gl.constexpr, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr):
-        """How many keys (from key 0) the query rows [row0, row0 + ROWS) see between them."""
-        if IS_CAUSAL:
-            return gl.maximum(gl.minimum(row0 + ROWS + causal_offset, seqlen_k), 0)
-        else:
-            return seqlen_k
-
-    # --8<-- [start:hopper_causal_order]
-    @gluon.jit
-    def _causal_item(i, n_tiles, n_pairs, section):
-        """Causal work item i of n_tiles x n_pairs (tiles of n_pairs (batch, head) pairs) as (rank, pair): rank 0 is a
-        pair's costliest tile. Items go section by section of ``section`` pairs (``heads_per_section``), and within
-        a section rank by rank: the costliest tile of every pair in it, then the next ... So the last items handed
-        out are light ones, which fill in while the others finish (longest-processing-time-first), and the pairs in
-        flight at one time are few enough for L2 to keep what they stream. FlashAttention-3's LPT tile scheduler."""
-        per_section = section * n_tiles
-        first = i // per_section * section
-        pairs = gl.minimum(section, n_pairs - first)  # the last section may be short
-        j = i % per_section
-        return j // pairs, first + j % pairs
-
+    # --8<-- [start:hopper_claim]
     @gluon.jit
     def _claim(COUNTER, n_tiles, total, section, IS_CAUSAL: gl.constexpr):
         """The next work item for a program, as pid_bh * n_tiles + tile (``_work``), or ``total`` if none is left.
@@ -160,11 +193,11 @@ if GLUON:
             rank, pid_bh = _causal_item(gl.minimum(i, total - 1), n_tiles, total // n_tiles, section)
             i = gl.where(i < total, pid_bh * n_tiles + (n_tiles - 1 - rank), total)  # the last tile sees most keys
         return i
-    # --8<-- [end:hopper_causal_order]
+    # --8<-- [end:hopper_claim]
 
     # --8<-- [start:hopper_work_item]
     @gluon.jit
-    def _work(item, n_tiles, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr,
+    def _work(item, n_tiles, n_heads, group_size, seqlen_q, seqlen_k, right_offset, IS_CAUSAL: gl.constexpr,
               BLOCK_M: gl.constexpr, ROWS: gl.constexpr):
         """Work item pid_bh * n_tiles + tile (``_claim``): a tile of ROWS query rows of one (batch, head). Returns the
         head indices, the first row and the key count.
@@ -182,7 +215,7 @@ if GLUON:
         row0 = tile * ROWS
         if IS_CAUSAL:
             row0 -= (n_tiles * ROWS - seqlen_q) // BLOCK_M * BLOCK_M
-        return pid_bh, off_b, off_h, off_hk, row0, _keys_seen(row0, ROWS, seqlen_k, causal_offset, IS_CAUSAL)
+        return pid_bh, off_b, off_h, off_hk, row0, _keys_seen(row0, ROWS, seqlen_k, right_offset, IS_CAUSAL)
     # --8<-- [end:hopper_work_item]
 
     @gluon.jit
@@ -190,27 +223,22 @@ if GLUON:
         """Whether a consumer's BLOCK_M rows from ``first`` lie before row 0 (the first causal tile, ``_work``)."""
         return first + BLOCK_M <= 0
 
-    @gluon.jit
-    def _key_range(first, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-                   BLOCK_N: gl.constexpr):
-        """The keys that one consumer's BLOCK_M query rows from ``first`` on need: [0, full_hi) with no mask,
-        [full_hi, my_hi) masked. Under the causal mask, the upper warpgroups' rows see fewer keys than the
-        program loads; a consumer skips [my_hi, hi)."""
-        if IS_CAUSAL:
-            full_hi = gl.maximum(first + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-            full_hi = gl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-        else:
-            full_hi = seqlen_k // BLOCK_N * BLOCK_N
-        return full_hi, _keys_seen(first, BLOCK_M, seqlen_k, causal_offset, IS_CAUSAL)
 
     @gluon.jit
-    def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
-                  kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_q, seqlen_k, causal_offset,
-                  IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    def _producer(q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section):
         """Claims work items from the global COUNTER (heaviest first, so the first program free takes the next:
-        greedy, longest-first scheduling), publishes each in item_smem with its queries, and streams its keys
-        and values through the ring."""
+        greedy, longest-first scheduling), publishes each with its queries, and streams its keys and values
+        through the ring: in a window, only the tiles from the item's first row's first key on."""
+        q_smem, item_smem, q_ready, q_empty = queries.q, queries.item, queries.ready, queries.empty
+        k_smem, v_smem, k_ready, v_ready, kv_empty = ring.a, ring.b, ring.a_ready, ring.b_ready, ring.empty
+        n_tiles, total, n_heads, group_size = work.n_tiles, work.total, work.n_heads, work.group_size
+        seqlen_q, seqlen_k = work.seqlen_q, work.seqlen_k
+        left_offset, right_offset = scores.left_offset, scores.right_offset
+        IS_CAUSAL: gl.constexpr = scores.IS_CAUSAL
+        IS_LOCAL: gl.constexpr = scores.IS_LOCAL
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = k_smem.shape[2]
+        STAGES: gl.constexpr = k_smem.shape[0]
         N_CONSUMERS: gl.constexpr = q_smem.shape[0]
         layout: gl.constexpr = _item_layout(gl.num_warps())
         kv_it = 0  # key/value tiles loaded so far, over all of this program's work items: the ring's position
@@ -218,7 +246,7 @@ if GLUON:
         i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
         while i < total:
             _, off_b, off_h, off_hk, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_q, seqlen_k,
-                                                      causal_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
+                                                      right_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
             # the consumers are done with the last item's queries (a fresh barrier counts as having completed the
             # phase before its first: the first item never waits)
             mbarrier.wait(q_empty, (r & 1) ^ 1)
@@ -230,8 +258,9 @@ if GLUON:
                     q_row = gl.maximum(q_row, 0)
                 tma_load(q_desc, [off_b, q_row, off_h, 0], q_ready, q_smem.index(c))
             n_kv = gl.cdiv(hi, BLOCK_N)
-            for j in range(n_kv):
-                it = kv_it + j
+            j0 = _first_tile(row0, seqlen_k, left_offset, right_offset, n_kv, IS_CAUSAL, IS_LOCAL, BLOCK_N)
+            for j in range(j0, n_kv):
+                it = kv_it + (j - j0)
                 s = it % STAGES
                 mbarrier.wait(kv_empty.index(s), ((it // STAGES) & 1) ^ 1)
                 mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
@@ -240,7 +269,7 @@ if GLUON:
                 mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
                 tma_load(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s),
                                                 v_smem.index(s))
-            kv_it += n_kv
+            kv_it += n_kv - j0
             r += 1
             i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
         # no work left: the consumers read an item past the end and stop
@@ -249,23 +278,20 @@ if GLUON:
         mbarrier.arrive(q_ready, count=1)
 
     # --8<-- [start:hopper_consume]
-    @gluon.jit
-    def _key_visible(offs_n, offs_m, seqlen_k, causal_offset, IS_CAUSAL: gl.constexpr):
-        """Which (query, key) pairs of a tile count: keys before seqlen_k and, under the causal mask, keys at most
-        causal_offset past their query. offs_n and offs_m come broadcast to the tile's shape, either way round."""
-        keep = offs_n < seqlen_k
-        if IS_CAUSAL:
-            keep = keep & (offs_n <= offs_m + causal_offset)
-        return keep
 
     @gluon.jit
-    def _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m, seqlen_k,
-                 causal_offset, qk_scale, lo, hi, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+    def _consume(acc, l_i, m_i, q, ring, kv_it, offs_m, seqlen_k, scores, lo, hi, MASKED: gl.constexpr,
                  s_layout: gl.constexpr, p_layout: gl.constexpr, row_o: gl.constexpr):
         """``forward._attn_fwd_inner`` for one consumer warpgroup: key/value tiles [lo, hi) from the ring, whose
-        tile 0 is the ring's kv_it-th."""
+        tile 0 is the ring's kv_it-th. The scores go through ``Scores``: capped (``_scores``), then, in the
+        MASKED tiles, masked by the core's band (``mask_scores``)."""
+        k_smem, v_smem, k_ready, v_ready, kv_empty = ring.a, ring.b, ring.a_ready, ring.b_ready, ring.empty
+        qk_scale = scores.qk_scale
         dtype: gl.constexpr = k_smem.dtype
+        BLOCK_M: gl.constexpr = q.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[2]
+        BLOCK_D: gl.constexpr = k_smem.shape[4]
+        STAGES: gl.constexpr = k_smem.shape[0]
         offs_n0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
         for start_n in range(lo, hi, BLOCK_N):
@@ -276,10 +302,12 @@ if GLUON:
             k = k_smem.index(s).reshape([BLOCK_N, BLOCK_D])
             qk = warpgroup_mma(q, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             qk = warpgroup_mma_wait(0, deps=(qk, ))
+            qk = _scores(qk, scores)
             if MASKED:
                 offs_n = start_n + offs_n0
-                keep = _key_visible(offs_n[None, :], offs_m[:, None], seqlen_k, causal_offset, IS_CAUSAL)
-                qk = gl.where(keep, qk, float("-inf"))
+                cols = offs_n[None, :]
+                qk = mask_scores(qk, offs_m[:, None], cols, seqlen_k, scores.left_offset, scores.right_offset,
+                                 float("-inf"), True, scores.IS_CAUSAL, scores.IS_LOCAL)
             m_ij = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
             if MASKED:
                 m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
@@ -298,12 +326,20 @@ if GLUON:
     # --8<-- [end:hopper_consume]
 
     @gluon.jit
-    def _consumer(o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready, v_ready,
-                  kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                  SUB: gl.constexpr, IS_CAUSAL: gl.constexpr, O_IN_Q: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr):
+    def _consumer(o_desc, LSE, queries, ring, work, scores, SUB: gl.constexpr, O_IN_Q: gl.constexpr):
         """Consumer warpgroup SUB: rows row0 + SUB * BLOCK_M + [0, BLOCK_M) of each work item's query tile. With
-        O_IN_Q, o_smem is q_smem: the output goes out through the query tile, which is released only then."""
+        O_IN_Q, queries.o is queries.q: the output goes out through the query tile, which is released only then."""
+        q_smem, o_smem, item_smem, q_ready, q_empty = queries.q, queries.o, queries.item, queries.ready, queries.empty
+        k_smem, k_ready, kv_empty = ring.a, ring.a_ready, ring.empty
+        n_tiles, total, n_heads, group_size = work.n_tiles, work.total, work.n_heads, work.group_size
+        seqlen_q, seqlen_k = work.seqlen_q, work.seqlen_k
+        left_offset, right_offset = scores.left_offset, scores.right_offset
+        IS_CAUSAL: gl.constexpr = scores.IS_CAUSAL
+        IS_LOCAL: gl.constexpr = scores.IS_LOCAL
+        BLOCK_M: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_smem.shape[2]
+        BLOCK_D: gl.constexpr = k_smem.shape[4]
+        STAGES: gl.constexpr = k_smem.shape[0]
         dtype: gl.constexpr = o_desc.dtype
         N_CONSUMERS: gl.constexpr = q_smem.shape[0]
         # wgmma's accumulator layouts: 4 warps stacked along the rows, 16 rows per instruction
@@ -321,9 +357,10 @@ if GLUON:
         i = _read_item(item_smem)
         while i < total:
             pid_bh, off_b, off_h, _, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_q, seqlen_k,
-                                                      causal_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
+                                                      right_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
             first = row0 + SUB * BLOCK_M  # this warpgroup's first row
-            full_hi, my_hi = _key_range(first, seqlen_k, causal_offset, IS_CAUSAL, BLOCK_M, BLOCK_N)
+            my_lo, full_lo, full_hi, my_hi = _key_range(first, seqlen_k, left_offset, right_offset, IS_CAUSAL,
+                                                        IS_LOCAL, BLOCK_M, BLOCK_N)
             if IS_CAUSAL:  # rows before row 0 get no keys (bottom-right alignment would otherwise give them some)
                 skipped = _skipped(first, BLOCK_M)
                 full_hi = gl.where(skipped, 0, full_hi)
@@ -335,12 +372,22 @@ if GLUON:
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
             l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
             acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
-            acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m,
-                                     seqlen_k, causal_offset, qk_scale, 0, full_hi, False, IS_CAUSAL, BLOCK_M,
-                                     BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o)
-            acc, l_i, m_i = _consume(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, kv_it, offs_m,
-                                     seqlen_k, causal_offset, qk_scale, full_hi, my_hi, True, IS_CAUSAL, BLOCK_M,
-                                     BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, row_o)
+            if IS_LOCAL:
+                # the ring holds the item's key tiles from its first row's first key (``_producer``): this
+                # warpgroup's own may start later, and its rows' left edges need the mask up to full_lo
+                lo = _first_tile(row0, seqlen_k, left_offset, right_offset, gl.cdiv(hi, BLOCK_N), IS_CAUSAL, IS_LOCAL,
+                                 BLOCK_N) * BLOCK_N
+                kv_base = kv_it - lo // BLOCK_N  # the ring position of key tile 0
+                my_lo, full_lo, full_hi, my_hi, my_end = _in_ring(lo, hi, my_lo, full_lo, full_hi, my_hi, BLOCK_N)
+                _release_skipped(k_ready, kv_empty, kv_it, (my_lo - lo) // BLOCK_N, STAGES)
+                acc, l_i, m_i = _consume(acc, l_i, m_i, q, ring, kv_base, offs_m, seqlen_k, scores, my_lo, full_lo,
+                                         True, s_layout, p_layout, row_o)
+            else:
+                kv_base = kv_it
+            acc, l_i, m_i = _consume(acc, l_i, m_i, q, ring, kv_base, offs_m, seqlen_k, scores, full_lo, full_hi,
+                                     False, s_layout, p_layout, row_o)
+            acc, l_i, m_i = _consume(acc, l_i, m_i, q, ring, kv_base, offs_m, seqlen_k, scores, full_hi, my_hi, True,
+                                     s_layout, p_layout, row_o)
             if not O_IN_Q:
                 # every Q K^T of this item is done: the producer may load the next item's queries during the epilogue
                 mbarrier.arrive(q_empty, count=1)
@@ -363,14 +410,18 @@ if GLUON:
             # the key tiles this warpgroup skipped are still released, in order, once loaded (an early arrival
             # would count towards the stage's previous use). (backward_hopper._release_skipped does the same; called
             # here, it made ptxas spill 260 bytes instead of 12 at d = 128, so the loop stays written out.)
-            for j in range(gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N)):
-                it = kv_it + j
+            if IS_LOCAL:
+                skip_from = my_end // BLOCK_N
+            else:
+                skip_from = gl.cdiv(my_hi, BLOCK_N)
+            for j in range(skip_from, gl.cdiv(hi, BLOCK_N)):
+                it = kv_base + j
                 mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
                 mbarrier.arrive(kv_empty.index(it % STAGES), count=1)
             if O_IN_Q:
                 tma.store_wait(0)  # the output has left the query tile: the next item's queries may land in it
                 mbarrier.arrive(q_empty, count=1)
-            kv_it += gl.cdiv(hi, BLOCK_N)
+            kv_it = kv_base + gl.cdiv(hi, BLOCK_N)
             r += 1
             mbarrier.wait(q_ready, r & 1)
             i = _read_item(item_smem)
@@ -380,15 +431,18 @@ if GLUON:
     # --8<-- [start:hopper_kernel]
     # Lengths, offsets and counts change from call to call: no specialising on their value.
     @gluon.jit(do_not_specialize=["n_tiles", "total", "section", "n_heads", "group_size", "seqlen_q", "seqlen_k",
-                                  "causal_offset"])
+                                  "right_offset", "left_offset"])
     def _attn_fwd_hopper(q_desc, k_desc, v_desc, o_desc, LSE, COUNTER, n_tiles, total, section, n_heads, group_size,
-                         seqlen_q, seqlen_k, causal_offset, qk_scale, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr, O_IN_Q: gl.constexpr):
+                         seqlen_q, seqlen_k, right_offset, qk_scale, left_offset, softcap_scale,
+                         IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                         N_CONSUMERS: gl.constexpr, O_IN_Q: gl.constexpr, IS_LOCAL: gl.constexpr = False,
+                         SOFTCAP: gl.constexpr = False):
         """Work items: ``total`` tiles of N_CONSUMERS * BLOCK_M query rows (``n_tiles`` per (batch, head)), claimed
         one at a time through COUNTER (an int32 zero): one per program, or, on a persistent grid of one program per
         SM, as many as each program gets through, the producer loading an item's queries and first keys while the
         consumers finish the one before; causal ones in sections of ``section`` (batch, head) pairs
-        (``_causal_item``). q/k/v/o_desc: ``descriptors``."""
+        (``_causal_item``). q/k/v/o_desc: ``descriptors``. The mask and the score change: ``Scores`` (IS_LOCAL, a
+        sliding window's left edge, comes with IS_CAUSAL: ``hopper_common.mask``)."""
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         q_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
@@ -411,67 +465,28 @@ if GLUON:
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(kv_empty.index(i), count=N_CONSUMERS)  # every consumer releases a stage
 
-        # (Gluon needs each partition's function written out in the list, so the two cases are spelled out; building
-        # the argument tuples once and concatenating them does not work in Triton 3.6: a tuple assigned to a name
-        # turns its constexprs into tensors, and a literal (0, ) added to one becomes a plain int)
+        queries = Queries(q_smem, o_smem, item_smem, q_ready, q_empty)
+        ring = Ring(k_smem, v_smem, k_ready, v_ready, kv_empty)
+        work = Work(n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k)
+        scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
+        # (Gluon needs each partition written out in the list, so the two consumer counts are spelled out: in Triton
+        # 3.6 a tuple assigned to a name turns its functions and constexprs into tensors)
         if N_CONSUMERS == 2:
             gl.warp_specialize([
-                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_q,
-                             seqlen_k, causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 0, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 1, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section)),
+                (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q)),
+                (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q)),
             ], [4, 4], [240, 240])
         else:
             gl.warp_specialize([
-                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, COUNTER, n_tiles, total, section, n_heads, group_size, seqlen_q,
-                             seqlen_k, causal_offset, IS_CAUSAL, BLOCK_N, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 0, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 1, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
-                (_consumer, (o_desc, LSE, q_smem, o_smem, k_smem, v_smem, item_smem, q_ready, q_empty, k_ready,
-                             v_ready, kv_empty, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k,
-                             causal_offset, qk_scale, 2, IS_CAUSAL, O_IN_Q, BLOCK_M, BLOCK_N, BLOCK_D, STAGES)),
+                (_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section)),
+                (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q)),
+                (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q)),
+                (_consumer, (o_desc, LSE, queries, ring, work, scores, 2, O_IN_Q)),
             ], [4, 4, 4], [160, 160, 160])
     # --8<-- [end:hopper_kernel]
 
 
-@functools.cache
-def _smem_layout(rows: int, head_dim: int, dtype: torch.dtype):
-    # (float32: the fused backward's dQ buffer, which receives TMA reduce-adds)
-    element = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[dtype]
-    return gl.NVMMASharedLayout.get_default_for([1, rows, 1, head_dim], element)
-
-
-def descriptor(t, rows: int, cols: int = 0):
-    """A Gluon host descriptor over a (batch, seqlen, heads, head_dim) tensor, read and written in (1, rows, 1,
-    cols) tiles of one (batch, head), cols = head_dim unless given. Rows past seqlen read as zeros and are never
-    written."""
-    cols = cols or t.shape[3]
-    return unchecked_descriptor(TensorDescriptor, base=t, shape=list(t.shape), strides=list(t.stride()),
-                                block_shape=[1, rows, 1, cols], layout=_smem_layout(rows, cols, t.dtype))
-
-
-def rows_descriptor(t: torch.Tensor, rows: int):
-    """A Gluon host descriptor over a contiguous fp32 (batch, heads, seqlen) tensor (the Hopper dK/dV kernels' LSE
-    and delta), read in (1, rows) tiles of one (batch, head)'s row; elements past seqlen read as zeros. TMA needs
-    16-byte row strides and tile starts, so a seqlen that is not a multiple of 4 gets its rows copied into a
-    padded buffer (batch x heads x seqlen floats; the launch's stream orders the buffer's reuse)."""
-    batch, heads, seqlen = t.shape
-    flat = t.view(batch * heads, seqlen)
-    if seqlen % 4:
-        flat = torch.nn.functional.pad(flat, (0, -seqlen % 4))
-    return unchecked_descriptor(TensorDescriptor, base=flat, shape=[batch * heads, seqlen], strides=[flat.stride(0), 1],
-                                block_shape=[1, rows],
-                                layout=gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
 
 
 def descriptors(q, k, v, out, block_m: int, block_n: int):
@@ -479,21 +494,30 @@ def descriptors(q, k, v, out, block_m: int, block_n: int):
     return descriptor(q, block_m), descriptor(k, block_n), descriptor(v, block_n), descriptor(out, block_m)
 
 
-def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
+def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None, *,
+                    window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None):
     """``forward.attn_fwd`` on Hopper (``supports`` said yes). config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS,
-    PERSISTENT), default ``HOPPER_CONFIGS[head_dim, causal]``. Runs inside ``launch.on_device``."""
+    PERSISTENT), default ``HOPPER_CONFIGS[head_dim, causal]`` (a window takes the causal entry), or for a window
+    or softcap ``VARIANT_CONFIGS``' entry where it has one. window_size and softcap as ``hopper_common.mask``
+    takes them; alibi_slopes must be None (``supports``). Runs inside ``launch.on_device``."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
-    block_m, block_n, stages, consumers, persistent = config or HOPPER_CONFIGS[head_dim, causal]
+    if alibi_slopes is not None:
+        raise ValueError("the Hopper forward has no ALiBi: alibi_slopes runs on the portable kernel")
+    m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
+    key = table_key(q, causal, window_size)
+    if config is None and (m.is_local or m.softcap):
+        config = VARIANT_CONFIGS.get(key)
+    block_m, block_n, stages, consumers, persistent = config or HOPPER_CONFIGS[key]
     n_tiles = triton.cdiv(seqlen_q, consumers * block_m)
     total = n_tiles * batch * n_heads
     # persistent: one program per SM, each taking its work items in turn
     grid = (min(total, _sm_count(q.device.index)) if persistent else total,)
     counter = torch.zeros(1, device=q.device, dtype=torch.int32)  # the next work item to claim
-    section = heads_per_section(k, batch * n_heads) if causal else 1
+    section = heads_per_section(k, batch * n_heads) if m.is_causal else 1
     launch_gluon(_attn_fwd_hopper, grid,
                  (*descriptors(q, k, v, out, block_m, block_n), lse, counter, n_tiles, total, section, n_heads,
-                  n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
-                  softmax_scale * LOG2E),
-                 dict(IS_CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, N_CONSUMERS=consumers,
+                  n_heads // n_kv_heads, seqlen_q, seqlen_k, m.right_offset, m.qk_scale, m.left_offset,
+                  m.softcap_scale),
+                 dict(**m.constexprs, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, N_CONSUMERS=consumers,
                       O_IN_Q=head_dim > MAX_SEPARATE_O_HEAD_DIM), num_warps=4)

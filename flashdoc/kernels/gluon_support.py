@@ -98,3 +98,7 @@ if HAS_GLUON:
             coord = _semantic._convert_to_ir_values(coord, require_i64=False)
             _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
                                                       src.handle)
+
+    # Aggregates (classes of tensors, shared-memory buffers and constexprs that jitted code passes and returns as
+    # one value) sit under this private name from 3.6 to 3.9; Gluon's own Blackwell helpers import them so.
+    from triton.language.core import _aggregate as aggregate  # noqa: F401

@@ -11,8 +11,8 @@ q = k = v = torch.randn(1, 16, 2, 64, device=device, dtype=torch.float16)
 
 # --8<-- [start:errors]
 calls = {
-    "head_dim 100 (not a multiple of 8)": lambda: flashdoc.flash_attn_func(
-        *(torch.randn(1, 16, 2, 100, device=device, dtype=torch.float16),) * 3
+    "head_dim 300 (more than 256)": lambda: flashdoc.flash_attn_func(
+        *(torch.randn(1, 16, 2, 300, device=device, dtype=torch.float16),) * 3
     ),
     "float64 inputs": lambda: flashdoc.flash_attn_func(
         q.double(), k.double(), v.double()
@@ -26,11 +26,11 @@ calls = {
             q, k, v, attn_mask=torch.ones(2, 2, dtype=torch.bool)
         )
     ),
-    "attention dropout (SDPA API)": lambda: flashdoc.scaled_dot_product_attention(
-        q, k, v, dropout_p=0.1
+    "dropout_p = 1 (SDPA API)": lambda: flashdoc.scaled_dot_product_attention(
+        q, k, v, dropout_p=1.0
     ),
-    "a sliding window (flash-attn 2's window_size)": lambda: flashdoc.flash_attn_func(
-        q, k, v, causal=True, window_size=(256, 0)
+    "a window side below -1": lambda: flashdoc.flash_attn_func(
+        q, k, v, window_size=(256, -2)
     ),
 }
 for what, call in calls.items():
