@@ -17,6 +17,7 @@ if not torch.cuda.is_available():
 
 from . import reference  # noqa: E402  (teaching implementations shown on the site)
 from .interface import flash_attn_func, scaled_dot_product_attention  # noqa: E402
+from .kvcache import flash_attn_with_kvcache  # noqa: E402
 
 try:
     from importlib.metadata import PackageNotFoundError, version
@@ -25,4 +26,4 @@ try:
 except PackageNotFoundError:  # running from a source checkout that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["flash_attn_func", "scaled_dot_product_attention", "reference", "__version__"]
+__all__ = ["flash_attn_func", "flash_attn_with_kvcache", "scaled_dot_product_attention", "reference", "__version__"]
