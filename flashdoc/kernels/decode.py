@@ -62,8 +62,8 @@ class DecodeConfig:
 # ``benchmarks/decode.py --sweep`` times candidates around these on a GPU.
 DECODE_CONFIGS = {
     64: DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=2),
-    128: DecodeConfig(block_n=64, warps=4, stages=4, programs_per_sm=2),
-    256: DecodeConfig(block_n=32, warps=4, stages=4, programs_per_sm=2),
+    128: DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
+    256: DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
 }
 # --8<-- [end:decode_configs]
 
@@ -267,19 +267,21 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
               SEQLENS_TENSOR: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-              HAS_SOFTCAP: tl.constexpr, NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr):
+              HAS_SOFTCAP: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Program (b x KV head, query tile, split): attention of the query tile's packed rows over one split of the
     keys of sequence b.
 
     Row r of the packed query tile is query position ``r // group_size`` of head
     ``kv_head x group_size + r % group_size``: for one query position the rows are the group's heads, adjacent
     in memory. Keys: positions [0, seqlen_k) of the cache, seqlen_k = cache_seqlens[b] + seqlen_new (the new
-    keys were appended already). With NUM_SPLITS == 1 the program writes the final output and log-sum-exp;
-    otherwise its partial output (normalised over its keys) and their log-sum-exp, for ``_merge_splits``.
+    keys were appended already). Without SPLIT (one split: grid axis 2 is 1) the program writes the final
+    output and log-sum-exp; with it, its partial output (normalised over its keys) and their log-sum-exp, for
+    ``_merge_splits``. The split count is a runtime value (the grid's third axis): changing it compiles nothing.
     """
     pid_bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     split = tl.program_id(2)
+    num_splits = tl.num_programs(2)
     off_b = pid_bh // n_kv_heads
     off_hk = pid_bh % n_kv_heads
     if SEQLENS_TENSOR:
@@ -307,7 +309,7 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
     q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
 
     # Keys this query tile sees (bottom-right alignment: query i is at key position i + seqlen_k - seqlen_q),
-    # cut into NUM_SPLITS runs of whole tiles; this program takes run ``split``.
+    # cut into num_splits runs of whole tiles; this program takes run ``split``.
     shift = seqlen_k - seqlen_q
     first_i = pid_m * BLOCK_M // group_size
     last_i = tl.minimum(((pid_m + 1) * BLOCK_M - 1) // group_size, seqlen_q - 1)
@@ -323,7 +325,7 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
     hi = tl.maximum(hi, 0)
     n_lo = lo // BLOCK_N
     n_hi = tl.cdiv(hi, BLOCK_N)
-    per_split = tl.cdiv(tl.maximum(n_hi - n_lo, 0), NUM_SPLITS)
+    per_split = tl.cdiv(tl.maximum(n_hi - n_lo, 0), num_splits)
     start = (n_lo + split * per_split) * BLOCK_N
     end = tl.minimum(start + per_split * BLOCK_N, hi)
 
@@ -374,7 +376,7 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
     n_heads = n_kv_heads * group_size
     # LSE (and its partial) rows are (b, h, i), as flash-attn returns it
     lse_offs = (off_b * n_heads + offs_h) * seqlen_q + offs_i
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         o_ptrs = (O + off_b.to(tl.int64) * stride_ob + offs_i[:, None] * stride_os + offs_h[:, None] * stride_oh
                   + offs_d[None, :])
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=out_mask)
@@ -389,10 +391,10 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
 
 
 # --8<-- [start:merge_kernel]
-@triton.jit(do_not_specialize=["n_heads", "seqlen_q", "n_rows"])
+@triton.jit(do_not_specialize=["n_heads", "seqlen_q", "n_rows", "num_splits"])
 def _merge_splits(O_PART, LSE_PART, O, LSE, stride_ob, stride_os, stride_oh, n_heads, seqlen_q, n_rows,
-                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                  BLOCK_S: tl.constexpr, CHUNK: tl.constexpr):
+                  num_splits, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+                  CHUNK: tl.constexpr):
     """Program (b, h, i): out = sum_s exp(lse_s - lse) out_s with lse = log sum_s exp(lse_s).
 
     Each split's partial output is normalised over its own keys, so weighting it by its share of the total
@@ -401,7 +403,7 @@ def _merge_splits(O_PART, LSE_PART, O, LSE, stride_ob, stride_os, stride_oh, n_h
     """
     row = tl.program_id(0)  # (b, h, i) flattened, as the LSE rows are
     offs_s = tl.arange(0, BLOCK_S)
-    lse_s = tl.load(LSE_PART + offs_s.to(tl.int64) * n_rows + row, mask=offs_s < NUM_SPLITS, other=float("-inf"))
+    lse_s = tl.load(LSE_PART + offs_s.to(tl.int64) * n_rows + row, mask=offs_s < num_splits, other=float("-inf"))
     lse_max = tl.max(lse_s, 0)
     lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)  # every split empty: weights 0, out 0
     total = tl.sum(tl.exp(lse_s - lse_max), 0)
@@ -410,9 +412,9 @@ def _merge_splits(O_PART, LSE_PART, O, LSE, stride_ob, stride_os, stride_oh, n_h
     offs_c = tl.arange(0, CHUNK)
     offs_d = tl.arange(0, BLOCK_D)
     acc = tl.zeros([BLOCK_D], dtype=tl.float32)
-    for s0 in tl.range(0, NUM_SPLITS, CHUNK):
+    for s0 in tl.range(0, num_splits, CHUNK):
         splits = s0 + offs_c
-        ok = splits < NUM_SPLITS
+        ok = splits < num_splits
         lse_c = tl.load(LSE_PART + splits.to(tl.int64) * n_rows + row, mask=ok, other=float("-inf"))
         w = tl.exp(lse_c - lse_max) / total_safe
         o = tl.load(O_PART + (splits.to(tl.int64) * n_rows + row)[:, None] * BLOCK_D + offs_d[None, :],
@@ -551,7 +553,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, PAGED=paged,
                 PAGE_SIZE=page_size if paged else 0,
                 HAS_BATCH_IDX=cache_batch_idx is not None, SEQLENS_TENSOR=cache_seqlens is not None,
-                IS_CAUSAL=causal, HAS_WINDOW=has_window, HAS_SOFTCAP=softcap > 0.0, NUM_SPLITS=num_splits,
+                IS_CAUSAL=causal, HAS_WINDOW=has_window, HAS_SOFTCAP=softcap > 0.0, SPLIT=num_splits > 1,
                 DOT_PRECISION=dot_precision(q.dtype))
     grid = (batch * n_kv_heads, m_tiles, num_splits)
     tconfig = config.triton_config()
@@ -560,9 +562,9 @@ def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_
         if num_splits > 1:
             n_rows = batch * n_heads * seqlen_q
             margs = (o_part, lse_part, out, lse, out.stride(0), out.stride(1), out.stride(2), n_heads, seqlen_q,
-                     n_rows)
+                     n_rows, num_splits)
+            # BLOCK_S: the split counts up to a power of two share one compiled merge
             block_s = triton.next_power_of_2(num_splits)
-            mmeta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_splits, BLOCK_S=block_s,
-                         CHUNK=min(MERGE_CHUNK, block_s))
+            mmeta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=block_s, CHUNK=min(MERGE_CHUNK, block_s))
             mconfig = triton.Config({}, num_warps=4 if block_d >= 128 else 2, num_stages=2)
             launch(_merge_splits, None, lambda meta: (n_rows,), margs, mmeta, mconfig, mconfig)
