@@ -51,8 +51,12 @@ class DecodeConfig:
     stages: int
     programs_per_sm: int
 
-    def triton_config(self) -> triton.Config:
-        return triton.Config({"BLOCK_N": self.block_n}, num_warps=self.warps, num_stages=self.stages)
+    def triton_config(self, paged: bool) -> triton.Config:
+        # Triton's pipeliner gives the block-table load (whose result addresses K and V) stages of its own: for
+        # the same K and V buffers as a contiguous cache, a paged one needs two more (the shared memory that
+        # `benchmarks/decode.py --aot` prints for both: stages 3 contiguous = stages 5 paged = 2 buffers each).
+        return triton.Config({"BLOCK_N": self.block_n}, num_warps=self.warps,
+                             num_stages=self.stages + (PAGED_EXTRA_STAGES if paged else 0))
 
 
 # --8<-- [start:decode_configs]
@@ -67,6 +71,7 @@ DECODE_CONFIGS = {
 }
 # --8<-- [end:decode_configs]
 
+PAGED_EXTRA_STAGES = 2
 # flash-attn's cap on splits: more would make the merge cost more than the split saves.
 MAX_SPLITS = 128
 # Query rows (heads of one group x query positions) per tile: beyond this, the packed rows are cut into tiles.
@@ -148,8 +153,8 @@ def _cache_rows(BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b,
             page = tl.zeros_like(pos) + page
         else:
             page = tl.load(BLOCK_TABLE + off_b * stride_tb + logical, mask=valid, other=0)
-        return page, pos % PAGE_SIZE, valid
-    return tl.zeros_like(pos) + cache_page, pos, pos < cache_len
+        return page.to(tl.int64), pos % PAGE_SIZE, valid
+    return (tl.zeros_like(pos) + cache_page).to(tl.int64), pos, pos < cache_len
 
 
 @triton.jit
@@ -556,7 +561,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_
                 IS_CAUSAL=causal, HAS_WINDOW=has_window, HAS_SOFTCAP=softcap > 0.0, SPLIT=num_splits > 1,
                 DOT_PRECISION=dot_precision(q.dtype))
     grid = (batch * n_kv_heads, m_tiles, num_splits)
-    tconfig = config.triton_config()
+    tconfig = config.triton_config(paged)
     with on_device(q.device):
         launch(_split_kv, None, lambda meta: grid, args, meta, tconfig, tconfig)
         if num_splits > 1:

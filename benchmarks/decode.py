@@ -1,0 +1,502 @@
+"""Decode attention at the memory-bandwidth limit: flashdoc's ``flash_attn_with_kvcache`` against SDPA (cuDNN and
+flash backends), FlexAttention's decoding kernel and a device-to-device copy, on one GPU in one run.
+
+    python3 benchmarks/decode.py --out OUT            # the benchmark: OUT/decode.json, decode.md, decode_roofline.png
+    python3 benchmarks/decode.py --out OUT --sweep    # time candidate split-KV configs: OUT/decode_sweep.{json,md}
+    python3 benchmarks/decode.py --out OUT --quick    # a few points, for a smoke run
+    PYTHONPATH=/tmp/t36:. python benchmarks/decode.py --aot   # compile the configs for sm_90 without a GPU
+                                                              # (a Triton 3.6 wheel unpacked in /tmp/t36)
+
+The shape is a decode step of a Llama-style model: bf16, 32 query heads sharing 8 KV heads (GQA), head dim 128,
+one new query per sequence, batch 1, 8 and 64 with caches of 4k, 32k and 128k tokens (points whose caches do
+not fit in memory are skipped). The figure of merit is the *effective bandwidth*: the bytes of K and V the step
+must read (batch x cache x KV heads x head dim x 2 bytes x 2), divided by its time. A copy moves each byte in
+and out once; its bandwidth (bytes read + bytes written per second) is the ceiling a kernel that reads the cache
+once can approach.
+
+Timing: ``triton.testing.do_bench`` (CUDA events around each call, Triton's 256 MB write between calls so that
+every call reads the cache from HBM, not from the 60 MB L2: a decode step in a model follows other layers that
+evict it). The events time the GPU, but a call whose host work outlasts the previous kernels is timed with its
+host work; so every point is also timed as a CUDA graph of 20 calls, replayed (``graph_ms``): no host work, but
+a cache that fits in L2 (1 x 4k: 16 MB) stays there between calls, so those numbers flatter every method alike
+at that point. The targets are checked on ``do_bench`` timings.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):  # run as a script: the checkout's flashdoc
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import flashdoc  # noqa: E402, I001  (first: without a GPU it turns on Triton's interpreter)
+import triton  # noqa: E402
+
+from flashdoc.kernels import decode as dk  # noqa: E402
+
+HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
+BATCHES = (1, 8, 64)
+CACHES = (4096, 32768, 131072)
+PAGE_SIZES = (16, 64, 256)
+DTYPE = torch.bfloat16
+GRAPH_CALLS = 20
+# The targets: a ratio to each SDPA backend at every point; a share of the copy bandwidth where the cache holds
+# at least this many tokens in all; paged within this fraction of contiguous.
+COPY_SHARE, COPY_SHARE_MIN_TOKENS, PAGED_SLACK = 0.85, 8 * 32768, 0.05
+
+
+def kv_bytes(batch, cache, n_kv=KV_HEADS, head_dim=HEAD_DIM, dtype=DTYPE):
+    """Bytes of K and V a decode step reads."""
+    return 2 * batch * cache * n_kv * head_dim * torch.finfo(dtype).bits // 8
+
+
+def fits(batch, cache, copies=2.5):
+    """Whether ``copies`` caches of this size fit in the GPU's free memory (the paged copy and SDPA's own)."""
+    free, _ = torch.cuda.mem_get_info()
+    return copies * kv_bytes(batch, cache) < free
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The timed calls
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def make_cache(batch, cache, page_size=None, seed=0):
+    """q (B, 1, H, D), caches and their arguments for a full cache of ``cache`` tokens per sequence: contiguous
+    (B, cache, Hk, D), or paged with pages of page_size in shuffled order."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    kw = dict(device="cuda", dtype=DTYPE)
+    q = torch.randn(batch, 1, HEADS, HEAD_DIM, generator=g, **kw)
+    seqlens = torch.full((batch,), cache, dtype=torch.int32, device="cuda")
+    if page_size is None:
+        shape, table = (batch, cache, KV_HEADS, HEAD_DIM), None
+    else:
+        pages = batch * cache // page_size
+        shape = (pages, page_size, KV_HEADS, HEAD_DIM)
+        table = torch.randperm(pages, device="cuda", generator=g).to(torch.int32).reshape(batch, -1)
+    k_cache = torch.randn(shape, generator=g, **kw)
+    v_cache = torch.randn(shape, generator=g, **kw)
+    return q, k_cache, v_cache, seqlens, table
+
+
+def flashdoc_call(q, k_cache, v_cache, seqlens, table, num_splits=0):
+    def call():
+        return flashdoc.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
+                                                num_splits=num_splits)
+    return call
+
+
+def config_call(q, k_cache, v_cache, seqlens, table, config):
+    """The split-KV kernel (and merge) under one DecodeConfig, without the public API's checks: for the sweep."""
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device="cuda", dtype=torch.float32)
+    rows = (HEADS // KV_HEADS) * q.shape[1]
+    capacity = k_cache.shape[1] * (1 if table is None else table.shape[1])
+    splits = dk.num_splits_heuristic(q.shape[0] * KV_HEADS * triton.cdiv(rows, dk.block_m_for(rows)),
+                                     dk.num_sms(0) * config.programs_per_sm, triton.cdiv(capacity, config.block_n))
+
+    def call():
+        dk.decode_attention(q, k_cache, v_cache, out, lse, seqlens, 0, 0, None, table, HEAD_DIM ** -0.5, False,
+                            -1, -1, 0.0, splits, config)
+    return call, splits
+
+
+def sdpa_call(backend_name, q, k_cache, v_cache):
+    """SDPA in its own layout (B, H, S, D), one backend only; its K and V are copies made once, untimed."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name)
+    qs = q.transpose(1, 2).contiguous()
+    ks, vs = k_cache.transpose(1, 2).contiguous(), v_cache.transpose(1, 2).contiguous()
+
+    def call():
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True)
+    return call
+
+
+_flex = None
+
+
+def flex_call(q, k_cache, v_cache):
+    """FlexAttention compiled for these static shapes: a query length of 1 takes its decoding kernel (split-KV)."""
+    global _flex
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if _flex is None:
+        # one compile per shape; past dynamo's default limit it would silently run eagerly (see NOTES)
+        torch._dynamo.config.recompile_limit = max(1024, torch._dynamo.config.recompile_limit)
+        torch._dynamo.config.accumulated_recompile_limit = max(4096,
+                                                               torch._dynamo.config.accumulated_recompile_limit)
+        _flex = torch.compile(flex_attention, dynamic=False)
+    qs = q.transpose(1, 2).contiguous()
+    ks, vs = k_cache.transpose(1, 2).contiguous(), v_cache.transpose(1, 2).contiguous()
+
+    def call():
+        return _flex(qs, ks, vs, enable_gqa=True)
+    return call
+
+
+def time_ms(call):
+    """(do_bench median ms, L2 flushed between calls; CUDA-graph ms per call)."""
+    call()
+    torch.cuda.synchronize()
+    events_ms = triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median")
+    graph_ms = None
+    try:
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            call()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                for _ in range(GRAPH_CALLS):
+                    call()
+        torch.cuda.synchronize()
+        graph_ms = triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") / GRAPH_CALLS
+        del graph
+    except Exception as e:  # a method that cannot be captured gets no graph timing
+        print(f"  (no CUDA-graph timing: {str(e).splitlines()[0][:100]})", flush=True)
+    return events_ms, graph_ms
+
+
+def copy_bandwidth():
+    """Device-to-device copy of 2 GiB: (bytes read + bytes written) per second, in bytes/s."""
+    n = 2**31
+    buffers = [torch.empty(n // 2, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    ms = triton.testing.do_bench(lambda: buffers[1].copy_(buffers[0]), warmup=25, rep=200, return_mode="median")
+    buffers.clear()
+    return 2 * n / (ms * 1e-3)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The benchmark
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def points(quick):
+    if quick:
+        return [(1, 4096), (8, 32768)]
+    return [(b, c) for b in BATCHES for c in CACHES]
+
+
+def measure(quick=False, verbose=True):
+    """Every method at every point: a list of rows (batch, cache, method, ms, graph_ms, tbps, graph_tbps), and
+    the copy bandwidth."""
+    torch.manual_seed(0)
+    copy = copy_bandwidth()
+    if verbose:
+        print(f"device-to-device copy: {copy / 1e12:.2f} TB/s", flush=True)
+    rows = []
+    for batch, cache in points(quick):
+        if not fits(batch, cache):
+            print(f"skip {batch} x {cache}: the caches do not fit", flush=True)
+            continue
+        n_bytes = kv_bytes(batch, cache)
+        calls = {}
+        q, kc, vc, lens, _ = make_cache(batch, cache)
+        calls["flashdoc"] = flashdoc_call(q, kc, vc, lens, None)
+        for backend, name in (("CUDNN_ATTENTION", "sdpa-cudnn"), ("FLASH_ATTENTION", "sdpa-flash")):
+            calls[name] = sdpa_call(backend, q, kc, vc)
+        calls["flex"] = flex_call(q, kc, vc)
+        results = _time_all(calls, batch, cache, n_bytes, verbose)
+        del calls, kc, vc
+        torch.cuda.empty_cache()
+        for page in PAGE_SIZES:
+            q, kc, vc, lens, table = make_cache(batch, cache, page)
+            results += _time_all({f"flashdoc-paged{page}": flashdoc_call(q, kc, vc, lens, table)}, batch, cache,
+                                 n_bytes, verbose)
+            del kc, vc, table
+            torch.cuda.empty_cache()
+        rows += results
+    return rows, copy
+
+
+def _time_all(calls, batch, cache, n_bytes, verbose):
+    rows = []
+    for name, call in calls.items():
+        try:
+            ms, graph_ms = time_ms(call)
+        except Exception as e:  # a backend without a kernel for this shape: recorded as missing
+            print(f"{batch} x {cache} {name}: failed ({str(e).splitlines()[0][:120]})", flush=True)
+            rows.append(dict(batch=batch, cache=cache, method=name, error=str(e).splitlines()[0][:200]))
+            continue
+        row = dict(batch=batch, cache=cache, method=name, ms=ms, graph_ms=graph_ms, tbps=n_bytes / ms / 1e9,
+                   graph_tbps=None if graph_ms is None else n_bytes / graph_ms / 1e9)
+        rows.append(row)
+        if verbose:
+            graph = "" if graph_ms is None else f"  graph {row['graph_tbps']:.2f} TB/s"
+            print(f"{batch:3d} x {cache:6d}  {name:18s} {ms * 1e3:9.1f} us  {row['tbps']:.2f} TB/s{graph}", flush=True)
+    return rows
+
+
+def _by(rows):
+    return {(r["batch"], r["cache"], r["method"]): r for r in rows if "tbps" in r}
+
+
+def target_checks(rows, copy):
+    """One line per target: what was asked, the worst point, met or not."""
+    got = _by(rows)
+    pts = sorted({(b, c) for b, c, _ in got})
+    checks = []
+    for peer in ("sdpa-cudnn", "sdpa-flash"):
+        ratios = [(got[(b, c, "flashdoc")]["tbps"] / got[(b, c, peer)]["tbps"], b, c) for b, c in pts
+                  if (b, c, peer) in got and (b, c, "flashdoc") in got]
+        if ratios:
+            worst = min(ratios)
+            checks.append(dict(target=f">= 1.0x {peer} at every point", worst=f"{worst[0]:.2f}x at {worst[1]} x "
+                               f"{worst[2]}", met=worst[0] >= 1.0))
+    shares = [(got[(b, c, "flashdoc")]["tbps"] * 1e12 / copy, b, c) for b, c in pts
+              if b * c >= COPY_SHARE_MIN_TOKENS and (b, c, "flashdoc") in got]
+    if shares:
+        worst = min(shares)
+        checks.append(dict(target=f">= {COPY_SHARE:.0%} of copy bandwidth where batch x cache >= 8 x 32k",
+                           worst=f"{worst[0]:.0%} at {worst[1]} x {worst[2]}", met=worst[0] >= COPY_SHARE))
+    paged = [(got[(b, c, f"flashdoc-paged{p}")]["tbps"] / got[(b, c, "flashdoc")]["tbps"], p, b, c)
+             for b, c in pts for p in PAGE_SIZES if (b, c, f"flashdoc-paged{p}") in got and (b, c, "flashdoc") in got]
+    if paged:
+        worst = min(paged)
+        checks.append(dict(target=f"paged within {PAGED_SLACK:.0%} of contiguous",
+                           worst=f"{worst[0]:.2f}x (page {worst[1]}) at {worst[2]} x {worst[3]}",
+                           met=worst[0] >= 1 - PAGED_SLACK))
+    return checks
+
+
+def markdown(rows, copy, env):
+    got = _by(rows)
+    methods = []
+    for r in rows:
+        if r["method"] not in methods:
+            methods.append(r["method"])
+    pts = []
+    for r in rows:
+        if (r["batch"], r["cache"]) not in pts:
+            pts.append((r["batch"], r["cache"]))
+    lines = [f"Decode step, bf16, H = {HEADS}, Hk = {KV_HEADS}, d = {HEAD_DIM}, seqlen_q = 1, on {env['gpu']} "
+             f"(torch {env['torch']}, Triton {env['triton']}). Effective K+V bandwidth in TB/s (do_bench, L2 "
+             f"flushed); device-to-device copy: {copy / 1e12:.2f} TB/s.", "",
+             "| batch x cache | " + " | ".join(methods) + " | flashdoc / copy |",
+             "|---|" + "---|" * (len(methods) + 1)]
+    for b, c in pts:
+        cells = [f"{got[(b, c, m)]['tbps']:.2f}" if (b, c, m) in got else "—" for m in methods]
+        share = f"{got[(b, c, 'flashdoc')]['tbps'] * 1e12 / copy:.0%}" if (b, c, "flashdoc") in got else "—"
+        lines.append(f"| {b} x {c // 1024}k | " + " | ".join(cells) + f" | {share} |")
+    lines += ["", "The same, each point timed as a CUDA graph of "
+              f"{GRAPH_CALLS} calls (no host work; caches under 60 MB stay in L2):", "",
+              "| batch x cache | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for b, c in pts:
+        cells = [f"{got[(b, c, m)]['graph_tbps']:.2f}" if (b, c, m) in got and got[(b, c, m)]["graph_tbps"]
+                 else "—" for m in methods]
+        lines.append(f"| {b} x {c // 1024}k | " + " | ".join(cells) + " |")
+    lines += ["", "| target | worst point | met |", "|---|---|---|"]
+    for t in target_checks(rows, copy):
+        lines.append(f"| {t['target']} | {t['worst']} | {'yes' if t['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def roofline_figure(rows, copy, path):
+    """Effective bandwidth of each method against the K+V bytes of the step, under the copy's ceiling."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    methods = []
+    for r in rows:
+        if r["method"] not in methods and "tbps" in r:
+            methods.append(r["method"])
+    styles = {"flashdoc": ("C0", "o", "-"), "sdpa-cudnn": ("C1", "s", "--"), "sdpa-flash": ("C2", "^", "--"),
+              "flex": ("C3", "D", ":")}
+    for i, m in enumerate(methods):
+        pts = sorted((kv_bytes(r["batch"], r["cache"]), r["tbps"]) for r in rows
+                     if r["method"] == m and "tbps" in r)
+        color, marker, line = styles.get(m, (f"C{4 + i % 6}", "x", "-."))
+        ax.plot([p[0] / 2**30 for p in pts], [p[1] for p in pts], marker=marker, linestyle=line, color=color,
+                label=m, alpha=1.0 if m in styles else 0.6)
+    ax.axhline(copy / 1e12, color="black", linewidth=1)
+    ax.text(0.02, copy / 1e12 * 1.02, f"device-to-device copy {copy / 1e12:.2f} TB/s",
+            transform=ax.get_yaxis_transform(), fontsize=9)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("K + V bytes read per decode step (GiB)")
+    ax.set_ylabel("effective bandwidth (TB/s)")
+    ax.set_ylim(0, copy / 1e12 * 1.15)
+    ax.set_title(f"Decode, bf16, {HEADS} query heads over {KV_HEADS} KV heads, d = {HEAD_DIM}")
+    ax.legend(fontsize=8, ncol=2, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def run_benchmark(out_dir, quick=False, verbose=True):
+    """Measure, then write decode.json, decode.md and decode_roofline.png into out_dir; returns the JSON dict."""
+    from flashdoc.bench import _environment
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    env = _environment("cuda")
+    rows, copy = measure(quick, verbose)
+    result = dict(env, timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), shape=dict(
+        heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, seqlen_q=1, dtype="bfloat16"),
+        timer="triton.testing.do_bench (median, L2 flushed); graph_ms: CUDA graph of "
+              f"{GRAPH_CALLS} calls", copy_tbps=copy / 1e12, rows=rows, targets=target_checks(rows, copy),
+        decode_configs={str(d): vars(c) for d, c in dk.DECODE_CONFIGS.items()})
+    (out / "decode.json").write_text(json.dumps(result, indent=1))
+    (out / "decode.md").write_text(markdown(rows, copy, env))
+    roofline_figure(rows, copy, out / "decode_roofline.png")
+    if verbose:
+        print((out / "decode.md").read_text())
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The config sweep
+# ---------------------------------------------------------------------------------------------------------------
+
+SWEEP_POINTS = [(1, 131072), (8, 32768), (64, 32768), (1, 4096)]
+SWEEP_PAGES = (None, 16, 64)
+
+
+def sweep_candidates():
+    return [dk.DecodeConfig(bn, w, st, ppsm) for bn in (32, 64, 128) for w in (4, 8) for st in (2, 3, 4, 5)
+            for ppsm in (1, 2, 4)
+            if 2 * bn * HEAD_DIM * 2 * st <= 220 * 1024]  # K and V tiles, `stages` deep, in shared memory
+
+
+def sweep(out_dir, verbose=True):
+    """Time every candidate config (do_bench, L2 flushed) at a few points and page sizes; write the table and the
+    best config per page size (the geometric mean of its bandwidth over the points)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for batch, cache in SWEEP_POINTS:
+        for page in SWEEP_PAGES:
+            q, kc, vc, lens, table = make_cache(batch, cache, page)
+            n_bytes = kv_bytes(batch, cache)
+            for config in sweep_candidates():
+                if page is not None and config.block_n > page and page % 16:
+                    continue
+                try:
+                    call, splits = config_call(q, kc, vc, lens, table, config)
+                    ms = triton.testing.do_bench(call, warmup=10, rep=60, return_mode="median")
+                except Exception as e:  # out of shared memory or registers: not a candidate
+                    if verbose:
+                        print(f"{config}: {str(e).splitlines()[0][:100]}", flush=True)
+                    continue
+                row = dict(batch=batch, cache=cache, page=page, splits=splits, ms=ms, tbps=n_bytes / ms / 1e9,
+                           **vars(config))
+                rows.append(row)
+                if verbose:
+                    print(f"{batch} x {cache} page {page}: {config} splits {splits}: {row['tbps']:.2f} TB/s",
+                          flush=True)
+            del kc, vc
+            torch.cuda.empty_cache()
+    best = {}
+    for page in SWEEP_PAGES:
+        scores = {}
+        for config in sweep_candidates():
+            got = [r["tbps"] for r in rows if r["page"] == page and (r["block_n"], r["warps"], r["stages"],
+                   r["programs_per_sm"]) == (config.block_n, config.warps, config.stages, config.programs_per_sm)]
+            if len(got) == len(SWEEP_POINTS):
+                scores[config] = torch.tensor(got).log().mean().exp().item()
+        if scores:
+            winner = max(scores, key=scores.get)
+            best[str(page)] = dict(vars(winner), geomean_tbps=scores[winner],
+                                   current_tbps=scores.get(dk.DECODE_CONFIGS[HEAD_DIM]))
+    (out / "decode_sweep.json").write_text(json.dumps(dict(rows=rows, best=best), indent=1))
+    lines = ["| page | block_n | warps | stages | programs/SM | geomean TB/s | table's config TB/s |",
+             "|---|---|---|---|---|---|---|"]
+    for page, b in best.items():
+        current = "—" if b["current_tbps"] is None else f"{b['current_tbps']:.2f}"
+        lines.append(f"| {page} | {b['block_n']} | {b['warps']} | {b['stages']} | {b['programs_per_sm']} | "
+                     f"{b['geomean_tbps']:.2f} | {current} |")
+    (out / "decode_sweep.md").write_text("\n".join(lines) + "\n")
+    if verbose:
+        print("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Compiling for sm_90 without a GPU
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def aot():
+    """Compile the split-KV kernel (each table config, paged and not) and the merge for sm_90 with the installed
+    Triton, and print registers, spills and shared memory: a check that runs without a GPU."""
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    def ptxas(ck):
+        """ptxas's registers, spills and shared memory for the compiled kernel's PTX."""
+        bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
+        with tempfile.TemporaryDirectory() as tmp:
+            ptx = os.path.join(tmp, "k.ptx")
+            Path(ptx).write_text(ck.asm["ptx"])
+            res = subprocess.run([os.path.join(bin_dir, "ptxas"), "-v", "--gpu-name=sm_90a", ptx, "-o",
+                                  os.path.join(tmp, "k.cubin")], capture_output=True, text=True)
+        found = re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr)
+        return ", ".join(found) + f", {ck.metadata.shared // 1024} KiB shared (Triton)"
+
+    def compile_kernel(kernel, constants, num_warps, num_stages):
+        sig, consts, attrs = {}, {}, {}
+        for i, name in enumerate(kernel.arg_names):
+            if name in constants:
+                sig[name], consts[(i,)] = "constexpr", constants[name]
+            elif name.isupper():  # pointers are the upper-case parameters
+                sig[name] = "*fp32" if name in ("O_PART", "LSE_PART", "LSE") else (
+                    "*i32" if name in ("CACHE_SEQLENS", "CACHE_BATCH_IDX", "BLOCK_TABLE") else "*bf16")
+                attrs[(i,)] = [["tt.divisibility", 16]]
+            elif name in ("qk_scale", "softcap"):
+                sig[name] = "fp32"
+            else:
+                sig[name] = "i32"
+                if name.startswith("stride"):
+                    attrs[(i,)] = [["tt.divisibility", 16]]
+        src = ASTSource(kernel, sig, consts, attrs)
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=num_warps, num_stages=num_stages))
+
+    for d, config in dk.DECODE_CONFIGS.items():
+        for paged, page in ((False, 0), (True, 16), (True, 256)):
+            for split in (False, True):
+                ck = compile_kernel(dk._split_kv, dict(
+                    HEAD_DIM=d, BLOCK_D=d, BLOCK_M=16, BLOCK_N=config.block_n, PAGED=paged, PAGE_SIZE=page,
+                    HAS_BATCH_IDX=False, SEQLENS_TENSOR=True, IS_CAUSAL=False, HAS_WINDOW=False,
+                    HAS_SOFTCAP=False, SPLIT=split, DOT_PRECISION="tf32"), config.warps,
+                    config.triton_config(paged).num_stages)
+                print(f"split_kv d={d} {config} paged={paged} page={page} split={split}: {ptxas(ck)}",
+                      flush=True)
+    ck = compile_kernel(dk._merge_splits, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=32, CHUNK=16), 4, 2)
+    print(f"merge d=128: {ptxas(ck)}", flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="bench-results/decode", help="folder for the results")
+    ap.add_argument("--quick", action="store_true", help="two points only (a smoke run)")
+    ap.add_argument("--sweep", action="store_true", help="time candidate split-KV configs instead")
+    ap.add_argument("--aot", action="store_true", help="compile for sm_90 without a GPU, print registers/spills")
+    a = ap.parse_args(argv)
+    if a.aot:
+        aot()
+        return
+    if not torch.cuda.is_available():
+        sys.exit("benchmarks/decode.py measures a GPU; this machine has none (--aot compiles without one)")
+    if a.sweep:
+        sweep(a.out)
+    else:
+        run_benchmark(a.out, quick=a.quick)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("FLASHDOC_AUTOTUNE", "1")
+    main()
