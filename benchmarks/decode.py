@@ -299,35 +299,39 @@ def markdown(rows, copy, env):
 
 
 def roofline_figure(rows, copy, path):
-    """Effective bandwidth of each method against the K+V bytes of the step, under the copy's ceiling."""
+    """Effective bandwidth of each method at each point (bars), under the copy's ceiling (a line)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    methods = []
+    got = _by(rows)
+    methods, pts = [], []
     for r in rows:
         if r["method"] not in methods and "tbps" in r:
             methods.append(r["method"])
-    styles = {"flashdoc": ("C0", "o", "-"), "sdpa-cudnn": ("C1", "s", "--"), "sdpa-flash": ("C2", "^", "--"),
-              "flex": ("C3", "D", ":")}
+        if (r["batch"], r["cache"]) not in pts:
+            pts.append((r["batch"], r["cache"]))
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    width = 0.8 / len(methods)
+    colors = {"flashdoc": "C0", "sdpa-cudnn": "C1", "sdpa-flash": "C2", "flex": "C3"}
     for i, m in enumerate(methods):
-        pts = sorted((kv_bytes(r["batch"], r["cache"]), r["tbps"]) for r in rows
-                     if r["method"] == m and "tbps" in r)
-        color, marker, line = styles.get(m, (f"C{4 + i % 6}", "x", "-."))
-        ax.plot([p[0] / 2**30 for p in pts], [p[1] for p in pts], marker=marker, linestyle=line, color=color,
-                label=m, alpha=1.0 if m in styles else 0.6)
+        xs = [j + (i - (len(methods) - 1) / 2) * width for j in range(len(pts))]
+        ys = [got[(b, c, m)]["tbps"] if (b, c, m) in got else 0.0 for b, c in pts]
+        paged = m.startswith("flashdoc-paged")
+        hatch = {"16": "///", "64": "...", "256": "xxx"}.get(m.removeprefix("flashdoc-paged")) if paged else None
+        ax.bar(xs, ys, width, label=m, color=colors.get(m, "C0"), alpha=0.45 if paged else 1.0, hatch=hatch,
+               edgecolor="C0" if paged else "white", linewidth=0.5)
     ax.axhline(copy / 1e12, color="black", linewidth=1)
-    ax.text(0.02, copy / 1e12 * 1.02, f"device-to-device copy {copy / 1e12:.2f} TB/s",
+    ax.text(0.01, copy / 1e12 * 1.02, f"device-to-device copy {copy / 1e12:.2f} TB/s",
             transform=ax.get_yaxis_transform(), fontsize=9)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("K + V bytes read per decode step (GiB)")
-    ax.set_ylabel("effective bandwidth (TB/s)")
-    ax.set_ylim(0, copy / 1e12 * 1.15)
-    ax.set_title(f"Decode, bf16, {HEADS} query heads over {KV_HEADS} KV heads, d = {HEAD_DIM}")
-    ax.legend(fontsize=8, ncol=2, loc="lower right")
-    ax.grid(alpha=0.3)
+    ax.set_xticks(range(len(pts)), [f"{b} x {c // 1024}k" for b, c in pts])
+    ax.set_xlabel("batch x cache length (tokens)")
+    ax.set_ylabel("effective K+V bandwidth (TB/s)")
+    ax.set_ylim(0, copy / 1e12 * 1.2)
+    ax.set_title(f"Decode step, bf16, {HEADS} query heads over {KV_HEADS} KV heads, d = {HEAD_DIM}, one query")
+    ax.legend(fontsize=8, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.14))
+    ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)
@@ -379,8 +383,6 @@ def sweep(out_dir, verbose=True):
             q, kc, vc, lens, table = make_cache(batch, cache, page)
             n_bytes = kv_bytes(batch, cache)
             for config in sweep_candidates():
-                if page is not None and config.block_n > page and page % 16:
-                    continue
                 try:
                     call, splits = config_call(q, kc, vc, lens, table, config)
                     ms = triton.testing.do_bench(call, warmup=10, rep=60, return_mode="median")
