@@ -444,6 +444,16 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+@functools.cache
+def _triton_config(config: DecodeConfig, paged: bool) -> triton.Config:
+    return config.triton_config(paged)
+
+
+@functools.cache
+def _small_config(warps: int, stages: int) -> triton.Config:
+    return triton.Config({}, num_warps=warps, num_stages=stages)
+
+
 def block_m_for(rows: int) -> int:
     """Packed query rows per tile: tl.dot needs at least 16."""
     return min(max(16, triton.next_power_of_2(rows)), MAX_BLOCK_M)
@@ -493,12 +503,8 @@ def append_kv(q, k, v, q_rot, k_cache, v_cache, cache_seqlens, cache_seqlen_cons
             cache_batch_idx if cache_batch_idx is not None else dummy,
             block_table if paged else dummy,
             rotary_cos if rotary else dummy, rotary_sin if rotary else dummy,
-            q.stride(0), q.stride(1), q.stride(2),
-            kk.stride(0), kk.stride(1), kk.stride(2),
-            vv.stride(0), vv.stride(1), vv.stride(2),
-            qr.stride(0), qr.stride(1), qr.stride(2),
-            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            *q.stride()[:3], *kk.stride()[:3], *vv.stride()[:3], *qr.stride()[:3],
+            *k_cache.stride()[:3], *v_cache.stride()[:3],
             block_table.stride(0) if paged else 0, rotary_cos.stride(0) if rotary else 0,
             n_heads, n_kv_heads, seqlen_new, seqlen_q,
             block_table.shape[1] if paged else 1, k_cache.shape[1], cache_seqlen_const,
@@ -509,7 +515,7 @@ def append_kv(q, k, v, q_rot, k_cache, v_cache, cache_seqlens, cache_seqlen_cons
                 SEQLENS_TENSOR=cache_seqlens is not None, APPEND=seqlen_new > 0, ROTARY=rotary,
                 INTERLEAVED=rotary_interleaved, Q_POS_PER_ROW=q_pos_per_row)
     grid = (max(seqlen_new, seqlen_q if rotary else 0), batch)
-    config = triton.Config({}, num_warps=4, num_stages=1)
+    config = _small_config(4, 1)
     with on_device(q.device):
         launch(_append_kv, None, lambda meta: grid, args, meta, config, config)
 
@@ -537,22 +543,21 @@ def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_
     block_d = block_d_for(head_dim)
     m_tiles = triton.cdiv(rows, block_m)
     dummy = _placeholder(q.device)
-    if num_splits > 1:
-        o_part = torch.empty((num_splits, batch, n_heads, seqlen_q, block_d), device=q.device, dtype=torch.float32)
-        lse_part = torch.empty((num_splits, batch, n_heads, seqlen_q), device=q.device, dtype=torch.float32)
+    if num_splits > 1:  # one allocation for both: the partial outputs (splits, B, H, Sq, BLOCK_D), then LSEs
+        part_rows = num_splits * batch * n_heads * seqlen_q
+        part = torch.empty(part_rows * (block_d + 1), device=q.device, dtype=torch.float32)
+        o_part, lse_part = part[:part_rows * block_d], part[part_rows * block_d:]
     else:
         o_part = lse_part = dummy
     has_window = window_left >= 0 or window_right >= 0
+    out_strides = out.stride()[:3]
     args = (q, k_cache, v_cache,
             cache_seqlens if cache_seqlens is not None else dummy,
             cache_batch_idx if cache_batch_idx is not None else dummy,
             block_table if paged else dummy,
             out, lse, o_part, lse_part,
-            q.stride(0), q.stride(1), q.stride(2),
-            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            block_table.stride(0) if paged else 0,
-            out.stride(0), out.stride(1), out.stride(2),
+            *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3],
+            block_table.stride(0) if paged else 0, *out_strides,
             n_kv_heads, group, seqlen_q, max_pages, page_size, cache_seqlen_const, seqlen_new,
             softmax_scale * LOG2E, float(softcap), window_left, window_right)
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, PAGED=paged,
@@ -561,15 +566,15 @@ def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_
                 IS_CAUSAL=causal, HAS_WINDOW=has_window, HAS_SOFTCAP=softcap > 0.0, SPLIT=num_splits > 1,
                 DOT_PRECISION=dot_precision(q.dtype))
     grid = (batch * n_kv_heads, m_tiles, num_splits)
-    tconfig = config.triton_config(paged)
+    tconfig = _triton_config(config, paged)
     with on_device(q.device):
         launch(_split_kv, None, lambda meta: grid, args, meta, tconfig, tconfig)
         if num_splits > 1:
             n_rows = batch * n_heads * seqlen_q
-            margs = (o_part, lse_part, out, lse, out.stride(0), out.stride(1), out.stride(2), n_heads, seqlen_q,
+            margs = (o_part, lse_part, out, lse, *out_strides, n_heads, seqlen_q,
                      n_rows, num_splits)
             # BLOCK_S: the split counts up to a power of two share one compiled merge
             block_s = triton.next_power_of_2(num_splits)
             mmeta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=block_s, CHUNK=min(MERGE_CHUNK, block_s))
-            mconfig = triton.Config({}, num_warps=4 if block_d >= 128 else 2, num_stages=2)
+            mconfig = _small_config(4 if block_d >= 128 else 2, 2)
             launch(_merge_splits, None, lambda meta: (n_rows,), margs, mmeta, mconfig, mconfig)
