@@ -14,12 +14,15 @@ must read (batch x cache x KV heads x head dim x 2 bytes x 2), divided by its ti
 and out once; its bandwidth (bytes read + bytes written per second) is the ceiling a kernel that reads the cache
 once can approach.
 
-Timing: ``triton.testing.do_bench`` (CUDA events around each call, Triton's 256 MB write between calls so that
-every call reads the cache from HBM, not from the 60 MB L2: a decode step in a model follows other layers that
-evict it). The events time the GPU, but a call whose host work outlasts the previous kernels is timed with its
-host work; so every point is also timed as a CUDA graph of 20 calls, replayed (``graph_ms``): no host work, but
-a cache that fits in L2 (1 x 4k: 16 MB) stays there between calls, so those numbers flatter every method alike
-at that point. The targets are checked on ``do_bench`` timings.
+Two timers, both recorded for every point, and the targets checked on each:
+
+- ``do_bench``: ``triton.testing.do_bench``'s median, CUDA events around each call, with Triton's 256 MB write
+  between calls so that every call reads the cache from HBM, not from the 60 MB L2 (a decode step in a model
+  follows other layers that evict it). The events time the GPU, but where a call's host work outlasts the GPU
+  work queued before it (the smallest points), the host work is timed too.
+- ``graph``: 20 calls captured in one CUDA graph and replayed, the time per call: what a serving engine that
+  captures its decode step sees, with no host work. Where one cache would stay in L2 between calls, the calls
+  cycle over several copies of it (together at least four times L2), so every call still reads from HBM.
 """
 
 import argparse
@@ -45,6 +48,7 @@ CACHES = (4096, 32768, 131072)
 PAGE_SIZES = (16, 64, 256)
 DTYPE = torch.bfloat16
 GRAPH_CALLS = 20
+L2_BYTES = 60 * 2**20  # the H200's L2 (the graph timing's copies of small caches add up to 4x this)
 # The targets: a ratio to each SDPA backend at every point; a share of the copy bandwidth where the cache holds
 # at least this many tokens in all; paged within this fraction of contiguous.
 COPY_SHARE, COPY_SHARE_MIN_TOKENS, PAGED_SLACK = 0.85, 8 * 32768, 0.05
@@ -142,20 +146,24 @@ def flex_call(q, k_cache, v_cache):
     return call
 
 
-def time_ms(call):
-    """(do_bench median ms, L2 flushed between calls; CUDA-graph ms per call)."""
-    call()
+def time_ms(calls):
+    """(do_bench median ms of calls[0], L2 flushed between calls; ms per call of a CUDA graph of GRAPH_CALLS calls
+    cycling over ``calls``, which read different copies of the inputs)."""
+    for call in calls:
+        call()
     torch.cuda.synchronize()
-    events_ms = triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median")
+    events_ms = triton.testing.do_bench(calls[0], warmup=25, rep=200, return_mode="median")
     graph_ms = None
     try:
         stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            call()
+            for call in calls:
+                call()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=stream):
-                for _ in range(GRAPH_CALLS):
-                    call()
+                for i in range(GRAPH_CALLS):
+                    calls[i % len(calls)]()
         torch.cuda.synchronize()
         graph_ms = triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") / GRAPH_CALLS
         del graph
@@ -184,6 +192,11 @@ def points(quick):
     return [(b, c) for b in BATCHES for c in CACHES]
 
 
+def copies_for(batch, cache):
+    """How many copies of a point's inputs the graph timing cycles over: enough for 4x L2 (at most GRAPH_CALLS)."""
+    return min(GRAPH_CALLS, max(1, -(-4 * L2_BYTES // kv_bytes(batch, cache))))
+
+
 def measure(quick=False, verbose=True):
     """Every method at every point: a list of rows (batch, cache, method, ms, graph_ms, tbps, graph_tbps), and
     the copy bandwidth."""
@@ -196,128 +209,126 @@ def measure(quick=False, verbose=True):
         if not fits(batch, cache):
             print(f"skip {batch} x {cache}: the caches do not fit", flush=True)
             continue
-        n_bytes = kv_bytes(batch, cache)
-        calls = {}
-        q, kc, vc, lens, _ = make_cache(batch, cache)
-        calls["flashdoc"] = flashdoc_call(q, kc, vc, lens, None)
-        for backend, name in (("CUDNN_ATTENTION", "sdpa-cudnn"), ("FLASH_ATTENTION", "sdpa-flash")):
-            calls[name] = sdpa_call(backend, q, kc, vc)
-        calls["flex"] = flex_call(q, kc, vc)
-        results = _time_all(calls, batch, cache, n_bytes, verbose)
-        del calls, kc, vc
-        torch.cuda.empty_cache()
+        n_copies = copies_for(batch, cache)
+        builders = {"flashdoc": lambda i: flashdoc_call(*make_cache(batch, cache, seed=i)),
+                    "sdpa-cudnn": lambda i: sdpa_call("CUDNN_ATTENTION", *make_cache(batch, cache, seed=i)[:3]),
+                    "sdpa-flash": lambda i: sdpa_call("FLASH_ATTENTION", *make_cache(batch, cache, seed=i)[:3]),
+                    "flex": lambda i: flex_call(*make_cache(batch, cache, seed=i)[:3])}
         for page in PAGE_SIZES:
-            q, kc, vc, lens, table = make_cache(batch, cache, page)
-            results += _time_all({f"flashdoc-paged{page}": flashdoc_call(q, kc, vc, lens, table)}, batch, cache,
-                                 n_bytes, verbose)
-            del kc, vc, table
+            builders[f"flashdoc-paged{page}"] = (
+                lambda i, page=page: flashdoc_call(*make_cache(batch, cache, page, seed=i)))
+        for name, build in builders.items():
+            try:
+                calls = [build(i) for i in range(n_copies)]
+                rows.append(_time_one(name, calls, batch, cache, verbose))
+            except Exception as e:  # a backend without a kernel for this shape: recorded as missing
+                print(f"{batch} x {cache} {name}: failed ({str(e).splitlines()[0][:120]})", flush=True)
+                rows.append(dict(batch=batch, cache=cache, method=name, error=str(e).splitlines()[0][:200]))
+            calls = None
             torch.cuda.empty_cache()
-        rows += results
     return rows, copy
 
 
-def _time_all(calls, batch, cache, n_bytes, verbose):
-    rows = []
-    for name, call in calls.items():
-        try:
-            ms, graph_ms = time_ms(call)
-        except Exception as e:  # a backend without a kernel for this shape: recorded as missing
-            print(f"{batch} x {cache} {name}: failed ({str(e).splitlines()[0][:120]})", flush=True)
-            rows.append(dict(batch=batch, cache=cache, method=name, error=str(e).splitlines()[0][:200]))
-            continue
-        row = dict(batch=batch, cache=cache, method=name, ms=ms, graph_ms=graph_ms, tbps=n_bytes / ms / 1e9,
-                   graph_tbps=None if graph_ms is None else n_bytes / graph_ms / 1e9)
-        rows.append(row)
-        if verbose:
-            graph = "" if graph_ms is None else f"  graph {row['graph_tbps']:.2f} TB/s"
-            print(f"{batch:3d} x {cache:6d}  {name:18s} {ms * 1e3:9.1f} us  {row['tbps']:.2f} TB/s{graph}", flush=True)
-    return rows
+def _time_one(name, calls, batch, cache, verbose):
+    n_bytes = kv_bytes(batch, cache)
+    ms, graph_ms = time_ms(calls)
+    row = dict(batch=batch, cache=cache, method=name, ms=ms, graph_ms=graph_ms, tbps=n_bytes / ms / 1e9,
+               graph_tbps=None if graph_ms is None else n_bytes / graph_ms / 1e9, copies=len(calls))
+    if verbose:
+        graph = "" if graph_ms is None else f"  graph {row['graph_tbps']:.2f} TB/s"
+        print(f"{batch:3d} x {cache:6d}  {name:18s} {ms * 1e3:9.1f} us  {row['tbps']:.2f} TB/s{graph}", flush=True)
+    return row
 
 
-def _by(rows):
-    return {(r["batch"], r["cache"], r["method"]): r for r in rows if "tbps" in r}
+TIMERS = {"tbps": "do_bench (L2 flushed between calls)", "graph_tbps": f"CUDA graph of {GRAPH_CALLS} calls"}
 
 
-def target_checks(rows, copy):
-    """One line per target: what was asked, the worst point, met or not."""
-    got = _by(rows)
+def _by(rows, key="tbps"):
+    """{(batch, cache, method): bandwidth in TB/s under one timer}, for the rows that have it."""
+    return {(r["batch"], r["cache"], r["method"]): r[key] for r in rows if r.get(key)}
+
+
+def target_checks(rows, copy, key="tbps"):
+    """One entry per target under one timer: what was asked, the worst point, met or not."""
+    got = _by(rows, key)
     pts = sorted({(b, c) for b, c, _ in got})
+    ours = {(b, c): got[(b, c, "flashdoc")] for b, c in pts if (b, c, "flashdoc") in got}
     checks = []
     for peer in ("sdpa-cudnn", "sdpa-flash"):
-        ratios = [(got[(b, c, "flashdoc")]["tbps"] / got[(b, c, peer)]["tbps"], b, c) for b, c in pts
-                  if (b, c, peer) in got and (b, c, "flashdoc") in got]
+        ratios = [(ours[p] / got[(*p, peer)], *p) for p in ours if (*p, peer) in got]
         if ratios:
             worst = min(ratios)
             checks.append(dict(target=f">= 1.0x {peer} at every point", worst=f"{worst[0]:.2f}x at {worst[1]} x "
-                               f"{worst[2]}", met=worst[0] >= 1.0))
-    shares = [(got[(b, c, "flashdoc")]["tbps"] * 1e12 / copy, b, c) for b, c in pts
-              if b * c >= COPY_SHARE_MIN_TOKENS and (b, c, "flashdoc") in got]
+                               f"{worst[2] // 1024}k", met=worst[0] >= 1.0))
+    shares = [(ours[p] * 1e12 / copy, *p) for p in ours if p[0] * p[1] >= COPY_SHARE_MIN_TOKENS]
     if shares:
         worst = min(shares)
         checks.append(dict(target=f">= {COPY_SHARE:.0%} of copy bandwidth where batch x cache >= 8 x 32k",
-                           worst=f"{worst[0]:.0%} at {worst[1]} x {worst[2]}", met=worst[0] >= COPY_SHARE))
-    paged = [(got[(b, c, f"flashdoc-paged{p}")]["tbps"] / got[(b, c, "flashdoc")]["tbps"], p, b, c)
-             for b, c in pts for p in PAGE_SIZES if (b, c, f"flashdoc-paged{p}") in got and (b, c, "flashdoc") in got]
+                           worst=f"{worst[0]:.0%} at {worst[1]} x {worst[2] // 1024}k", met=worst[0] >= COPY_SHARE))
+    paged = [(got[(*p, f"flashdoc-paged{size}")] / ours[p], size, *p) for p in ours for size in PAGE_SIZES
+             if (*p, f"flashdoc-paged{size}") in got]
     if paged:
         worst = min(paged)
         checks.append(dict(target=f"paged within {PAGED_SLACK:.0%} of contiguous",
-                           worst=f"{worst[0]:.2f}x (page {worst[1]}) at {worst[2]} x {worst[3]}",
+                           worst=f"{worst[0]:.2f}x (page {worst[1]}) at {worst[2]} x {worst[3] // 1024}k",
                            met=worst[0] >= 1 - PAGED_SLACK))
     return checks
 
 
-def markdown(rows, copy, env):
-    got = _by(rows)
-    methods = []
+def _ordered(rows):
+    methods, pts = [], []
     for r in rows:
         if r["method"] not in methods:
             methods.append(r["method"])
-    pts = []
-    for r in rows:
         if (r["batch"], r["cache"]) not in pts:
             pts.append((r["batch"], r["cache"]))
-    lines = [f"Decode step, bf16, H = {HEADS}, Hk = {KV_HEADS}, d = {HEAD_DIM}, seqlen_q = 1, on {env['gpu']} "
-             f"(torch {env['torch']}, Triton {env['triton']}). Effective K+V bandwidth in TB/s (do_bench, L2 "
-             f"flushed); device-to-device copy: {copy / 1e12:.2f} TB/s.", "",
-             "| batch x cache | " + " | ".join(methods) + " | flashdoc / copy |",
+    return methods, pts
+
+
+def bandwidth_table(rows, copy, key="tbps"):
+    """Markdown: one row per point, one column per method (TB/s), and flashdoc's share of the copy."""
+    got = _by(rows, key)
+    methods, pts = _ordered(rows)
+    lines = ["| batch x cache | " + " | ".join(methods) + " | flashdoc / copy |",
              "|---|" + "---|" * (len(methods) + 1)]
     for b, c in pts:
-        cells = [f"{got[(b, c, m)]['tbps']:.2f}" if (b, c, m) in got else "—" for m in methods]
-        share = f"{got[(b, c, 'flashdoc')]['tbps'] * 1e12 / copy:.0%}" if (b, c, "flashdoc") in got else "—"
+        cells = [f"{got[(b, c, m)]:.2f}" if (b, c, m) in got else "—" for m in methods]
+        share = f"{got[(b, c, 'flashdoc')] * 1e12 / copy:.0%}" if (b, c, "flashdoc") in got else "—"
         lines.append(f"| {b} x {c // 1024}k | " + " | ".join(cells) + f" | {share} |")
-    lines += ["", "The same, each point timed as a CUDA graph of "
-              f"{GRAPH_CALLS} calls (no host work; caches under 60 MB stay in L2):", "",
-              "| batch x cache | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
-    for b, c in pts:
-        cells = [f"{got[(b, c, m)]['graph_tbps']:.2f}" if (b, c, m) in got and got[(b, c, m)]["graph_tbps"]
-                 else "—" for m in methods]
-        lines.append(f"| {b} x {c // 1024}k | " + " | ".join(cells) + " |")
-    lines += ["", "| target | worst point | met |", "|---|---|---|"]
-    for t in target_checks(rows, copy):
+    return "\n".join(lines) + "\n"
+
+
+def targets_table(rows, copy, key="tbps"):
+    lines = ["| target | worst point | met |", "|---|---|---|"]
+    for t in target_checks(rows, copy, key):
         lines.append(f"| {t['target']} | {t['worst']} | {'yes' if t['met'] else 'no'} |")
     return "\n".join(lines) + "\n"
 
 
-def roofline_figure(rows, copy, path):
-    """Effective bandwidth of each method at each point (bars), under the copy's ceiling (a line)."""
+def markdown(rows, copy, env):
+    parts = [f"Decode step, bf16, H = {HEADS}, Hk = {KV_HEADS}, d = {HEAD_DIM}, seqlen_q = 1, on {env['gpu']} "
+             f"(torch {env['torch']}, Triton {env['triton']}). Effective K+V bandwidth in TB/s; a device-to-device "
+             f"copy moves {copy / 1e12:.2f} TB/s."]
+    for key, timer in TIMERS.items():
+        parts += [f"### Timed with {timer}", bandwidth_table(rows, copy, key), targets_table(rows, copy, key)]
+    return "\n\n".join(parts)
+
+
+def roofline_figure(rows, copy, path, key="graph_tbps"):
+    """Effective bandwidth of each method at each point (bars; one timer), under the copy's ceiling (a line)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    got = _by(rows)
-    methods, pts = [], []
-    for r in rows:
-        if r["method"] not in methods and "tbps" in r:
-            methods.append(r["method"])
-        if (r["batch"], r["cache"]) not in pts:
-            pts.append((r["batch"], r["cache"]))
+    got = _by(rows, key)
+    methods, pts = _ordered(rows)
     fig, ax = plt.subplots(figsize=(10, 4.8))
     width = 0.8 / len(methods)
     colors = {"flashdoc": "C0", "sdpa-cudnn": "C1", "sdpa-flash": "C2", "flex": "C3"}
     for i, m in enumerate(methods):
         xs = [j + (i - (len(methods) - 1) / 2) * width for j in range(len(pts))]
-        ys = [got[(b, c, m)]["tbps"] if (b, c, m) in got else 0.0 for b, c in pts]
+        ys = [got.get((b, c, m), 0.0) for b, c in pts]
         paged = m.startswith("flashdoc-paged")
         hatch = {"16": "///", "64": "...", "256": "xxx"}.get(m.removeprefix("flashdoc-paged")) if paged else None
         ax.bar(xs, ys, width, label=m, color=colors.get(m, "C0"), alpha=0.45 if paged else 1.0, hatch=hatch,
@@ -329,7 +340,8 @@ def roofline_figure(rows, copy, path):
     ax.set_xlabel("batch x cache length (tokens)")
     ax.set_ylabel("effective K+V bandwidth (TB/s)")
     ax.set_ylim(0, copy / 1e12 * 1.2)
-    ax.set_title(f"Decode step, bf16, {HEADS} query heads over {KV_HEADS} KV heads, d = {HEAD_DIM}, one query")
+    ax.set_title(f"Decode step, bf16, {HEADS} query heads over {KV_HEADS} KV heads, d = {HEAD_DIM}, one query "
+                 f"({TIMERS[key]})", fontsize=10)
     ax.legend(fontsize=8, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.14))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -347,8 +359,8 @@ def run_benchmark(out_dir, quick=False, verbose=True):
     rows, copy = measure(quick, verbose)
     result = dict(env, timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), shape=dict(
         heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, seqlen_q=1, dtype="bfloat16"),
-        timer="triton.testing.do_bench (median, L2 flushed); graph_ms: CUDA graph of "
-              f"{GRAPH_CALLS} calls", copy_tbps=copy / 1e12, rows=rows, targets=target_checks(rows, copy),
+        timers=TIMERS, copy_tbps=copy / 1e12, rows=rows,
+        targets={key: target_checks(rows, copy, key) for key in TIMERS},
         decode_configs={str(d): vars(c) for d, c in dk.DECODE_CONFIGS.items()})
     (out / "decode.json").write_text(json.dumps(result, indent=1))
     (out / "decode.md").write_text(markdown(rows, copy, env))
