@@ -186,7 +186,10 @@ def copy_bandwidth():
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def points(quick):
+def points(quick, only=None):
+    """The (batch, cache) points: all of them, two (quick), or those named in only ("1x4096,8x32768")."""
+    if only:
+        return [tuple(int(x) for x in p.split("x")) for p in only.split(",")]
     if quick:
         return [(1, 4096), (8, 32768)]
     return [(b, c) for b in BATCHES for c in CACHES]
@@ -197,7 +200,7 @@ def copies_for(batch, cache):
     return min(GRAPH_CALLS, max(1, -(-4 * L2_BYTES // kv_bytes(batch, cache))))
 
 
-def measure(quick=False, verbose=True):
+def measure(quick=False, verbose=True, only=None):
     """Every method at every point: a list of rows (batch, cache, method, ms, graph_ms, tbps, graph_tbps), and
     the copy bandwidth."""
     torch.manual_seed(0)
@@ -205,7 +208,15 @@ def measure(quick=False, verbose=True):
     if verbose:
         print(f"device-to-device copy: {copy / 1e12:.2f} TB/s", flush=True)
     rows = []
-    for batch, cache in points(quick):
+    try:
+        _measure_points(points(quick, only), rows, verbose)
+    except KeyboardInterrupt:  # a time limit's Ctrl-C: keep what was measured
+        print("interrupted: writing the points measured so far", flush=True)
+    return rows, copy
+
+
+def _measure_points(pts, rows, verbose):
+    for batch, cache in pts:
         if not fits(batch, cache):
             print(f"skip {batch} x {cache}: the caches do not fit", flush=True)
             continue
@@ -226,7 +237,6 @@ def measure(quick=False, verbose=True):
                 rows.append(dict(batch=batch, cache=cache, method=name, error=str(e).splitlines()[0][:200]))
             calls = None
             torch.cuda.empty_cache()
-    return rows, copy
 
 
 def _time_one(name, calls, batch, cache, verbose):
@@ -349,14 +359,14 @@ def roofline_figure(rows, copy, path, key="graph_tbps"):
     plt.close(fig)
 
 
-def run_benchmark(out_dir, quick=False, verbose=True):
+def run_benchmark(out_dir, quick=False, verbose=True, only=None):
     """Measure, then write decode.json, decode.md and decode_roofline.png into out_dir; returns the JSON dict."""
     from flashdoc.bench import _environment
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = _environment("cuda")
-    rows, copy = measure(quick, verbose)
+    rows, copy = measure(quick, verbose, only)
     result = dict(env, timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), shape=dict(
         heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, seqlen_q=1, dtype="bfloat16"),
         timers=TIMERS, copy_tbps=copy / 1e12, rows=rows,
@@ -497,6 +507,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench-results/decode", help="folder for the results")
     ap.add_argument("--quick", action="store_true", help="two points only (a smoke run)")
+    ap.add_argument("--points", help="only these points, e.g. 1x4096,64x32768")
     ap.add_argument("--sweep", action="store_true", help="time candidate split-KV configs instead")
     ap.add_argument("--aot", action="store_true", help="compile for sm_90 without a GPU, print registers/spills")
     a = ap.parse_args(argv)
@@ -508,7 +519,7 @@ def main(argv=None):
     if a.sweep:
         sweep(a.out)
     else:
-        run_benchmark(a.out, quick=a.quick)
+        run_benchmark(a.out, quick=a.quick, only=a.points)
 
 
 if __name__ == "__main__":
