@@ -478,6 +478,8 @@ def aot():
             elif name.isupper():  # pointers are the upper-case parameters
                 sig[name] = "*fp32" if name in ("O_PART", "LSE_PART", "LSE") else (
                     "*i32" if name in ("CACHE_SEQLENS", "CACHE_BATCH_IDX", "BLOCK_TABLE") else "*bf16")
+                if name == "Q_ROT":
+                    sig[name] = "*bf16"
                 attrs[(i,)] = [["tt.divisibility", 16]]
             elif name in ("qk_scale", "softcap"):
                 sig[name] = "fp32"
@@ -501,6 +503,12 @@ def aot():
                       flush=True)
     ck = compile_kernel(dk._merge_splits, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=32, CHUNK=16), 4, 2)
     print(f"merge d=128: {ptxas(ck)}", flush=True)
+    for paged, rotary, interleaved in ((False, False, False), (True, True, True), (False, True, False)):
+        ck = compile_kernel(dk._append_kv, dict(
+            HEAD_DIM=128, BLOCK_D=128, BLOCK_H=32, BLOCK_HK=8, PAGED=paged, PAGE_SIZE=64 if paged else 0,
+            HAS_BATCH_IDX=not paged, SEQLENS_TENSOR=True, APPEND=True, ROTARY=rotary, INTERLEAVED=interleaved,
+            Q_POS_PER_ROW=True), 4, 1)
+        print(f"append d=128 paged={paged} rotary={rotary} interleaved={interleaved}: {ptxas(ck)}", flush=True)
 
 
 def main(argv=None):
