@@ -99,14 +99,14 @@ def config_call(q, k_cache, v_cache, seqlens, table, config):
     """The split-KV kernel (and merge) under one DecodeConfig, without the public API's checks: for the sweep."""
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device="cuda", dtype=torch.float32)
-    rows = (HEADS // KV_HEADS) * q.shape[1]
+    _, m_tiles = dk.query_tiles(HEADS // KV_HEADS, q.shape[1])
     capacity = k_cache.shape[1] * (1 if table is None else table.shape[1])
-    splits = dk.num_splits_heuristic(q.shape[0] * KV_HEADS * triton.cdiv(rows, dk.block_m_for(rows)),
-                                     dk.num_sms(0) * config.programs_per_sm, triton.cdiv(capacity, config.block_n))
+    splits = dk.num_splits_heuristic(q.shape[0] * KV_HEADS * m_tiles, dk.num_sms(0) * config.programs_per_sm,
+                                     triton.cdiv(capacity, config.block_n))
 
     def call():
         dk.decode_attention(q, k_cache, v_cache, out, lse, seqlens, 0, 0, None, table, HEAD_DIM ** -0.5, False,
-                            -1, -1, 0.0, splits, config)
+                            (-1, -1), 0.0, None, splits, config)
     return call, splits
 
 
@@ -498,9 +498,10 @@ def aot():
         for paged, page in ((False, 0), (True, 16), (True, 256)):
             for split in (False, True):
                 ck = compile_kernel(dk._split_kv, dict(
-                    HEAD_DIM=d, BLOCK_D=d, BLOCK_M=16, BLOCK_N=config.block_n, PAGED=paged, PAGE_SIZE=page,
-                    HAS_BATCH_IDX=False, SEQLENS_TENSOR=True, IS_CAUSAL=False, HAS_WINDOW=False,
-                    HAS_SOFTCAP=False, SPLIT=split, DOT_PRECISION="tf32"), config.warps,
+                    HEAD_DIM=d, BLOCK_D=d, BLOCK_M=16, BLOCK_N=config.block_n, GROUP=4, PAGED=paged,
+                    PAGE_SIZE=page, HAS_BATCH_IDX=False, SEQLENS_TENSOR=True, IS_CAUSAL=split, IS_LOCAL=False,
+                    SOFTCAP=False, ALIBI=False, SPLIT=split, DOT_PRECISION="tf32",
+                    cap_in=None, cap_out=None), config.warps,
                     config.triton_config(paged).num_stages)
                 print(f"split_kv d={d} {config} paged={paged} page={page} split={split}: {ptxas(ck)}",
                       flush=True)

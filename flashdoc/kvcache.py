@@ -36,13 +36,13 @@ torch.library.define(
     "(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, Tensor? rotary_cos, "
     "Tensor? rotary_sin, Tensor? cache_seqlens, int cache_seqlen_const, Tensor? cache_batch_idx, "
     "Tensor? block_table, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-    "bool rotary_interleaved, int num_splits) -> (Tensor, Tensor)")
+    "bool rotary_interleaved, Tensor? alibi_slopes, int num_splits) -> (Tensor, Tensor)")
 
 
 @torch.library.impl("flashdoc::fwd_kvcache", ("cuda", "cpu"))
 def _fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen_const,
                  cache_batch_idx, block_table, softmax_scale, causal, window_left, window_right, softcap,
-                 rotary_interleaved, num_splits):
+                 rotary_interleaved, alibi_slopes, num_splits):
     """Append k, v to the caches (rotated), then attend. Returns out (B, Sq, H, D) and lse (B, H, Sq) fp32."""
     batch, seqlen_q, n_heads, _ = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -59,8 +59,8 @@ def _fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlen
               rotary_cos, rotary_sin, rotary_interleaved, q_pos_per_row)
     out_ = torch.empty(q_.shape, dtype=torch.float32, device=q.device) if upcast else out
     decode_attention(q_rot if q_rot is not None else q_, kc, vc, out_, lse, cache_seqlens, cache_seqlen_const,
-                     seqlen_new, cache_batch_idx, block_table, softmax_scale, causal, window_left, window_right,
-                     softcap, num_splits)
+                     seqlen_new, cache_batch_idx, block_table, softmax_scale, causal, (window_left, window_right),
+                     softcap, alibi_slopes, num_splits)
     if upcast:
         out.copy_(out_)
         if seqlen_new:
@@ -70,7 +70,8 @@ def _fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlen
 
 @torch.library.register_fake("flashdoc::fwd_kvcache")
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen_const, cache_batch_idx,
-      block_table, softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits):
+      block_table, softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, alibi_slopes,
+      num_splits):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 # --8<-- [end:custom_op]
 
@@ -108,9 +109,6 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
               block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes,
               num_splits, return_softmax_lse) -> int:
     """Check every argument; return the cache's capacity in tokens per sequence."""
-    if alibi_slopes is not None:
-        raise NotImplementedError("alibi_slopes is not supported by flashdoc.flash_attn_with_kvcache (only None): "
-                                  "it adds no position bias to the scores")
     if cache_leftpad is not None:
         raise NotImplementedError("cache_leftpad is not supported by flashdoc.flash_attn_with_kvcache (only None):"
                                   " every sequence's keys start at position 0 of its cache")
@@ -229,6 +227,14 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
     _check_int(num_splits, "num_splits", 0)
     if num_splits > MAX_SPLITS:
         raise ValueError(f"num_splits is {num_splits}; allowed: 0 (choose automatically) to {MAX_SPLITS}")
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32:
+            raise TypeError("alibi_slopes must be a float32 tensor of shape (nheads,) or (batch, nheads)")
+        if tuple(alibi_slopes.shape) not in ((n_heads,), (batch, n_heads)):
+            raise ValueError(f"alibi_slopes must have shape (nheads={n_heads},) or (batch={batch}, "
+                             f"nheads={n_heads}), got {tuple(alibi_slopes.shape)}")
+        if alibi_slopes.device != q.device:
+            raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}")
     if not isinstance(return_softmax_lse, bool):
         raise TypeError(f"return_softmax_lse must be a bool, got {type(return_softmax_lse).__name__}")
     if DEBUG_CHECKS:
@@ -307,7 +313,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         softcap: when > 0, scores become ``softcap * tanh(score / softcap)`` before the softmax.
         rotary_interleaved: True: rotate dimension pairs (0, 1), (2, 3), ... (GPT-J); False: pairs
             (0, rotary_dim / 2), (1, rotary_dim / 2 + 1), ... (GPT-NeoX).
-        alibi_slopes: not supported (only None): raises NotImplementedError.
+        alibi_slopes: (nheads,) or (batch, nheads) float32, optional: ALiBi, a bias of
+            ``-slope * |i + seqlen_k - seqlen_q - j|`` added to the score of query i and key j (after softcap).
         num_splits: how many parts each sequence's keys are cut into, attended in parallel and merged by their
             log-sum-exp (FlashDecoding). 0 chooses from the shapes, as flash-attn's heuristic does; 1 never
             splits. Any value gives the same result up to rounding.
@@ -328,12 +335,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
     window_left, window_right = window_size
-    if causal:  # the causal mask is a window with right = 0; the kernel applies it as the causal mask
-        window_right = -1
     seqlens_tensor: Optional[torch.Tensor] = cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None
     seqlen_const = capacity if cache_seqlens is None else (0 if seqlens_tensor is not None else cache_seqlens)
     q, k, v = (t if t is None or t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out, lse = _fwd_kvcache_op(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens_tensor, seqlen_const,
                                cache_batch_idx, block_table, float(softmax_scale), causal, window_left,
-                               window_right, float(softcap), rotary_interleaved, num_splits)
+                               window_right, float(softcap), rotary_interleaved, alibi_slopes, num_splits)
     return (out, lse) if return_softmax_lse else out

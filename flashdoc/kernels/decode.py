@@ -29,6 +29,7 @@ import triton.language as tl
 
 from . import INTERPRET, LOG2E
 from .launch import launch, on_device
+from .mask import band, key_block_range, mask_scores, mod_scores
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -251,38 +252,36 @@ def _append_kv(Q, K_NEW, V_NEW, Q_ROT, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BA
             tl.store(dst + offs_d[None, :], q.to(Q_ROT.dtype.element_ty), mask=row_ok)
 
 
-@triton.jit
-def _softcap(x, softcap):
-    """softcap * tanh(x / softcap), with tanh through exp2 (portable: no libdevice call)."""
-    e = tl.math.exp2(x * (2.0 * 1.4426950408889634 / softcap))
-    return softcap * (1.0 - 2.0 / (e + 1.0))
-
-
 # --8<-- [start:split_kv_kernel]
-@triton.jit(do_not_specialize=["seqlen_q", "max_pages", "cache_len", "window_left", "window_right", "group_size",
-                               "cache_seqlen_const", "seqlen_new"])
-def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, O, LSE, O_PART, LSE_PART,
+@triton.jit(do_not_specialize=["seqlen_q", "max_pages", "cache_len", "left_rel", "right_rel", "cache_seqlen_const",
+                               "seqlen_new"])
+def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, O, LSE, O_PART, LSE_PART, SLOPES,
               stride_qb, stride_qs, stride_qh,
               stride_kp, stride_ks, stride_kh,
               stride_vp, stride_vs, stride_vh,
               stride_tb,
               stride_ob, stride_os, stride_oh,
-              n_kv_heads, group_size, seqlen_q, max_pages, cache_len, cache_seqlen_const, seqlen_new,
-              qk_scale, softcap, window_left, window_right,
+              n_kv_heads, seqlen_q, max_pages, cache_len, cache_seqlen_const, seqlen_new,
+              qk_scale, left_rel, right_rel, cap_in, cap_out,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
-              SEQLENS_TENSOR: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-              HAS_SOFTCAP: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+              GROUP: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
+              SEQLENS_TENSOR: tl.constexpr, IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr,
+              SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Program (b x KV head, query tile, split): attention of the query tile's packed rows over one split of the
     keys of sequence b.
 
-    Row r of the packed query tile is query position ``r // group_size`` of head
-    ``kv_head x group_size + r % group_size``: for one query position the rows are the group's heads, adjacent
-    in memory. Keys: positions [0, seqlen_k) of the cache, seqlen_k = cache_seqlens[b] + seqlen_new (the new
-    keys were appended already). Without SPLIT (one split: grid axis 2 is 1) the program writes the final
-    output and log-sum-exp; with it, its partial output (normalised over its keys) and their log-sum-exp, for
-    ``_merge_splits``. The split count is a runtime value (the grid's third axis): changing it compiles nothing.
+    Packing: a tile holds Q_PER_TILE = BLOCK_M // GROUP query positions, and row r of it is position
+    ``r // GROUP`` (from the tile's first) of query head ``kv_head x GROUP + r % GROUP``: for one position the
+    rows are the group's heads, adjacent in memory. Keys: positions [0, seqlen_k) of the cache, seqlen_k =
+    cache_seqlens[b] + seqlen_new (the new keys were appended already). Which keys each row sees, and how its
+    scores change, is the masking core's rule (``mask.py``), with this sequence's own diagonal: the band's
+    offsets arrive relative to it (``left_rel``, ``right_rel``) and are shifted by seqlen_k - seqlen_q here.
+
+    Without SPLIT (one split: grid axis 2 is 1) the program writes the final output and log-sum-exp; with it,
+    its partial output (normalised over its keys) and their log-sum-exp, for ``_merge_splits``. The split
+    count is a runtime value (the grid's third axis): changing it compiles nothing.
     """
+    Q_PER_TILE: tl.constexpr = BLOCK_M // GROUP
     pid_bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     split = tl.program_id(2)
@@ -302,35 +301,31 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
     else:
         cache_page = off_b.to(tl.int64)
 
-    offs_r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    n_rows = group_size * seqlen_q
-    row_ok = offs_r < n_rows
-    offs_i = offs_r // group_size  # query position
-    offs_h = off_hk * group_size + offs_r % group_size  # query head
+    offs_r = tl.arange(0, BLOCK_M)
+    offs_i = pid_m * Q_PER_TILE + offs_r // GROUP  # query position
+    offs_h = off_hk * GROUP + offs_r % GROUP  # query head
+    row_ok = (offs_r < Q_PER_TILE * GROUP) & (offs_i < seqlen_q)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     q_ptrs = (Q + off_b.to(tl.int64) * stride_qb + offs_i[:, None] * stride_qs + offs_h[:, None] * stride_qh
               + offs_d[None, :])
     q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    n_heads = n_kv_heads * GROUP
+    slope = 0.0
+    if ALIBI:
+        slope = tl.load(SLOPES + off_b * n_heads + offs_h, mask=row_ok, other=0.0)[:, None]
 
-    # Keys this query tile sees (bottom-right alignment: query i is at key position i + seqlen_k - seqlen_q),
-    # cut into num_splits runs of whole tiles; this program takes run ``split``.
-    shift = seqlen_k - seqlen_q
-    first_i = pid_m * BLOCK_M // group_size
-    last_i = tl.minimum(((pid_m + 1) * BLOCK_M - 1) // group_size, seqlen_q - 1)
-    hi = seqlen_k
-    lo = 0
-    if IS_CAUSAL:
-        hi = tl.minimum(hi, last_i + shift + 1)
-    if HAS_WINDOW:
-        if window_right >= 0:
-            hi = tl.minimum(hi, last_i + shift + window_right + 1)
-        if window_left >= 0:
-            lo = tl.maximum(first_i + shift - window_left, 0)
-    hi = tl.maximum(hi, 0)
+    # The band of this sequence: query i sees key j when i + left_offset <= j <= i + right_offset, with the
+    # diagonal at the bottom-right corner. The keys the tile's positions see, cut into num_splits runs of
+    # whole tiles; this program takes run ``split``.
+    diag = seqlen_k - seqlen_q
+    left_offset = diag + left_rel
+    right_offset = diag + right_rel
+    lo, _, _, hi = key_block_range(pid_m, seqlen_k, left_offset, right_offset, Q_PER_TILE, BLOCK_N, IS_CAUSAL,
+                                   IS_LOCAL)
     n_lo = lo // BLOCK_N
-    n_hi = tl.cdiv(hi, BLOCK_N)
-    per_split = tl.cdiv(tl.maximum(n_hi - n_lo, 0), num_splits)
+    n_hi = tl.cdiv(tl.maximum(hi, lo), BLOCK_N)
+    per_split = tl.cdiv(n_hi - n_lo, num_splits)
     start = (n_lo + split * per_split) * BLOCK_N
     end = tl.minimum(start + per_split * BLOCK_N, hi)
 
@@ -338,33 +333,22 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     offs_n0 = tl.arange(0, BLOCK_N)
-    key_pos_of_row = offs_i + shift  # each query's own position among the keys
     for start_n in tl.range(start, end, BLOCK_N):
         offs_n = start_n + offs_n0
         page, row, valid = _cache_rows(BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, offs_n,
                                        PAGED, PAGE_SIZE, PAGED and PAGE_SIZE % BLOCK_N == 0)
-        keep_n = valid & (offs_n < end)
-        kv_mask = keep_n[:, None] & d_ok[None, :]
-        page = page.to(tl.int64)
+        kv_mask = (valid & (offs_n < seqlen_k))[:, None] & d_ok[None, :]
         k = tl.load(K_CACHE + page[:, None] * stride_kp + row[:, None] * stride_ks + off_hk * stride_kh
                     + offs_d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        if HAS_SOFTCAP:
-            s = _softcap(s * (qk_scale / 1.4426950408889634), softcap) * 1.4426950408889634
-        else:
-            s = s * qk_scale
-        keep = keep_n[None, :]
-        if IS_CAUSAL:
-            keep = keep & (offs_n[None, :] <= key_pos_of_row[:, None])
-        if HAS_WINDOW:
-            if window_left >= 0:
-                keep = keep & (offs_n[None, :] >= key_pos_of_row[:, None] - window_left)
-            if window_right >= 0:
-                keep = keep & (offs_n[None, :] <= key_pos_of_row[:, None] + window_right)
-        s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        qk = mod_scores(qk, offs_i[:, None], offs_n[None, :], cap_in, cap_out, slope, diag, SOFTCAP, ALIBI,
+                        DOT_PRECISION == "ieee")
+        # every tile is masked: decoding reads memory, and the compares are free next to the loads
+        qk = mask_scores(qk, offs_i[:, None], offs_n[None, :], seqlen_k, left_offset, right_offset,
+                         float("-inf"), True, IS_CAUSAL, IS_LOCAL)
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp2(-inf - 0) = 0
-        p = tl.math.exp2(s - m_new[:, None])
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(V_CACHE + page[:, None] * stride_vp + row[:, None] * stride_vs + off_hk * stride_vh
@@ -378,7 +362,6 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
     acc = acc / l_safe[:, None]
     lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)  # log2 -> ln
     out_mask = row_ok[:, None] & d_ok[None, :]
-    n_heads = n_kv_heads * group_size
     # LSE (and its partial) rows are (b, h, i), as flash-attn returns it
     lse_offs = (off_b * n_heads + offs_h) * seqlen_q + offs_i
     if not SPLIT:
@@ -459,13 +442,13 @@ def block_m_for(rows: int) -> int:
     return min(max(16, triton.next_power_of_2(rows)), MAX_BLOCK_M)
 
 
-def choose_num_splits(batch: int, n_kv_heads: int, rows: int, max_seqlen_k: int, head_dim: int,
-                      dtype: torch.dtype, device: torch.device) -> int:
-    """``num_splits_heuristic`` for this launch, from shapes only (the cache's capacity, not its lengths)."""
+def choose_num_splits(programs: int, max_seqlen_k: int, head_dim: int, dtype: torch.dtype,
+                      device: torch.device) -> int:
+    """``num_splits_heuristic`` for a launch of ``programs`` per split (batch x KV heads x query tiles), from
+    shapes only (the cache's capacity, not its lengths)."""
     if INTERPRET:
         return 1
     config = decode_config(head_dim, dtype)
-    programs = batch * n_kv_heads * triton.cdiv(rows, block_m_for(rows))
     index = device.index if device.index is not None else torch.cuda.current_device()
     return num_splits_heuristic(programs, num_sms(index) * config.programs_per_sm,
                                 triton.cdiv(max_seqlen_k, config.block_n))
@@ -520,28 +503,34 @@ def append_kv(q, k, v, q_rot, k_cache, v_cache, cache_seqlens, cache_seqlen_cons
         launch(_append_kv, None, lambda meta: grid, args, meta, config, config)
 
 
+def query_tiles(group: int, seqlen_q: int) -> tuple:
+    """(BLOCK_M, query tiles): rows per tile (at least 16 for tl.dot, at least one whole group) and how many
+    tiles the seqlen_q positions take at BLOCK_M // group positions each."""
+    block_m = max(block_m_for(group * seqlen_q), triton.next_power_of_2(group))
+    return block_m, triton.cdiv(seqlen_q, block_m // group)
+
+
 def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_const: int, seqlen_new: int,
-                     cache_batch_idx, block_table, softmax_scale: float, causal: bool, window_left: int,
-                     window_right: int, softcap: float, num_splits: int, config: DecodeConfig = None) -> None:
+                     cache_batch_idx, block_table, softmax_scale: float, causal: bool, window_size: tuple,
+                     softcap: float, alibi_slopes, num_splits: int, config: DecodeConfig = None) -> None:
     """Attention of q (B, Sq, H, D) over the caches, whose sequence b holds ``cache_seqlens[b] + seqlen_new``
     keys (or ``cache_seqlen_const + seqlen_new`` for every b when cache_seqlens is None). Writes out
-    (B, Sq, H, D) and lse (B, H, Sq) fp32. num_splits: 0 chooses with ``num_splits_heuristic``.
+    (B, Sq, H, D) and lse (B, H, Sq) fp32. causal, window_size, softcap, alibi_slopes ((H,) or (B, H) fp32, or
+    None): flash-attn's, bottom-right aligned. num_splits: 0 chooses with ``num_splits_heuristic``.
     config: a ``DecodeConfig`` instead of the table's (the benchmark's sweep uses it)."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     n_kv_heads = k_cache.shape[-2]
     group = n_heads // n_kv_heads
-    rows = group * seqlen_q
     paged = block_table is not None
     page_size = k_cache.shape[1]
     max_pages = block_table.shape[1] if paged else 1
+    capacity = max_pages * page_size if paged else page_size
     if config is None:
         config = decode_config(head_dim, k_cache.dtype)
+    block_m, m_tiles = query_tiles(group, seqlen_q)
     if num_splits == 0:
-        num_splits = choose_num_splits(batch, n_kv_heads, rows, max_pages * page_size, head_dim, k_cache.dtype,
-                                       q.device)
-    block_m = block_m_for(rows)
+        num_splits = choose_num_splits(batch * n_kv_heads * m_tiles, capacity, head_dim, k_cache.dtype, q.device)
     block_d = block_d_for(head_dim)
-    m_tiles = triton.cdiv(rows, block_m)
     dummy = _placeholder(q.device)
     if num_splits > 1:  # one allocation for both: the partial outputs (splits, B, H, Sq, BLOCK_D), then LSEs
         part_rows = num_splits * batch * n_heads * seqlen_q
@@ -549,22 +538,28 @@ def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_
         o_part, lse_part = part[:part_rows * block_d], part[part_rows * block_d:]
     else:
         o_part = lse_part = dummy
-    has_window = window_left >= 0 or window_right >= 0
+    # The masking core's band, with offsets relative to the diagonal (a square of the cache's capacity has its
+    # diagonal at 0): the kernel shifts them by each sequence's own seqlen_k - seqlen_q.
+    is_causal, is_local, left_rel, right_rel = band(capacity, capacity, causal, window_size)
+    cap_in, cap_out = (softmax_scale / softcap, softcap / softmax_scale) if softcap else (None, None)
+    slopes = None
+    if alibi_slopes is not None:  # divided by the scale, as the masking core's scores are
+        slopes = (alibi_slopes.float() / softmax_scale).expand(batch, n_heads).contiguous()
     out_strides = out.stride()[:3]
     args = (q, k_cache, v_cache,
             cache_seqlens if cache_seqlens is not None else dummy,
             cache_batch_idx if cache_batch_idx is not None else dummy,
             block_table if paged else dummy,
-            out, lse, o_part, lse_part,
+            out, lse, o_part, lse_part, slopes if slopes is not None else dummy,
             *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3],
             block_table.stride(0) if paged else 0, *out_strides,
-            n_kv_heads, group, seqlen_q, max_pages, page_size, cache_seqlen_const, seqlen_new,
-            softmax_scale * LOG2E, float(softcap), window_left, window_right)
-    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, PAGED=paged,
+            n_kv_heads, seqlen_q, max_pages, page_size, cache_seqlen_const, seqlen_new,
+            softmax_scale * LOG2E, left_rel, right_rel, cap_in, cap_out)
+    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, GROUP=group, PAGED=paged,
                 PAGE_SIZE=page_size if paged else 0,
                 HAS_BATCH_IDX=cache_batch_idx is not None, SEQLENS_TENSOR=cache_seqlens is not None,
-                IS_CAUSAL=causal, HAS_WINDOW=has_window, HAS_SOFTCAP=softcap > 0.0, SPLIT=num_splits > 1,
-                DOT_PRECISION=dot_precision(q.dtype))
+                IS_CAUSAL=is_causal, IS_LOCAL=is_local, SOFTCAP=bool(softcap), ALIBI=slopes is not None,
+                SPLIT=num_splits > 1, DOT_PRECISION=dot_precision(q.dtype))
     grid = (batch * n_kv_heads, m_tiles, num_splits)
     tconfig = _triton_config(config, paged)
     with on_device(q.device):

@@ -155,7 +155,7 @@ for dtype in (torch.float32, torch.bfloat16) if gpu else (torch.float32,):
     same = (results[dtype, "sdpa"] == results[dtype, "flashdoc"]).float().mean()
     print(f"{name}: {same:.1%} of the generated tokens are the same in both\n")
 if not gpu:
-    print("(on this CPU flashdoc runs in Triton's interpreter: these speeds mean nothing)")
+    print("(on this CPU flashdoc runs in Triton's interpreter: the speeds mean nothing)")
 first = results[torch.float32, "flashdoc"][0, :16].tolist()
 print(f"first sequence, first {len(first)} generated tokens:", first)
 assert torch.equal(results[torch.float32, "sdpa"], results[torch.float32, "flashdoc"])

@@ -6,8 +6,8 @@ shape (32 query heads over 8 KV heads, head dim 128, bf16)."""
 import torch
 import triton
 
-from flashdoc.kernels.decode import (DECODE_CONFIGS, block_m_for,
-                                     num_splits_heuristic)
+from flashdoc.kernels.decode import (DECODE_CONFIGS, num_splits_heuristic,
+                                     query_tiles)
 from flashdoc.kernels.forward import FWD_CONFIGS
 
 if torch.cuda.is_available():
@@ -23,11 +23,11 @@ group = heads // kv_heads
 # The training forward: one program per (query tile, batch, head). With one query,
 # each program's BLOCK_M-row tile holds one real row, and each of the 4 query heads
 # of a group streams the same K and V.
-block_m = FWD_CONFIGS[(128, False)][0].kwargs["BLOCK_M"]
+train_block_m = FWD_CONFIGS[(128, False)][0].kwargs["BLOCK_M"]
 
 
 def training_programs(batch):
-    return triton.cdiv(seqlen_q, block_m) * batch * heads
+    return triton.cdiv(seqlen_q, train_block_m) * batch * heads
 # --8<-- [end:training]
 
 
@@ -36,11 +36,11 @@ def training_programs(batch):
 # (one program per KV head), and each sequence's keys are cut into splits that run
 # in parallel, as many as fill the GPU (flash-attn's heuristic).
 config = DECODE_CONFIGS[128]
-rows = group * seqlen_q  # packed query rows per KV head
+block_m, query_tiles_per_head = query_tiles(group, seqlen_q)  # 16 rows, 1 tile
 
 
 def decode_programs(batch, cache):
-    programs = batch * kv_heads * triton.cdiv(rows, block_m_for(rows))
+    programs = batch * kv_heads * query_tiles_per_head
     splits = num_splits_heuristic(programs, sms * config.programs_per_sm,
                                   triton.cdiv(cache, config.block_n))
     return programs * splits, splits
@@ -49,9 +49,9 @@ def decode_programs(batch, cache):
 
 kv_bytes_per_token = 2 * kv_heads * head_dim * 2  # K and V, bf16
 lines = [
-    f"On {gpu}: {sms} SMs. Training forward: {block_m}-row query tiles, one row used "
-    f"({seqlen_q / block_m:.1%} of each tile's rows). K+V requested: bytes the "
-    "programs load (before any L2 hit); the cache itself holds the decode column's.",
+    f"On {gpu}: {sms} SMs. Training forward: {train_block_m}-row query tiles, one "
+    f"row used ({seqlen_q / train_block_m:.1%} of each tile's rows). K+V requested: "
+    "bytes the programs load (before any L2 hit); the cache holds the decode column's.",
     "",
     "| batch x cache | training: programs | per SM | K+V requested "
     "| decode: splits | programs | per SM | K+V requested |",

@@ -45,7 +45,7 @@ def cache_rows(b, n, cache_batch_idx, block_table, page_size):
 
 def reference(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
               cache_batch_idx=None, block_table=None, causal=False, window_size=(-1, -1), softcap=0.0,
-              rotary_interleaved=True, dtype=torch.float64):
+              rotary_interleaved=True, alibi_slopes=None, dtype=torch.float64):
     """(out, lse, k_cache after, v_cache after), attention computed in ``dtype`` (float64: the oracle)."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     n_kv = k_cache.shape[2]
@@ -81,6 +81,9 @@ def reference(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=N
             s = softcap * torch.tanh(s / softcap)
         pos = torch.arange(seqlen_q)[:, None] + n - seqlen_q
         j = torch.arange(n)[None, :]
+        if alibi_slopes is not None:  # -slope * |position - key|, after the softcap (flash-attn's order)
+            slopes = alibi_slopes.cpu().double().expand(batch, n_heads)[b]
+            s = s - (slopes[:, None, None] * (pos - j).abs()[None]).to(s.device, s.dtype)
         keep = torch.ones(seqlen_q, n, dtype=torch.bool)
         left, right = window_size
         if causal:
@@ -101,7 +104,7 @@ def reference(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=N
 
 def check(dtype=torch.float16, batch=2, seqlen_q=1, n_heads=4, n_kv=2, head_dim=32, cache_len=96, lens=(37, 80),
           seqlen_new=0, page_size=None, rotary_dim=None, interleaved=True, causal=False, window_size=(-1, -1),
-          softcap=0.0, num_splits=0, batch_idx=False, seqlens_as_int=False, seed=0):
+          softcap=0.0, alibi=None, num_splits=0, batch_idx=False, seqlens_as_int=False, seed=0):
     """Build a cache (paged when page_size is given: pages shuffled), call flash_attn_with_kvcache, and compare
     out, lse and the caches after the call with the oracle."""
     g = torch.Generator().manual_seed(seed)
@@ -133,8 +136,13 @@ def check(dtype=torch.float16, batch=2, seqlen_q=1, n_heads=4, n_kv=2, head_dim=
         cache_seqlens = lens[0]
     else:
         cache_seqlens = torch.tensor(lens[:batch], dtype=torch.int32, device=DEVICE)
+    slopes = None
+    if alibi == "heads":
+        slopes = torch.rand(n_heads, generator=g).to(DEVICE) * 0.5
+    elif alibi == "batch_heads":
+        slopes = torch.rand(batch, n_heads, generator=g).to(DEVICE) * 0.5
     kw = dict(cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, block_table=block_table, causal=causal,
-              window_size=window_size, softcap=softcap, rotary_interleaved=interleaved)
+              window_size=window_size, softcap=softcap, rotary_interleaved=interleaved, alibi_slopes=slopes)
     ref = reference(q, k_cache, v_cache, k, v, cos, sin, dtype=torch.float64, **kw)
     pt = reference(q, k_cache, v_cache, k, v, cos, sin, dtype=dtype, **kw)
     out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cos, sin, num_splits=num_splits,
@@ -210,6 +218,11 @@ def test_window_and_softcap():
           num_splits=2)
 
 
+def test_window_both_sides_and_alibi():
+    """A window open on both sides (keys after the query too, not causal) with per-sequence ALiBi slopes."""
+    check(torch.float16, seqlen_q=2, lens=(40, 70), window_size=(9, 4), alibi="batch_heads", num_splits=3)
+
+
 def test_num_splits_heuristic():
     """flash-attn's choice: no split once the grid nearly fills the GPU; otherwise the fewest splits within 85%
     of the best last-wave efficiency. 8 programs on 264 slots: 32 splits would fill 256 of them (97%), 29 fill
@@ -279,7 +292,9 @@ _TABLE = torch.arange(8, dtype=torch.int32, device=DEVICE).reshape(2, 4)
     (dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE,
           cache_batch_idx=torch.zeros(2, dtype=torch.int32, device=DEVICE)), ValueError,
      "cache_batch_idx cannot be combined with block_table"),
-    (dict(alibi_slopes=torch.ones(4)), NotImplementedError, "alibi_slopes is not supported"),
+    (dict(alibi_slopes=torch.ones(4, dtype=torch.float64, device=DEVICE)), TypeError,
+     "alibi_slopes must be a float32 tensor"),
+    (dict(alibi_slopes=torch.ones(3, device=DEVICE)), ValueError, r"alibi_slopes must have shape \(nheads=4,\)"),
     (dict(cache_leftpad=torch.zeros(2, dtype=torch.int32)), NotImplementedError, "cache_leftpad is not supported"),
     (dict(k_cache=torch.randn(2, 64, 3, 32, dtype=torch.float16, device=DEVICE),
           v_cache=torch.randn(2, 64, 3, 32, dtype=torch.float16, device=DEVICE)), ValueError,
@@ -354,6 +369,21 @@ def test_gpu_rotary(interleaved, rotary_dim):
 def test_gpu_window_softcap(window_size, softcap, page_size):
     check(torch.bfloat16, batch=2, seqlen_q=8, n_heads=32, n_kv=8, head_dim=128, cache_len=4096, lens=(4000, 1500),
           seqlen_new=8, page_size=page_size, window_size=window_size, softcap=softcap)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("alibi", ["heads", "batch_heads"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_alibi(alibi, causal):
+    check(torch.float16, batch=2, seqlen_q=4, n_heads=16, n_kv=4, head_dim=64, cache_len=3000, lens=(2990, 100),
+          seqlen_new=4, page_size=16, causal=causal, alibi=alibi)
+
+
+@pytest.mark.gpu
+def test_gpu_group_not_a_power_of_two():
+    """6 query heads per KV head: a tile holds whole groups (two query positions in 16 rows, 4 rows unused)."""
+    check(torch.bfloat16, batch=2, seqlen_q=5, n_heads=12, n_kv=2, head_dim=128, cache_len=1000, lens=(900, 10),
+          seqlen_new=5, causal=True, num_splits=3)
 
 
 @pytest.mark.gpu
