@@ -63,8 +63,8 @@ def validate_attention_inputs(q, k, v, *, layout: str, softmax_scale, causal, sc
     d = q.shape[3]
     if k.shape[3] != d or v.shape[3] != d:
         raise ValueError(f"{qn}, {kn} and {vn} must share one head_dim, got {d}, {k.shape[3]}, {v.shape[3]}")
-    if d % 8 != 0 or d > MAX_HEAD_DIM or d < 8:
-        raise ValueError(f"head_dim is {d}; allowed: a multiple of 8 from 8 to {MAX_HEAD_DIM}")
+    if d > MAX_HEAD_DIM or d < 1:
+        raise ValueError(f"head_dim is {d}; allowed: 1 to {MAX_HEAD_DIM}")
     if softmax_scale is not None:
         if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
             raise TypeError(f"{scale_name} must be a float or None, got {type(softmax_scale).__name__}")
@@ -75,30 +75,41 @@ def validate_attention_inputs(q, k, v, *, layout: str, softmax_scale, causal, sc
         raise TypeError(f"{causal_name} must be a bool, got {type(causal).__name__}")
 
 
-def refuse_dropout(dropout_p) -> None:
-    """Both public functions take dropout_p for their libraries' sake; flashdoc has no attention dropout."""
-    if dropout_p != 0.0:
-        raise ValueError(f"dropout_p={dropout_p} is not supported yet (only 0.0); use "
-                         "torch.nn.functional.scaled_dot_product_attention for attention dropout")
-
-
-def validate_flash_attn_options(*, dropout_p, window_size, softcap, alibi_slopes, return_attn_probs) -> None:
-    """flash-attn 2's ``flash_attn_func`` options that flashdoc accepts only at their defaults (so that calls
-    written for flash-attn with keywords run unchanged), refused otherwise with what to use instead."""
+def validate_dropout(dropout_p) -> None:
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
-    refuse_dropout(dropout_p)
-    if not isinstance(window_size, (tuple, list)) or tuple(window_size) != (-1, -1):
-        raise ValueError(f"window_size={window_size!r} is not supported (only (-1, -1): no sliding window); "
-                         "flashdoc attends to every key, or with causal=True to every earlier one")
+    if not (0.0 <= dropout_p < 1.0):
+        raise ValueError(f"dropout_p must be in [0, 1) (the probability of dropping each attention weight), "
+                         f"got {dropout_p}")
+
+
+def validate_variant_options(q, *, dropout_p, window_size, softcap, alibi_slopes, return_attn_probs=False
+                             ) -> None:
+    """flash-attn 2's options beyond the scale and causal: dropout_p in [0, 1); window_size two ints >= -1;
+    softcap a float >= 0; alibi_slopes None or fp32 of shape (nheads,) or (batch, nheads) on q's device.
+    q: (batch, seqlen, nheads, headdim)."""
+    validate_dropout(dropout_p)
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)):
+        raise TypeError(f"window_size must be a pair of ints (left, right), -1 for unbounded, got {window_size!r}")
+    if any(w < -1 for w in window_size):
+        raise ValueError(f"window_size must be two ints >= -1 (left, right; -1 for unbounded), got "
+                         f"{tuple(window_size)}")
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
-    if softcap != 0.0:
-        raise ValueError(f"softcap={softcap} is not supported (only 0.0): flashdoc does not cap the scores")
+    if not (math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"softcap must be a finite float >= 0 (0 for no capping), got {softcap}")
     if alibi_slopes is not None:
-        raise ValueError("alibi_slopes is not supported (only None): flashdoc adds no position bias to the scores")
+        batch, nheads = q.shape[0], q.shape[2]
+        if not isinstance(alibi_slopes, torch.Tensor):
+            raise TypeError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
+        if alibi_slopes.dtype != torch.float32:
+            raise TypeError(f"alibi_slopes has dtype {alibi_slopes.dtype}; allowed: torch.float32")
+        if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
+            raise ValueError(f"alibi_slopes has shape {tuple(alibi_slopes.shape)}; allowed: ({nheads},) or "
+                             f"({batch}, {nheads}), i.e. (nheads,) or (batch, nheads)")
+        if alibi_slopes.device != q.device:
+            raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}; move it to "
+                             f"{q.device}")
     if not isinstance(return_attn_probs, bool):
         raise TypeError(f"return_attn_probs must be a bool, got {type(return_attn_probs).__name__}")
-    if return_attn_probs:
-        raise ValueError("return_attn_probs=True is not supported: the attention probabilities are never stored, "
-                         "which is the point of FlashAttention; pass return_lse=True for each row's log-sum-exp")

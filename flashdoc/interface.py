@@ -12,10 +12,11 @@ from typing import Optional
 
 import torch
 
-from ._validation import refuse_dropout, validate_attention_inputs, validate_flash_attn_options
+from ._validation import validate_attention_inputs, validate_dropout, validate_variant_options
 from .kernels import INTERPRET
 from .kernels.backward import attn_bwd
 from .kernels.forward import attn_fwd
+from .kernels.mask import Variant, draw_rng
 
 __all__ = ["flash_attn_func", "scaled_dot_product_attention"]
 
@@ -45,58 +46,82 @@ def _cpu_upcast(*ts):
     return ts, False
 
 
+def _pad_head_dim(*ts):
+    """Tensors whose head_dim is not a multiple of 8, zero-padded to one (as flash-attn does): the kernels'
+    tensor descriptors need 16-byte rows. Zero columns add nothing to q.k and give zero output columns."""
+    pad = -ts[0].shape[-1] % 8
+    return ts if pad == 0 else tuple(None if t is None else torch.nn.functional.pad(t, (0, pad)) for t in ts)
+
+
+def _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state) -> Variant:
+    return Variant((window_size_left, window_size_right), softcap, alibi_slopes, dropout_p, rng_state)
+
+
 # --8<-- [start:custom_ops]
 # Defined with torch.library.define/impl rather than the @custom_op decorator, whose Python wrappers (and
-# register_autograd) add host work to every call: on short sequences that work decides the speed.
+# register_autograd) add host work to every call: on short sequences that work decides the speed. Every option is
+# a flat typed argument (a window is two ints), so torch.compile(fullgraph=True) traces through the ops; dropout's
+# (seed, offset) tensor is drawn outside them (``mask.draw_rng``) and given to both.
+_VARIANT_SCHEMA = ("int window_size_left=-1, int window_size_right=-1, float softcap=0.0, "
+                   "Tensor? alibi_slopes=None, float dropout_p=0.0, Tensor? rng_state=None")
 torch.library.define("flashdoc::fwd", "(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
-                     "bool bottom_right) -> (Tensor, Tensor)")
+                     f"bool bottom_right, {_VARIANT_SCHEMA}) -> (Tensor, Tensor)")
 torch.library.define("flashdoc::bwd", "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-                     "Tensor? dlse, float softmax_scale, bool causal, bool bottom_right, bool deterministic) -> "
-                     "(Tensor, Tensor, Tensor)")
+                     "Tensor? dlse, float softmax_scale, bool causal, bool bottom_right, bool deterministic, "
+                     f"{_VARIANT_SCHEMA}) -> (Tensor, Tensor, Tensor)")
 
 
 @torch.library.impl("flashdoc::fwd", ("cuda", "cpu"))
 def _flash_attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
-                        bottom_right: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                        bottom_right: bool, window_size_left: int = -1, window_size_right: int = -1,
+                        softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                        rng_state: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """q: (B, Sq, H, D), k and v: (B, Sk, Hk, D) -> out (B, Sq, H, D), lse (B, H, Sq) fp32, natural log."""
     out = _like(q)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), device=q.device, dtype=torch.float32)
-    (q_, k_, v_), upcast = _cpu_upcast(_unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v))
-    out_ = torch.empty_like(out, dtype=torch.float32) if upcast else out
-    attn_fwd(q_, k_, v_, out_, lse, softmax_scale, causal, bottom_right)
-    if upcast:
-        out.copy_(out_)
+    q_, k_, v_ = _pad_head_dim(q, k, v)
+    (q_, k_, v_), upcast = _cpu_upcast(_unit_last_stride(q_), _unit_last_stride(k_), _unit_last_stride(v_))
+    out_ = out if q_.shape[-1] == q.shape[-1] and not upcast else torch.empty_like(q_)
+    variant = _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state)
+    attn_fwd(q_, k_, v_, out_, lse, softmax_scale, causal, bottom_right, variant=variant)
+    if out_ is not out:
+        out.copy_(out_[..., :q.shape[-1]])
     return out, lse
 
 
 @torch.library.register_fake("flashdoc::fwd")
-def _(q, k, v, softmax_scale, causal, bottom_right):
+def _(q, k, v, softmax_scale, causal, bottom_right, *variant, **variant_kwargs):
     return _like(q), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
 @torch.library.impl("flashdoc::bwd", ("cuda", "cpu"))
 def _flash_attn_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          out: torch.Tensor, lse: torch.Tensor, dlse: Optional[torch.Tensor], softmax_scale: float,
-                         causal: bool, bottom_right: bool, deterministic: bool
-                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                         causal: bool, bottom_right: bool, deterministic: bool, window_size_left: int = -1,
+                         window_size_right: int = -1, softcap: float = 0.0,
+                         alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                         rng_state: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of the forward op: dq, dk, dv with the shapes (and layouts) of q, k, v."""
     dq, dk, dv = _like(q), _like(k), _like(v)
-    tensors = [_unit_last_stride(t) for t in (dout, q, k, v, out)]
+    tensors = [_unit_last_stride(t) for t in _pad_head_dim(dout, q, k, v, out)]
     (dout_, q_, k_, v_, out_), upcast = _cpu_upcast(*tensors)
     dlse = None if dlse is None else dlse.float().contiguous()
-    if upcast:
-        dq_, dk_, dv_ = (torch.empty_like(t, dtype=torch.float32) for t in (dq, dk, dv))
+    if upcast or q_.shape[-1] != q.shape[-1]:  # computed in a padded or fp32 copy, then sliced and cast back
+        dq_, dk_, dv_ = (torch.empty_like(t) for t in (q_, k_, v_))
     else:
         dq_, dk_, dv_ = dq, dk, dv
+    variant = _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state)
     attn_bwd(dout_, q_, k_, v_, out_, lse.contiguous(), dlse, dq_, dk_, dv_, softmax_scale, causal, bottom_right,
-             deterministic=deterministic)
-    if upcast:
-        dq.copy_(dq_), dk.copy_(dk_), dv.copy_(dv_)
+             deterministic=deterministic, variant=variant)
+    if dq_ is not dq:
+        d = q.shape[-1]
+        dq.copy_(dq_[..., :d]), dk.copy_(dk_[..., :d]), dv.copy_(dv_[..., :d])
     return dq, dk, dv
 
 
 @torch.library.register_fake("flashdoc::bwd")
-def _(dout, q, k, v, out, lse, dlse, softmax_scale, causal, bottom_right, deterministic):
+def _(dout, q, k, v, out, lse, dlse, softmax_scale, causal, bottom_right, deterministic, *variant,
+      **variant_kwargs):
     return _like(q), _like(k), _like(v)
 # --8<-- [end:custom_ops]
 
@@ -109,11 +134,11 @@ class _FlashAttention(torch.autograd.Function):
     """Autograd around the two ops, outside them (cheaper per call than an autograd kernel inside the op)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, bottom_right, deterministic):
-        out, lse = _fwd_op(q, k, v, softmax_scale, causal, bottom_right)
+    def forward(ctx, q, k, v, softmax_scale, causal, bottom_right, deterministic, variant):
+        out, lse = _fwd_op(q, k, v, softmax_scale, causal, bottom_right, *variant)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.softmax_scale, ctx.causal, ctx.bottom_right = softmax_scale, causal, bottom_right
-        ctx.deterministic = deterministic
+        ctx.deterministic, ctx.variant = deterministic, variant  # dropout's rng: the backward's mask is the same
         ctx.set_materialize_grads(False)  # an unused LSE gets dlse = None, not a tensor of zeros
         return out, lse
 
@@ -125,30 +150,42 @@ class _FlashAttention(torch.autograd.Function):
             dout = torch.zeros_like(out)
         # dlse is None unless the caller used the returned LSE in its loss; then it is folded into delta.
         dq, dk, dv = _bwd_op(dout, q, k, v, out, lse, dlse, ctx.softmax_scale, ctx.causal, ctx.bottom_right,
-                             ctx.deterministic)
-        return dq, dk, dv, None, None, None, None
+                             ctx.deterministic, *ctx.variant)
+        return dq, dk, dv, None, None, None, None, None
 
 
-def _attention(q, k, v, softmax_scale: float, causal: bool, bottom_right: bool, deterministic: bool):
+_PLAIN = (-1, -1, 0.0, None, 0.0, None)  # the ops' variant arguments for plain attention
+
+
+def _attention(q, k, v, softmax_scale: float, causal: bool, bottom_right: bool, deterministic: bool,
+               window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0):
     """The forward op, through autograd only when a gradient will be needed."""
+    if tuple(window_size) == (-1, -1) and softcap == 0.0 and alibi_slopes is None and dropout_p == 0.0:
+        variant = _PLAIN
+    else:
+        rng = draw_rng(q.device) if dropout_p > 0.0 else None
+        variant = (int(window_size[0]), int(window_size[1]), float(softcap), alibi_slopes, float(dropout_p), rng)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _FlashAttention.apply(q, k, v, softmax_scale, causal, bottom_right, deterministic)
-    return _fwd_op(q, k, v, softmax_scale, causal, bottom_right)
+        return _FlashAttention.apply(q, k, v, softmax_scale, causal, bottom_right, deterministic, variant)
+    return _fwd_op(q, k, v, softmax_scale, causal, bottom_right, *variant)
 # --8<-- [end:autograd]
 
 
-def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=False, return_lse=False, *,
-                    dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, return_attn_probs=False):
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, return_lse=False):
     """Exact attention, flash-attn layout: ``softmax(q @ k^T * softmax_scale) @ v`` without the N x N matrix.
 
-    The arguments after v start as in FlashAttention-3's ``flash_attn_func`` (softmax_scale, then causal);
-    flash-attn 2 puts dropout_p first, so calls written for it should pass them by keyword. Its other options
-    are accepted as keywords at their defaults and refused otherwise.
+    The arguments, their order and their meaning are flash-attn 2's ``flash_attn_func``.
 
     Args:
         q: (batch, seqlen_q, nheads, headdim), float16, bfloat16 or float32, on CUDA (or CPU, interpreted).
+            headdim: 1 to 256 (not a multiple of 8: zero-padded internally, as flash-attn does).
         k: (batch, seqlen_k, nheads_k, headdim); nheads must be a multiple of nheads_k (GQA/MQA).
         v: (batch, seqlen_k, nheads_k, headdim).
+        dropout_p: probability of dropping each attention weight, in [0, 1); kept weights are scaled by
+            1 / (1 - dropout_p). The mask comes from a counter-based random stream (Philox) seeded from torch's
+            default generator for q's device, so ``torch.manual_seed`` reproduces a run; the backward
+            regenerates it instead of storing it. As in flash-attn, pass 0.0 for evaluation.
         softmax_scale: multiplies q @ k^T before the softmax; default headdim ** -0.5.
         causal: mask keys after the query's position. The mask is aligned to the bottom-right corner of the
             (seqlen_q, seqlen_k) score matrix, as flash-attn >= 2.1: query i sees key j when
@@ -165,18 +202,29 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=Fal
                 0 0
                 1 0
                 1 1
+        window_size: (left, right): sliding-window (local) attention, aligned like ``causal``: query i sees
+            key j when i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right; -1 means
+            unbounded on that side, and causal=True sets right = 0. A window costs in proportion to its width:
+            key blocks outside every row's window are skipped.
+        softcap: if > 0, scores are capped after scaling: ``softcap * tanh(score / softcap)`` (Gemma 2, Grok).
+        alibi_slopes: (nheads,) or (batch, nheads), float32, on q's device: adds
+            ``-slope * |i + seqlen_k - seqlen_q - j|`` to the score of query i and key j (after softcap). (With
+            causal=True flash-attn's kernel adds ``slope * j`` instead, which differs by a constant per row:
+            the same output, and a log-sum-exp shifted by ``slope * (i + seqlen_k - seqlen_q)``; flashdoc's is
+            the log-sum-exp of the scores as stated here.)
         deterministic: as in flash-attn, False (the default) lets the backward run a fused kernel that adds
             dq's parts from different key blocks in HBM, where that is faster (on Hopper: head dim 64, causal
             calls from 2,048 tokens), so dq may differ in its last bits from run to run; True, or
             ``torch.use_deterministic_algorithms(True)``, gives bit-identical gradients on every run.
-        return_lse: also return the log-sum-exp of each row of scaled scores.
-        dropout_p, window_size, softcap, alibi_slopes, return_attn_probs: flash-attn 2's options, accepted only
-            at their defaults (0.0, (-1, -1), 0.0, None, False): no dropout, no sliding window, no score
-            capping, no ALiBi bias; ``return_lse`` gives the log-sum-exp instead of the probabilities.
+        return_attn_probs: as flash-attn, also return the log-sum-exp and the attention probabilities; these are
+            never stored (that is the point of FlashAttention), so the third element is always None:
+            ``(out, lse, None)``.
+        return_lse: (keyword) also return the log-sum-exp: ``(out, lse)``.
 
     Returns:
-        out: (batch, seqlen_q, nheads, headdim), q's dtype; and, with ``return_lse``, lse: (batch, nheads,
-        seqlen_q), float32, natural log (``-inf`` for rows that see no key).
+        out: (batch, seqlen_q, nheads, headdim), q's dtype; with ``return_lse``, (out, lse); with
+        ``return_attn_probs``, (out, lse, None). lse: (batch, nheads, seqlen_q), float32, natural log of the
+        softmax denominator of the (capped, biased) scores, before dropout (``-inf`` for rows that see no key).
 
     Inputs may be non-contiguous (e.g. views of a packed QKV projection); a tensor whose last dimension does
     not have stride 1 is copied once with ``.contiguous()``.
@@ -187,11 +235,14 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, deterministic=Fal
         raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
-    validate_flash_attn_options(dropout_p=dropout_p, window_size=window_size, softcap=softcap,
-                                alibi_slopes=alibi_slopes, return_attn_probs=return_attn_probs)
+    validate_variant_options(q, dropout_p=dropout_p, window_size=window_size, softcap=softcap,
+                             alibi_slopes=alibi_slopes, return_attn_probs=return_attn_probs)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
-    out, lse = _attention(q, k, v, float(softmax_scale), causal, True, deterministic)
+    out, lse = _attention(q, k, v, float(softmax_scale), causal, True, deterministic, tuple(window_size),
+                          softcap, alibi_slopes, dropout_p)
+    if return_attn_probs:
+        return out, lse, None
     return (out, lse) if return_lse else out
 
 
@@ -206,7 +257,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         value: (batch, heads_kv, seqlen_k, head_dim).
         attn_mask: not supported yet (must be None): use ``is_causal=True`` for causal masking, or
             ``torch.nn.functional.scaled_dot_product_attention`` for arbitrary masks.
-        dropout_p: not supported yet (must be 0.0): use torch's SDPA for attention dropout.
+        dropout_p: probability of dropping each attention weight, in [0, 1), as ``flash_attn_func``'s (and,
+            as in PyTorch, applied even in eval mode: pass 0.0 there).
         is_causal: mask aligned to the top-left corner, as PyTorch: query i sees key j when j <= i.
             For seqlen_q = 2, seqlen_k = 5 (1 = kept)::
 
@@ -233,7 +285,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise ValueError("attn_mask is not supported yet by flashdoc.scaled_dot_product_attention; use "
                          "is_causal=True for a causal mask, or torch.nn.functional.scaled_dot_product_attention "
                          "for arbitrary masks")
-    refuse_dropout(dropout_p)
+    validate_dropout(dropout_p)
     validate_attention_inputs(query, key, value, layout="bhsd", softmax_scale=scale, causal=is_causal,
                               scale_name="scale", causal_name="is_causal", names=("query", "key", "value"))
     if not isinstance(enable_gqa, bool):
@@ -245,5 +297,5 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         scale = query.shape[-1] ** -0.5
     # (B, H, S, D) -> (B, S, H, D) views: the kernels take strides, so nothing is copied
     out, _ = _attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), float(scale),
-                        is_causal, False, deterministic=False)
+                        is_causal, False, deterministic=False, dropout_p=dropout_p)
     return out.transpose(1, 2)

@@ -8,6 +8,11 @@ before, which a CPU machine can check. A different hash means the edit needs an 
 on these kernels is sensitive to small source changes (perf/NOTES.md, session 11).
 
     PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python perf/code_hash.py   # a Triton 3.6 wheel unpacked in /tmp/t36
+    PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python perf/code_hash.py --portable   # the tl kernels instead
+
+``--portable`` compiles every config of the portable kernels' tables (``forward.FWD_CONFIGS``,
+``backward.DKDV_CONFIGS`` and ``DQ_CONFIGS``), with and without the causal mask, in bf16 (fp32 for the fp32
+entries), with the integer arguments Triton specialises on taken as multiples of 16, as in a typical launch.
 """
 
 import hashlib
@@ -27,6 +32,8 @@ POINTERS = {"LSE": "*fp32", "LSE2": "*fp32", "DELTA": "*fp32", "COUNTER": "*i32"
 FLOATS = {"qk_scale", "softmax_scale"}
 QUERY_ROWS = ("q_desc", "do_desc", "o_desc", "dq_desc")  # tiles of query rows; the other descriptors hold keys
 ROWS = ("LSE2", "DELTA")  # the dK/dV kernels' LSE and delta: ``forward_hopper.rows_descriptor``s
+# the portable kernels' variant arguments (mask.VariantArgs), None (compiled as constants) without their features
+VARIANT_ARGS = ("left_offset", "cap_in", "cap_out", "SLOPES", "alibi_offset", "RNG", "p_drop", "drop_scale")
 
 
 def ptxas_info(ck):
@@ -128,6 +135,62 @@ def _orders(d, causal):
     if causal and d in getattr(bh, "SECTIONED_HEAD_DIMS", ()):
         yield dict(SECTION=2), " sections=2"
 
+def compile_portable(kernel, config, descriptors, constants, float32: bool):
+    """A portable (``tl``) kernel compiled for sm_90 under one ``triton.Config``: descriptors (name: rows
+    meta-parameter) as 4-D ``head_tiles`` descriptors, pointers (``*bf16``/``*fp32``; LSE-like rows fp32), the
+    scales fp32, other integers i32, those the kernel specialises taken divisible by 16."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    dtype = "fp32" if float32 else "bf16"
+    meta = {**constexpr_defaults(kernel), **constants, **config.kwargs}
+    sig, attrs = {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in meta or name in VARIANT_ARGS:  # the variants' arguments are None without their features
+            sig[name] = "constexpr"
+            meta.setdefault(name, None)
+        elif name in descriptors:
+            sig[name] = f"tensordesc<{dtype}[1,{meta[descriptors[name]]},1,{meta['BLOCK_D']}]>"
+        elif name.isupper():  # tensors are named in capitals
+            sig[name] = POINTERS.get(name, f"*{dtype}")
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            sig[name] = "fp32" if name in FLOATS else "i32"
+            if i not in kernel.do_not_specialize:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    source = ASTSource(kernel, sig, {(kernel.arg_names.index(k),): v for k, v in meta.items()}, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+
+
+def portable_kernels(match=""):
+    """(label, compiled kernel) for every config of the portable kernels' tables, causal and not, whose label
+    contains ``match``."""
+    from flashdoc.kernels import backward as b
+    from flashdoc.kernels import forward as f
+
+    kernels = (("fwd ", f._attn_fwd, f.FWD_CONFIGS, dict(K="BLOCK_N", V="BLOCK_N", O="BLOCK_M")),
+               ("dkdv", b._attn_bwd_dkdv, b.DKDV_CONFIGS,
+                dict(Q="BLOCK_M", DO="BLOCK_M", DK="BLOCK_N", DV="BLOCK_N")),
+               ("dq  ", b._attn_bwd_dq, b.DQ_CONFIGS, dict(K="BLOCK_N", V="BLOCK_N", DQ="BLOCK_M")))
+    for label, kernel, table, descriptors in kernels:
+        for d, float32 in sorted({key[:2] for key in table}):
+            for causal in (False, True):
+                for config in f.configs_for(table, d, torch.float32 if float32 else torch.bfloat16, causal):
+                    constants = dict(HEAD_DIM=d, BLOCK_D=d, IS_CAUSAL=causal,
+                                     DOT_PRECISION="ieee" if float32 else "tf32", ONE_AXIS=False)
+                    name = (f"{label} d={d} {'fp32' if float32 else 'bf16'} causal={causal} "
+                            f"{config.kwargs['BLOCK_M']}x{config.kwargs['BLOCK_N']} s{config.num_stages} "
+                            f"w{config.num_warps}{' across' if config.kwargs['ACROSS_HEADS'] else ''}")
+                    if match in name:
+                        yield name, compile_portable(kernel, config, descriptors, constants, float32)
+
+
 if __name__ == "__main__":
-    for label, ck in tuned_kernels():
+    import sys
+
+    # --portable [MATCH]: only the portable kernels whose label contains MATCH (e.g. "dq", "causal=True")
+    portable = sys.argv.index("--portable") if "--portable" in sys.argv else None
+    match = sys.argv[portable + 1] if portable is not None and len(sys.argv) > portable + 1 else ""
+    for label, ck in portable_kernels(match) if portable is not None else tuned_kernels():
         print(f"{label}: code {code_hash(ck.asm['ptx'])}  {ptxas_info(ck)}", flush=True)

@@ -25,6 +25,9 @@ class Block(torch.nn.Module):
         q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=2)  # non-contiguous views
         if api == "flash":
             o = flashdoc.flash_attn_func(q, k, v, causal=True)
+        elif api == "variants":  # every option at once: window, softcap, ALiBi, dropout (seeded: see _run)
+            slopes = torch.linspace(0.05, 0.3, self.heads, device=x.device)
+            o = flashdoc.flash_attn_func(q, k, v, 0.1, None, True, (7, 0), 20.0, slopes)
         else:
             o = flashdoc.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                       is_causal=True, enable_gqa=True).transpose(1, 2)
@@ -35,6 +38,7 @@ def _run(backend, api, device, dtype, seqlen):
     torch.manual_seed(0)
     model = Block(64, 4, 2).to(device=device, dtype=dtype)
     x = torch.randn(2, seqlen, 64, device=device, dtype=dtype, requires_grad=True)
+    torch.manual_seed(1)  # dropout's draw: the compiled run repeats it below
     eager = model(x, api)
     eager.sum().backward()
     grads_eager = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
@@ -42,6 +46,7 @@ def _run(backend, api, device, dtype, seqlen):
     x.grad = None
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend, fullgraph=True)  # fullgraph: any graph break raises
+    torch.manual_seed(1)
     out = compiled(x, api)
     out.sum().backward()
     grads = [p.grad for p in model.parameters()] + [x.grad]
@@ -51,7 +56,7 @@ def _run(backend, api, device, dtype, seqlen):
         assert torch.allclose(a, b, atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("api", ["flash", "sdpa"])
+@pytest.mark.parametrize("api", ["flash", "sdpa", "variants"])
 def test_compile_fullgraph_aot_eager(api):
     _run("aot_eager", api, DEVICE, torch.float32, 24)
 
@@ -68,10 +73,16 @@ def test_opcheck_custom_ops():
     for dlse, deterministic in ((None, True), (torch.randn_like(lse), False)):
         torch.library.opcheck(torch.ops.flashdoc.bwd.default,
                               (dout, q, k, v, out, lse, dlse, 0.25, True, True, deterministic), test_utils=checks)
+    # the variants' flat arguments: window (left, right), softcap, ALiBi slopes, dropout_p and its (seed, offset)
+    variant = (5, 0, 10.0, torch.full((2,), 0.1), 0.2, torch.tensor([123, 4], dtype=torch.int64))
+    torch.library.opcheck(torch.ops.flashdoc.fwd.default, (q, k, v, 0.25, True, True, *variant), test_utils=checks)
+    out, lse = torch.ops.flashdoc.fwd(q, k, v, 0.25, True, True, *variant)
+    torch.library.opcheck(torch.ops.flashdoc.bwd.default,
+                          (dout, q, k, v, out, lse, None, 0.25, True, True, True, *variant), test_utils=checks)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("api", ["flash", "sdpa"])
+@pytest.mark.parametrize("api", ["flash", "sdpa", "variants"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16])
 def test_gpu_compile_fullgraph_inductor(api, dtype):
     _run("inductor", api, "cuda", dtype, 512)

@@ -27,7 +27,7 @@ Q = (2, 8, 4, 32)  # (batch, seqlen, heads, head_dim)
     (dict(q=t(2, 8, 32)), ValueError, "q must be 4-D"),
     (dict(k=t(2, 8, 4, 32, 1)), ValueError, "k must be 4-D"),
     (dict(q=t(2, 8, 4, 264), k=t(2, 8, 4, 264), v=t(2, 8, 4, 264)), ValueError, "head_dim is 264; allowed"),
-    (dict(q=t(2, 8, 4, 36), k=t(2, 8, 4, 36), v=t(2, 8, 4, 36)), ValueError, "multiple of 8"),
+    (dict(q=t(2, 8, 4, 0), k=t(2, 8, 4, 0), v=t(2, 8, 4, 0)), ValueError, "head_dim is 0; allowed: 1 to 256"),
     (dict(k=t(2, 8, 3, 32), v=t(2, 8, 3, 32)), ValueError, r"q heads \(4\) must be a multiple of k heads \(3\)"),
     (dict(v=t(2, 9, 4, 32)), ValueError, "k and v must have the same seqlen"),
     (dict(k=t(3, 8, 4, 32), v=t(3, 8, 4, 32)), ValueError, "batch sizes differ"),
@@ -38,15 +38,22 @@ Q = (2, 8, 4, 32)  # (batch, seqlen, heads, head_dim)
     (dict(softmax_scale="0.1"), TypeError, "softmax_scale must be a float"),
     (dict(causal=1), TypeError, "causal must be a bool"),
     (dict(q=[1.0]), TypeError, "q must be a torch.Tensor"),
-    # flash-attn 2's options: accepted at their defaults only
-    (dict(dropout_p=0.1), ValueError, "dropout_p=0.1 is not supported yet"),
+    # flash-attn 2's options
+    (dict(dropout_p=1.0), ValueError, r"dropout_p must be in \[0, 1\)"),
+    (dict(dropout_p=-0.1), ValueError, r"dropout_p must be in \[0, 1\)"),
     (dict(dropout_p=None), TypeError, "dropout_p must be a float"),
-    (dict(window_size=(128, 0)), ValueError, r"window_size=\(128, 0\) is not supported \(only \(-1, -1\)"),
-    (dict(window_size=-1), ValueError, "window_size=-1 is not supported"),
-    (dict(softcap=30.0), ValueError, "softcap=30.0 is not supported"),
+    (dict(window_size=(128, -2)), ValueError, r"window_size must be two ints >= -1"),
+    (dict(window_size=-1), TypeError, "window_size must be a pair of ints"),
+    (dict(window_size=(1, 2, 3)), TypeError, "window_size must be a pair of ints"),
+    (dict(window_size=(1.5, 0)), TypeError, "window_size must be a pair of ints"),
+    (dict(softcap=-1.0), ValueError, "softcap must be a finite float >= 0"),
+    (dict(softcap=float("inf")), ValueError, "softcap must be a finite float >= 0"),
     (dict(softcap="0"), TypeError, "softcap must be a float"),
-    (dict(alibi_slopes=torch.ones(4)), ValueError, "alibi_slopes is not supported"),
-    (dict(return_attn_probs=True), ValueError, "return_attn_probs=True is not supported.*return_lse=True"),
+    (dict(alibi_slopes=torch.ones(3)), ValueError, r"alibi_slopes has shape \(3,\); allowed: \(4,\) or \(2, 4\)"),
+    (dict(alibi_slopes=torch.ones(4, 2)), ValueError, r"alibi_slopes has shape \(4, 2\)"),
+    (dict(alibi_slopes=torch.ones(4, dtype=torch.float16)), TypeError, "alibi_slopes has dtype torch.float16"),
+    (dict(alibi_slopes=torch.ones(4, device="meta")), ValueError, "alibi_slopes is on meta but q is on"),
+    (dict(alibi_slopes=[0.1] * 4), TypeError, "alibi_slopes must be a torch.Tensor or None"),
     (dict(return_attn_probs=1), TypeError, "return_attn_probs must be a bool"),
 ])
 def test_flash_attn_func_rejects(kwargs, exc, match):
@@ -81,7 +88,8 @@ S = (2, 4, 8, 32)  # (batch, heads, seqlen, head_dim)
 
 @pytest.mark.parametrize("kwargs,exc,match", [
     (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool)), ValueError, "attn_mask is not supported yet.*is_causal=True"),
-    (dict(dropout_p=0.1), ValueError, "dropout_p=0.1 is not supported yet"),
+    (dict(dropout_p=1.5), ValueError, r"dropout_p must be in \[0, 1\)"),
+    (dict(dropout_p="0.1"), TypeError, "dropout_p must be a float"),
     (dict(key=t(2, 2, 8, 32), value=t(2, 2, 8, 32)), ValueError, "enable_gqa=True"),
     (dict(key=t(2, 3, 8, 32), value=t(2, 3, 8, 32), enable_gqa=True), ValueError, "query heads"),
     (dict(scale=0.0), ValueError, "scale must be a finite number > 0"),

@@ -8,6 +8,8 @@ gradients move through tensor descriptors (TMA on Hopper), like the forward: no 
 on tiles, and the K/V (or Q/dO) tiles a program keeps go straight to shared memory, sparing registers.
 """
 
+import inspect
+
 import torch
 import triton
 import triton.language as tl
@@ -16,6 +18,8 @@ from . import INTERPRET, LOG2E, backward_hopper
 from .forward import (_head_desc, _program_tile, all_configs, block_d_for, configs_for, dot_precision,
                       one_axis, prune_for, seq_bucket, tile_grid)
 from .launch import forked_stream, head_tiles, launch, on_device, tile_config
+from .mask import (VARIANT_FLAGS, Variant, alibi, dropout_keep, hopper_supports, key_block_range, mask_scores,
+                   query_block_range, softcap, softcap_grad, variant_args)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -87,9 +91,25 @@ def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
 
 
 @triton.jit
+def _scores(qk, rows, cols, cap_in, cap_out, slope, alibi_offset, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+            PRECISE: tl.constexpr):
+    """The forward's changed scores (``mask.mod_scores``) and the softcapped ones before ALiBi, which the
+    tanh derivative needs (qk itself when there is no softcap)."""
+    capped = qk
+    if SOFTCAP:
+        capped = softcap(qk, cap_in, cap_out, PRECISE)
+    if ALIBI:
+        return alibi(capped, rows, cols, slope, alibi_offset), capped
+    return capped, capped
+
+
+@triton.jit
 def _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_base, offs_n, seqlen_q,
-                         causal_offset, qk_scale, lo, hi, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-                         IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                         left_offset, right_offset, qk_scale, lo, hi, cap_in, cap_out, slope, alibi_offset, seed,
+                         rng_offset, head, p_drop, drop_scale, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                         IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr, MASKED: tl.constexpr,
+                         SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
+                         DOT_PRECISION: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -104,31 +124,46 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_bas
             delta = tl.load(delta_base + offs_m)
         # work transposed (keys x queries) so the accumulators dK, dV stay (BLOCK_N, head_dim)
         qkT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)
+        if SOFTCAP or ALIBI:
+            qkT, cappedT = _scores(qkT, offs_m[None, :], offs_n[:, None], cap_in, cap_out, slope, alibi_offset,
+                                   SOFTCAP, ALIBI, DOT_PRECISION == "ieee")
         pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
         if MASKED:
-            if IS_CAUSAL:
-                pT = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, pT, 0.0)
-        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+            pT = mask_scores(pT, offs_m[None, :], offs_n[:, None], 0, left_offset, right_offset, 0.0, False,
+                             IS_CAUSAL, IS_LOCAL)
         dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+        if DROPOUT:
+            # the forward's mask, regenerated: dV sees the kept probabilities, scaled; dP only through them
+            keepT = dropout_keep(seed, rng_offset, head, offs_m[None, :], offs_n[:, None], p_drop)
+            dv = tl.dot(tl.where(keepT, pT * drop_scale, 0.0).to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+            dpT = tl.where(keepT, dpT * drop_scale, 0.0)
+        else:
+            dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
         dsT = pT * (dpT - delta[None, :])
+        if SOFTCAP:
+            dsT = dsT * softcap_grad(cappedT, cap_in)
         dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
     return dk, dv
 
 
 # --8<-- [start:bwd_dkdv]
-@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
+@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "SEQ_BUCKET",
+                               "left_offset", "alibi_offset"])
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
                    stride_kb, stride_ks, stride_kh,
                    stride_vb, stride_vs, stride_vh,
-                   n_heads, group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
+                   n_heads, group_size, seqlen_q, seqlen_k, right_offset, softmax_scale, qk_scale,
                    SEQ_BUCKET,
+                   left_offset, cap_in, cap_out, SLOPES, alibi_offset, RNG, p_drop, drop_scale,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr):
+                   ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr, IS_LOCAL: tl.constexpr = False,
+                   SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, DROPOUT: tl.constexpr = False):
     """One program = BLOCK_N keys of one (batch, kv head); it streams every query row (of every query head
     in its GQA group) that sees them. Grid: ``tile_grid(seqlen_k, "BLOCK_N", B * H_kv, IS_CAUSAL)``.
     Q, DO, DK, DV: ``head_tiles`` descriptors; K, V: (batch, seqlen_k, kv heads, head_dim) tensors, whose tiles
-    stay resident and are read through 2-D descriptors of one head (see ``_attn_fwd``)."""
+    stay resident and are read through 2-D descriptors of one head (see ``_attn_fwd``). The variant arguments
+    are the forward's."""
     # causal: the first key tiles are the costliest
     pid_n, pid_bhk = _program_tile((seqlen_k + BLOCK_N - 1) // BLOCK_N, IS_CAUSAL, False, ACROSS_HEADS,
                                    ONE_AXIS)
@@ -143,33 +178,33 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
                    BLOCK_D).load([start_n, 0])
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    seed = tl.load(RNG) if DROPOUT else None
+    rng_offset = tl.load(RNG + 1) if DROPOUT else None
 
-    # Query rows i see key j when j <= i + causal_offset. Rows before `lo` see none of these keys; rows from
-    # `full_lo` on see all of them (no mask); rows in between straddle the diagonal.
-    q_even_hi = seqlen_q // BLOCK_M * BLOCK_M
-    if IS_CAUSAL:
-        lo = tl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M
-        full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M
-        full_lo = tl.minimum(full_lo, q_even_hi)
-        lo = tl.minimum(lo, full_lo)
-    else:
-        lo = 0
-        full_lo = 0
-    seqlen_q_tiles = tl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
+    # Rows before `lo` see none of these keys; rows in [full_lo, full_hi) see all of them (no mask); the rest
+    # straddle the band's edges or pass seqlen_q (mask.query_block_range).
+    lo, full_lo, full_hi, hi = query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M, BLOCK_N,
+                                                 IS_CAUSAL, IS_LOCAL)
     for g in range(group_size):
         off_h = off_hk * group_size + g
         lse2_base = LSE2 + (off_b.to(tl.int64) * n_heads + off_h) * seqlen_q
         delta_base = DELTA + (off_b.to(tl.int64) * n_heads + off_h) * seqlen_q
-        # diagonal tiles (masked), full tiles (no mask), then the ragged last tile of queries (masked)
+        head = off_b * n_heads + off_h
+        slope = tl.load(SLOPES + head) if ALIBI else None
+        # diagonal tiles (masked), full tiles (no mask), then the far edge and the ragged last tile (masked)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_base, offs_n, seqlen_q,
-                                      causal_offset, qk_scale, lo, full_lo, BLOCK_M, BLOCK_D, IS_CAUSAL, True,
-                                      DOT_PRECISION)
+                                      left_offset, right_offset, qk_scale, lo, full_lo, cap_in, cap_out, slope,
+                                      alibi_offset, seed, rng_offset, head, p_drop, drop_scale, BLOCK_M, BLOCK_D,
+                                      IS_CAUSAL, IS_LOCAL, True, SOFTCAP, ALIBI, DROPOUT, DOT_PRECISION)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_base, offs_n, seqlen_q,
-                                      causal_offset, qk_scale, full_lo, q_even_hi, BLOCK_M, BLOCK_D, IS_CAUSAL,
-                                      False, DOT_PRECISION)
+                                      left_offset, right_offset, qk_scale, full_lo, full_hi, cap_in, cap_out, slope,
+                                      alibi_offset, seed, rng_offset, head, p_drop, drop_scale, BLOCK_M, BLOCK_D,
+                                      IS_CAUSAL, IS_LOCAL, False, SOFTCAP, ALIBI, DROPOUT, DOT_PRECISION)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_base, offs_n, seqlen_q,
-                                      causal_offset, qk_scale, tl.maximum(q_even_hi, full_lo), seqlen_q_tiles,
-                                      BLOCK_M, BLOCK_D, IS_CAUSAL, True, DOT_PRECISION)
+                                      left_offset, right_offset, qk_scale, tl.maximum(full_hi, full_lo), hi,
+                                      cap_in, cap_out, slope, alibi_offset, seed, rng_offset, head, p_drop,
+                                      drop_scale, BLOCK_M, BLOCK_D, IS_CAUSAL, IS_LOCAL, True, SOFTCAP, ALIBI,
+                                      DROPOUT, DOT_PRECISION)
 
     dk *= softmax_scale  # S = scale * Q K^T, so dK = scale * dS^T Q
     # rows past seqlen_k and columns past head_dim are not written
@@ -179,37 +214,47 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
 
 
 @triton.jit
-def _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale, lo,
-                       hi, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                       MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+def _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset, right_offset,
+                       qk_scale, lo, hi, cap_in, cap_out, slope, alibi_offset, seed, rng_offset, head, p_drop,
+                       drop_scale, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                       IS_LOCAL: tl.constexpr, MASKED: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+                       DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N):
         k = K.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)  # rows past seqlen_k read as zeros
         v = V.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        if SOFTCAP or ALIBI:
+            qk, capped = _scores(qk, offs_m[:, None], (start_n + offs_n0)[None, :], cap_in, cap_out, slope,
+                                 alibi_offset, SOFTCAP, ALIBI, DOT_PRECISION == "ieee")
         p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
-            offs_n = start_n + offs_n0
-            keep = offs_n[None, :] < seqlen_k
-            if IS_CAUSAL:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
-            p = tl.where(keep, p, 0.0)
+            p = mask_scores(p, offs_m[:, None], (start_n + offs_n0)[None, :], seqlen_k, left_offset, right_offset,
+                            0.0, True, IS_CAUSAL, IS_LOCAL)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+        if DROPOUT:
+            keep = dropout_keep(seed, rng_offset, head, offs_m[:, None], (start_n + offs_n0)[None, :], p_drop)
+            dp = tl.where(keep, dp * drop_scale, 0.0)
         ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * softcap_grad(capped, cap_in)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
     return dq
 
 
 # --8<-- [start:bwd_dq]
-@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
+@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "SEQ_BUCKET",
+                               "left_offset", "alibi_offset"])
 def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
                  stride_qb, stride_qs, stride_qh,
                  stride_dob, stride_dos, stride_doh,
-                 n_heads, group_size, seqlen_q, seqlen_k, causal_offset, softmax_scale, qk_scale,
+                 n_heads, group_size, seqlen_q, seqlen_k, right_offset, softmax_scale, qk_scale,
                  SEQ_BUCKET,
+                 left_offset, cap_in, cap_out, SLOPES, alibi_offset, RNG, p_drop, drop_scale,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
                  DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr):
+                 ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr, IS_LOCAL: tl.constexpr = False,
+                 SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, DROPOUT: tl.constexpr = False):
     """One program = BLOCK_M query rows of one (batch, head), streaming the keys they see, like the forward.
     Grid: ``tile_grid(seqlen_q, "BLOCK_M", B * H, IS_CAUSAL)``. K, V, DQ: ``head_tiles`` descriptors; Q, DO:
     (batch, seqlen_q, heads, head_dim) tensors, resident, read through 2-D descriptors of one head."""
@@ -227,28 +272,35 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
     lse2 = tl.load(LSE2 + row, mask=offs_m < seqlen_q, other=float("inf"))
     delta = tl.load(DELTA + row, mask=offs_m < seqlen_q, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    if IS_CAUSAL:
-        full_hi = tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-        full_hi = tl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-        masked_hi = tl.minimum(start_m + BLOCK_M + causal_offset, seqlen_k)
-    else:
-        full_hi = seqlen_k // BLOCK_N * BLOCK_N
-        masked_hi = seqlen_k
-    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale,
-                            0, full_hi, BLOCK_N, BLOCK_D, IS_CAUSAL, False, DOT_PRECISION)
-    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale,
-                            full_hi, masked_hi, BLOCK_N, BLOCK_D, IS_CAUSAL, True, DOT_PRECISION)
+    slope = tl.load(SLOPES + pid_bh) if ALIBI else None
+    seed = tl.load(RNG) if DROPOUT else None
+    rng_offset = tl.load(RNG + 1) if DROPOUT else None
+    lo, full_lo, full_hi, hi = key_block_range(pid_m, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N,
+                                               IS_CAUSAL, IS_LOCAL)
+    if IS_LOCAL:
+        dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset,
+                                right_offset, qk_scale, lo, full_lo, cap_in, cap_out, slope, alibi_offset, seed,
+                                rng_offset, pid_bh, p_drop, drop_scale, BLOCK_N, BLOCK_D, IS_CAUSAL, IS_LOCAL, True,
+                                SOFTCAP, ALIBI, DROPOUT, DOT_PRECISION)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset,
+                            right_offset, qk_scale, full_lo, full_hi, cap_in, cap_out, slope, alibi_offset, seed,
+                            rng_offset, pid_bh, p_drop, drop_scale, BLOCK_N, BLOCK_D, IS_CAUSAL, IS_LOCAL, False,
+                            SOFTCAP, ALIBI, DROPOUT, DOT_PRECISION)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse2, delta, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset,
+                            right_offset, qk_scale, full_hi, hi, cap_in, cap_out, slope, alibi_offset, seed,
+                            rng_offset, pid_bh, p_drop, drop_scale, BLOCK_N, BLOCK_D, IS_CAUSAL, IS_LOCAL, True,
+                            SOFTCAP, ALIBI, DROPOUT, DOT_PRECISION)
     dq *= softmax_scale
     DQ.store([off_b, start_m, off_h, 0], dq.to(DQ.dtype).reshape(1, BLOCK_M, 1, BLOCK_D))
 # --8<-- [end:bwd_dq]
 
 
 _attn_bwd_dkdv_tuned = None if INTERPRET else triton.autotune(
-    configs=all_configs(DKDV_CONFIGS), key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
+    configs=all_configs(DKDV_CONFIGS), key=["SEQ_BUCKET", "HEAD_DIM", *VARIANT_FLAGS],
     prune_configs_by={"early_config_prune": prune_for(DKDV_CONFIGS)},
 )(_attn_bwd_dkdv)
 _attn_bwd_dq_tuned = None if INTERPRET else triton.autotune(
-    configs=all_configs(DQ_CONFIGS), key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],
+    configs=all_configs(DQ_CONFIGS), key=["SEQ_BUCKET", "HEAD_DIM", *VARIANT_FLAGS],
     prune_configs_by={"early_config_prune": prune_for(DQ_CONFIGS)},
 )(_attn_bwd_dq)
 
@@ -281,25 +333,28 @@ def bwd_preprocess(dout, out, lse, dlse):
     return delta, lse2
 
 
-def _common_args(q, k, softmax_scale, causal, bottom_right):
-    """Scalars and compile-time constants shared by the dK/dV and dQ kernels."""
+def _common_args(q, k, softmax_scale, causal, bottom_right, variant):
+    """Arguments and compile-time constants shared by the dK/dV and dQ kernels (after their tensors and
+    strides), and whether the band has a right edge (the causal launch order)."""
     n_heads, head_dim = q.shape[2], q.shape[3]
     seqlen_q, seqlen_k, n_kv_heads = q.shape[1], k.shape[1], k.shape[2]
-    scalars = (n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, seqlen_k - seqlen_q if bottom_right else 0,
-               softmax_scale, softmax_scale * LOG2E, seq_bucket(max(seqlen_q, seqlen_k)))
-    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
-                DOT_PRECISION=dot_precision(q.dtype))
-    return scalars, meta
+    band_args, flags = variant_args(variant, q, seqlen_k, softmax_scale, causal, bottom_right)
+    scalars = (n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, band_args.right_offset, softmax_scale,
+               softmax_scale * LOG2E, seq_bucket(max(seqlen_q, seqlen_k)), *band_args[1:])
+    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), **flags, DOT_PRECISION=dot_precision(q.dtype))
+    return scalars, meta, flags["IS_CAUSAL"]
 
 
 def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
-             config=None):
+             config=None, variant: Variant = None):
     """Launch the dK/dV kernel (dk, dv written in place). config: a ``triton.Config`` instead of autotuning; it
     also keeps the call here. Without one, the calls ``backward_hopper`` supports go to its kernel."""
-    if config is None and backward_hopper.supports_dkdv(q, causal):
-        backward_hopper.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right)
+    variant = variant or Variant()
+    if config is None and hopper_supports(backward_hopper.supports_dkdv, q, causal, variant):
+        backward_hopper.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right,
+                                        **variant.hopper_kwargs())
         return
-    scalars, meta = _common_args(q, k, softmax_scale, causal, bottom_right)
+    scalars, meta, causal = _common_args(q, k, softmax_scale, causal, bottom_right, variant)
     args = (head_tiles(q, "BLOCK_M"), k, v, head_tiles(dout, "BLOCK_M"), head_tiles(dk, "BLOCK_N"),
             head_tiles(dv, "BLOCK_N"), lse2, delta,
             k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), *scalars)
@@ -310,13 +365,16 @@ def bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: b
            configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype, causal)[0])
 
 
-def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
+def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool, config=None,
+           variant: Variant = None):
     """Launch the dQ kernel (dq written in place). config: as in ``bwd_dkdv``, and so is the routing to
     ``backward_hopper``."""
-    if config is None and backward_hopper.supports_dq(q, causal):
-        backward_hopper.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right)
+    variant = variant or Variant()
+    if config is None and hopper_supports(backward_hopper.supports_dq, q, causal, variant):
+        backward_hopper.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right,
+                                      **variant.hopper_kwargs())
         return
-    scalars, meta = _common_args(q, k, softmax_scale, causal, bottom_right)
+    scalars, meta, causal = _common_args(q, k, softmax_scale, causal, bottom_right, variant)
     args = (q, head_tiles(k, "BLOCK_N"), head_tiles(v, "BLOCK_N"), dout, head_tiles(dq, "BLOCK_M"), lse2, delta,
             q.stride(0), q.stride(1), q.stride(2), dout.stride(0), dout.stride(1), dout.stride(2), *scalars)
     seqlen, n_heads = q.shape[1], q.shape[0] * q.shape[2]  # query tiles x (batch, head)
@@ -326,34 +384,43 @@ def bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, b
            configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype, causal)[0])
 
 
-def fused_dq_runs(q, k, causal: bool, deterministic: bool) -> bool:
+def fused_dq_runs(q, k, causal: bool, deterministic: bool, variant: Variant = None) -> bool:
     """Whether a backward call runs the fused dK/dV/dQ kernel (``backward_hopper``): the call does not ask for
-    determinism, nor does ``torch.use_deterministic_algorithms``, and the fused kernel takes its shapes."""
-    return (not deterministic and not torch.are_deterministic_algorithms_enabled()
-            and backward_hopper.supports_fused_dq(q, k, causal))
+    determinism, nor does ``torch.use_deterministic_algorithms``, and the fused kernel takes its shapes and
+    variant."""
+    variant = variant or Variant()
+    if deterministic or torch.are_deterministic_algorithms_enabled():
+        return False
+    if variant.is_plain():
+        return backward_hopper.supports_fused_dq(q, k, causal)
+    takes_variants = "window_size" in inspect.signature(backward_hopper.supports_fused_dq).parameters
+    return (variant.dropout_p == 0.0 and takes_variants
+            and backward_hopper.supports_fused_dq(q, k, causal, window_size=tuple(variant.window_size),
+                                                  softcap=variant.softcap, alibi=variant.alibi_slopes is not None))
 
 
 def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, causal: bool, bottom_right: bool,
-             config=None, deterministic: bool = True):
+             config=None, deterministic: bool = True, variant: Variant = None):
     """Launch preprocess, dK/dV and dQ. Shapes as in ``attn_fwd``; dq/dk/dv are written in place.
 
     config: a (dK/dV ``triton.Config``, dQ ``triton.Config``) pair instead of autotuning (the split kernels).
     deterministic: False lets ``fused_dq_runs`` choose the fused kernel, whose dq varies in its last bits from
-    run to run.
+    run to run. variant: the forward's (``mask.Variant``), with the same dropout rng.
     """
+    variant = variant or Variant()
     dkdv_config, dq_config = config if config is not None else (None, None)
     with on_device(q.device):
         delta, lse2 = bwd_preprocess(dout, out, lse, dlse)
-        if config is None and fused_dq_runs(q, k, causal, deterministic):
+        if config is None and fused_dq_runs(q, k, causal, deterministic, variant):
             dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
             backward_hopper.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right,
-                                            dq_acc=dq_acc)
+                                            dq_acc=dq_acc, **variant.hopper_kwargs())
             torch.mul(dq_acc, softmax_scale, out=dq)  # S = scale * Q K^T, so dQ = scale * dS K
             return
         # dK/dV and dQ read the same tensors and write different ones: the dQ kernel runs on a second stream,
         # so each kernel's last, ragged wave of programs overlaps the other's work (1-5% faster, perf/NOTES.md)
         dq_stream = forked_stream()
-        bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config)
+        bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config, variant)
         with dq_stream:
-            bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right, dq_config)
+            bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right, dq_config, variant)
         dq_stream.join()

@@ -10,6 +10,8 @@ import triton
 import triton.language as tl
 
 from . import INTERPRET, LOG2E, forward_hopper
+from .mask import (VARIANT_FLAGS, Variant, dropout_keep, hopper_supports, key_block_range, mask_scores, mod_scores,
+                   variant_args)
 from .launch import head_tiles, launch, on_device, tile_config
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -101,25 +103,28 @@ def _program_tile(n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr,
 
 # --8<-- [start:fwd_inner]
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset, qk_scale, lo, hi,
-                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+def _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset, right_offset, qk_scale,
+                    lo, hi, cap_in, cap_out, slope, alibi_offset, seed, rng_offset, head, p_drop,
+                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr,
+                    MASKED: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
                     DOT_PRECISION: tl.constexpr):
     """Stream key/value tiles [lo, hi) past one query tile, updating the online softmax.
 
     m_i is the running row maximum (log2 units), l_i the running denominator, acc the unnormalised output.
-    MASKED tiles may hold keys past seqlen_k or above the causal diagonal; the others need no mask at all.
+    MASKED tiles may hold keys past seqlen_k or outside the band (``mask.key_block_range``); the others need no
+    mask at all. Softcap and ALiBi change the scores before the mask (``mask.mod_scores``); dropout zeroes
+    probabilities after the denominator has counted them.
     """
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N):
         k = K.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)  # keys past seqlen_k read as zeros
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        if SOFTCAP or ALIBI:
+            qk = mod_scores(qk, offs_m[:, None], (start_n + offs_n0)[None, :], cap_in, cap_out, slope,
+                            alibi_offset, SOFTCAP, ALIBI, DOT_PRECISION == "ieee")
         if MASKED:
-            offs_n = start_n + offs_n0
-            keep = offs_n[None, :] < seqlen_k
-            if IS_CAUSAL:
-                # query row i sees key j when j <= i + causal_offset (0: top-left, seqlen_k - seqlen_q: bottom-right)
-                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
-            qk = tl.where(keep, qk, float("-inf"))
+            qk = mask_scores(qk, offs_m[:, None], (start_n + offs_n0)[None, :], seqlen_k, left_offset,
+                             right_offset, float("-inf"), True, IS_CAUSAL, IS_LOCAL)
         # --8<-- [start:online_softmax]
         m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         if MASKED:
@@ -128,6 +133,9 @@ def _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, cau
         p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
         alpha = tl.math.exp2(m_i - m_ij)  # rescales what was accumulated under the old maximum
         l_i = l_i * alpha + tl.sum(p, 1)
+        if DROPOUT:  # the softmax's denominator counts every probability; only P V sees the dropped ones
+            p = tl.where(dropout_keep(seed, rng_offset, head, offs_m[:, None], (start_n + offs_n0)[None, :],
+                                      p_drop), p, 0.0)
         v = V.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
@@ -150,17 +158,24 @@ def _head_desc(base, seqlen, stride_s, HEAD_DIM: tl.constexpr, BLOCK_S: tl.const
 
 # --8<-- [start:fwd_kernel]
 # Lengths, offsets and head counts change from call to call: no specialising on their value (divisible by 16,
-# equal to 1), which would compile a new variant for each.
-@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "causal_offset", "SEQ_BUCKET"])
+# equal to 1), which would compile a new variant for each. The variants' arguments (left_offset onwards) are
+# None when their feature is off: Triton then compiles them as constants, so the dense and causal kernels keep
+# the parameters and the machine code they had before the variants existed.
+@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "SEQ_BUCKET",
+                               "left_offset", "alibi_offset"])
 def _attn_fwd(Q, K, V, O, LSE,
               stride_qb, stride_qs, stride_qh,
-              n_heads, group_size, seqlen_q, seqlen_k, causal_offset, qk_scale,
+              n_heads, group_size, seqlen_q, seqlen_k, right_offset, qk_scale,
               SEQ_BUCKET,  # only read by the autotuner's key
+              left_offset, cap_in, cap_out, SLOPES, alibi_offset, RNG, p_drop, drop_scale,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
               DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr):
+              ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr, IS_LOCAL: tl.constexpr = False,
+              SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, DROPOUT: tl.constexpr = False):
     """One program = one tile of BLOCK_M query rows of one (batch, head). Grid: ``tile_grid(seqlen_q, "BLOCK_M",
-    B * H, IS_CAUSAL)``. K, V, O: ``head_tiles`` descriptors; Q: a (batch, seqlen, heads, head_dim) tensor."""
+    B * H, IS_CAUSAL)``. K, V, O: ``head_tiles`` descriptors; Q: a (batch, seqlen, heads, head_dim) tensor.
+    The band, softcap and ALiBi arguments are ``mask.variant_args``'; SLOPES: (batch * heads) fp32 slopes over
+    the softmax scale; RNG: the (seed, offset) int64 pair dropout draws from."""
     # causal: the last query tiles see most keys
     pid_m, pid_bh = _program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, IS_CAUSAL, True, ACROSS_HEADS, ONE_AXIS)
     off_b = pid_bh // n_heads
@@ -175,25 +190,35 @@ def _attn_fwd(Q, K, V, O, LSE,
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    slope = tl.load(SLOPES + pid_bh) if ALIBI else None
+    seed = tl.load(RNG) if DROPOUT else None
+    rng_offset = tl.load(RNG + 1) if DROPOUT else None
 
-    # Split the key range: tiles every row of this query tile sees in full run without masks; the rest
-    # (the causal diagonal, the ragged end of the keys) run with them.
-    if IS_CAUSAL:
-        # row offs_m[0] sees keys <= offs_m[0] + causal_offset, and so does every row below it
-        full_hi = tl.maximum(pid_m * BLOCK_M + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-        full_hi = tl.minimum(full_hi, seqlen_k // BLOCK_N * BLOCK_N)
-        masked_hi = tl.minimum((pid_m + 1) * BLOCK_M + causal_offset, seqlen_k)
-    else:
-        full_hi = seqlen_k // BLOCK_N * BLOCK_N
-        masked_hi = seqlen_k
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset,
-                                    qk_scale, 0, full_hi, BLOCK_N, BLOCK_D, IS_CAUSAL, False, DOT_PRECISION)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, causal_offset,
-                                    qk_scale, full_hi, masked_hi, BLOCK_N, BLOCK_D, IS_CAUSAL, True, DOT_PRECISION)
+    # Split the key range (mask.key_block_range): whole tiles every row of this query tile sees run without
+    # masks; the rest (the band's edges, the ragged end of the keys) run with them.
+    lo, full_lo, full_hi, hi = key_block_range(pid_m, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N,
+                                               IS_CAUSAL, IS_LOCAL)
+    if IS_LOCAL:
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset,
+                                        right_offset, qk_scale, lo, full_lo, cap_in, cap_out, slope, alibi_offset,
+                                        seed, rng_offset, pid_bh, p_drop, BLOCK_N, BLOCK_D, IS_CAUSAL, IS_LOCAL,
+                                        True, SOFTCAP, ALIBI, DROPOUT, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset,
+                                    right_offset, qk_scale, full_lo, full_hi, cap_in, cap_out, slope, alibi_offset,
+                                    seed, rng_offset, pid_bh, p_drop, BLOCK_N, BLOCK_D, IS_CAUSAL, IS_LOCAL, False,
+                                    SOFTCAP, ALIBI, DROPOUT, DOT_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset,
+                                    right_offset, qk_scale, full_hi, hi, cap_in, cap_out, slope, alibi_offset,
+                                    seed, rng_offset, pid_bh, p_drop, BLOCK_N, BLOCK_D, IS_CAUSAL, IS_LOCAL, True,
+                                    SOFTCAP, ALIBI, DROPOUT, DOT_PRECISION)
 
-    # Rows that saw no key at all (causal, bottom-right, seqlen_q > seqlen_k) output zeros and LSE = -inf.
+    # Rows that saw no key at all (outside the band: causal bottom-right with seqlen_q > seqlen_k, a window
+    # past the keys) output zeros and LSE = -inf.
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    acc = acc / l_safe[:, None]
+    if DROPOUT:
+        acc = acc * (drop_scale / l_safe)[:, None]  # kept probabilities count 1 / (1 - p)
+    else:
+        acc = acc / l_safe[:, None]
     lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)  # log2 -> ln
     tl.store(LSE + pid_bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
     O.store([off_b, pid_m * BLOCK_M, off_h, 0], acc.to(O.dtype).reshape(1, BLOCK_M, 1, BLOCK_D))
@@ -202,7 +227,7 @@ def _attn_fwd(Q, K, V, O, LSE,
 
 _attn_fwd_tuned = None if INTERPRET else triton.autotune(
     configs=all_configs(FWD_CONFIGS),
-    key=["SEQ_BUCKET", "HEAD_DIM", "IS_CAUSAL"],  # the autotuner adds the tensors' dtypes to the key
+    key=["SEQ_BUCKET", "HEAD_DIM", *VARIANT_FLAGS],  # the autotuner adds the tensors' dtypes to the key
     prune_configs_by={"early_config_prune": prune_for(FWD_CONFIGS)},
 )(_attn_fwd)
 
@@ -254,24 +279,29 @@ def fwd_configs_for(head_dim: int, dtype, causal: bool = False) -> list:
     return configs_for(FWD_CONFIGS, block_d_for(head_dim), dtype, causal)
 
 
-def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None):
+def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None,
+             variant: Variant = None):
     """Launch the forward kernel. q, out: (B, Sq, H, D); k, v: (B, Sk, Hk, D); lse: (B, H, Sq) fp32.
 
+    variant: the window, softcap, ALiBi slopes and dropout of the call (``mask.Variant``; None: none of them).
     config: a ``triton.Config`` to use instead of autotuning (tests use it to check every config); it also
     keeps the call on this kernel, which otherwise goes to ``forward_hopper`` where that one applies.
     """
-    if config is None and forward_hopper.supports(q, causal):
+    variant = variant or Variant()
+    if config is None and hopper_supports(forward_hopper.supports, q, causal, variant):
         with on_device(q.device):
-            forward_hopper.attn_fwd_hopper(q, k, v, out, lse, softmax_scale, causal, bottom_right)
+            forward_hopper.attn_fwd_hopper(q, k, v, out, lse, softmax_scale, causal, bottom_right,
+                                           **variant.hopper_kwargs())
         return
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
-    causal_offset = seqlen_k - seqlen_q if bottom_right else 0
+    band_args, flags = variant_args(variant, q, seqlen_k, softmax_scale, causal, bottom_right)
     args = (q, head_tiles(k, "BLOCK_N"), head_tiles(v, "BLOCK_N"), head_tiles(out, "BLOCK_M"), lse,
             q.stride(0), q.stride(1), q.stride(2),
-            n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, causal_offset, softmax_scale * LOG2E,
-            seq_bucket(max(seqlen_q, seqlen_k)))
-    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), IS_CAUSAL=causal,
+            n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, band_args.right_offset, softmax_scale * LOG2E,
+            seq_bucket(max(seqlen_q, seqlen_k)), *band_args[1:])
+    causal = flags["IS_CAUSAL"]
+    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), **flags,
                 DOT_PRECISION=dot_precision(q.dtype), ONE_AXIS=one_axis(seqlen_q, batch * n_heads, causal))
     with on_device(q.device):
         launch(_attn_fwd, _attn_fwd_tuned, tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, causal), args, meta,
