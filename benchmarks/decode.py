@@ -479,12 +479,12 @@ def aot():
             if name in constants:
                 sig[name], consts[(i,)] = "constexpr", constants[name]
             elif name.isupper():  # pointers are the upper-case parameters
-                sig[name] = "*fp32" if name in ("O_PART", "LSE_PART", "LSE") else (
+                sig[name] = "*fp32" if name in ("O_PART", "LSE_PART", "LSE", "SLOPES") else (
                     "*i32" if name in ("CACHE_SEQLENS", "CACHE_BATCH_IDX", "BLOCK_TABLE") else "*bf16")
                 if name == "Q_ROT":
                     sig[name] = "*bf16"
                 attrs[(i,)] = [["tt.divisibility", 16]]
-            elif name in ("qk_scale", "softcap"):
+            elif name in ("qk_scale", "cap_in", "cap_out"):
                 sig[name] = "fp32"
             else:
                 sig[name] = "i32"
@@ -505,6 +505,11 @@ def aot():
                     config.triton_config(paged).num_stages)
                 print(f"split_kv d={d} {config} paged={paged} page={page} split={split}: {ptxas(ck)}",
                       flush=True)
+    ck = compile_kernel(dk._split_kv, dict(
+        HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=64, GROUP=4, PAGED=True, PAGE_SIZE=16, HAS_BATCH_IDX=False,
+        SEQLENS_TENSOR=True, IS_CAUSAL=True, IS_LOCAL=True, SOFTCAP=True, ALIBI=True, SPLIT=True,
+        DOT_PRECISION="tf32"), 4, 5)
+    print(f"split_kv d=128 paged, window + softcap + ALiBi: {ptxas(ck)}", flush=True)
     ck = compile_kernel(dk._merge_splits, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=32, CHUNK=16), 4, 2)
     print(f"merge d=128: {ptxas(ck)}", flush=True)
     for paged, rotary, interleaved in ((False, False, False), (True, True, True), (False, True, False)):
