@@ -1,6 +1,7 @@
 """Decoding: attention of a few new queries against a long KV cache (FlashDecoding), and the cache append.
 
-Three kernels, launched in this order by ``decode_attention``:
+Three kernels, launched in this order for one call of ``flash_attn_with_kvcache`` (``append_kv``, then
+``decode_attention``):
 
 1. ``_append_kv`` writes the new keys and values into the cache at each sequence's length, applying the rotary
    embedding to the new keys (and to the queries) on the way. One program per (batch, new position).
@@ -10,6 +11,9 @@ Three kernels, launched in this order by ``decode_attention``:
    the rows of one tile, so each K and V tile is read from memory once per KV head.
 3. ``_merge_splits`` combines the partial outputs with their log-sum-exps into the exact result. With one split
    the attention kernel writes the result itself and this kernel is not launched.
+
+Which keys each query row sees (causal, sliding window) and how its scores change (softcap, ALiBi) is the
+masking core's rule (``mask.py``), applied with each sequence's own diagonal, which only the GPU knows.
 
 Caches are paged or contiguous, and both are read the same way: a contiguous cache (batch, seqlen, Hk, D) is a
 paged cache whose pages are whole sequences, page ``cache_batch_idx[b]`` (or ``b``) of length seqlen.

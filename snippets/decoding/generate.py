@@ -48,9 +48,10 @@ class Attention(nn.Module):
         self.kv = nn.Linear(hidden, 2 * kv_heads * head_dim, bias=False)
         self.o = nn.Linear(heads * head_dim, hidden, bias=False)
 
-    def forward(self, x, cache, pos, impl):
-        """x: (B, S, hidden) at positions pos .. pos + S - 1; cache: this layer's
-        (k_cache, v_cache), each (B, max_len, kv_heads, head_dim); pos: (B,) int32."""
+    def forward(self, x, cache, pos, start, impl):
+        """x: (B, S, hidden) at positions start .. start + S - 1 of every sequence;
+        cache: this layer's (k_cache, v_cache), each (B, max_len, kv_heads, head_dim);
+        pos: the same start as a (B,) int32 tensor on the GPU, as a server keeps it."""
         B, S, _ = x.shape
         q = self.q(x).view(B, S, heads, head_dim)
         k, v = self.kv(x).view(B, S, 2, kv_heads, head_dim).unbind(2)
@@ -61,7 +62,6 @@ class Attention(nn.Module):
                 q, k_cache, v_cache, k, v, rotary_cos=cos, rotary_sin=sin,
                 cache_seqlens=pos, causal=True, rotary_interleaved=False)
         else:  # SDPA: rotate in PyTorch, write the cache, attend over its first keys
-            start = int(pos[0])  # every sequence is at the same position here
             q = rotate(q, cos[start:start + S], sin[start:start + S])
             k_cache[:, start:start + S] = rotate(k, cos[start:start + S],
                                                  sin[start:start + S])
@@ -88,8 +88,8 @@ class Block(nn.Module):
         self.gate_up = nn.Linear(hidden, 2 * mlp, bias=False)
         self.down = nn.Linear(mlp, hidden, bias=False)
 
-    def forward(self, x, cache, pos, impl):
-        x = x + self.attn(self.norm1(x), cache, pos, impl)
+    def forward(self, x, cache, pos, start, impl):
+        x = x + self.attn(self.norm1(x), cache, pos, start, impl)
         gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
 
@@ -102,10 +102,10 @@ class Model(nn.Module):
         self.norm = nn.RMSNorm(hidden)
         self.head = nn.Linear(hidden, vocab, bias=False)
 
-    def forward(self, tokens, caches, pos, impl):
+    def forward(self, tokens, caches, pos, start, impl):
         x = self.embed(tokens)
         for block, cache in zip(self.blocks, caches):
-            x = block(x, cache, pos, impl)
+            x = block(x, cache, pos, start, impl)
         return self.head(self.norm(x[:, -1]))  # logits of the last position
 
 
@@ -116,11 +116,12 @@ def generate(model, prompt, impl, dtype):
     caches = [tuple(torch.zeros(batch, max_len, kv_heads, head_dim, device=device,
                                 dtype=dtype) for _ in range(2)) for _ in range(layers)]
     pos = torch.zeros(batch, dtype=torch.int32, device=device)
-    tokens = prompt
+    start, tokens = 0, prompt
     out = []
     for _ in range(new_tokens):
-        logits = model(tokens, caches, pos, impl)
+        logits = model(tokens, caches, pos, start, impl)
         pos += tokens.shape[1]
+        start += tokens.shape[1]
         tokens = logits.argmax(-1, keepdim=True)
         out.append(tokens)
     return torch.cat(out, dim=1)
@@ -155,7 +156,7 @@ for dtype in (torch.float32, torch.bfloat16) if gpu else (torch.float32,):
     same = (results[dtype, "sdpa"] == results[dtype, "flashdoc"]).float().mean()
     print(f"{name}: {same:.1%} of the generated tokens are the same in both\n")
 if not gpu:
-    print("(on this CPU flashdoc runs in Triton's interpreter: the speeds mean nothing)")
+    print("(on a CPU flashdoc runs in Triton's interpreter: the speeds mean nothing)")
 first = results[torch.float32, "flashdoc"][0, :16].tolist()
 print(f"first sequence, first {len(first)} generated tokens:", first)
 assert torch.equal(results[torch.float32, "sdpa"], results[torch.float32, "flashdoc"])
