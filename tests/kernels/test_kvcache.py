@@ -247,6 +247,28 @@ def test_op_traces_under_fake_tensors():
     assert out.shape == (2, 3, 8, 64) and lse.shape == (2, 8, 3)
 
 
+@pytest.mark.parametrize("backend", ["aot_eager"] + (["inductor"] if torch.cuda.is_available() else []))
+def test_compile_fullgraph_keeps_the_append(backend):
+    """torch.compile(fullgraph=True) traces through the op (its fake implementation) and keeps its in-place writes
+    to the caches: the compiled step gives the eager step's output and leaves the same caches behind."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 1, h, 32, generator=g).to(DEVICE, torch.float16) for h in (4, 2, 2))
+    caches = [torch.randn(2, 64, 2, 32, generator=g).to(DEVICE, torch.float16) for _ in range(2)]
+    lens = torch.tensor([3, 40], dtype=torch.int32, device=DEVICE)
+
+    def step(q, k, v, k_cache, v_cache, lens):
+        out = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, causal=True)
+        return out * 2.0
+
+    eager_caches = [c.clone() for c in caches]
+    expected = step(q, k, v, *eager_caches, lens)
+    torch._dynamo.reset()
+    got = torch.compile(step, backend=backend, fullgraph=True)(q, k, v, *caches, lens)
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
+    for c, e in zip(caches, eager_caches):
+        torch.testing.assert_close(c, e, atol=0, rtol=0)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Bad input
 # ---------------------------------------------------------------------------------------------------------------
