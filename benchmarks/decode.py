@@ -1,5 +1,6 @@
 """Decode attention at the memory-bandwidth limit: flashdoc's ``flash_attn_with_kvcache`` against SDPA (cuDNN and
-flash backends), FlexAttention's decoding kernel and a device-to-device copy, on one GPU in one run.
+flash backends), FlexAttention's decoding kernel, flashdoc's own training forward and a device-to-device copy,
+on one GPU in one run.
 
     python3 benchmarks/decode.py --out OUT            # the benchmark: OUT/decode.json, decode.md, decode_roofline.png
     python3 benchmarks/decode.py --out OUT --sweep    # time candidate split-KV configs: OUT/decode_sweep.{json,md}
@@ -92,6 +93,14 @@ def flashdoc_call(q, k_cache, v_cache, seqlens, table, num_splits=0):
     def call():
         return flashdoc.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
                                                 num_splits=num_splits)
+    return call
+
+
+def training_call(q, k_cache, v_cache):
+    """flashdoc's training forward (``flash_attn_func``) on the same cache: the kernel a decode step would get
+    without a decode kernel (the cache is full, so no lengths are needed)."""
+    def call():
+        return flashdoc.flash_attn_func(q, k_cache, v_cache)
     return call
 
 
@@ -224,7 +233,8 @@ def _measure_points(pts, rows, verbose):
         builders = {"flashdoc": lambda i: flashdoc_call(*make_cache(batch, cache, seed=i)),
                     "sdpa-cudnn": lambda i: sdpa_call("CUDNN_ATTENTION", *make_cache(batch, cache, seed=i)[:3]),
                     "sdpa-flash": lambda i: sdpa_call("FLASH_ATTENTION", *make_cache(batch, cache, seed=i)[:3]),
-                    "flex": lambda i: flex_call(*make_cache(batch, cache, seed=i)[:3])}
+                    "flex": lambda i: flex_call(*make_cache(batch, cache, seed=i)[:3]),
+                    "flashdoc-training": lambda i: training_call(*make_cache(batch, cache, seed=i)[:3])}
         for page in PAGE_SIZES:
             builders[f"flashdoc-paged{page}"] = (
                 lambda i, page=page: flashdoc_call(*make_cache(batch, cache, page, seed=i)))
@@ -335,7 +345,7 @@ def roofline_figure(rows, copy, path, key="graph_tbps"):
     methods, pts = _ordered(rows)
     fig, ax = plt.subplots(figsize=(10, 4.8))
     width = 0.8 / len(methods)
-    colors = {"flashdoc": "C0", "sdpa-cudnn": "C1", "sdpa-flash": "C2", "flex": "C3"}
+    colors = {"flashdoc": "C0", "sdpa-cudnn": "C1", "sdpa-flash": "C2", "flex": "C3", "flashdoc-training": "C7"}
     for i, m in enumerate(methods):
         xs = [j + (i - (len(methods) - 1) / 2) * width for j in range(len(pts))]
         ys = [got.get((b, c, m), 0.0) for b, c in pts]
