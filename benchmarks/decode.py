@@ -443,15 +443,21 @@ def sweep(out_dir, verbose=True):
                 scores[config] = torch.tensor(got).log().mean().exp().item()
         if scores:
             winner = max(scores, key=scores.get)
-            best[str(page)] = dict(vars(winner), geomean_tbps=scores[winner],
-                                   current_tbps=scores.get(dk.DECODE_CONFIGS[HEAD_DIM]))
+            current = dk.PAGED_CONFIGS.get((HEAD_DIM, page), dk.DECODE_CONFIGS[HEAD_DIM])
+            best[str(page)] = dict(vars(winner), geomean_tbps=scores[winner], current_tbps=scores.get(current))
     (out / "decode_sweep.json").write_text(json.dumps(dict(rows=rows, best=best), indent=1))
     lines = ["| page | block_n | warps | stages | programs/SM | geomean TB/s | table's config TB/s |",
              "|---|---|---|---|---|---|---|"]
+    entries = []
     for page, b in best.items():
         current = "—" if b["current_tbps"] is None else f"{b['current_tbps']:.2f}"
         lines.append(f"| {page} | {b['block_n']} | {b['warps']} | {b['stages']} | {b['programs_per_sm']} | "
                      f"{b['geomean_tbps']:.2f} | {current} |")
+        config = (f"DecodeConfig(block_n={b['block_n']}, warps={b['warps']}, stages={b['stages']}, "
+                  f"programs_per_sm={b['programs_per_sm']})")
+        entries.append(f"DECODE_CONFIGS[{HEAD_DIM}] = {config}" if page == "None"
+                       else f"PAGED_CONFIGS[({HEAD_DIM}, {page})] = {config}")
+    lines += ["", "Table entries for the winners (flashdoc/kernels/decode.py):", "", "```python", *entries, "```"]
     (out / "decode_sweep.md").write_text("\n".join(lines) + "\n")
     if verbose:
         print("\n".join(lines))

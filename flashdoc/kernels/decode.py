@@ -74,6 +74,9 @@ DECODE_CONFIGS = {
     128: DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
     256: DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
 }
+# Paged caches of one page size whose measured best config differs from the head dim's, keyed (padded head dim,
+# page size); empty until a sweep on the GPU says otherwise (``benchmarks/decode.py --sweep`` prints the entry).
+PAGED_CONFIGS: dict = {}
 # --8<-- [end:decode_configs]
 
 PAGED_EXTRA_STAGES = 2
@@ -92,11 +95,13 @@ def block_d_for(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
-def decode_config(head_dim: int, dtype: torch.dtype) -> DecodeConfig:
-    """The split-KV configuration for this head dim and cache dtype (the GPU table, or the CPU tiles)."""
+def decode_config(head_dim: int, dtype: torch.dtype, page_size: int = 0) -> DecodeConfig:
+    """The split-KV configuration for this head dim, cache dtype and page size (0: a contiguous cache): the GPU
+    tables, or the CPU tiles."""
     if INTERPRET:
         return CPU_DECODE_CONFIG
-    config = DECODE_CONFIGS[max(64, block_d_for(head_dim))]
+    d = max(64, block_d_for(head_dim))
+    config = PAGED_CONFIGS.get((d, page_size), DECODE_CONFIGS[d])
     if dtype == torch.float32:  # 4-byte elements: the same bytes per tile with half the keys
         config = DecodeConfig(max(16, config.block_n // 2), config.warps, config.stages, config.programs_per_sm)
     return config
@@ -446,13 +451,11 @@ def block_m_for(rows: int) -> int:
     return min(max(16, triton.next_power_of_2(rows)), MAX_BLOCK_M)
 
 
-def choose_num_splits(programs: int, max_seqlen_k: int, head_dim: int, dtype: torch.dtype,
-                      device: torch.device) -> int:
+def choose_num_splits(programs: int, max_seqlen_k: int, config: DecodeConfig, device: torch.device) -> int:
     """``num_splits_heuristic`` for a launch of ``programs`` per split (batch x KV heads x query tiles), from
     shapes only (the cache's capacity, not its lengths)."""
     if INTERPRET:
         return 1
-    config = decode_config(head_dim, dtype)
     index = device.index if device.index is not None else torch.cuda.current_device()
     return num_splits_heuristic(programs, num_sms(index) * config.programs_per_sm,
                                 triton.cdiv(max_seqlen_k, config.block_n))
@@ -530,10 +533,10 @@ def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_
     max_pages = block_table.shape[1] if paged else 1
     capacity = max_pages * page_size if paged else page_size
     if config is None:
-        config = decode_config(head_dim, k_cache.dtype)
+        config = decode_config(head_dim, k_cache.dtype, page_size if paged else 0)
     block_m, m_tiles = query_tiles(group, seqlen_q)
     if num_splits == 0:
-        num_splits = choose_num_splits(batch * n_kv_heads * m_tiles, capacity, head_dim, k_cache.dtype, q.device)
+        num_splits = choose_num_splits(batch * n_kv_heads * m_tiles, capacity, config, q.device)
     block_d = block_d_for(head_dim)
     dummy = _placeholder(q.device)
     if num_splits > 1:  # one allocation for both: the partial outputs (splits, B, H, Sq, BLOCK_D), then LSEs
