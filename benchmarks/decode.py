@@ -107,7 +107,7 @@ def training_call(q, k_cache, v_cache):
 def config_call(q, k_cache, v_cache, seqlens, table, config):
     """The split-KV kernel (and merge) under one DecodeConfig, without the public API's checks: for the sweep."""
     out = torch.empty_like(q)
-    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device="cuda", dtype=torch.float32)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32)
     _, m_tiles = dk.query_tiles(HEADS // KV_HEADS, q.shape[1])
     capacity = k_cache.shape[1] * (1 if table is None else table.shape[1])
     splits = dk.num_splits_heuristic(q.shape[0] * KV_HEADS * m_tiles, dk.num_sms(0) * config.programs_per_sm,
