@@ -65,10 +65,10 @@ class DecodeConfig:
 
 
 # --8<-- [start:decode_configs]
-# Keyed by padded head dim, then by whether the cache is paged with pages shorter than the default tile (a tile
-# then spans several pages and each key row looks its page up). Bandwidth needs many bytes in flight per SM:
-# K and V tiles of BLOCK_N x D, ``stages`` deep. 16-bit caches; fp32 caches take half the keys per tile.
-# ``benchmarks/decode.py --sweep`` times candidates around these on a GPU.
+# Keyed by padded head dim. Bandwidth needs bytes in flight: every entry streams K and V tiles of 32 KiB per
+# stage together (2 x BLOCK_N x D x 2 bytes), and stages = 3 keeps two of them in flight per program, in 70 KiB
+# of shared memory (``benchmarks/decode.py --aot``), so two or three programs share an SM. fp32 caches take half
+# the keys per tile. First choices, not measurements: ``benchmarks/decode.py --sweep`` times candidates.
 DECODE_CONFIGS = {
     64: DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=2),
     128: DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
