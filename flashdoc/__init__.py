@@ -18,6 +18,7 @@ if not torch.cuda.is_available():
 from . import reference  # noqa: E402  (teaching implementations shown on the site)
 from ._config import show_config  # noqa: E402
 from .interface import flash_attn_func, scaled_dot_product_attention  # noqa: E402
+from .kvcache import flash_attn_with_kvcache  # noqa: E402
 
 try:
     from importlib.metadata import PackageNotFoundError, version
@@ -26,4 +27,11 @@ try:
 except PackageNotFoundError:  # running from a source checkout that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["flash_attn_func", "scaled_dot_product_attention", "reference", "show_config", "__version__"]
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_with_kvcache",
+    "scaled_dot_product_attention",
+    "reference",
+    "show_config",
+    "__version__",
+]

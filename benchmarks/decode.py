@@ -1,0 +1,560 @@
+"""Decode attention at the memory-bandwidth limit: flashdoc's ``flash_attn_with_kvcache`` against SDPA (cuDNN and
+flash backends), FlexAttention's decoding kernel, flashdoc's own training forward and a device-to-device copy,
+on one GPU in one run.
+
+    python3 benchmarks/decode.py --out OUT            # the benchmark: OUT/decode.json, decode.md, decode_roofline.png
+    python3 benchmarks/decode.py --out OUT --sweep    # time candidate split-KV configs: OUT/decode_sweep.{json,md}
+    python3 benchmarks/decode.py --out OUT --quick    # a few points, for a smoke run
+    PYTHONPATH=/tmp/t36:. python benchmarks/decode.py --aot   # compile the configs for sm_90 without a GPU
+                                                              # (a Triton 3.6 wheel unpacked in /tmp/t36)
+
+The shape is a decode step of a Llama-style model: bf16, 32 query heads sharing 8 KV heads (GQA), head dim 128,
+one new query per sequence, batch 1, 8 and 64 with caches of 4k, 32k and 128k tokens (points whose caches do
+not fit in memory are skipped). The figure of merit is the *effective bandwidth*: the bytes of K and V the step
+must read (batch x cache x KV heads x head dim x 2 bytes x 2), divided by its time. A copy moves each byte in
+and out once; its bandwidth (bytes read + bytes written per second) is the ceiling a kernel that reads the cache
+once can approach.
+
+Two timers, both recorded for every point, and the targets checked on each:
+
+- ``do_bench``: ``triton.testing.do_bench``'s median, CUDA events around each call, with Triton's 256 MB write
+  between calls so that every call reads the cache from HBM, not from the 60 MB L2 (a decode step in a model
+  follows other layers that evict it). The events time the GPU, but where a call's host work outlasts the GPU
+  work queued before it (the smallest points), the host work is timed too.
+- ``graph``: 20 calls captured in one CUDA graph and replayed, the time per call: what a serving engine that
+  captures its decode step sees, with no host work. Where one cache would stay in L2 between calls, the calls
+  cycle over several copies of it (together at least four times L2), so every call still reads from HBM.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):  # run as a script: the checkout's flashdoc
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import flashdoc  # noqa: E402, I001  (first: without a GPU it turns on Triton's interpreter)
+import triton  # noqa: E402
+
+from flashdoc.kernels import decode as dk  # noqa: E402
+
+HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
+BATCHES = (1, 8, 64)
+CACHES = (4096, 32768, 131072)
+PAGE_SIZES = (16, 64, 256)
+DTYPE = torch.bfloat16
+GRAPH_CALLS = 20
+L2_BYTES = 60 * 2**20  # the H200's L2 (the graph timing's copies of small caches add up to 4x this)
+# The targets: a ratio to each SDPA backend at every point; a share of the copy bandwidth where the cache holds
+# at least this many tokens in all; paged within this fraction of contiguous.
+COPY_SHARE, COPY_SHARE_MIN_TOKENS, PAGED_SLACK = 0.85, 8 * 32768, 0.05
+
+
+def kv_bytes(batch, cache, n_kv=KV_HEADS, head_dim=HEAD_DIM, dtype=DTYPE):
+    """Bytes of K and V a decode step reads."""
+    return 2 * batch * cache * n_kv * head_dim * torch.finfo(dtype).bits // 8
+
+
+def fits(batch, cache, copies=2.5):
+    """Whether ``copies`` caches of this size fit in the GPU's free memory (the paged copy and SDPA's own)."""
+    free, _ = torch.cuda.mem_get_info()
+    return copies * kv_bytes(batch, cache) < free
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The timed calls
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def make_cache(batch, cache, page_size=None, seed=0):
+    """q (B, 1, H, D), caches and their arguments for a full cache of ``cache`` tokens per sequence: contiguous
+    (B, cache, Hk, D), or paged with pages of page_size in shuffled order."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    kw = dict(device="cuda", dtype=DTYPE)
+    q = torch.randn(batch, 1, HEADS, HEAD_DIM, generator=g, **kw)
+    seqlens = torch.full((batch,), cache, dtype=torch.int32, device="cuda")
+    if page_size is None:
+        shape, table = (batch, cache, KV_HEADS, HEAD_DIM), None
+    else:
+        pages = batch * cache // page_size
+        shape = (pages, page_size, KV_HEADS, HEAD_DIM)
+        table = torch.randperm(pages, device="cuda", generator=g).to(torch.int32).reshape(batch, -1)
+    k_cache = torch.randn(shape, generator=g, **kw)
+    v_cache = torch.randn(shape, generator=g, **kw)
+    return q, k_cache, v_cache, seqlens, table
+
+
+def flashdoc_call(q, k_cache, v_cache, seqlens, table, num_splits=0):
+    def call():
+        return flashdoc.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
+                                                num_splits=num_splits)
+    return call
+
+
+def training_call(q, k_cache, v_cache):
+    """flashdoc's training forward (``flash_attn_func``) on the same cache: the kernel a decode step would get
+    without a decode kernel (the cache is full, so no lengths are needed)."""
+    def call():
+        return flashdoc.flash_attn_func(q, k_cache, v_cache)
+    return call
+
+
+def config_call(q, k_cache, v_cache, seqlens, table, config):
+    """The split-KV kernel (and merge) under one DecodeConfig, without the public API's checks: for the sweep."""
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32)
+    _, m_tiles = dk.query_tiles(HEADS // KV_HEADS, q.shape[1])
+    capacity = k_cache.shape[1] * (1 if table is None else table.shape[1])
+    splits = dk.num_splits_heuristic(q.shape[0] * KV_HEADS * m_tiles, dk.num_sms(0) * config.programs_per_sm,
+                                     triton.cdiv(capacity, config.block_n))
+
+    def call():
+        dk.decode_attention(q, k_cache, v_cache, out, lse, seqlens, 0, 0, None, table, HEAD_DIM ** -0.5, False,
+                            (-1, -1), 0.0, None, splits, config)
+    return call, splits
+
+
+def sdpa_call(backend_name, q, k_cache, v_cache):
+    """SDPA in its own layout (B, H, S, D), one backend only; its K and V are copies made once, untimed."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name)
+    qs = q.transpose(1, 2).contiguous()
+    ks, vs = k_cache.transpose(1, 2).contiguous(), v_cache.transpose(1, 2).contiguous()
+
+    def call():
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True)
+    return call
+
+
+_flex = None
+
+
+def flex_call(q, k_cache, v_cache):
+    """FlexAttention compiled for these static shapes: a query length of 1 takes its decoding kernel (split-KV)."""
+    global _flex
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if _flex is None:
+        # one compile per shape; past dynamo's default limit it would silently run eagerly (see NOTES)
+        torch._dynamo.config.recompile_limit = max(1024, torch._dynamo.config.recompile_limit)
+        torch._dynamo.config.accumulated_recompile_limit = max(4096,
+                                                               torch._dynamo.config.accumulated_recompile_limit)
+        _flex = torch.compile(flex_attention, dynamic=False)
+    qs = q.transpose(1, 2).contiguous()
+    ks, vs = k_cache.transpose(1, 2).contiguous(), v_cache.transpose(1, 2).contiguous()
+
+    def call():
+        return _flex(qs, ks, vs, enable_gqa=True)
+    return call
+
+
+def time_ms(calls):
+    """(do_bench median ms of calls[0], L2 flushed between calls; ms per call of a CUDA graph of GRAPH_CALLS calls
+    cycling over ``calls``, which read different copies of the inputs)."""
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    events_ms = triton.testing.do_bench(calls[0], warmup=25, rep=200, return_mode="median")
+    graph_ms = None
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for call in calls:
+                call()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                for i in range(GRAPH_CALLS):
+                    calls[i % len(calls)]()
+        torch.cuda.synchronize()
+        graph_ms = triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") / GRAPH_CALLS
+        del graph
+    except Exception as e:  # a method that cannot be captured gets no graph timing
+        print(f"  (no CUDA-graph timing: {str(e).splitlines()[0][:100]})", flush=True)
+    return events_ms, graph_ms
+
+
+def copy_bandwidth():
+    """Device-to-device copy of 2 GiB: (bytes read + bytes written) per second, in bytes/s."""
+    n = 2**31
+    buffers = [torch.empty(n // 2, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    ms = triton.testing.do_bench(lambda: buffers[1].copy_(buffers[0]), warmup=25, rep=200, return_mode="median")
+    buffers.clear()
+    return 2 * n / (ms * 1e-3)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The benchmark
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def points(quick, only=None):
+    """The (batch, cache) points: all of them, two (quick), or those named in only ("1x4096,8x32768")."""
+    if only:
+        return [tuple(int(x) for x in p.split("x")) for p in only.split(",")]
+    if quick:
+        return [(1, 4096), (8, 32768)]
+    return [(b, c) for b in BATCHES for c in CACHES]
+
+
+def copies_for(batch, cache):
+    """How many copies of a point's inputs the graph timing cycles over: enough for 4x L2 (at most GRAPH_CALLS)."""
+    return min(GRAPH_CALLS, max(1, -(-4 * L2_BYTES // kv_bytes(batch, cache))))
+
+
+def measure(quick=False, verbose=True, only=None):
+    """Every method at every point: a list of rows (batch, cache, method, ms, graph_ms, tbps, graph_tbps), and
+    the copy bandwidth."""
+    torch.manual_seed(0)
+    copy = copy_bandwidth()
+    if verbose:
+        print(f"device-to-device copy: {copy / 1e12:.2f} TB/s", flush=True)
+    rows = []
+    try:
+        _measure_points(points(quick, only), rows, verbose)
+    except KeyboardInterrupt:  # a time limit's Ctrl-C: keep what was measured
+        print("interrupted: writing the points measured so far", flush=True)
+    return rows, copy
+
+
+def _measure_points(pts, rows, verbose):
+    for batch, cache in pts:
+        if not fits(batch, cache):
+            print(f"skip {batch} x {cache}: the caches do not fit", flush=True)
+            continue
+        n_copies = copies_for(batch, cache)
+        builders = {"flashdoc": lambda i: flashdoc_call(*make_cache(batch, cache, seed=i)),
+                    "sdpa-cudnn": lambda i: sdpa_call("CUDNN_ATTENTION", *make_cache(batch, cache, seed=i)[:3]),
+                    "sdpa-flash": lambda i: sdpa_call("FLASH_ATTENTION", *make_cache(batch, cache, seed=i)[:3]),
+                    "flex": lambda i: flex_call(*make_cache(batch, cache, seed=i)[:3]),
+                    "flashdoc-training": lambda i: training_call(*make_cache(batch, cache, seed=i)[:3])}
+        for page in PAGE_SIZES:
+            builders[f"flashdoc-paged{page}"] = (
+                lambda i, page=page: flashdoc_call(*make_cache(batch, cache, page, seed=i)))
+        for name, build in builders.items():
+            try:
+                calls = [build(i) for i in range(n_copies)]
+                rows.append(_time_one(name, calls, batch, cache, verbose))
+            except Exception as e:  # a backend without a kernel for this shape: recorded as missing
+                print(f"{batch} x {cache} {name}: failed ({str(e).splitlines()[0][:120]})", flush=True)
+                rows.append(dict(batch=batch, cache=cache, method=name, error=str(e).splitlines()[0][:200]))
+            calls = None
+            torch.cuda.empty_cache()
+
+
+def _time_one(name, calls, batch, cache, verbose):
+    n_bytes = kv_bytes(batch, cache)
+    ms, graph_ms = time_ms(calls)
+    row = dict(batch=batch, cache=cache, method=name, ms=ms, graph_ms=graph_ms, tbps=n_bytes / ms / 1e9,
+               graph_tbps=None if graph_ms is None else n_bytes / graph_ms / 1e9, copies=len(calls))
+    if verbose:
+        graph = "" if graph_ms is None else f"  graph {row['graph_tbps']:.2f} TB/s"
+        print(f"{batch:3d} x {cache:6d}  {name:18s} {ms * 1e3:9.1f} us  {row['tbps']:.2f} TB/s{graph}", flush=True)
+    return row
+
+
+TIMERS = {"tbps": "do_bench (L2 flushed between calls)", "graph_tbps": f"CUDA graph of {GRAPH_CALLS} calls"}
+
+
+def _by(rows, key="tbps"):
+    """{(batch, cache, method): bandwidth in TB/s under one timer}, for the rows that have it."""
+    return {(r["batch"], r["cache"], r["method"]): r[key] for r in rows if r.get(key)}
+
+
+def target_checks(rows, copy, key="tbps"):
+    """One entry per target under one timer: what was asked, the worst point, met or not."""
+    got = _by(rows, key)
+    pts = sorted({(b, c) for b, c, _ in got})
+    ours = {(b, c): got[(b, c, "flashdoc")] for b, c in pts if (b, c, "flashdoc") in got}
+    checks = []
+    for peer in ("sdpa-cudnn", "sdpa-flash"):
+        ratios = [(ours[p] / got[(*p, peer)], *p) for p in ours if (*p, peer) in got]
+        if ratios:
+            worst = min(ratios)
+            checks.append(dict(target=f"flashdoc >= {peer} at every point", worst=f"{worst[0]:.2f}x at {worst[1]} x "
+                               f"{worst[2] // 1024}k", met=worst[0] >= 1.0))
+    shares = [(ours[p] * 1e12 / copy, *p) for p in ours if p[0] * p[1] >= COPY_SHARE_MIN_TOKENS]
+    if shares:
+        worst = min(shares)
+        checks.append(dict(target=f"flashdoc >= {COPY_SHARE:.0%} of the copy where batch x cache >= 8 x 32k",
+                           worst=f"{worst[0]:.0%} at {worst[1]} x {worst[2] // 1024}k", met=worst[0] >= COPY_SHARE))
+    paged = [(got[(*p, f"flashdoc-paged{size}")] / ours[p], size, *p) for p in ours for size in PAGE_SIZES
+             if (*p, f"flashdoc-paged{size}") in got]
+    if paged:
+        worst = min(paged)
+        checks.append(dict(target=f"paged within {PAGED_SLACK:.0%} of contiguous at every point",
+                           worst=f"{worst[0]:.2f}x (page {worst[1]}) at {worst[2]} x {worst[3] // 1024}k",
+                           met=worst[0] >= 1 - PAGED_SLACK))
+    return checks
+
+
+def _ordered(rows):
+    methods, pts = [], []
+    for r in rows:
+        if r["method"] not in methods:
+            methods.append(r["method"])
+        if (r["batch"], r["cache"]) not in pts:
+            pts.append((r["batch"], r["cache"]))
+    return methods, pts
+
+
+def bandwidth_table(rows, copy, key="tbps"):
+    """Markdown: one row per point, one column per method (TB/s), and flashdoc's share of the copy."""
+    got = _by(rows, key)
+    methods, pts = _ordered(rows)
+    lines = ["| batch x cache | " + " | ".join(methods) + " | flashdoc / copy |",
+             "|---|" + "---|" * (len(methods) + 1)]
+    for b, c in pts:
+        cells = [f"{got[(b, c, m)]:.2f}" if (b, c, m) in got else "—" for m in methods]
+        share = f"{got[(b, c, 'flashdoc')] * 1e12 / copy:.0%}" if (b, c, "flashdoc") in got else "—"
+        lines.append(f"| {b} x {c // 1024}k | " + " | ".join(cells) + f" | {share} |")
+    return "\n".join(lines) + "\n"
+
+
+def targets_table(rows, copy, key="tbps"):
+    lines = ["| claim | worst point | holds |", "|---|---|---|"]
+    for t in target_checks(rows, copy, key):
+        lines.append(f"| {t['target']} | {t['worst']} | {'yes' if t['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown(rows, copy, env):
+    parts = [f"Decode step, bf16, H = {HEADS}, Hk = {KV_HEADS}, d = {HEAD_DIM}, seqlen_q = 1, on {env['gpu']} "
+             f"(torch {env['torch']}, Triton {env['triton']}). Effective K+V bandwidth in TB/s; a device-to-device "
+             f"copy moves {copy / 1e12:.2f} TB/s."]
+    for key, timer in TIMERS.items():
+        parts += [f"**Timed with {timer}**", bandwidth_table(rows, copy, key), targets_table(rows, copy, key)]
+    return "\n\n".join(parts)
+
+
+def roofline_figure(rows, copy, path, key="graph_tbps"):
+    """Effective bandwidth of each method at each point (bars; one timer), under the copy's ceiling (a line)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    got = _by(rows, key)
+    methods, pts = _ordered(rows)
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    width = 0.8 / len(methods)
+    colors = {"flashdoc": "C0", "sdpa-cudnn": "C1", "sdpa-flash": "C2", "flex": "C3", "flashdoc-training": "C7"}
+    for i, m in enumerate(methods):
+        xs = [j + (i - (len(methods) - 1) / 2) * width for j in range(len(pts))]
+        ys = [got.get((b, c, m), 0.0) for b, c in pts]
+        paged = m.startswith("flashdoc-paged")
+        hatch = {"16": "///", "64": "...", "256": "xxx"}.get(m.removeprefix("flashdoc-paged")) if paged else None
+        ax.bar(xs, ys, width, label=m, color=colors.get(m, "C0"), alpha=0.45 if paged else 1.0, hatch=hatch,
+               edgecolor="C0" if paged else "white", linewidth=0.5)
+    ax.axhline(copy / 1e12, color="black", linewidth=1)
+    ax.text(0.01, copy / 1e12 * 1.02, f"device-to-device copy {copy / 1e12:.2f} TB/s",
+            transform=ax.get_yaxis_transform(), fontsize=9)
+    ax.set_xticks(range(len(pts)), [f"{b} x {c // 1024}k" for b, c in pts])
+    ax.set_xlabel("batch x cache length (tokens)")
+    ax.set_ylabel("effective K+V bandwidth (TB/s)")
+    ax.set_ylim(0, copy / 1e12 * 1.2)
+    ax.set_title(f"Decode step, bf16, {HEADS} query heads over {KV_HEADS} KV heads, d = {HEAD_DIM}, one query "
+                 f"({TIMERS[key]})", fontsize=10)
+    ax.legend(fontsize=8, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.14))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def run_benchmark(out_dir, quick=False, verbose=True, only=None):
+    """Measure, then write decode.json, decode.md and decode_roofline.png into out_dir; returns the JSON dict."""
+    from flashdoc.bench import _environment
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    env = _environment("cuda")
+    rows, copy = measure(quick, verbose, only)
+    result = dict(env, timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), shape=dict(
+        heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, seqlen_q=1, dtype="bfloat16"),
+        timers=TIMERS, copy_tbps=copy / 1e12, rows=rows,
+        targets={key: target_checks(rows, copy, key) for key in TIMERS},
+        decode_configs={str(d): vars(c) for d, c in dk.DECODE_CONFIGS.items()})
+    (out / "decode.json").write_text(json.dumps(result, indent=1))
+    (out / "decode.md").write_text(markdown(rows, copy, env))
+    roofline_figure(rows, copy, out / "decode_roofline.png")
+    if verbose:
+        print((out / "decode.md").read_text())
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The config sweep
+# ---------------------------------------------------------------------------------------------------------------
+
+SWEEP_POINTS = [(1, 131072), (8, 32768), (64, 32768)]
+SWEEP_PAGES = (None, 16, 64)
+
+
+def sweep_candidates():
+    """Tiles of 32 to 128 keys, 2 to 4 stages (4 warps; 8 for the largest tiles), and 1, 2 or 4 programs per SM
+    for the split heuristic (which only changes the split count, not the compiled kernel). Each (tile, warps,
+    stages) compiles once per page mode and split mode: about 70 compiles, a few minutes on the H200's host."""
+    tiles = [(bn, 4, st) for bn in (32, 64, 128) for st in (2, 3, 4)] + [(128, 8, st) for st in (2, 3, 4)]
+    return [dk.DecodeConfig(bn, w, st, ppsm) for bn, w, st in tiles for ppsm in (1, 2, 4)
+            if 2 * bn * HEAD_DIM * 2 * (st - 1) <= 220 * 1024]  # K and V tiles in flight, in shared memory
+
+
+def sweep(out_dir, verbose=True):
+    """Time every candidate config (do_bench, L2 flushed) at a few points and page sizes; write the table and the
+    best config per page size (the geometric mean of its bandwidth over the points)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for batch, cache in SWEEP_POINTS:
+        for page in SWEEP_PAGES:
+            q, kc, vc, lens, table = make_cache(batch, cache, page)
+            n_bytes = kv_bytes(batch, cache)
+            for config in sweep_candidates():
+                try:
+                    call, splits = config_call(q, kc, vc, lens, table, config)
+                    ms = triton.testing.do_bench(call, warmup=10, rep=60, return_mode="median")
+                except Exception as e:  # out of shared memory or registers: not a candidate
+                    if verbose:
+                        print(f"{config}: {str(e).splitlines()[0][:100]}", flush=True)
+                    continue
+                row = dict(batch=batch, cache=cache, page=page, splits=splits, ms=ms, tbps=n_bytes / ms / 1e9,
+                           **vars(config))
+                rows.append(row)
+                if verbose:
+                    print(f"{batch} x {cache} page {page}: {config} splits {splits}: {row['tbps']:.2f} TB/s",
+                          flush=True)
+            del kc, vc
+            torch.cuda.empty_cache()
+    best = {}
+    for page in SWEEP_PAGES:
+        scores = {}
+        for config in sweep_candidates():
+            got = [r["tbps"] for r in rows if r["page"] == page and (r["block_n"], r["warps"], r["stages"],
+                   r["programs_per_sm"]) == (config.block_n, config.warps, config.stages, config.programs_per_sm)]
+            if len(got) == len(SWEEP_POINTS):
+                scores[config] = torch.tensor(got).log().mean().exp().item()
+        if scores:
+            winner = max(scores, key=scores.get)
+            current = dk.PAGED_CONFIGS.get((HEAD_DIM, page), dk.DECODE_CONFIGS[HEAD_DIM])
+            best[str(page)] = dict(vars(winner), geomean_tbps=scores[winner], current_tbps=scores.get(current))
+    (out / "decode_sweep.json").write_text(json.dumps(dict(rows=rows, best=best), indent=1))
+    lines = ["| page | block_n | warps | stages | programs/SM | geomean TB/s | table's config TB/s |",
+             "|---|---|---|---|---|---|---|"]
+    entries = []
+    for page, b in best.items():
+        current = "—" if b["current_tbps"] is None else f"{b['current_tbps']:.2f}"
+        lines.append(f"| {page} | {b['block_n']} | {b['warps']} | {b['stages']} | {b['programs_per_sm']} | "
+                     f"{b['geomean_tbps']:.2f} | {current} |")
+        config = (f"DecodeConfig(block_n={b['block_n']}, warps={b['warps']}, stages={b['stages']}, "
+                  f"programs_per_sm={b['programs_per_sm']})")
+        entries.append(f"DECODE_CONFIGS[{HEAD_DIM}] = {config}" if page == "None"
+                       else f"PAGED_CONFIGS[({HEAD_DIM}, {page})] = {config}")
+    lines += ["", "Table entries for the winners (flashdoc/kernels/decode.py):", "", "```python", *entries, "```"]
+    (out / "decode_sweep.md").write_text("\n".join(lines) + "\n")
+    if verbose:
+        print("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Compiling for sm_90 without a GPU
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def aot():
+    """Compile the split-KV kernel (each table config, paged and not) and the merge for sm_90 with the installed
+    Triton, and print registers, spills and shared memory: a check that runs without a GPU."""
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    def ptxas(ck):
+        """ptxas's registers, spills and shared memory for the compiled kernel's PTX."""
+        bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
+        with tempfile.TemporaryDirectory() as tmp:
+            ptx = os.path.join(tmp, "k.ptx")
+            Path(ptx).write_text(ck.asm["ptx"])
+            res = subprocess.run([os.path.join(bin_dir, "ptxas"), "-v", "--gpu-name=sm_90a", ptx, "-o",
+                                  os.path.join(tmp, "k.cubin")], capture_output=True, text=True)
+        found = re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr)
+        return ", ".join(found) + f", {ck.metadata.shared // 1024} KiB shared (Triton)"
+
+    def compile_kernel(kernel, constants, num_warps, num_stages):
+        sig, consts, attrs = {}, {}, {}
+        for i, name in enumerate(kernel.arg_names):
+            if name in constants:
+                sig[name], consts[(i,)] = "constexpr", constants[name]
+            elif name.isupper():  # pointers are the upper-case parameters
+                sig[name] = "*fp32" if name in ("O_PART", "LSE_PART", "LSE", "SLOPES") else (
+                    "*i32" if name in ("CACHE_SEQLENS", "CACHE_BATCH_IDX", "BLOCK_TABLE") else "*bf16")
+                if name == "Q_ROT":
+                    sig[name] = "*bf16"
+                attrs[(i,)] = [["tt.divisibility", 16]]
+            elif name in ("qk_scale", "cap_in", "cap_out"):
+                sig[name] = "fp32"
+            else:
+                sig[name] = "i32"
+                if name.startswith("stride"):
+                    attrs[(i,)] = [["tt.divisibility", 16]]
+        src = ASTSource(kernel, sig, consts, attrs)
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=num_warps, num_stages=num_stages))
+
+    for d, config in dk.DECODE_CONFIGS.items():
+        for paged, page in ((False, 0), (True, 16), (True, 256)):
+            for split in (False, True):
+                ck = compile_kernel(dk._split_kv, dict(
+                    HEAD_DIM=d, BLOCK_D=d, BLOCK_M=16, BLOCK_N=config.block_n, GROUP=4, PAGED=paged,
+                    PAGE_SIZE=page, HAS_BATCH_IDX=False, SEQLENS_TENSOR=True, IS_CAUSAL=split, IS_LOCAL=False,
+                    SOFTCAP=False, ALIBI=False, SPLIT=split, DOT_PRECISION="tf32",
+                    cap_in=None, cap_out=None), config.warps,
+                    config.triton_config(paged).num_stages)
+                print(f"split_kv d={d} {config} paged={paged} page={page} split={split}: {ptxas(ck)}",
+                      flush=True)
+    ck = compile_kernel(dk._split_kv, dict(
+        HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=64, GROUP=4, PAGED=True, PAGE_SIZE=16, HAS_BATCH_IDX=False,
+        SEQLENS_TENSOR=True, IS_CAUSAL=True, IS_LOCAL=True, SOFTCAP=True, ALIBI=True, SPLIT=True,
+        DOT_PRECISION="tf32"), 4, 5)
+    print(f"split_kv d=128 paged, window + softcap + ALiBi: {ptxas(ck)}", flush=True)
+    ck = compile_kernel(dk._merge_splits, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=32, CHUNK=16), 4, 2)
+    print(f"merge d=128: {ptxas(ck)}", flush=True)
+    for paged, rotary, interleaved in ((False, False, False), (True, True, True), (False, True, False)):
+        ck = compile_kernel(dk._append_kv, dict(
+            HEAD_DIM=128, BLOCK_D=128, BLOCK_H=32, BLOCK_HK=8, PAGED=paged, PAGE_SIZE=64 if paged else 0,
+            HAS_BATCH_IDX=not paged, SEQLENS_TENSOR=True, APPEND=True, ROTARY=rotary, INTERLEAVED=interleaved,
+            Q_POS_PER_ROW=True), 4, 1)
+        print(f"append d=128 paged={paged} rotary={rotary} interleaved={interleaved}: {ptxas(ck)}", flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="bench-results/decode", help="folder for the results")
+    ap.add_argument("--quick", action="store_true", help="two points only (a smoke run)")
+    ap.add_argument("--points", help="only these points, e.g. 1x4096,64x32768")
+    ap.add_argument("--sweep", action="store_true", help="time candidate split-KV configs instead")
+    ap.add_argument("--aot", action="store_true", help="compile for sm_90 without a GPU, print registers/spills")
+    a = ap.parse_args(argv)
+    if a.aot:
+        aot()
+        return
+    if not torch.cuda.is_available():
+        sys.exit("benchmarks/decode.py measures a GPU; this machine has none (--aot compiles without one)")
+    if a.sweep:
+        sweep(a.out)
+    else:
+        run_benchmark(a.out, quick=a.quick, only=a.points)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("FLASHDOC_AUTOTUNE", "1")
+    main()

@@ -1,0 +1,582 @@
+"""Decoding: attention of a few new queries against a long KV cache (FlashDecoding), and the cache append.
+
+Three kernels, launched in this order for one call of ``flash_attn_with_kvcache`` (``append_kv``, then
+``decode_attention``):
+
+1. ``_append_kv`` writes the new keys and values into the cache at each sequence's length, applying the rotary
+   embedding to the new keys (and to the queries) on the way. One program per (batch, new position).
+2. ``_split_kv`` computes attention over one *split* of the cache: the key range of each sequence is cut into
+   ``num_splits`` parts that run in parallel, each writing a partial output normalised over its own keys and
+   that part's log-sum-exp. Query heads that share a KV head (GQA/MQA) and the query positions are packed into
+   the rows of one tile, so each K and V tile is read from memory once per KV head.
+3. ``_merge_splits`` combines the partial outputs with their log-sum-exps into the exact result. With one split
+   the attention kernel writes the result itself and this kernel is not launched.
+
+Which keys each query row sees (causal, sliding window) and how its scores change (softcap, ALiBi) is the
+masking core's rule (``mask.py``), applied with each sequence's own diagonal, which only the GPU knows.
+
+Caches are paged or contiguous, and both are read the same way: a contiguous cache (batch, seqlen, Hk, D) is a
+paged cache whose pages are whole sequences, page ``cache_batch_idx[b]`` (or ``b``) of length seqlen.
+
+Nothing here reads a device value on the host: the number of splits and every launch grid follow from tensor
+shapes, and the sequence lengths are read inside the kernels, so a decode step can be captured in a CUDA graph.
+
+The file reads like the other kernel files: tuning constants, kernels, launch functions.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from . import INTERPRET, LOG2E
+from .launch import launch, on_device
+from .mask import band, key_block_range, mask_scores, mod_scores
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tuning constants
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """One configuration of the split-KV kernel.
+
+    block_n: keys per tile. Each program streams tiles of BLOCK_N keys of one KV head.
+    warps, stages: Triton's num_warps and num_stages (tiles of K and V in flight per program: the loads of the
+        next ``stages - 1`` tiles are issued before the current one is used, which is what keeps enough bytes
+        in flight per SM to reach the memory bandwidth).
+    programs_per_sm: how many of these programs one SM holds at once (shared memory: stages x 2 tiles of
+        BLOCK_N x D); the split heuristic fills ``SMs x programs_per_sm`` slots.
+    """
+    block_n: int
+    warps: int
+    stages: int
+    programs_per_sm: int
+
+    def triton_config(self, paged: bool) -> triton.Config:
+        # Triton's pipeliner gives the block-table load (whose result addresses K and V) stages of its own: for
+        # the same K and V buffers as a contiguous cache, a paged one needs two more (the shared memory that
+        # `benchmarks/decode.py --aot` prints for both: stages 3 contiguous = stages 5 paged = 2 buffers each).
+        return triton.Config({"BLOCK_N": self.block_n}, num_warps=self.warps,
+                             num_stages=self.stages + (PAGED_EXTRA_STAGES if paged else 0))
+
+
+# --8<-- [start:decode_configs]
+# Keyed by padded head dim. Bandwidth needs bytes in flight: every entry streams K and V tiles of 32 KiB per
+# stage together (2 x BLOCK_N x D x 2 bytes), and stages = 3 keeps two of them in flight per program, in 70 KiB
+# of shared memory (``benchmarks/decode.py --aot``), so two or three programs share an SM. fp32 caches take half
+# the keys per tile. First choices, not measurements: ``benchmarks/decode.py --sweep`` times candidates.
+DECODE_CONFIGS = {
+    64: DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=2),
+    128: DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
+    256: DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
+}
+# Paged caches of one page size whose measured best config differs from the head dim's, keyed (padded head dim,
+# page size); empty until a sweep on the GPU says otherwise (``benchmarks/decode.py --sweep`` prints the entry).
+PAGED_CONFIGS: dict = {}
+# --8<-- [end:decode_configs]
+
+PAGED_EXTRA_STAGES = 2
+# flash-attn's cap on splits: more would make the merge cost more than the split saves.
+MAX_SPLITS = 128
+# Query rows (heads of one group x query positions) per tile: beyond this, the packed rows are cut into tiles.
+MAX_BLOCK_M = 64
+# Splits merged per step of the merge kernel's loop.
+MERGE_CHUNK = 16
+
+# Under the interpreter every program runs in numpy one after another: large tiles mean few steps.
+CPU_DECODE_CONFIG = DecodeConfig(block_n=32, warps=4, stages=1, programs_per_sm=1)
+
+
+def block_d_for(head_dim: int) -> int:
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+def decode_config(head_dim: int, dtype: torch.dtype, page_size: int = 0) -> DecodeConfig:
+    """The split-KV configuration for this head dim, cache dtype and page size (0: a contiguous cache): the GPU
+    tables, or the CPU tiles."""
+    if INTERPRET:
+        return CPU_DECODE_CONFIG
+    d = max(64, block_d_for(head_dim))
+    config = PAGED_CONFIGS.get((d, page_size), DECODE_CONFIGS[d])
+    if dtype == torch.float32:  # 4-byte elements: the same bytes per tile with half the keys
+        config = DecodeConfig(max(16, config.block_n // 2), config.warps, config.stages, config.programs_per_sm)
+    return config
+
+
+# --8<-- [start:num_splits_heuristic]
+def num_splits_heuristic(programs: int, slots: int, n_blocks: int, max_splits: int = MAX_SPLITS) -> int:
+    """How many splits to cut each sequence's keys into, as flash-attn chooses (``flash_api.cpp``).
+
+    programs: programs per split (batch x KV heads x query tiles); slots: programs the GPU runs at once
+    (SMs x programs per SM); n_blocks: key tiles in the longest sequence the cache holds.
+    No split when the grid nearly fills the GPU already. Otherwise, for each split count, the *efficiency of
+    the last wave*: with ``w = programs x splits / slots`` waves, the GPU is busy ``w / ceil(w)`` of the time.
+    The smallest split count within 85% of the best efficiency wins (fewer splits: less to merge). Split counts
+    that cut the tiles the same way as the one before (64 tiles in 11 or 12 splits are both 6 per split) are
+    skipped.
+    """
+    if programs >= 0.8 * slots:
+        return 1
+    max_splits = min(max_splits, slots, n_blocks)
+
+    def eligible(s: int) -> bool:
+        return s == 1 or triton.cdiv(n_blocks, s) != triton.cdiv(n_blocks, s - 1)
+
+    efficiency = {s: programs * s / slots / triton.cdiv(programs * s, slots)
+                  for s in range(1, max_splits + 1) if eligible(s)}
+    best = max(efficiency.values(), default=1.0)
+    return next((s for s, e in efficiency.items() if e >= 0.85 * best), 1)
+# --8<-- [end:num_splits_heuristic]
+
+
+@functools.cache
+def num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _cache_rows(BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, pos, PAGED: tl.constexpr,
+                PAGE_SIZE: tl.constexpr, PAGE_PER_TILE: tl.constexpr):
+    """(page, row in page, valid) of cache positions ``pos`` of sequence ``off_b``.
+
+    Paged: the page is ``BLOCK_TABLE[off_b, pos // PAGE_SIZE]``. When the tile lies within one page
+    (PAGE_PER_TILE: PAGE_SIZE is a multiple of the tile and ``pos`` starts a tile), one lookup serves the tile;
+    otherwise each row looks its page up. Contiguous: one page per sequence, ``cache_page``, of ``cache_len``
+    rows (the cache's seqlen, a runtime value: a new cache length compiles nothing new). Positions past the
+    pages the table holds, or past the contiguous cache, are not valid (never read, never written).
+    """
+    if PAGED:
+        logical = pos // PAGE_SIZE
+        valid = logical < max_pages
+        if PAGE_PER_TILE:  # one lookup for the tile: its first row's page
+            first = tl.min(logical, 0)
+            page = tl.load(BLOCK_TABLE + off_b * stride_tb + first, mask=first < max_pages, other=0)
+            page = tl.zeros_like(pos) + page
+        else:
+            page = tl.load(BLOCK_TABLE + off_b * stride_tb + logical, mask=valid, other=0)
+        return page.to(tl.int64), pos % PAGE_SIZE, valid
+    return (tl.zeros_like(pos) + cache_page).to(tl.int64), pos, pos < cache_len
+
+
+@triton.jit
+def _rotate(x, X_PARTNER_PTR, partner_mask, COS, SIN, stride_cs, position, offs_d, rotary_dim,
+            INTERLEAVED: tl.constexpr):
+    """The rotary embedding of rows ``x`` (R, BLOCK_D) at integer ``position`` (R,): each pair of dimensions
+    (2i, 2i + 1) when INTERLEAVED (GPT-J), else (i, i + rotary_dim / 2) (GPT-NeoX), turns by the angle whose
+    cos and sin are ``COS[position, i]``, ``SIN[position, i]``. Dimensions from rotary_dim on are kept.
+    X_PARTNER_PTR: pointers to each element's partner in its pair (loaded here, in fp32)."""
+    half = rotary_dim // 2
+    if INTERLEAVED:
+        pair = offs_d // 2
+        first = (offs_d % 2) == 0
+    else:
+        pair = offs_d % half
+        first = offs_d < half
+    rotated = offs_d < rotary_dim
+    m = partner_mask & rotated[None, :]
+    partner = tl.load(X_PARTNER_PTR, mask=m, other=0.0).to(tl.float32)
+    cs_offs = position[:, None] * stride_cs + pair[None, :]
+    cos = tl.load(COS + cs_offs, mask=m, other=1.0).to(tl.float32)
+    sin = tl.load(SIN + cs_offs, mask=m, other=0.0).to(tl.float32)
+    sign = tl.where(first, -1.0, 1.0)
+    out = x * cos + sign[None, :] * partner * sin
+    return tl.where(rotated[None, :], out, x)
+
+
+@triton.jit(do_not_specialize=["seqlen_new", "seqlen_q", "max_pages", "cache_len", "cache_seqlen_const",
+                               "rotary_dim"])
+def _append_kv(Q, K_NEW, V_NEW, Q_ROT, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, COS, SIN,
+               stride_qb, stride_qs, stride_qh,
+               stride_nb, stride_ns, stride_nh,
+               stride_vnb, stride_vns, stride_vnh,
+               stride_rb, stride_rs, stride_rh,
+               stride_kp, stride_ks, stride_kh,
+               stride_vp, stride_vs, stride_vh,
+               stride_tb, stride_cs,
+               n_heads, n_kv_heads, seqlen_new, seqlen_q, max_pages, cache_len, cache_seqlen_const, rotary_dim,
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HK: tl.constexpr,
+               PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
+               SEQLENS_TENSOR: tl.constexpr, APPEND: tl.constexpr, ROTARY: tl.constexpr,
+               INTERLEAVED: tl.constexpr, Q_POS_PER_ROW: tl.constexpr):
+    """Program (s, b): write new key/value position s of sequence b into the cache at its length
+    ``cache_seqlens[b] + s`` (rotating the key first), and with ROTARY rotate query position s into Q_ROT.
+
+    Queries rotate at ``cache_seqlens[b] + s`` when Q_POS_PER_ROW (causal or windowed attention, where each query
+    has its own position), else all at ``cache_seqlens[b]``, as flash-attn does.
+    """
+    s = tl.program_id(0)
+    off_b = tl.program_id(1)
+    if SEQLENS_TENSOR:
+        base = tl.load(CACHE_SEQLENS + off_b).to(tl.int32)
+    else:
+        base = cache_seqlen_const
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    if APPEND:
+        if s < seqlen_new:
+            offs_h = tl.arange(0, BLOCK_HK)
+            row_ok = (offs_h < n_kv_heads)[:, None] & d_ok[None, :]
+            pos = base + s + tl.zeros_like(offs_h)
+            if HAS_BATCH_IDX:
+                cache_page = tl.load(CACHE_BATCH_IDX + off_b).to(tl.int64)
+            else:
+                cache_page = off_b.to(tl.int64)
+            page, row, valid = _cache_rows(BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, pos,
+                                           PAGED, PAGE_SIZE, False)
+            m = row_ok & valid[:, None]
+            k_src = K_NEW + off_b.to(tl.int64) * stride_nb + s * stride_ns + offs_h[:, None] * stride_nh
+            k = tl.load(k_src + offs_d[None, :], mask=row_ok, other=0.0).to(tl.float32)
+            if ROTARY:
+                partner = offs_d ^ 1 if INTERLEAVED else (offs_d + rotary_dim // 2) % rotary_dim
+                k = _rotate(k, k_src + partner[None, :], row_ok, COS, SIN, stride_cs, pos, offs_d, rotary_dim,
+                            INTERLEAVED)
+            dst = page.to(tl.int64)[:, None] * stride_kp + row[:, None] * stride_ks + offs_h[:, None] * stride_kh
+            tl.store(K_CACHE + dst + offs_d[None, :], k.to(K_CACHE.dtype.element_ty), mask=m)
+            v_src = V_NEW + off_b.to(tl.int64) * stride_vnb + s * stride_vns + offs_h[:, None] * stride_vnh
+            v = tl.load(v_src + offs_d[None, :], mask=row_ok, other=0.0)
+            dst = page.to(tl.int64)[:, None] * stride_vp + row[:, None] * stride_vs + offs_h[:, None] * stride_vh
+            tl.store(V_CACHE + dst + offs_d[None, :], v.to(V_CACHE.dtype.element_ty), mask=m)
+    if ROTARY:
+        if s < seqlen_q:
+            offs_h = tl.arange(0, BLOCK_H)
+            row_ok = (offs_h < n_heads)[:, None] & d_ok[None, :]
+            q_src = Q + off_b.to(tl.int64) * stride_qb + s * stride_qs + offs_h[:, None] * stride_qh
+            q = tl.load(q_src + offs_d[None, :], mask=row_ok, other=0.0).to(tl.float32)
+            q_pos = base + tl.zeros_like(offs_h)
+            if Q_POS_PER_ROW:
+                q_pos += s
+            partner = offs_d ^ 1 if INTERLEAVED else (offs_d + rotary_dim // 2) % rotary_dim
+            q = _rotate(q, q_src + partner[None, :], row_ok, COS, SIN, stride_cs, q_pos, offs_d, rotary_dim,
+                        INTERLEAVED)
+            dst = Q_ROT + off_b.to(tl.int64) * stride_rb + s * stride_rs + offs_h[:, None] * stride_rh
+            tl.store(dst + offs_d[None, :], q.to(Q_ROT.dtype.element_ty), mask=row_ok)
+
+
+# --8<-- [start:split_kv_kernel]
+@triton.jit(do_not_specialize=["seqlen_q", "max_pages", "cache_len", "left_rel", "right_rel", "cache_seqlen_const",
+                               "seqlen_new"])
+def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, O, LSE, O_PART, LSE_PART, SLOPES,
+              stride_qb, stride_qs, stride_qh,
+              stride_kp, stride_ks, stride_kh,
+              stride_vp, stride_vs, stride_vh,
+              stride_tb,
+              stride_ob, stride_os, stride_oh,
+              n_kv_heads, seqlen_q, max_pages, cache_len, cache_seqlen_const, seqlen_new,
+              qk_scale, left_rel, right_rel, cap_in, cap_out,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              GROUP: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
+              SEQLENS_TENSOR: tl.constexpr, IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr,
+              SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Program (b x KV head, query tile, split): attention of the query tile's packed rows over one split of the
+    keys of sequence b.
+
+    Packing: a tile holds Q_PER_TILE = BLOCK_M // GROUP query positions, and row r of it is position
+    ``r // GROUP`` (from the tile's first) of query head ``kv_head x GROUP + r % GROUP``: for one position the
+    rows are the group's heads, adjacent in memory. Keys: positions [0, seqlen_k) of the cache, seqlen_k =
+    cache_seqlens[b] + seqlen_new (the new keys were appended already). Which keys each row sees, and how its
+    scores change, is the masking core's rule (``mask.py``), with this sequence's own diagonal: the band's
+    offsets arrive relative to it (``left_rel``, ``right_rel``) and are shifted by seqlen_k - seqlen_q here.
+
+    Without SPLIT (one split: grid axis 2 is 1) the program writes the final output and log-sum-exp; with it,
+    its partial output (normalised over its keys) and their log-sum-exp, for ``_merge_splits``. The split
+    count is a runtime value (the grid's third axis): changing it compiles nothing.
+    """
+    Q_PER_TILE: tl.constexpr = BLOCK_M // GROUP
+    pid_bh = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    split = tl.program_id(2)
+    num_splits = tl.num_programs(2)
+    off_b = pid_bh // n_kv_heads
+    off_hk = pid_bh % n_kv_heads
+    if SEQLENS_TENSOR:
+        seqlen_k = tl.load(CACHE_SEQLENS + off_b).to(tl.int32) + seqlen_new
+    else:
+        seqlen_k = cache_seqlen_const + seqlen_new
+    if PAGED:
+        seqlen_k = tl.minimum(seqlen_k, max_pages * PAGE_SIZE)  # never read past the pages the table holds
+    else:
+        seqlen_k = tl.minimum(seqlen_k, cache_len)
+    if HAS_BATCH_IDX:
+        cache_page = tl.load(CACHE_BATCH_IDX + off_b).to(tl.int64)
+    else:
+        cache_page = off_b.to(tl.int64)
+
+    offs_r = tl.arange(0, BLOCK_M)
+    offs_i = pid_m * Q_PER_TILE + offs_r // GROUP  # query position
+    offs_h = off_hk * GROUP + offs_r % GROUP  # query head
+    row_ok = (offs_r < Q_PER_TILE * GROUP) & (offs_i < seqlen_q)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    q_ptrs = (Q + off_b.to(tl.int64) * stride_qb + offs_i[:, None] * stride_qs + offs_h[:, None] * stride_qh
+              + offs_d[None, :])
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    n_heads = n_kv_heads * GROUP
+    slope = 0.0
+    if ALIBI:
+        slope = tl.load(SLOPES + off_b * n_heads + offs_h, mask=row_ok, other=0.0)[:, None]
+
+    # The band of this sequence: query i sees key j when i + left_offset <= j <= i + right_offset, with the
+    # diagonal at the bottom-right corner. The keys the tile's positions see, cut into num_splits runs of
+    # whole tiles; this program takes run ``split``.
+    diag = seqlen_k - seqlen_q
+    left_offset = diag + left_rel
+    right_offset = diag + right_rel
+    lo, _, _, hi = key_block_range(pid_m, seqlen_k, left_offset, right_offset, Q_PER_TILE, BLOCK_N, IS_CAUSAL,
+                                   IS_LOCAL)
+    n_lo = lo // BLOCK_N
+    n_hi = tl.cdiv(tl.maximum(hi, lo), BLOCK_N)
+    per_split = tl.cdiv(n_hi - n_lo, num_splits)
+    start = (n_lo + split * per_split) * BLOCK_N
+    end = tl.minimum(start + per_split * BLOCK_N, hi)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(start, end, BLOCK_N):
+        offs_n = start_n + offs_n0
+        page, row, valid = _cache_rows(BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, offs_n,
+                                       PAGED, PAGE_SIZE, PAGED and PAGE_SIZE % BLOCK_N == 0)
+        kv_mask = (valid & (offs_n < seqlen_k))[:, None] & d_ok[None, :]
+        k = tl.load(K_CACHE + page[:, None] * stride_kp + row[:, None] * stride_ks + off_hk * stride_kh
+                    + offs_d[None, :], mask=kv_mask, other=0.0)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        qk = mod_scores(qk, offs_i[:, None], offs_n[None, :], cap_in, cap_out, slope, diag, SOFTCAP, ALIBI,
+                        DOT_PRECISION == "ieee")
+        # every tile is masked: decoding reads memory, and the compares are free next to the loads
+        qk = mask_scores(qk, offs_i[:, None], offs_n[None, :], seqlen_k, left_offset, right_offset,
+                         float("-inf"), True, IS_CAUSAL, IS_LOCAL)
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp2(-inf - 0) = 0
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V_CACHE + page[:, None] * stride_vp + row[:, None] * stride_vs + off_hk * stride_vh
+                    + offs_d[None, :], mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    # A row that saw no key (an empty split, or a row masked out entirely) writes zeros and LSE = -inf.
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    acc = acc / l_safe[:, None]
+    lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)  # log2 -> ln
+    out_mask = row_ok[:, None] & d_ok[None, :]
+    # LSE (and its partial) rows are (b, h, i), as flash-attn returns it
+    lse_offs = (off_b * n_heads + offs_h) * seqlen_q + offs_i
+    if not SPLIT:
+        o_ptrs = (O + off_b.to(tl.int64) * stride_ob + offs_i[:, None] * stride_os + offs_h[:, None] * stride_oh
+                  + offs_d[None, :])
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=out_mask)
+        tl.store(LSE + lse_offs, lse, mask=row_ok)
+    else:
+        # partials: O_PART (splits, B, H, Sq, BLOCK_D) and LSE_PART (splits, B, H, Sq), fp32
+        part = split.to(tl.int64) * (tl.num_programs(0) // n_kv_heads) * n_heads * seqlen_q
+        tl.store(LSE_PART + part + lse_offs, lse, mask=row_ok)
+        o_ptrs = O_PART + (part + lse_offs.to(tl.int64))[:, None] * BLOCK_D + offs_d[None, :]
+        tl.store(o_ptrs, acc, mask=row_ok[:, None])
+# --8<-- [end:split_kv_kernel]
+
+
+# --8<-- [start:merge_kernel]
+@triton.jit(do_not_specialize=["n_heads", "seqlen_q", "n_rows", "num_splits"])
+def _merge_splits(O_PART, LSE_PART, O, LSE, stride_ob, stride_os, stride_oh, n_heads, seqlen_q, n_rows,
+                  num_splits, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+                  CHUNK: tl.constexpr):
+    """Program (b, h, i): out = sum_s exp(lse_s - lse) out_s with lse = log sum_s exp(lse_s).
+
+    Each split's partial output is normalised over its own keys, so weighting it by its share of the total
+    softmax mass, exp(lse_s - lse), gives the exact result. Splits that saw no key have lse_s = -inf and
+    weight 0.
+    """
+    row = tl.program_id(0)  # (b, h, i) flattened, as the LSE rows are
+    offs_s = tl.arange(0, BLOCK_S)
+    lse_s = tl.load(LSE_PART + offs_s.to(tl.int64) * n_rows + row, mask=offs_s < num_splits, other=float("-inf"))
+    lse_max = tl.max(lse_s, 0)
+    lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)  # every split empty: weights 0, out 0
+    total = tl.sum(tl.exp(lse_s - lse_max), 0)
+    total_safe = tl.where(total == 0.0, 1.0, total)
+    lse = tl.where(total == 0.0, float("-inf"), lse_max + tl.log(total_safe))
+    offs_c = tl.arange(0, CHUNK)
+    offs_d = tl.arange(0, BLOCK_D)
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for s0 in tl.range(0, num_splits, CHUNK):
+        splits = s0 + offs_c
+        ok = splits < num_splits
+        lse_c = tl.load(LSE_PART + splits.to(tl.int64) * n_rows + row, mask=ok, other=float("-inf"))
+        w = tl.exp(lse_c - lse_max) / total_safe
+        o = tl.load(O_PART + (splits.to(tl.int64) * n_rows + row)[:, None] * BLOCK_D + offs_d[None, :],
+                    mask=ok[:, None] & (w > 0.0)[:, None], other=0.0)
+        acc += tl.sum(o * w[:, None], 0)
+    off_b = row // (n_heads * seqlen_q)
+    off_h = (row // seqlen_q) % n_heads
+    off_i = row % seqlen_q
+    tl.store(O + off_b.to(tl.int64) * stride_ob + off_i * stride_os + off_h * stride_oh + offs_d,
+             acc.to(O.dtype.element_ty), mask=offs_d < HEAD_DIM)
+    tl.store(LSE + row, lse)
+# --8<-- [end:merge_kernel]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch functions
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    # fp32 caches get full-precision products (tf32 would be far less exact than PyTorch's fp32 matmul)
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+@functools.cache
+def _triton_config(config: DecodeConfig, paged: bool) -> triton.Config:
+    return config.triton_config(paged)
+
+
+@functools.cache
+def _small_config(warps: int, stages: int) -> triton.Config:
+    return triton.Config({}, num_warps=warps, num_stages=stages)
+
+
+def block_m_for(rows: int) -> int:
+    """Packed query rows per tile: tl.dot needs at least 16."""
+    return min(max(16, triton.next_power_of_2(rows)), MAX_BLOCK_M)
+
+
+def choose_num_splits(programs: int, max_seqlen_k: int, config: DecodeConfig, device: torch.device) -> int:
+    """``num_splits_heuristic`` for a launch of ``programs`` per split (batch x KV heads x query tiles), from
+    shapes only (the cache's capacity, not its lengths)."""
+    if INTERPRET:
+        return 1
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return num_splits_heuristic(programs, num_sms(index) * config.programs_per_sm,
+                                triton.cdiv(max_seqlen_k, config.block_n))
+
+
+_NO_TENSOR = {}
+
+
+def _placeholder(device: torch.device) -> torch.Tensor:
+    """An int32 tensor standing in for an absent optional pointer (the kernels never read it)."""
+    t = _NO_TENSOR.get(device)
+    if t is None:
+        t = _NO_TENSOR[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return t
+
+
+def append_kv(q, k, v, q_rot, k_cache, v_cache, cache_seqlens, cache_seqlen_const: int, cache_batch_idx,
+              block_table, rotary_cos, rotary_sin, rotary_interleaved: bool, q_pos_per_row: bool) -> None:
+    """Write k, v (B, S_new, Hk, D) into the caches at each sequence's length (rotated when rotary_cos is given),
+    and, when rotary_cos is given, q (B, Sq, H, D) rotated into q_rot. Either part may be absent (k None, or no
+    rotary)."""
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    n_kv_heads = k_cache.shape[-2]
+    seqlen_new = 0 if k is None else k.shape[1]
+    rotary = rotary_cos is not None
+    if seqlen_new == 0 and not rotary:
+        return
+    paged = block_table is not None
+    dummy = _placeholder(q.device)
+    kk = k if k is not None else q
+    vv = v if v is not None else q
+    qr = q_rot if q_rot is not None else q
+    args = (q, kk, vv, qr, k_cache, v_cache,
+            cache_seqlens if cache_seqlens is not None else dummy,
+            cache_batch_idx if cache_batch_idx is not None else dummy,
+            block_table if paged else dummy,
+            rotary_cos if rotary else dummy, rotary_sin if rotary else dummy,
+            *q.stride()[:3], *kk.stride()[:3], *vv.stride()[:3], *qr.stride()[:3],
+            *k_cache.stride()[:3], *v_cache.stride()[:3],
+            block_table.stride(0) if paged else 0, rotary_cos.stride(0) if rotary else 0,
+            n_heads, n_kv_heads, seqlen_new, seqlen_q,
+            block_table.shape[1] if paged else 1, k_cache.shape[1], cache_seqlen_const,
+            2 * rotary_cos.shape[1] if rotary else 0)
+    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), BLOCK_H=triton.next_power_of_2(n_heads),
+                BLOCK_HK=triton.next_power_of_2(n_kv_heads), PAGED=paged,
+                PAGE_SIZE=k_cache.shape[1] if paged else 0, HAS_BATCH_IDX=cache_batch_idx is not None,
+                SEQLENS_TENSOR=cache_seqlens is not None, APPEND=seqlen_new > 0, ROTARY=rotary,
+                INTERLEAVED=rotary_interleaved, Q_POS_PER_ROW=q_pos_per_row)
+    grid = (max(seqlen_new, seqlen_q if rotary else 0), batch)
+    config = _small_config(4, 1)
+    with on_device(q.device):
+        launch(_append_kv, None, lambda meta: grid, args, meta, config, config)
+
+
+def query_tiles(group: int, seqlen_q: int) -> tuple:
+    """(BLOCK_M, query tiles): rows per tile (at least 16 for tl.dot, at least one whole group) and how many
+    tiles the seqlen_q positions take at BLOCK_M // group positions each."""
+    block_m = max(block_m_for(group * seqlen_q), triton.next_power_of_2(group))
+    return block_m, triton.cdiv(seqlen_q, block_m // group)
+
+
+def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_const: int, seqlen_new: int,
+                     cache_batch_idx, block_table, softmax_scale: float, causal: bool, window_size: tuple,
+                     softcap: float, alibi_slopes, num_splits: int, config: DecodeConfig = None) -> None:
+    """Attention of q (B, Sq, H, D) over the caches, whose sequence b holds ``cache_seqlens[b] + seqlen_new``
+    keys (or ``cache_seqlen_const + seqlen_new`` for every b when cache_seqlens is None). Writes out
+    (B, Sq, H, D) and lse (B, H, Sq) fp32. causal, window_size, softcap, alibi_slopes ((H,) or (B, H) fp32, or
+    None): flash-attn's, bottom-right aligned. num_splits: 0 chooses with ``num_splits_heuristic``.
+    config: a ``DecodeConfig`` instead of the table's (the benchmark's sweep uses it)."""
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    n_kv_heads = k_cache.shape[-2]
+    group = n_heads // n_kv_heads
+    paged = block_table is not None
+    page_size = k_cache.shape[1]
+    max_pages = block_table.shape[1] if paged else 1
+    capacity = max_pages * page_size if paged else page_size
+    if config is None:
+        config = decode_config(head_dim, k_cache.dtype, page_size if paged else 0)
+    block_m, m_tiles = query_tiles(group, seqlen_q)
+    if num_splits == 0:
+        num_splits = choose_num_splits(batch * n_kv_heads * m_tiles, capacity, config, q.device)
+    block_d = block_d_for(head_dim)
+    dummy = _placeholder(q.device)
+    if num_splits > 1:  # one allocation for both: the partial outputs (splits, B, H, Sq, BLOCK_D), then LSEs
+        part_rows = num_splits * batch * n_heads * seqlen_q
+        part = torch.empty(part_rows * (block_d + 1), device=q.device, dtype=torch.float32)
+        o_part, lse_part = part[:part_rows * block_d], part[part_rows * block_d:]
+    else:
+        o_part = lse_part = dummy
+    # The masking core's band, with offsets relative to the diagonal (a square of the cache's capacity has its
+    # diagonal at 0): the kernel shifts them by each sequence's own seqlen_k - seqlen_q.
+    is_causal, is_local, left_rel, right_rel = band(capacity, capacity, causal, window_size)
+    cap_in, cap_out = (softmax_scale / softcap, softcap / softmax_scale) if softcap else (None, None)
+    slopes = None
+    if alibi_slopes is not None:  # divided by the scale, as the masking core's scores are
+        slopes = (alibi_slopes.float() / softmax_scale).expand(batch, n_heads).contiguous()
+    out_strides = out.stride()[:3]
+    args = (q, k_cache, v_cache,
+            cache_seqlens if cache_seqlens is not None else dummy,
+            cache_batch_idx if cache_batch_idx is not None else dummy,
+            block_table if paged else dummy,
+            out, lse, o_part, lse_part, slopes if slopes is not None else dummy,
+            *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3],
+            block_table.stride(0) if paged else 0, *out_strides,
+            n_kv_heads, seqlen_q, max_pages, page_size, cache_seqlen_const, seqlen_new,
+            softmax_scale * LOG2E, left_rel, right_rel, cap_in, cap_out)
+    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, GROUP=group, PAGED=paged,
+                PAGE_SIZE=page_size if paged else 0,
+                HAS_BATCH_IDX=cache_batch_idx is not None, SEQLENS_TENSOR=cache_seqlens is not None,
+                IS_CAUSAL=is_causal, IS_LOCAL=is_local, SOFTCAP=bool(softcap), ALIBI=slopes is not None,
+                SPLIT=num_splits > 1, DOT_PRECISION=dot_precision(q.dtype))
+    grid = (batch * n_kv_heads, m_tiles, num_splits)
+    tconfig = _triton_config(config, paged)
+    with on_device(q.device):
+        launch(_split_kv, None, lambda meta: grid, args, meta, tconfig, tconfig)
+        if num_splits > 1:
+            n_rows = batch * n_heads * seqlen_q
+            margs = (o_part, lse_part, out, lse, *out_strides, n_heads, seqlen_q,
+                     n_rows, num_splits)
+            # BLOCK_S: the split counts up to a power of two share one compiled merge
+            block_s = triton.next_power_of_2(num_splits)
+            mmeta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=block_s, CHUNK=min(MERGE_CHUNK, block_s))
+            mconfig = _small_config(4 if block_d >= 128 else 2, 2)
+            launch(_merge_splits, None, lambda meta: (n_rows,), margs, mmeta, mconfig, mconfig)

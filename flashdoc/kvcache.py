@@ -1,0 +1,344 @@
+"""``flash_attn_with_kvcache``: attention for decoding, with flash-attn's signature, over a contiguous or paged
+KV cache that it appends the new keys and values to in place.
+
+Two layers, as in ``interface.py``: a ``torch.library`` op, ``flashdoc::fwd_kvcache``, that declares the two
+caches it writes and has a fake implementation (so ``torch.compile`` traces through it), and the public
+function that validates, defaults and calls it. There is no backward: decoding runs without gradients.
+
+No host synchronisation: nothing reads a device tensor on the host (the split count and the launch grids
+follow from shapes), so a decode step can be captured in a CUDA graph. The one exception is opt-in:
+``FLASHDOC_DEBUG_CHECKS=1`` in the environment checks the device values (sequence lengths against the cache,
+block-table entries, batch indices) on the host before each call, which synchronises.
+"""
+
+import os
+from typing import Optional
+
+import torch
+
+from ._validation import SUPPORTED_DTYPES, _validate_tensor
+from .kernels import INTERPRET
+from .kernels.decode import MAX_SPLITS, append_kv, decode_attention
+
+__all__ = ["flash_attn_with_kvcache"]
+
+# Checks that read device values on the host (and so synchronise): off unless asked for.
+DEBUG_CHECKS = os.environ.get("FLASHDOC_DEBUG_CHECKS", "0") not in ("", "0")
+
+# Page sizes are multiples of this (vLLM's smallest block is 16 tokens); a tile of keys never needs fewer.
+PAGE_MULTIPLE = 16
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+# --8<-- [start:custom_op]
+torch.library.define(
+    "flashdoc::fwd_kvcache",
+    "(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, Tensor? rotary_cos, "
+    "Tensor? rotary_sin, Tensor? cache_seqlens, int cache_seqlen_const, Tensor? cache_batch_idx, "
+    "Tensor? block_table, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
+    "bool rotary_interleaved, Tensor? alibi_slopes, int num_splits) -> (Tensor, Tensor)")
+
+
+@torch.library.impl("flashdoc::fwd_kvcache", ("cuda", "cpu"))
+def _fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen_const,
+                 cache_batch_idx, block_table, softmax_scale, causal, window_left, window_right, softcap,
+                 rotary_interleaved, alibi_slopes, num_splits):
+    """Append k, v to the caches (rotated), then attend. Returns out (B, Sq, H, D) and lse (B, H, Sq) fp32."""
+    batch, seqlen_q, n_heads, _ = q.shape
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, n_heads, seqlen_q), dtype=torch.float32, device=q.device)
+    # Triton's interpreter computes bf16 arithmetic wrongly: on the CPU, run bf16 through fp32 copies and write
+    # the caches and the output back. fp16 and fp32 are exact there.
+    upcast = INTERPRET and q.dtype == torch.bfloat16
+    kc, vc = (k_cache.float(), v_cache.float()) if upcast else (k_cache, v_cache)
+    q_, k_, v_ = (t.float() if upcast and t is not None else t for t in (q, k, v))
+    seqlen_new = 0 if k is None else k.shape[1]
+    q_rot = torch.empty(q_.shape, dtype=q_.dtype, device=q.device) if rotary_cos is not None else None
+    q_pos_per_row = causal or window_left >= 0 or window_right >= 0
+    append_kv(q_, k_, v_, q_rot, kc, vc, cache_seqlens, cache_seqlen_const, cache_batch_idx, block_table,
+              rotary_cos, rotary_sin, rotary_interleaved, q_pos_per_row)
+    out_ = torch.empty(q_.shape, dtype=torch.float32, device=q.device) if upcast else out
+    decode_attention(q_rot if q_rot is not None else q_, kc, vc, out_, lse, cache_seqlens, cache_seqlen_const,
+                     seqlen_new, cache_batch_idx, block_table, softmax_scale, causal, (window_left, window_right),
+                     softcap, alibi_slopes, num_splits)
+    if upcast:
+        out.copy_(out_)
+        if seqlen_new:
+            k_cache.copy_(kc), v_cache.copy_(vc)
+    return out, lse
+
+
+@torch.library.register_fake("flashdoc::fwd_kvcache")
+def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen_const, cache_batch_idx,
+      block_table, softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, alibi_slopes,
+      num_splits):
+    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+# --8<-- [end:custom_op]
+
+
+_fwd_kvcache_op = torch.ops.flashdoc.fwd_kvcache.default
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _check_index(t, name: str, shape: tuple, device, dtypes=INDEX_DTYPES, shape_text: str = "") -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        allowed = " or ".join(str(d) for d in dtypes)
+        raise TypeError(f"{name} has dtype {t.dtype}; allowed: {allowed}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape_text or shape}, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but q is on {device}; all tensors must be on one device")
+    if t.dim() and t.stride(-1) != 1:
+        raise ValueError(f"{name} must have a unit last stride (call .contiguous() on it)")
+
+
+def _check_int(value, name: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+              block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes,
+              num_splits, return_softmax_lse) -> int:
+    """Check every argument; return the cache's capacity in tokens per sequence."""
+    if cache_leftpad is not None:
+        raise NotImplementedError("cache_leftpad is not supported by flashdoc.flash_attn_with_kvcache (only None):"
+                                  " every sequence's keys start at position 0 of its cache")
+    _validate_tensor(q, "q")
+    _validate_tensor(k_cache, "k_cache", q, "q")
+    _validate_tensor(v_cache, "v_cache", q, "q")
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"q is on {q.device}; allowed devices: cuda, or cpu (through Triton's interpreter)")
+    if q.device.type == "cpu" and not INTERPRET:
+        raise ValueError("q is a CPU tensor but flashdoc's kernels were compiled for the GPU; move the tensors to "
+                         "CUDA, or set TRITON_INTERPRET=1 before importing flashdoc")
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    if batch < 1 or seqlen_q < 1 or n_heads < 1:
+        raise ValueError(f"q must have batch, seqlen and heads >= 1, got shape {tuple(q.shape)}; layout is "
+                         "(batch, seqlen_q, nheads, headdim)")
+    if head_dim % 8 != 0 or not 8 <= head_dim <= 256:
+        raise ValueError(f"head_dim is {head_dim}; allowed: a multiple of 8 from 8 to 256")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    n_slots, cache_len, n_kv_heads, cache_dim = k_cache.shape
+    if cache_dim != head_dim:
+        raise ValueError(f"k_cache has head_dim {cache_dim} but q has {head_dim}")
+    if n_kv_heads < 1 or n_heads % n_kv_heads != 0:
+        raise ValueError(f"q heads ({n_heads}) must be a multiple of k_cache heads ({n_kv_heads}) (GQA/MQA)")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a unit last stride: it is written in place, so it cannot be "
+                             "copied into one")
+    paged = block_table is not None
+    if paged:
+        if cache_batch_idx is not None:
+            raise ValueError("cache_batch_idx cannot be combined with block_table: a paged cache names each "
+                             "sequence's pages in its block_table row")
+        if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
+            got = tuple(block_table.shape) if isinstance(block_table, torch.Tensor) else type(block_table).__name__
+            raise ValueError(f"block_table must be a 2-D tensor (batch, max_blocks_per_seq), got {got}")
+        _check_index(block_table, "block_table", (batch, block_table.shape[1]), q.device, (torch.int32,),
+                     f"(batch={batch}, max_blocks_per_seq)")
+        if block_table.shape[1] < 1:
+            raise ValueError("block_table must list at least one page per sequence, got max_blocks_per_seq = 0")
+        if cache_len % PAGE_MULTIPLE != 0:
+            raise ValueError(f"page_size (k_cache.shape[1] with a block_table) is {cache_len}; allowed: a "
+                             f"multiple of {PAGE_MULTIPLE}")
+        capacity = block_table.shape[1] * cache_len
+    else:
+        capacity = cache_len
+        if cache_batch_idx is not None:
+            _check_index(cache_batch_idx, "cache_batch_idx", (batch,), q.device, (torch.int32, torch.int64),
+                         f"(batch={batch},)")
+        elif n_slots < batch:
+            raise ValueError(f"k_cache holds {n_slots} sequences but q has batch {batch}; pass cache_batch_idx "
+                             "to pick which cache rows the batch uses")
+    if (k is None) != (v is None):
+        given, missing = ("k", "v") if k is not None else ("v", "k")
+        raise ValueError(f"{given} was given without {missing}: pass both new keys and values, or neither")
+    seqlen_new = 0
+    if k is not None:
+        _validate_tensor(k, "k", q, "q")
+        _validate_tensor(v, "v", q, "q")
+        if tuple(k.shape) != tuple(v.shape):
+            raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        if k.shape[0] != batch or k.shape[2] != n_kv_heads or k.shape[3] != head_dim:
+            raise ValueError(f"k must have shape (batch={batch}, seqlen_new, nheads_k={n_kv_heads}, "
+                             f"headdim={head_dim}), got {tuple(k.shape)}")
+        seqlen_new = k.shape[1]
+        if seqlen_new > capacity:
+            raise ValueError(f"k has {seqlen_new} new tokens but the cache holds {capacity} per sequence")
+        if cache_seqlens is None:
+            raise ValueError("cache_seqlens is required when k and v are given: it says where to append them")
+    if cache_seqlens is not None:
+        if isinstance(cache_seqlens, torch.Tensor):
+            _check_index(cache_seqlens, "cache_seqlens", (batch,), q.device, INDEX_DTYPES, f"(batch={batch},)")
+        else:
+            _check_int(cache_seqlens, "cache_seqlens", 0)
+            if cache_seqlens + seqlen_new > capacity:
+                raise ValueError(f"cache_seqlens ({cache_seqlens}) + new tokens ({seqlen_new}) = "
+                                 f"{cache_seqlens + seqlen_new} exceeds the cache's {capacity} tokens per sequence")
+    if rotary_cos is not None or rotary_sin is not None:
+        if rotary_cos is None or rotary_sin is None:
+            raise ValueError("rotary_cos and rotary_sin must be given together")
+        if k is None:
+            raise ValueError("rotary_cos/rotary_sin apply to q and the new k: they need k and v")
+        for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 2:
+                raise ValueError(f"{name} must be a 2-D tensor (seqlen_ro, rotary_dim / 2)")
+            if t.dtype not in SUPPORTED_DTYPES or t.device != q.device or t.stride(-1) != 1:
+                raise ValueError(f"{name} must be a float tensor on q's device with a unit last stride")
+        if rotary_cos.shape != rotary_sin.shape:
+            raise ValueError(f"rotary_cos and rotary_sin must have one shape, got {tuple(rotary_cos.shape)} and "
+                             f"{tuple(rotary_sin.shape)}")
+        rotary_dim = 2 * rotary_cos.shape[1]
+        if rotary_dim % 16 != 0 or rotary_dim > head_dim or rotary_dim == 0:
+            raise ValueError(f"rotary_dim (2 x rotary_cos.shape[1]) is {rotary_dim}; allowed: a multiple of 16 "
+                             f"up to head_dim ({head_dim})")
+        if rotary_cos.shape[0] < capacity:
+            raise ValueError(f"rotary_cos has {rotary_cos.shape[0]} positions but the cache holds {capacity}: "
+                             "it needs one row per cache position")
+        if not isinstance(rotary_interleaved, bool):
+            raise TypeError(f"rotary_interleaved must be a bool, got {type(rotary_interleaved).__name__}")
+    if softmax_scale is not None:
+        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+            raise TypeError(f"softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
+        if not (softmax_scale > 0 and softmax_scale != float("inf")):
+            raise ValueError(f"softmax_scale must be a finite number > 0, got {softmax_scale}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or any(isinstance(w, bool) or not isinstance(w, int) or w < -1 for w in window_size)):
+        raise ValueError(f"window_size must be a pair of ints (left, right), each >= 0 or -1 for no limit, got "
+                         f"{window_size!r}")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
+    if not softcap >= 0.0:
+        raise ValueError(f"softcap must be >= 0 (0 turns it off), got {softcap}")
+    _check_int(num_splits, "num_splits", 0)
+    if num_splits > MAX_SPLITS:
+        raise ValueError(f"num_splits is {num_splits}; allowed: 0 (choose automatically) to {MAX_SPLITS}")
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32:
+            raise TypeError("alibi_slopes must be a float32 tensor of shape (nheads,) or (batch, nheads)")
+        if tuple(alibi_slopes.shape) not in ((n_heads,), (batch, n_heads)):
+            raise ValueError(f"alibi_slopes must have shape (nheads={n_heads},) or (batch={batch}, "
+                             f"nheads={n_heads}), got {tuple(alibi_slopes.shape)}")
+        if alibi_slopes.device != q.device:
+            raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}")
+    if not isinstance(return_softmax_lse, bool):
+        raise TypeError(f"return_softmax_lse must be a bool, got {type(return_softmax_lse).__name__}")
+    if DEBUG_CHECKS:
+        _check_device_values(k_cache, cache_seqlens, seqlen_new, cache_batch_idx, block_table, capacity)
+    return capacity
+
+
+def _check_device_values(k_cache, cache_seqlens, seqlen_new, cache_batch_idx, block_table, capacity) -> None:
+    """FLASHDOC_DEBUG_CHECKS=1: the checks that need device values, read on the host (a synchronisation)."""
+    if isinstance(cache_seqlens, torch.Tensor):
+        lengths = cache_seqlens.tolist()
+        bad = [(b, n) for b, n in enumerate(lengths) if n < 0 or n + seqlen_new > capacity]
+        if bad:
+            b, n = bad[0]
+            raise ValueError(f"cache_seqlens[{b}] ({n}) + new tokens ({seqlen_new}) = {n + seqlen_new} is outside "
+                             f"the cache's 0..{capacity} tokens per sequence")
+    if cache_batch_idx is not None:
+        idx = cache_batch_idx.tolist()
+        if any(not 0 <= i < k_cache.shape[0] for i in idx):
+            raise ValueError(f"cache_batch_idx has entries outside 0..{k_cache.shape[0] - 1}: {idx}")
+    if block_table is not None:
+        page_size = k_cache.shape[1]
+        lengths = (cache_seqlens.tolist() if isinstance(cache_seqlens, torch.Tensor)
+                   else [capacity if cache_seqlens is None else cache_seqlens] * block_table.shape[0])
+        for b, row in enumerate(block_table.tolist()):
+            used = -(-(lengths[b] + seqlen_new) // page_size)
+            if any(not 0 <= p < k_cache.shape[0] for p in row[:used]):
+                raise ValueError(f"block_table[{b}] names pages outside 0..{k_cache.shape[0] - 1} among its first "
+                                 f"{used}: {row[:used]}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """Attention of a few new queries against a KV cache, for decoding, as flash-attn's function of that name.
+
+    If k and v are given, they are first written into the caches *in place*, at positions
+    ``cache_seqlens[b], cache_seqlens[b] + 1, ...`` of each sequence b (rotated first when rotary_cos and
+    rotary_sin are given), and the queries then attend to the cache including them. This is one decode step:
+    no cache copy, no concatenation.
+
+    Query i of sequence b is at key position ``i + seqlen_k - seqlen_q``, where ``seqlen_k = cache_seqlens[b]``
+    + the new tokens: the causal mask and the window are aligned to the bottom-right corner, as flash-attn does.
+    With seqlen_q = 2 and seqlen_k = 5, causal (1 = kept)::
+
+        1 1 1 1 0
+        1 1 1 1 1
+
+    Args:
+        q: (batch, seqlen_q, nheads, headdim), float16, bfloat16 or float32.
+        k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k, headdim) without a block_table, or
+            (num_blocks, page_size, nheads_k, headdim) with one (a paged cache; page_size a multiple of 16).
+            nheads must be a multiple of nheads_k (GQA/MQA). Written in place when k and v are given.
+        k, v: (batch, seqlen_new, nheads_k, headdim), optional: new keys and values to append.
+        rotary_cos, rotary_sin: (seqlen_ro, rotary_dim / 2), optional: rotary embedding applied to q and to the
+            new k (needs k and v), at positions cache_seqlens[b] + i. Queries all rotate at cache_seqlens[b]
+            unless the attention is causal or windowed (then each at its own position), as in flash-attn.
+            rotary_dim is a multiple of 16, at most headdim; seqlen_ro covers the cache.
+        cache_seqlens: an int, or (batch,) int32/int64: tokens already in each sequence's cache (None: the
+            cache is full, and k must be None).
+        cache_batch_idx: (batch,) int32/int64, optional: the cache row that sequence b uses (contiguous caches);
+            default 0..batch-1.
+        cache_leftpad: not supported (only None): raises NotImplementedError.
+        block_table: (batch, max_blocks_per_seq) int32, optional: page ``block_table[b, j]`` holds positions
+            ``j * page_size`` to ``(j + 1) * page_size - 1`` of sequence b.
+        softmax_scale: multiplies q @ k^T before the softmax; default headdim ** -0.5.
+        causal: mask keys after each query's position (bottom-right aligned).
+        window_size: (left, right): query at key position p sees keys from p - left to p + right; -1 for no
+            limit on that side. ``causal=True`` sets right to 0.
+        softcap: when > 0, scores become ``softcap * tanh(score / softcap)`` before the softmax.
+        rotary_interleaved: True: rotate dimension pairs (0, 1), (2, 3), ... (GPT-J); False: pairs
+            (0, rotary_dim / 2), (1, rotary_dim / 2 + 1), ... (GPT-NeoX).
+        alibi_slopes: (nheads,) or (batch, nheads) float32, optional: ALiBi, a bias of
+            ``-slope * |i + seqlen_k - seqlen_q - j|`` added to the score of query i and key j (after softcap).
+        num_splits: how many parts each sequence's keys are cut into, attended in parallel and merged by their
+            log-sum-exp (FlashDecoding). 0 chooses from the shapes, as flash-attn's heuristic does; 1 never
+            splits. Any value gives the same result up to rounding.
+        return_softmax_lse: also return the log-sum-exp of each row of scaled scores.
+
+    Returns:
+        out: (batch, seqlen_q, nheads, headdim), q's dtype; and with return_softmax_lse, lse: (batch, nheads,
+        seqlen_q), float32, natural log (-inf for a query that sees no key; its output is zero).
+
+    Nothing here synchronises with the GPU (a decode step can be captured in a CUDA graph), so values on the
+    device are not checked: a cache_seqlens[b] + seqlen_new beyond the cache, or a block-table entry past the
+    cache's pages, reads and writes nothing outside the cache's shape but gives meaningless results. Set
+    FLASHDOC_DEBUG_CHECKS=1 to check them on the host at every call.
+    """
+    capacity = _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+                         rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** -0.5
+    window_left, window_right = window_size
+    seqlens_tensor: Optional[torch.Tensor] = cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None
+    seqlen_const = capacity if cache_seqlens is None else (0 if seqlens_tensor is not None else cache_seqlens)
+    q, k, v = (t if t is None or t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    out, lse = _fwd_kvcache_op(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens_tensor, seqlen_const,
+                               cache_batch_idx, block_table, float(softmax_scale), causal, window_left,
+                               window_right, float(softcap), rotary_interleaved, alibi_slopes, num_splits)
+    return (out, lse) if return_softmax_lse else out

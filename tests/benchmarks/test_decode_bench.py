@@ -1,0 +1,74 @@
+"""benchmarks/decode.py's bookkeeping (the timings themselves need a GPU): target checks, tables and the
+figure from synthetic rows."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+# loaded by path: a package named ``benchmarks`` elsewhere on sys.path (this test folder's) cannot shadow it
+_spec = importlib.util.spec_from_file_location("decode_benchmark",
+                                               Path(__file__).resolve().parents[2] / "benchmarks" / "decode.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+COPY = 4.0e12  # bytes/s
+
+
+def rows(flashdoc=3.6, cudnn=3.0, flash=3.0, paged=3.5, slow_point=None):
+    """One row per method and point; slow_point gets flashdoc at half its bandwidth."""
+    out = []
+    for b, c in bench.points(False):
+        ours = flashdoc / 2 if (b, c) == slow_point else flashdoc
+        values = {"flashdoc": ours, "sdpa-cudnn": cudnn, "sdpa-flash": flash, "flex": 2.0,
+                  **{f"flashdoc-paged{p}": paged for p in bench.PAGE_SIZES}}
+        for method, tbps in values.items():
+            out.append(dict(batch=b, cache=c, method=method, ms=1.0, graph_ms=1.0, tbps=tbps, graph_tbps=tbps))
+    return out
+
+
+def test_targets_met():
+    checks = bench.target_checks(rows(), COPY)
+    assert [c["met"] for c in checks] == [True, True, True, True]
+
+
+def test_targets_name_the_worst_point():
+    checks = {c["target"]: c for c in bench.target_checks(rows(slow_point=(8, 32768)), COPY)}
+    cudnn = checks["flashdoc >= sdpa-cudnn at every point"]
+    assert not cudnn["met"] and cudnn["worst"] == "0.60x at 8 x 32k"
+    share = checks["flashdoc >= 85% of the copy where batch x cache >= 8 x 32k"]
+    assert not share["met"] and share["worst"] == "45% at 8 x 32k"
+
+
+def test_paged_slack():
+    checks = {c["target"]: c for c in bench.target_checks(rows(paged=3.2), COPY)}
+    assert not checks["paged within 5% of contiguous at every point"]["met"]
+    checks = {c["target"]: c for c in bench.target_checks(rows(paged=3.45), COPY)}
+    assert checks["paged within 5% of contiguous at every point"]["met"]
+
+
+def test_missing_method_is_a_dash_and_skipped_by_the_checks():
+    data = [r for r in rows() if not (r["method"] == "sdpa-cudnn" and r["batch"] == 64)]
+    data.append(dict(batch=64, cache=131072, method="sdpa-cudnn", error="No available kernel"))
+    table = bench.bandwidth_table(data, COPY)
+    assert "| 64 x 128k | 3.60 | — |" in table
+    assert all(c["met"] for c in bench.target_checks(data, COPY))
+
+
+def test_markdown_and_figure(tmp_path):
+    text = bench.markdown(rows(), COPY, dict(gpu="GPU", torch="t", triton="x"))
+    for timer in bench.TIMERS.values():
+        assert f"**Timed with {timer}**" in text
+    bench.roofline_figure(rows(), COPY, tmp_path / "roof.png")
+    assert (tmp_path / "roof.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("only,expected", [("1x4096,64x32768", [(1, 4096), (64, 32768)]), (None, None)])
+def test_points(only, expected):
+    got = bench.points(False, only)
+    assert got == (expected or [(b, c) for b in bench.BATCHES for c in bench.CACHES])
+
+
+def test_copies_cover_four_times_l2():
+    assert bench.copies_for(1, 4096) * bench.kv_bytes(1, 4096) >= 4 * bench.L2_BYTES
+    assert bench.copies_for(64, 131072) == 1

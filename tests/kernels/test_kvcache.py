@@ -1,0 +1,479 @@
+"""flash_attn_with_kvcache: decode attention over contiguous and paged caches, the in-place append, rotary,
+split-KV, and bad input.
+
+The oracle rebuilds each sequence's keys from the cache in plain PyTorch (float64), appends the new keys and
+values (rotated), and computes masked attention; flash-attn's criterion compares flashdoc's error with that of
+the same math in the inputs' dtype. The unmarked tests are a small CPU subset (Triton's interpreter); the
+``gpu`` tests sweep shapes, page sizes, split counts and capture a decode step in a CUDA graph.
+"""
+
+import pytest
+import torch
+from attention_oracle import DEVICE, assert_close_like_flash_attn
+
+import flashdoc
+from flashdoc import flash_attn_with_kvcache
+from flashdoc.kernels.decode import num_splits_heuristic
+
+# ---------------------------------------------------------------------------------------------------------------
+# The oracle
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def rotate(x, cos, sin, positions, interleaved):
+    """Rotary embedding of x (B, S, H, D) at integer positions (B, S), in x's dtype; dims past rotary_dim kept."""
+    rd = 2 * cos.shape[1]
+    c, s = cos[positions].to(x.dtype), sin[positions].to(x.dtype)  # (B, S, rd / 2)
+    x1 = x[..., :rd]
+    if interleaved:
+        c, s = c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)
+        partner = torch.stack((-x1[..., 1::2], x1[..., 0::2]), -1).flatten(-2)
+    else:
+        c, s = torch.cat((c, c), -1), torch.cat((s, s), -1)
+        partner = torch.cat((-x1[..., rd // 2:], x1[..., :rd // 2]), -1)
+    return torch.cat((x1 * c[:, :, None] + partner * s[:, :, None], x[..., rd:]), -1)
+
+
+def cache_rows(b, n, cache_batch_idx, block_table, page_size):
+    """(page, row) of positions 0..n-1 of sequence b in the cache tensor."""
+    pos = torch.arange(n)
+    if block_table is None:
+        page = int(cache_batch_idx[b]) if cache_batch_idx is not None else b
+        return torch.full_like(pos, page), pos
+    return block_table[b].cpu().long()[pos // page_size], pos % page_size
+
+
+def reference(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+              cache_batch_idx=None, block_table=None, causal=False, window_size=(-1, -1), softcap=0.0,
+              rotary_interleaved=True, alibi_slopes=None, dtype=torch.float64):
+    """(out, lse, k_cache after, v_cache after), attention computed in ``dtype`` (float64: the oracle)."""
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    n_kv = k_cache.shape[2]
+    page_size = k_cache.shape[1]
+    seqlen_new = 0 if k is None else k.shape[1]
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((batch,), cache_seqlens)
+    lens = cache_seqlens.cpu().long()
+    kc, vc = k_cache.clone(), v_cache.clone()
+    qd = q.double()
+    if rotary_cos is not None:
+        pos_k = lens[:, None] + torch.arange(seqlen_new)[None, :]
+        k = rotate(k.double(), rotary_cos.cpu().double(), rotary_sin.cpu().double(), pos_k, rotary_interleaved)
+        per_row = causal or window_size != (-1, -1)
+        pos_q = lens[:, None] + (torch.arange(seqlen_q)[None, :] if per_row else torch.zeros(1, seqlen_q).long())
+        qd = rotate(qd, rotary_cos.cpu().double(), rotary_sin.cpu().double(), pos_q, rotary_interleaved)
+    for b in range(batch):
+        if seqlen_new:
+            page, row = cache_rows(b, int(lens[b]) + seqlen_new, cache_batch_idx, block_table, page_size)
+            page, row = page[int(lens[b]):], row[int(lens[b]):]
+            kc[page, row] = k[b].to(kc.dtype)
+            vc[page, row] = v[b].to(vc.dtype)
+    q_in = qd.to(dtype) if dtype == torch.float64 else qd.to(q.dtype)
+    outs, lses = [], []
+    scale = head_dim ** -0.5
+    for b in range(batch):
+        n = int(lens[b]) + seqlen_new
+        page, row = cache_rows(b, n, cache_batch_idx, block_table, page_size)
+        keys = kc[page, row].to(dtype).repeat_interleave(n_heads // n_kv, 1)  # (n, H, D)
+        vals = vc[page, row].to(dtype).repeat_interleave(n_heads // n_kv, 1)
+        s = torch.einsum("qhd,khd->hqk", q_in[b].to(dtype), keys) * scale
+        if softcap > 0:
+            s = softcap * torch.tanh(s / softcap)
+        pos = torch.arange(seqlen_q)[:, None] + n - seqlen_q
+        j = torch.arange(n)[None, :]
+        if alibi_slopes is not None:  # -slope * |position - key|, after the softcap (flash-attn's order)
+            slopes = alibi_slopes.cpu().double().expand(batch, n_heads)[b]
+            s = s - (slopes[:, None, None] * (pos - j).abs()[None]).to(s.device, s.dtype)
+        keep = torch.ones(seqlen_q, n, dtype=torch.bool)
+        left, right = window_size
+        if causal:
+            right = 0
+        if left >= 0:
+            keep &= j >= pos - left
+        if right >= 0:
+            keep &= j <= pos + right
+        keep = keep.to(s.device)
+        s = s.masked_fill(~keep, float("-inf"))
+        has_key = keep.any(1)[None, :, None]
+        lse = torch.logsumexp(s.float(), -1)
+        p = torch.softmax(s.masked_fill(~has_key, 0.0), -1) * has_key
+        outs.append(torch.einsum("hqk,khd->qhd", p, vals))
+        lses.append(lse)
+    return torch.stack(outs), torch.stack(lses), kc, vc
+
+
+def check(dtype=torch.float16, batch=2, seqlen_q=1, n_heads=4, n_kv=2, head_dim=32, cache_len=96, lens=(37, 80),
+          seqlen_new=0, page_size=None, rotary_dim=None, interleaved=True, causal=False, window_size=(-1, -1),
+          softcap=0.0, alibi=None, num_splits=0, batch_idx=False, seqlens_as_int=False, seed=0):
+    """Build a cache (paged when page_size is given: pages shuffled), call flash_attn_with_kvcache, and compare
+    out, lse and the caches after the call with the oracle."""
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g).to(DEVICE, dtype)
+
+    q = randn(batch, seqlen_q, n_heads, head_dim)
+    block_table = cache_batch_idx = None
+    if page_size is None:
+        slots = batch + 1 if batch_idx else batch
+        k_cache, v_cache = randn(slots, cache_len, n_kv, head_dim), randn(slots, cache_len, n_kv, head_dim)
+        if batch_idx:
+            cache_batch_idx = torch.randperm(slots, generator=g)[:batch].to(DEVICE, torch.int32)
+    else:
+        pages_per_seq = -(-cache_len // page_size)
+        n_pages = batch * pages_per_seq + 1
+        k_cache, v_cache = randn(n_pages, page_size, n_kv, head_dim), randn(n_pages, page_size, n_kv, head_dim)
+        block_table = torch.randperm(n_pages, generator=g)[:batch * pages_per_seq].reshape(batch, pages_per_seq)
+        block_table = block_table.to(DEVICE, torch.int32)
+    k = v = cos = sin = None
+    if seqlen_new:
+        k, v = randn(batch, seqlen_new, n_kv, head_dim), randn(batch, seqlen_new, n_kv, head_dim)
+    if rotary_dim:
+        capacity = cache_len if page_size is None else block_table.shape[1] * page_size
+        angle = torch.rand(capacity, rotary_dim // 2, generator=g, dtype=torch.float64) * 6.3
+        cos, sin = angle.cos().to(DEVICE, dtype), angle.sin().to(DEVICE, dtype)
+    if seqlens_as_int:
+        cache_seqlens = lens[0]
+    else:
+        cache_seqlens = torch.tensor(lens[:batch], dtype=torch.int32, device=DEVICE)
+    slopes = None
+    if alibi == "heads":
+        slopes = torch.rand(n_heads, generator=g).to(DEVICE) * 0.5
+    elif alibi == "batch_heads":
+        slopes = torch.rand(batch, n_heads, generator=g).to(DEVICE) * 0.5
+    kw = dict(cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, block_table=block_table, causal=causal,
+              window_size=window_size, softcap=softcap, rotary_interleaved=interleaved, alibi_slopes=slopes)
+    ref = reference(q, k_cache, v_cache, k, v, cos, sin, dtype=torch.float64, **kw)
+    pt = reference(q, k_cache, v_cache, k, v, cos, sin, dtype=dtype, **kw)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cos, sin, num_splits=num_splits,
+                                       return_softmax_lse=True, **kw)
+    assert out.shape == q.shape and out.dtype == dtype
+    assert lse.shape == (batch, n_heads, seqlen_q) and lse.dtype == torch.float32
+    assert_close_like_flash_attn("out", out, ref[0], pt[0], dtype)
+    assert_close_like_flash_attn("lse", lse, ref[1], pt[1], dtype)
+    # the caches after the call: the new rows as the oracle wrote them (rotated in float64, rounded once:
+    # the kernel rotates in float32, so a rotated value may differ by one rounding step), the rest untouched
+    atol = 0 if rotary_dim is None else 2 * torch.finfo(dtype).eps * 4
+    torch.testing.assert_close(k_cache, ref[2], atol=atol, rtol=torch.finfo(dtype).eps if atol else 0)
+    torch.testing.assert_close(v_cache, ref[3], atol=0, rtol=0)
+    return out, lse
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CPU subset (Triton's interpreter): tiny shapes, one case per feature
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+def test_contiguous_cache_per_batch_lengths(dtype, heads):
+    check(dtype, n_heads=heads[0], n_kv=heads[1], lens=(37, 80))
+
+
+@pytest.mark.parametrize("page_size", [16, 48])
+def test_paged_cache(page_size):
+    """Pages shorter than a tile (16: each key row looks its page up) and longer (48: one lookup per tile)."""
+    check(torch.float16, page_size=page_size, cache_len=96, lens=(5, 70), seqlen_new=2)
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_append_writes_the_cache_in_place(paged):
+    """New k and v land at cache_seqlens[b] of each sequence (checked in ``check``), straddling a page boundary."""
+    check(torch.float16, seqlen_q=3, seqlen_new=3, lens=(14, 40), causal=True, page_size=16 if paged else None)
+
+
+@pytest.mark.parametrize("seqlen_q", [1, 5])
+def test_causal_bottom_right(seqlen_q):
+    check(torch.float16, seqlen_q=seqlen_q, seqlen_new=seqlen_q, causal=True, lens=(0, 50))
+
+
+def test_more_queries_than_keys_see_nothing():
+    """Bottom-right alignment: with 6 queries and 4 keys the first two queries see no key (zeros, lse -inf)."""
+    out, lse = check(torch.float16, batch=1, seqlen_q=6, lens=(4,), causal=True)
+    assert (out[0, :2] == 0).all() and (lse[0, :, :2] == float("-inf")).all()
+
+
+@pytest.mark.parametrize("interleaved", [True, False], ids=["gptj", "neox"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_rotary(interleaved, causal):
+    """Rotary on q and the new k, over part of head_dim (16 of 32): causal queries rotate at their own
+    positions, the others all at cache_seqlens."""
+    check(torch.float16, seqlen_q=2, seqlen_new=2, rotary_dim=16, interleaved=interleaved, causal=causal)
+
+
+def test_num_splits_all_agree():
+    """Every split count gives the oracle's result and the same result up to rounding (they merge the same
+    numbers in different groupings); more splits than key tiles leave some empty."""
+    outs = [check(torch.float32, lens=(37, 96), seqlen_q=2, causal=True, num_splits=s)[0] for s in (1, 2, 3, 7)]
+    for o in outs[1:]:
+        torch.testing.assert_close(o, outs[0], atol=1e-5, rtol=1e-5)
+
+
+def test_cache_batch_idx_and_int_seqlens():
+    check(torch.float16, batch_idx=True, seqlens_as_int=True, lens=(50,), seqlen_new=1)
+
+
+def test_window_and_softcap():
+    check(torch.float16, seqlen_q=3, seqlen_new=3, lens=(40, 70), causal=True, window_size=(20, -1), softcap=5.0,
+          num_splits=2)
+
+
+def test_window_both_sides_and_alibi():
+    """A window open on both sides (keys after the query too, not causal) with per-sequence ALiBi slopes."""
+    check(torch.float16, seqlen_q=2, lens=(40, 70), window_size=(9, 4), alibi="batch_heads", num_splits=3)
+
+
+def test_num_splits_heuristic():
+    """flash-attn's choice: no split once the grid nearly fills the GPU; otherwise the fewest splits within 85%
+    of the best last-wave efficiency. 8 programs on 264 slots: 32 splits would fill 256 of them (97%), 29 fill
+    232 (88%, within 85% of 97%) and win; with 64 key tiles, 29 and 30 and 31 cut them like 32 does (3 each)
+    and are skipped."""
+    assert num_splits_heuristic(512, 264, 512) == 1
+    assert num_splits_heuristic(8, 264, 2048) == 29
+    assert num_splits_heuristic(8, 264, 64) == 32
+    assert num_splits_heuristic(64, 264, 512) == 4
+    assert num_splits_heuristic(8, 264, 3) == 3  # never more splits than key tiles
+
+
+def test_op_traces_under_fake_tensors():
+    """The custom op's fake implementation gives outputs of the right shapes without running a kernel."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(2, 3, 8, 64, dtype=torch.float16)
+        kc = torch.empty(2, 128, 2, 64, dtype=torch.float16)
+        out, lse = flash_attn_with_kvcache(q, kc, kc.clone(), cache_seqlens=torch.zeros(2, dtype=torch.int32),
+                                           return_softmax_lse=True)
+    assert out.shape == (2, 3, 8, 64) and lse.shape == (2, 8, 3)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager"] + (["inductor"] if torch.cuda.is_available() else []))
+def test_compile_fullgraph_keeps_the_append(backend):
+    """torch.compile(fullgraph=True) traces through the op (its fake implementation) and keeps its in-place writes
+    to the caches: the compiled step gives the eager step's output and leaves the same caches behind."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 1, h, 32, generator=g).to(DEVICE, torch.float16) for h in (4, 2, 2))
+    caches = [torch.randn(2, 64, 2, 32, generator=g).to(DEVICE, torch.float16) for _ in range(2)]
+    lens = torch.tensor([3, 40], dtype=torch.int32, device=DEVICE)
+
+    def step(q, k, v, k_cache, v_cache, lens):
+        out = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, causal=True)
+        return out * 2.0
+
+    eager_caches = [c.clone() for c in caches]
+    expected = step(q, k, v, *eager_caches, lens)
+    torch._dynamo.reset()
+    got = torch.compile(step, backend=backend, fullgraph=True)(q, k, v, *caches, lens)
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
+    for c, e in zip(caches, eager_caches):
+        torch.testing.assert_close(c, e, atol=0, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _args(**kw):
+    f16 = dict(device=DEVICE, dtype=torch.float16)
+    args = dict(q=torch.randn(2, 1, 4, 32, **f16), k_cache=torch.randn(2, 64, 2, 32, **f16),
+                v_cache=torch.randn(2, 64, 2, 32, **f16), cache_seqlens=torch.zeros(2, dtype=torch.int32,
+                                                                                    device=DEVICE))
+    args.update(kw)
+    return args
+
+
+def _new(n=1):
+    return torch.randn(2, n, 2, 32, device=DEVICE, dtype=torch.float16)
+
+
+def _paged(page=16):
+    return torch.randn(8, page, 2, 32, device=DEVICE, dtype=torch.float16)
+
+
+_TABLE = torch.arange(8, dtype=torch.int32, device=DEVICE).reshape(2, 4)
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(k=_new()), ValueError, "k was given without v"),
+    (dict(v=_new()), ValueError, "v was given without k"),
+    (dict(k=_new(65), v=_new(65)), ValueError, "k has 65 new tokens but the cache holds 64"),
+    (dict(k=_new(2), v=_new(2), cache_seqlens=63), ValueError, r"cache_seqlens \(63\) \+ new tokens \(2\) = 65 "
+     "exceeds the cache's 64"),
+    (dict(k=_new(), v=_new(), cache_seqlens=None), ValueError, "cache_seqlens is required"),
+    (dict(cache_seqlens=torch.zeros(2, device=DEVICE)), TypeError, "cache_seqlens has dtype torch.float32"),
+    (dict(cache_seqlens=torch.zeros(3, dtype=torch.int32, device=DEVICE)), ValueError,
+     r"cache_seqlens must have shape \(batch=2,\)"),
+    (dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE.long()), TypeError,
+     "block_table has dtype torch.int64; allowed: torch.int32"),
+    (dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE.reshape(4, 2)), ValueError,
+     r"block_table must have shape \(batch=2, max_blocks_per_seq\)"),
+    (dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE[0]), ValueError, "block_table must be a 2-D"),
+    (dict(k_cache=_paged(24), v_cache=_paged(24), block_table=_TABLE), ValueError,
+     "page_size .* is 24; allowed: a multiple of 16"),
+    (dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE,
+          cache_batch_idx=torch.zeros(2, dtype=torch.int32, device=DEVICE)), ValueError,
+     "cache_batch_idx cannot be combined with block_table"),
+    (dict(alibi_slopes=torch.ones(4, dtype=torch.float64, device=DEVICE)), TypeError,
+     "alibi_slopes must be a float32 tensor"),
+    (dict(alibi_slopes=torch.ones(3, device=DEVICE)), ValueError, r"alibi_slopes must have shape \(nheads=4,\)"),
+    (dict(cache_leftpad=torch.zeros(2, dtype=torch.int32)), NotImplementedError, "cache_leftpad is not supported"),
+    (dict(k_cache=torch.randn(2, 64, 3, 32, dtype=torch.float16, device=DEVICE),
+          v_cache=torch.randn(2, 64, 3, 32, dtype=torch.float16, device=DEVICE)), ValueError,
+     r"q heads \(4\) must be a multiple of k_cache heads \(3\)"),
+    (dict(v_cache=torch.randn(2, 32, 2, 32, dtype=torch.float16, device=DEVICE)), ValueError,
+     "k_cache and v_cache must have one shape"),
+    (dict(k_cache=torch.randn(1, 64, 2, 32, dtype=torch.float16, device=DEVICE),
+          v_cache=torch.randn(1, 64, 2, 32, dtype=torch.float16, device=DEVICE)), ValueError,
+     "k_cache holds 1 sequences but q has batch 2"),
+    (dict(rotary_cos=torch.ones(64, 8, dtype=torch.float16, device=DEVICE)), ValueError,
+     "rotary_cos and rotary_sin must be given together"),
+    (dict(rotary_cos=torch.ones(64, 8, dtype=torch.float16, device=DEVICE),
+          rotary_sin=torch.ones(64, 8, dtype=torch.float16, device=DEVICE)), ValueError, "they need k and v"),
+    (dict(k=_new(), v=_new(), rotary_cos=torch.ones(64, 4, dtype=torch.float16, device=DEVICE),
+          rotary_sin=torch.ones(64, 4, dtype=torch.float16, device=DEVICE)), ValueError,
+     "rotary_dim .* is 8; allowed: a multiple of 16"),
+    (dict(window_size=(4,)), ValueError, "window_size must be a pair"),
+    (dict(softcap=-1.0), ValueError, "softcap must be >= 0"),
+    (dict(num_splits=129), ValueError, "num_splits is 129; allowed: 0"),
+    (dict(num_splits=-1), ValueError, "num_splits must be >= 0"),
+    (dict(causal=1), TypeError, "causal must be a bool"),
+])
+def test_rejects(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        flash_attn_with_kvcache(**_args(**kwargs))
+
+
+def test_debug_checks_catch_device_values(monkeypatch):
+    """FLASHDOC_DEBUG_CHECKS=1 (read at import, patched here) checks lengths held on the device."""
+    monkeypatch.setattr(flashdoc.kvcache, "DEBUG_CHECKS", True)
+    lens = torch.tensor([0, 64], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match=r"cache_seqlens\[1\] \(64\) \+ new tokens \(1\) = 65 is outside"):
+        flash_attn_with_kvcache(**_args(k=_new(), v=_new(), cache_seqlens=lens))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU sweep
+# ---------------------------------------------------------------------------------------------------------------
+
+
+PAGES = pytest.mark.parametrize("page_size", [None, 16, 64, 256], ids=["contiguous", "page16", "page64", "page256"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("heads", [(32, 8), (16, 1), (8, 8)], ids=["gqa4", "mqa16", "mha"])
+@PAGES
+@pytest.mark.parametrize("seqlen_q,causal", [(1, False), (4, True), (16, True)])
+def test_gpu_sweep(head_dim, heads, page_size, seqlen_q, causal):
+    check(torch.bfloat16, batch=3, seqlen_q=seqlen_q, n_heads=heads[0], n_kv=heads[1], head_dim=head_dim,
+          cache_len=2048, lens=(0, 1000, 2048 - seqlen_q), seqlen_new=seqlen_q, page_size=page_size, causal=causal)
+
+
+@pytest.mark.gpu
+@PAGES
+@pytest.mark.parametrize("head_dim", [96, 128])
+def test_gpu_fp16(page_size, head_dim):
+    """fp16, and a head dim that is not a power of two (its tiles padded to 128 columns)."""
+    check(torch.float16, batch=3, seqlen_q=2, n_heads=32, n_kv=8, head_dim=head_dim, cache_len=2048,
+          lens=(5, 1000, 2046), seqlen_new=2, page_size=page_size, causal=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [0, 1, 2, 5, 16, 128])
+@pytest.mark.parametrize("page_size", [None, 64])
+def test_gpu_num_splits_agree(num_splits, page_size):
+    check(torch.bfloat16, batch=2, seqlen_q=2, n_heads=32, n_kv=8, head_dim=128, cache_len=8192,
+          lens=(8000, 333), seqlen_new=2, page_size=page_size, causal=True, num_splits=num_splits)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("rotary_dim", [64, 128])
+def test_gpu_rotary(interleaved, rotary_dim):
+    check(torch.bfloat16, batch=2, seqlen_q=4, n_heads=16, n_kv=4, head_dim=128, cache_len=1024, lens=(100, 900),
+          seqlen_new=4, rotary_dim=rotary_dim, interleaved=interleaved, causal=True, page_size=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("window_size,softcap", [((256, -1), 0.0), ((100, 30), 0.0), ((-1, -1), 20.0),
+                                                 ((500, 0), 30.0)])
+@pytest.mark.parametrize("page_size", [None, 16])
+def test_gpu_window_softcap(window_size, softcap, page_size):
+    check(torch.bfloat16, batch=2, seqlen_q=8, n_heads=32, n_kv=8, head_dim=128, cache_len=4096, lens=(4000, 1500),
+          seqlen_new=8, page_size=page_size, window_size=window_size, softcap=softcap)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("alibi", ["heads", "batch_heads"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_alibi(alibi, causal):
+    check(torch.float16, batch=2, seqlen_q=4, n_heads=16, n_kv=4, head_dim=64, cache_len=3000, lens=(2990, 100),
+          seqlen_new=4, page_size=16, causal=causal, alibi=alibi)
+
+
+@pytest.mark.gpu
+def test_gpu_group_not_a_power_of_two():
+    """6 query heads per KV head: a tile holds whole groups (two query positions in 16 rows, 4 rows unused)."""
+    check(torch.bfloat16, batch=2, seqlen_q=5, n_heads=12, n_kv=2, head_dim=128, cache_len=1000, lens=(900, 10),
+          seqlen_new=5, causal=True, num_splits=3)
+
+
+@pytest.mark.gpu
+def test_gpu_fp32_and_batch_idx():
+    check(torch.float32, batch=3, n_heads=8, n_kv=2, head_dim=64, cache_len=700, lens=(699, 3, 300),
+          seqlen_new=1, batch_idx=True)
+
+
+@pytest.mark.gpu
+def test_gpu_decode_step_in_a_cuda_graph():
+    """One decode step (append one token, attend over a paged cache with the heuristic's splits) captured in a
+    CUDA graph and replayed with new inputs copied into its static tensors: same results as eager calls, and the
+    cache grows by one token per replay. Capture fails if anything synchronises with the host."""
+    torch.manual_seed(0)
+    batch, n_heads, n_kv, head_dim, page, pages = 4, 32, 8, 128, 64, 32
+    kw = dict(device="cuda", dtype=torch.bfloat16)
+    k_cache = torch.randn(batch * pages, page, n_kv, head_dim, **kw)
+    v_cache = torch.randn_like(k_cache)
+    table = torch.randperm(batch * pages, device="cuda").to(torch.int32).reshape(batch, pages)
+    lens = torch.tensor([100, 2000, 37, 1500], dtype=torch.int32, device="cuda")
+    q, k, v = (torch.randn(batch, 1, h, head_dim, **kw) for h in (n_heads, n_kv, n_kv))
+
+    def step():
+        return flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, block_table=table,
+                                       causal=True)
+
+    k_eager, v_eager = k_cache.clone(), v_cache.clone()
+    step()  # compile outside the capture (and warm the launch cache); undo its append
+    k_cache.copy_(k_eager), v_cache.copy_(v_eager)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_static = step()
+    k_cache.copy_(k_eager), v_cache.copy_(v_eager)  # capture records, but does not run, the append
+    outs_graph, outs_eager = [], []
+    inputs = [[torch.randn_like(t) for t in (q, k, v)] for _ in range(3)]
+    for i, new in enumerate(inputs):
+        for dst, src in zip((q, k, v), new):
+            dst.copy_(src)
+        lens.fill_(0).add_(torch.tensor([100, 2000, 37, 1500], dtype=torch.int32, device="cuda") + i)
+        graph.replay()
+        outs_graph.append(out_static.clone())
+    k_graph = k_cache.clone()
+    k_cache.copy_(k_eager), v_cache.copy_(v_eager)
+    for i, new in enumerate(inputs):
+        for dst, src in zip((q, k, v), new):
+            dst.copy_(src)
+        lens.fill_(0).add_(torch.tensor([100, 2000, 37, 1500], dtype=torch.int32, device="cuda") + i)
+        outs_eager.append(step())
+    for a, b in zip(outs_graph, outs_eager):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    torch.testing.assert_close(k_graph, k_cache, atol=0, rtol=0)
+
+
+@pytest.mark.gpu
+def test_gpu_long_cache_many_splits():
+    """A 128k-token contiguous cache for one sequence (the heuristic splits it across the GPU)."""
+    check(torch.bfloat16, batch=1, n_heads=32, n_kv=8, head_dim=128, cache_len=131072, lens=(131071,),
+          seqlen_new=1)
+
