@@ -131,14 +131,15 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_bas
         if MASKED:
             pT = mask_scores(pT, offs_m[None, :], offs_n[:, None], 0, left_offset, right_offset, 0.0, False,
                              IS_CAUSAL, IS_LOCAL)
-        dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
         if DROPOUT:
             # the forward's mask, regenerated: dV sees the kept probabilities, scaled; dP only through them
             keepT = dropout_keep(seed, rng_offset, head, offs_m[None, :], offs_n[:, None], p_drop)
             dv = tl.dot(tl.where(keepT, pT * drop_scale, 0.0).to(do.dtype), do, dv, input_precision=DOT_PRECISION)
-            dpT = tl.where(keepT, dpT * drop_scale, 0.0)
         else:
             dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+        dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+        if DROPOUT:
+            dpT = tl.where(keepT, dpT * drop_scale, 0.0)
         dsT = pT * (dpT - delta[None, :])
         if SOFTCAP:
             dsT = dsT * softcap_grad(cappedT, cap_in)
