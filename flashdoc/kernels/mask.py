@@ -43,6 +43,7 @@ from typing import NamedTuple, Optional
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from . import INTERPRET
 from .launch import on_device
@@ -259,7 +260,7 @@ def _tanh(x, PRECISE: tl.constexpr):
         e = tl.exp(2.0 * x)
         return 1.0 - 2.0 / (e + 1.0)
     elif PRECISE:
-        return tl.extra.libdevice.tanh(x)
+        return libdevice.tanh(x)
     else:
         # one MUFU instruction, relative error about 2^-11 (what flash-attn uses): far below bf16/fp16 rounding
         return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
