@@ -10,6 +10,10 @@ on these kernels is sensitive to small source changes (perf/NOTES.md, session 11
     PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python perf/code_hash.py   # a Triton 3.6 wheel unpacked in /tmp/t36
     PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python perf/code_hash.py --portable   # the tl kernels instead
 
+ptxas is not always deterministic: the same PTX file of a portable dK/dV kernel assembled to two different SASS
+listings, alternating between runs. Equal "code" hashes (the PTX's instructions) with different "sass" hashes
+are that, not a change: assemble it again.
+
 ``--portable`` compiles every config of the portable kernels' tables (``forward.FWD_CONFIGS``,
 ``backward.DKDV_CONFIGS`` and ``DQ_CONFIGS``), with and without the causal mask, in bf16 (fp32 for the fp32
 entries), with the integer arguments Triton specialises on taken as multiples of 16, as in a typical launch.

@@ -15,8 +15,8 @@ import triton
 import triton.language as tl
 
 from . import INTERPRET, LOG2E, backward_hopper
-from .forward import (_head_desc, _program_tile, all_configs, block_d_for, configs_for, dot_precision,
-                      one_axis, prune_for, seq_bucket, tile_grid)
+from .common import (all_configs, block_d_for, configs_for, dot_precision, head_desc, one_axis, program_tile,
+                     prune_for, seq_bucket, tile_grid)
 from .launch import forked_stream, head_tiles, launch, on_device, tile_config
 from .mask import (VARIANT_FLAGS, Variant, alibi, dropout_keep, hopper_supports, key_block_range, mask_scores,
                    query_block_range, softcap, softcap_grad, variant_args)
@@ -34,7 +34,7 @@ PRE_CONFIG = triton.Config({"BLOCK_M": 64}, num_warps=4, num_stages=3)
 # BLOCK_M queries and one accumulator, streaming BLOCK_N keys per step. Safe default first; chosen by
 # perf/sweep.py on the H200. At d = 128 two 4-warp dK/dV programs per SM beat one 8-warp program by 10-20%; at
 # d = 256 the dQ kernel with 128 query rows over 8 warps runs 3x faster than with 64. Launching causal tiles
-# across heads (see forward._program_tile) measured 0-6% slower here, so no config sets it. fp32 (non
+# across heads (see common.program_tile) measured 0-6% slower here, so no config sets it. fp32 (non
 # tensor-core products) gets small tiles. Under the causal mask at d = 64, 128 keys with 2 stages instead of 3
 # made the whole backward (both kernels timed together, concurrently) 8-11% faster, and 3-5% faster than the pair
 # the autotuner used to pick there (perf/NOTES.md, session 7); without the mask 3 stages stay 6-10% ahead.
@@ -71,7 +71,7 @@ def _attn_bwd_preprocess(O, DO, LSE, DLSE, DELTA, LSE2,
                          HAS_DLSE: tl.constexpr, ONE_AXIS: tl.constexpr):
     """delta = rowsum(dO * O) (minus dLSE when the LSE itself was used), and LSE in log2 units for exp2.
     O, DO: ``head_tiles`` descriptors."""
-    pid_m, pid_bh = _program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, False, False, False, ONE_AXIS)
+    pid_m, pid_bh = program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, False, False, False, ONE_AXIS)
     off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -132,14 +132,15 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, Q, DO, off_b, off_h, lse2_base, delta_bas
         if MASKED:
             pT = mask_scores(pT, offs_m[None, :], offs_n[:, None], 0, left_offset, right_offset, 0.0, False,
                              IS_CAUSAL, IS_LOCAL)
-        dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
         if DROPOUT:
             # the forward's mask, regenerated: dV sees the kept probabilities, scaled; dP only through them
             keepT = dropout_keep(seed, rng_offset, head, offs_m[None, :], offs_n[:, None], p_drop)
             dv = tl.dot(tl.where(keepT, pT * drop_scale, 0.0).to(do.dtype), do, dv, input_precision=DOT_PRECISION)
-            dpT = tl.where(keepT, dpT * drop_scale, 0.0)
         else:
             dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+        dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+        if DROPOUT:
+            dpT = tl.where(keepT, dpT * drop_scale, 0.0)
         dsT = pT * (dpT - delta[None, :])
         if SOFTCAP:
             dsT = dsT * softcap_grad(cappedT, cap_in)
@@ -167,16 +168,16 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE2, DELTA,
     stay resident and are read through 2-D descriptors of one head (see ``_attn_fwd``). The variant arguments
     are the forward's."""
     # causal: the first key tiles are the costliest
-    pid_n, pid_bhk = _program_tile((seqlen_k + BLOCK_N - 1) // BLOCK_N, IS_CAUSAL, False, ACROSS_HEADS,
+    pid_n, pid_bhk = program_tile((seqlen_k + BLOCK_N - 1) // BLOCK_N, IS_CAUSAL, False, ACROSS_HEADS,
                                    ONE_AXIS)
     n_kv_heads = n_heads // group_size
     off_b = pid_bhk // n_kv_heads
     off_hk = pid_bhk % n_kv_heads
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _head_desc(K + off_b.to(tl.int64) * stride_kb + off_hk * stride_kh, seqlen_k, stride_ks, HEAD_DIM, BLOCK_N,
+    k = head_desc(K + off_b.to(tl.int64) * stride_kb + off_hk * stride_kh, seqlen_k, stride_ks, HEAD_DIM, BLOCK_N,
                    BLOCK_D).load([start_n, 0])
-    v = _head_desc(V + off_b.to(tl.int64) * stride_vb + off_hk * stride_vh, seqlen_k, stride_vs, HEAD_DIM, BLOCK_N,
+    v = head_desc(V + off_b.to(tl.int64) * stride_vb + off_hk * stride_vh, seqlen_k, stride_vs, HEAD_DIM, BLOCK_N,
                    BLOCK_D).load([start_n, 0])
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
@@ -262,15 +263,15 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE2, DELTA,
     """One program = BLOCK_M query rows of one (batch, head), streaming the keys they see, like the forward.
     Grid: ``tile_grid(seqlen_q, "BLOCK_M", B * H, IS_CAUSAL)``. K, V, DQ: ``head_tiles`` descriptors; Q, DO:
     (batch, seqlen_q, heads, head_dim) tensors, resident, read through 2-D descriptors of one head."""
-    pid_m, pid_bh = _program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, IS_CAUSAL, True, ACROSS_HEADS, ONE_AXIS)
+    pid_m, pid_bh = program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, IS_CAUSAL, True, ACROSS_HEADS, ONE_AXIS)
     off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = _head_desc(Q + off_b.to(tl.int64) * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M,
+    q = head_desc(Q + off_b.to(tl.int64) * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M,
                    BLOCK_D).load([start_m, 0])
-    do = _head_desc(DO + off_b.to(tl.int64) * stride_dob + off_h * stride_doh, seqlen_q, stride_dos, HEAD_DIM,
+    do = head_desc(DO + off_b.to(tl.int64) * stride_dob + off_h * stride_doh, seqlen_q, stride_dos, HEAD_DIM,
                     BLOCK_M, BLOCK_D).load([start_m, 0])
     row = pid_bh.to(tl.int64) * seqlen_q + offs_m
     lse2 = tl.load(LSE2 + row, mask=offs_m < seqlen_q, other=float("inf"))

@@ -5,13 +5,14 @@ dimensions and a unit stride for the last. The flash-attn API passes its tensors
 passes transposed views of (batch, heads, seqlen, head_dim) tensors, so neither copies anything.
 """
 
-import torch
 import triton
 import triton.language as tl
 
 from . import INTERPRET, LOG2E, forward_hopper
 from .mask import (VARIANT_FLAGS, Variant, dropout_keep, hopper_supports, key_block_range, mask_scores, mod_scores,
                    variant_args)
+from .common import (MAX_GRID_Y, all_configs, block_d_for, configs_for, dot_precision, head_desc,  # noqa: F401
+                     one_axis, program_tile, prune_for, seq_bucket, tile_grid)  # MAX_GRID_Y: backward_hopper's
 from .launch import head_tiles, launch, on_device, tile_config
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -42,63 +43,9 @@ FWD_CONFIGS = {
 # --8<-- [end:fwd_configs]
 
 
-def configs_for(table, block_d: int, dtype, causal: bool = False) -> list:
-    """The candidates for this head dim (16 and 32 share the 64 entry), dtype and mask: a table's entry keyed
-    (head dim, fp32?) serves both masks unless an entry keyed (head dim, fp32?, True) overrides it under the
-    causal mask."""
-    key = (max(block_d, 64), dtype == torch.float32 or dtype == tl.float32)
-    return table.get((*key, True), table[key]) if causal else table[key]
-
-
-def all_configs(table) -> list:
-    """Every candidate in a table, for the autotuner (which ``prune_for`` narrows per launch)."""
-    return [c for cs in table.values() for c in cs]
-
-
-def prune_for(table):
-    """An autotuner ``early_config_prune`` keeping ``table``'s candidates for the launch's head dim, Q dtype and
-    mask (Q is a tensor or a host descriptor over one, depending on the kernel)."""
-    def prune(configs, named_args, **kwargs):
-        q = named_args["Q"]
-        return configs_for(table, kwargs["BLOCK_D"], getattr(q, "base", q).dtype, kwargs["IS_CAUSAL"])
-    return prune
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Kernels
 # ---------------------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _program_tile(n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr, ACROSS_HEADS: tl.constexpr,
-                  ONE_AXIS: tl.constexpr):
-    """(tile index, batch * head index) of this program, for the grid that ``tile_grid`` launches.
-
-    Programs run roughly in launch order, and the grid is (tiles, heads): programs launched together share a
-    head, whose K and V stay in L2. Under a causal mask tiles differ in cost, and the costliest go first
-    (HEAVIEST_LAST: the last tile is the costliest). With ACROSS_HEADS (a tuning choice, causal only) the grid
-    is (heads, tiles) and the costliest tiles of *all* heads go first, so no long tile starts near the end;
-    that wins with one program per SM and loses L2 reuse when several programs share one.
-
-    CUDA allows 65,535 programs on grid axis 1. Past that (more (batch, head) pairs, or more tiles in the
-    across-heads order) the grid is 1-D: n_tiles x heads programs in the same order (ONE_AXIS), at the cost of
-    two integer divisions per program. The usual launches keep two axes, so their compiled code stays the code
-    that every measurement in perf/NOTES.md was taken with.
-    """
-    if ONE_AXIS:
-        pid = tl.program_id(0)
-        if IS_CAUSAL and ACROSS_HEADS:
-            n_heads = tl.num_programs(0) // n_tiles
-            tile, head = pid // n_heads, pid % n_heads
-        else:
-            tile, head = pid % n_tiles, pid // n_tiles
-    elif IS_CAUSAL and ACROSS_HEADS:
-        tile, n_tiles, head = tl.program_id(1), tl.num_programs(1), tl.program_id(0)
-    else:
-        tile, n_tiles, head = tl.program_id(0), tl.num_programs(0), tl.program_id(1)
-    if IS_CAUSAL and HEAVIEST_LAST:
-        tile = n_tiles - 1 - tile
-    return tile, head
 
 
 # --8<-- [start:fwd_inner]
@@ -145,17 +92,6 @@ def _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, lef
 # --8<-- [end:fwd_inner]
 
 
-@triton.jit
-def _head_desc(base, seqlen, stride_s, HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
-    """A (seqlen, head_dim) view of one (batch, head), read and written in (BLOCK_S, BLOCK_D) tiles.
-
-    On Hopper each tile moves with one TMA copy; rows past seqlen and the columns that pad head_dim to a power
-    of two read as zeros and are never written, so no load or store needs a mask.
-    """
-    return tl.make_tensor_descriptor(base, shape=[seqlen, HEAD_DIM], strides=[stride_s, 1],
-                                     block_shape=[BLOCK_S, BLOCK_D])
-
-
 # --8<-- [start:fwd_kernel]
 # Lengths, offsets and head counts change from call to call: no specialising on their value (divisible by 16,
 # equal to 1), which would compile a new variant for each. The variants' arguments (left_offset onwards) are
@@ -177,14 +113,14 @@ def _attn_fwd(Q, K, V, O, LSE,
     The band, softcap and ALiBi arguments are ``mask.variant_args``'; SLOPES: (batch * heads) fp32 slopes over
     the softmax scale; RNG: the (seed, offset) int64 pair dropout draws from."""
     # causal: the last query tiles see most keys
-    pid_m, pid_bh = _program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, IS_CAUSAL, True, ACROSS_HEADS, ONE_AXIS)
+    pid_m, pid_bh = program_tile((seqlen_q + BLOCK_M - 1) // BLOCK_M, IS_CAUSAL, True, ACROSS_HEADS, ONE_AXIS)
     off_b = pid_bh // n_heads
     off_h = pid_bh % n_heads
     off_hk = off_h // group_size  # GQA/MQA: group_size query heads share one key/value head
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     # Q is read once and then feeds every Q K^T product: through a 2-D descriptor of this head, so its tile
     # keeps the shared-memory layout those products read fastest.
-    q = _head_desc(Q + off_b.to(tl.int64) * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M,
+    q = head_desc(Q + off_b.to(tl.int64) * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M,
                    BLOCK_D).load([pid_m * BLOCK_M, 0])
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -235,42 +171,6 @@ _attn_fwd_tuned = None if INTERPRET else triton.autotune(
 # ---------------------------------------------------------------------------------------------------------------
 # Launch functions
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def seq_bucket(n: int) -> int:
-    """Autotune once per power-of-two bucket of sequence length, not once per exact length."""
-    return min(triton.next_power_of_2(n), 16384)
-
-
-MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1 (and 2); axis 0 allows 2**31 - 1
-MIN_BLOCK = 16  # the shortest tile any config streams or keeps
-
-
-def one_axis(seqlen: int, n_heads: int, causal: bool) -> bool:
-    """Whether a launch needs the 1-D grid (``_program_tile``'s ONE_AXIS): more (batch, head) pairs than grid
-    axis 1 holds, or a causal launch whose tiles could land there (the across-heads order, at any tile size)."""
-    return n_heads > MAX_GRID_Y or (causal and triton.cdiv(seqlen, MIN_BLOCK) > MAX_GRID_Y)
-
-
-def tile_grid(seqlen: int, block: str, n_heads: int, causal: bool):
-    """The launch grid that ``_program_tile`` reads, as a function of the chosen meta-parameters: one program
-    per tile of ``seqlen`` (the meta-parameter ``block`` long) and head, laid out (tiles, heads), (heads, tiles)
-    when a causal config launches its tiles across heads, or all on axis 0 (ONE_AXIS, see ``one_axis``)."""
-    def grid(meta):
-        n_tiles = triton.cdiv(seqlen, meta[block])
-        if meta["ONE_AXIS"]:
-            return (n_tiles * n_heads,)
-        return (n_heads, n_tiles) if causal and meta["ACROSS_HEADS"] else (n_tiles, n_heads)
-    return grid
-
-
-def block_d_for(head_dim: int) -> int:
-    return max(16, triton.next_power_of_2(head_dim))
-
-
-def dot_precision(dtype: torch.dtype) -> str:
-    # fp32 inputs get full-precision products (tf32 would be 1000x less exact than PyTorch's fp32 matmul)
-    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def fwd_configs_for(head_dim: int, dtype, causal: bool = False) -> list:

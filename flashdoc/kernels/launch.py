@@ -54,7 +54,7 @@ def set_block_shapes(nargs: dict):
 
 
 def tile_config(block_m, block_n, stages, warps, across_heads=False):
-    """A tile config; across_heads: the causal launch order (see ``forward._program_tile``)."""
+    """A tile config; across_heads: the causal launch order (see ``common.program_tile``)."""
     return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "ACROSS_HEADS": across_heads},
                          num_stages=stages, num_warps=warps, pre_hook=set_block_shapes)
 
@@ -84,7 +84,7 @@ def head_tiles(t: torch.Tensor, block_rows: str) -> TensorDescriptor:
     """A tensor descriptor over a whole (batch, seqlen, heads, head_dim) tensor, made once per launch on the
     host, read and written in (1, rows, 1, BLOCK_D) tiles: ``rows`` positions of one (batch, head). Rows past
     seqlen and the columns that pad head_dim read as zeros and are never written. A kernel making its own
-    descriptors (``forward._head_desc``) pays for writing them to memory in every program, which shows on short
+    descriptors (``common.head_desc``) pays for writing them to memory in every program, which shows on short
     sequences. block_rows: the meta-parameter ("BLOCK_M" or "BLOCK_N") that gives ``rows``."""
     return unchecked_descriptor(TensorDescriptor, base=t, shape=list(t.shape), strides=list(t.stride()),
                                 block_shape=[1, 16, 1, 16], block_rows=block_rows)  # tile shape: set_block_shapes

@@ -43,6 +43,7 @@ from typing import NamedTuple, Optional
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from . import INTERPRET
 from .launch import on_device
@@ -200,7 +201,6 @@ def query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M: tl.
     """(lo, full_lo, full_hi, hi): the query rows that see keys [start_n, start_n + BLOCK_N), in BLOCK_M tiles,
     and the tiles among them whose rows all see every one of these keys and lie below seqlen_q (no mask)."""
     q_even_hi = seqlen_q // BLOCK_M * BLOCK_M
-    hi = tl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
     if IS_CAUSAL:
         # row i sees key j when i >= j - right_offset: rows before `lo` see none of these keys, rows from
         # `full_lo` on see all of them
@@ -212,6 +212,7 @@ def query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M: tl.
         lo = 0
         full_lo = 0
     full_hi = q_even_hi
+    hi = tl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
     if IS_LOCAL:
         # row i sees key j when i <= j - left_offset: rows up to start_n - left_offset see all of these keys,
         # rows past start_n + BLOCK_N - 1 - left_offset none
@@ -259,7 +260,7 @@ def _tanh(x, PRECISE: tl.constexpr):
         e = tl.exp(2.0 * x)
         return 1.0 - 2.0 / (e + 1.0)
     elif PRECISE:
-        return tl.extra.libdevice.tanh(x)
+        return libdevice.tanh(x)
     else:
         # one MUFU instruction, relative error about 2^-11 (what flash-attn uses): far below bf16/fp16 rounding
         return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,

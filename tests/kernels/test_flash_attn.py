@@ -11,7 +11,7 @@ from attention_oracle import (DEVICE, assert_close_like_flash_attn, attention_ma
                               forward_backward, make_qkv)
 
 import flashdoc
-from flashdoc.kernels.forward import MAX_GRID_Y, MIN_BLOCK, _program_tile, one_axis, tile_grid
+from flashdoc.kernels.common import MAX_GRID_Y, MIN_BLOCK, one_axis, program_tile, tile_grid
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 
@@ -158,7 +158,7 @@ def test_causal_launch_order_changes_nothing_but_speed():
 @triton.jit
 def _record_program_tiles(TILE, HEAD, n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr,
                           ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr):
-    tile, head = _program_tile(n_tiles, IS_CAUSAL, HEAVIEST_LAST, ACROSS_HEADS, ONE_AXIS)
+    tile, head = program_tile(n_tiles, IS_CAUSAL, HEAVIEST_LAST, ACROSS_HEADS, ONE_AXIS)
     pid = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)  # launch order
     tl.store(TILE + pid, tile)
     tl.store(HEAD + pid, head)
@@ -193,7 +193,7 @@ def test_one_axis_only_past_grid_axis_1():
 
 
 def test_causal_entries_replace_the_unmasked_ones_under_the_mask():
-    from flashdoc.kernels.forward import configs_for, prune_for
+    from flashdoc.kernels.common import configs_for, prune_for
 
     table = {(64, False): ["both"], (64, False, True): ["causal"], (128, False): ["d128"], (64, True): ["fp32"]}
     assert configs_for(table, 32, torch.bfloat16, causal=False) == ["both"]
