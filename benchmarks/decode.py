@@ -371,7 +371,7 @@ def roofline_figure(rows, copy, path, key="graph_tbps"):
 
 def run_benchmark(out_dir, quick=False, verbose=True, only=None):
     """Measure, then write decode.json, decode.md and decode_roofline.png into out_dir; returns the JSON dict."""
-    from flashdoc.bench import _environment
+    from benchmarks.run import environment as _environment
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

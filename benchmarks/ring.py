@@ -233,7 +233,7 @@ def run(args):
 
 
 def environment(world):
-    from flashdoc.bench import _environment
+    from benchmarks.run import environment as _environment
 
     env = _environment(DEVICE)
     nccl = torch.cuda.nccl.version() if DEVICE == "cuda" else None

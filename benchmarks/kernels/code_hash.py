@@ -5,10 +5,12 @@ Run it before and after an edit that should not change the generated code (a ref
 shared between kernels): equal hashes (of the PTX, or of the machine code, which PTX differing only in its
 registers' numbering shares) show that the kernels the tables select are the same instructions as
 before, which a CPU machine can check. A different hash means the edit needs an H200 run. Register allocation
-on these kernels is sensitive to small source changes (perf/NOTES.md, session 11).
+on these kernels is sensitive to small source changes (benchmarks/FINDINGS.md).
 
-    PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python perf/code_hash.py   # a Triton 3.6 wheel unpacked in /tmp/t36
-    PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python perf/code_hash.py --portable   # the tl kernels instead
+    PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python3 benchmarks/kernels/code_hash.py
+        # a Triton 3.6 wheel unpacked in /tmp/t36
+    PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python3 benchmarks/kernels/code_hash.py --portable
+        # the tl kernels instead
 
 ptxas is not always deterministic: the same PTX file of a portable dK/dV kernel assembled to two different SASS
 listings, alternating between runs. Equal "code" hashes (the PTX's instructions) with different "sass" hashes
@@ -20,7 +22,7 @@ entries), with the integer arguments Triton specialises on taken as multiples of
 
 ``--variants`` compiles the sliding-window and softcap kernels too (their compile errors, registers and spills
 show here, without a GPU); a regular expression as the last argument keeps the labels it matches
-(``perf/code_hash.py --variants 'fwd.*window'``).
+(``benchmarks/kernels/code_hash.py --variants 'fwd.*window'``).
 """
 
 import hashlib

@@ -32,12 +32,12 @@ PRE_CONFIG = triton.Config({"BLOCK_M": 64}, num_warps=4, num_stages=3)
 # dK/dV and dQ get their own tiles (FlashAttention-2): each keeps one tile resident and streams the other.
 # dK/dV keeps BLOCK_N keys and two fp32 (BLOCK_N, d) accumulators, streaming BLOCK_M query rows per step; dQ keeps
 # BLOCK_M queries and one accumulator, streaming BLOCK_N keys per step. Safe default first; chosen by
-# perf/sweep.py on the H200. At d = 128 two 4-warp dK/dV programs per SM beat one 8-warp program by 10-20%; at
-# d = 256 the dQ kernel with 128 query rows over 8 warps runs 3x faster than with 64. Launching causal tiles
-# across heads (see common.program_tile) measured 0-6% slower here, so no config sets it. fp32 (non
+# benchmarks/kernels/sweep.py on the H200. At d = 128 two 4-warp dK/dV programs per SM beat one 8-warp program by
+# 10-20%; at d = 256 the dQ kernel with 128 query rows over 8 warps runs 3x faster than with 64. Launching
+# causal tiles across heads (see common.program_tile) measured 0-6% slower here, so no config sets it. fp32 (non
 # tensor-core products) gets small tiles. Under the causal mask at d = 64, 128 keys with 2 stages instead of 3
 # made the whole backward (both kernels timed together, concurrently) 8-11% faster, and 3-5% faster than the pair
-# the autotuner used to pick there (perf/NOTES.md, session 7); without the mask 3 stages stay 6-10% ahead.
+# the autotuner used to pick there (benchmarks/FINDINGS.md); without the mask 3 stages stay 6-10% ahead.
 # Keys: (head dim, fp32?); an entry keyed (head dim, fp32?, True) replaces that one under the causal mask.
 DKDV_CONFIGS = {
     (64, False): [tile_config(32, 128, 3, 4), tile_config(64, 64, 3, 4), tile_config(128, 64, 2, 4)],
@@ -423,7 +423,7 @@ def attn_bwd(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale: float, ca
             torch.mul(dq_acc, softmax_scale, out=dq)  # S = scale * Q K^T, so dQ = scale * dS K
             return
         # dK/dV and dQ read the same tensors and write different ones: the dQ kernel runs on a second stream,
-        # so each kernel's last, ragged wave of programs overlaps the other's work (1-5% faster, perf/NOTES.md)
+        # so each kernel's last, ragged wave of programs overlaps the other's work (1-5% faster, benchmarks/FINDINGS.md)
         dq_stream = forked_stream()
         bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config, variant)
         with dq_stream:

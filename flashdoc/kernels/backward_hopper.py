@@ -2,9 +2,9 @@
 ``forward_hopper``.
 
 ``backward.py``'s kernels are the portable ones. These do the same work with the same tiles' arithmetic, in the
-same order, so their gradients match the portable kernels' (perf/gluon_bwd.py checks that they are bit-identical
-on the H200) and stay deterministic: each gradient element is written by one program, with no atomics. What
-changes is who does what inside a program:
+same order, so their gradients match the portable kernels' (benchmarks/kernels/gluon_bwd.py checks that they
+are bit-identical on the H200) and stay deterministic: each gradient element is written by one program, with no
+atomics. What changes is who does what inside a program:
 
 - a *producer* partition issues the TMA copies: the tiles the program keeps for its whole life, then a ring of
   STAGES shared-memory slots through which it streams the others, guarded by "ready" and "empty" mbarriers;
@@ -64,12 +64,12 @@ if GLUON:
 
 
 # Causal calls at these head dims hand out their tiles as the forward does, in L2-sized sections of heads, costliest
-# first (``_grid``). Session 14 on the H200: at d = 256 the wide dK/dV kernel +10% at 8-16k and dQ +3-8%; at d <= 128
+# first (``_grid``). Measured on the H200: at d = 256 the wide dK/dV kernel +10% at 8-16k and dQ +3-8%; at d <= 128
 # dK/dV lost 9-12% and dQ 2-5%, so they keep their own order. (The fused kernel has its own sections, below.)
 SECTIONED_HEAD_DIMS = frozenset({256})
 
 # --8<-- [start:hopper_bwd_configs]
-# Chosen with perf/gluon_bwd.py on the H200 (perf/NOTES.md, sessions 11 and 13), per (head dim, causal).
+# Chosen with benchmarks/kernels/gluon_bwd.py on the H200 (benchmarks/FINDINGS.md), per (head dim, causal).
 # dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS). Two consumers, so
 # that each thread has 240 registers for its two 64 x d fp32 accumulators (three spilled 1.6-4.6 KB at d = 128 and
 # ran at 0.28-0.47x the portable kernel's speed). Head dims over 128 run the wide kernel: its two consumers share
@@ -92,20 +92,21 @@ HOPPER_DQ_CONFIGS = {
     (256, True): (64, 32, 2, 2),
 }
 # The fused backward (``backward.fused_dq_runs``): the dK/dV kernel also computes dQ, adding each step's tile into
-# fp32 HBM with TMA reduce-adds, per (head dim, causal) (perf/fused_dq.py on the H200, perf/NOTES.md, sessions
+# fp32 HBM with TMA reduce-adds, per (head dim, causal) (benchmarks/kernels/fused_dq.py on the H200,
+# benchmarks/FINDINGS.md, sessions
 # 18-20: d = 64 1.07-1.20x the split kernels' speed without the mask, 1.06-1.09x under it from 4k tokens; leaving
-# each step's dQ products in flight into the next step made ptxas spill and lost 5-7%. Session 23, with the LSE rows
+# each step's dQ products in flight into the next step made ptxas spill and lost 5-7%. With the LSE rows
 # in the ring, against the split kernels still loading them: 1.19-1.26x and 1.15-1.22x from 2k).
 FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2), (64, True): (64, 64, 2, 2)}
 # Under the mask every consumer streams every query tile from its program's first (the ones that see none of its
 # keys masked to zeros), and the fp32 dQ buffer is zeroed and scaled per call: at short lengths that costs as much as
-# the two saved products (session 24, both with the LSE rows in the ring, backward alone, bf16: 0.90x the split
-# kernels at 512 tokens, 0.98x at 1k, 1.07x at 2k, 1.11x at 4k; session 20, before the ring: 0.93x, 0.97x, 1.02x,
+# the two saved products (both with the LSE rows in the ring, backward alone, bf16: 0.90x the split
+# kernels at 512 tokens, 0.98x at 1k, 1.07x at 2k, 1.11x at 4k; before the ring: 0.93x, 0.97x, 1.02x,
 # 1.06x). So the fused kernel takes causal calls whose query and key lengths both reach this.
 FUSED_DQ_MIN_SEQLEN = {(64, True): 2048}
 # Causal fused programs in ``forward_hopper._causal_item``'s order, in sections of this many (batch, kv head) pairs,
 # costliest key blocks first, so that the last programs to start are light ones rather than the last pairs' heaviest
-# (the plain grid's order). Session 20, backward alone, bf16, against the plain grid: sections of 4 pairs 1.02-1.03x
+# (the plain grid's order). Backward alone, bf16, against the plain grid: sections of 4 pairs 1.02-1.03x
 # at 4k-16k; of 1 pair 1.00-1.03x; of 8 (what ``heads_per_section`` picks at 16k) 1.00-1.03x.
 FUSED_DQ_SECTIONS = {(64, True): 4}
 # dK/dV of head dims over this run the wide kernel: two BLOCK_N x d fp32 accumulators of more columns do not fit
@@ -347,7 +348,7 @@ if GLUON:
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
         Each ring slot holds the tile's Q and dO and its rows of the LSE and delta (lse2_smem, delta_smem), which
         the producer copies with TMA: loaded from global memory by each consumer at the top of every step, they
-        held the exponentials up (ncu, session 23).
+        held the exponentials up (Nsight Compute).
 
         FUSED_DQ (every consumer streams the same query tiles in step): each step also adds its query tile's dQ
         share from all consumers' keys, dS K, into fp32 HBM. Each consumer writes its dS^T tile to
@@ -489,7 +490,7 @@ if GLUON:
             _release_skipped(qdo_ready, qdo_empty, it0, (start - lo) // BLOCK_M, STAGES)
             if IS_LOCAL:
                 # one masked loop over every tile: a third copy of the step between two masked ones made ptxas spill
-                # 856 bytes at d = 128 (perf/code_hash.py --variants)
+                # 856 bytes at d = 128 (benchmarks/kernels/code_hash.py --variants)
                 masked_hi = my_hi
             else:
                 masked_hi = full_lo

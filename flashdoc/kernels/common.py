@@ -88,7 +88,7 @@ def program_tile(n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr, 
     CUDA allows 65,535 programs on grid axis 1. Past that (more (batch, head) pairs, or more tiles in the
     across-heads order) the grid is 1-D: n_tiles x heads programs in the same order (ONE_AXIS), at the cost of
     two integer divisions per program. The usual launches keep two axes, so their compiled code stays the code
-    that every measurement in perf/NOTES.md was taken with.
+    that every measurement in benchmarks/FINDINGS.md was taken with.
     """
     if ONE_AXIS:
         pid = tl.program_id(0)

@@ -23,14 +23,14 @@ from .launch import head_tiles, launch, on_device, tile_config
 # --8<-- [start:fwd_configs]
 # Autotune candidates per (padded head dim, fp32?), the safe default first (FLASHDOC_AUTOTUNE=0 takes it).
 # At most three each, so a new shape's first call compiles few variants and stays well under 30 s. Chosen by
-# perf/sweep.py on the H200, every config timed on its own (the numbers are in perf/NOTES.md):
+# benchmarks/kernels/sweep.py on the H200, every config timed on its own (the numbers are in benchmarks/FINDINGS.md):
 # - Shared memory holds the Q tile plus `stages` K and V tiles, 2 B x d x (BLOCK_M + 2 x stages x BLOCK_N).
 #   Where that allows two programs per SM (d <= 128, 64-row query tiles, <= 113 KiB each), one program's
 #   softmax overlaps the other's matrix products, which beats one 128-row program of 8 warps. At d = 128 two
 #   128-row programs of 4 warps each also fit, and win without a mask at every length.
 # - At d = 256 a 64-row program holds a 64 x 256 fp32 accumulator in 4 warps; 128 rows over 8 warps is faster.
-#   With one program per SM, launching causal tiles heaviest first across heads is faster (perf/ab.py); with
-#   several per SM (d <= 128) it is slower, so only these configs set it (the True).
+#   With one program per SM, launching causal tiles heaviest first across heads is faster (benchmarks/kernels/ab.py);
+#   with several per SM (d <= 128) it is slower, so only these configs set it (the True).
 # - fp32 inputs use full-precision (non tensor-core) products with 4-byte tiles: small tiles, one candidate.
 FWD_CONFIGS = {
     (64, False): [tile_config(64, 128, 2, 4), tile_config(64, 64, 3, 4), tile_config(128, 64, 3, 4)],

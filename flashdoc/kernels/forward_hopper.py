@@ -3,7 +3,7 @@
 ``forward.py``'s kernel is the portable one: it runs everywhere Triton does, and under the CPU interpreter. On
 Hopper, Triton's compiler schedules it as one stream of instructions per program, so a program's softmax and
 its matrix products take turns. FlashAttention-3's answer is warp specialisation, which Triton's ``tl`` does not
-give on Hopper (perf/NOTES.md) but Gluon, shipped with Triton 3.6, does: the program is split into partitions
+give on Hopper (benchmarks/FINDINGS.md) but Gluon, shipped with Triton 3.6, does: the program is split into partitions
 of warps that run different code, with their own register budgets (``setmaxnreg``).
 
 The work is cut into items of N_CONSUMERS x BLOCK_M query rows of one (batch, head). The grid is persistent, one
@@ -27,8 +27,9 @@ tiles in the ring.
 Sliding windows and softcap come from the masking core (``mask.py``, through ``hopper_common``): a window is the
 causal kernel with the window's right edge as its diagonal and a left edge (IS_LOCAL), so an item streams only
 the key tiles from its first row's first key and a window's cost grows with the window, not the length; softcap
-takes a tanh of each score before the mask. Partitions take their state grouped (``Queries``, ``Ring``, ``Work``,
-``Scores``).
+takes a tanh of each score before the mask. The dispatcher does not send windows or softcap here yet
+(``mask.HOPPER_VARIANTS``): on the H200 these paths miss flash-attn's error rule in some cases. Partitions take
+their state grouped (``Queries``, ``Ring``, ``Work``, ``Scores``).
 
 Same inputs, outputs and semantics as ``forward._attn_fwd`` (GQA, both causal alignments, any lengths); the head
 dims with a tuned config (64, 128, 256), fp16/bf16. ``forward.attn_fwd`` sends the calls this kernel takes here
@@ -52,7 +53,7 @@ ENABLED = os.environ.get("FLASHDOC_HOPPER", "1") != "0"
 # --8<-- [start:hopper_configs]
 # (BLOCK_M rows per consumer, BLOCK_N keys per tile, STAGES of the key/value ring, N_CONSUMERS, PERSISTENT: one
 # program per SM taking tiles until none is left, instead of one program per tile) per (head dim, causal), chosen
-# with perf/gluon_fwd.py on the H200 (perf/NOTES.md, sessions 9-10 and 13). With three consumers of 4 warps plus
+# with benchmarks/kernels/gluon_fwd.py on the H200 (benchmarks/FINDINGS.md). With three consumers of 4 warps plus
 # the producer's 4, each consumer thread gets 160 registers (240 with two): enough for a 64 x 128 fp32 score tile,
 # its 16-bit probabilities and a 64 x d accumulator at d <= 128. At d = 256 two consumers, 64-key tiles, the output
 # staged in the query tiles (MAX_SEPARATE_O_HEAD_DIM): 1.10-1.26x the portable kernel, where 32-key tiles beside
@@ -67,7 +68,8 @@ HOPPER_CONFIGS = {
 }
 # Sliding windows and softcap keep more values live in each consumer (a second mask edge, tanh's): at d = 128 three
 # consumers' 160 registers a thread spilled 384 bytes (window) and 80 (causal softcap) compiled for sm_90, where two
-# consumers' 240 spill none. So those calls take two consumers there (perf/code_hash.py --variants shows the counts).
+# consumers' 240 spill none. So those calls take two consumers there (benchmarks/kernels/code_hash.py --variants shows
+# the counts).
 VARIANT_CONFIGS = {
     (128, False): (64, 128, 2, 2, True),
     (128, True): (64, 128, 2, 2, True),

@@ -23,7 +23,7 @@ from flashdoc.kernels.decode import num_splits_heuristic
 def rotate(x, cos, sin, positions, interleaved):
     """Rotary embedding of x (B, S, H, D) at integer positions (B, S), in x's dtype; dims past rotary_dim kept."""
     rd = 2 * cos.shape[1]
-    c, s = cos[positions].to(x.dtype), sin[positions].to(x.dtype)  # (B, S, rd / 2)
+    c, s = cos[positions].to(x), sin[positions].to(x)  # (B, S, rd / 2), on x's device
     x1 = x[..., :rd]
     if interleaved:
         c, s = c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)
