@@ -93,6 +93,12 @@ def shared_env(session: nox.Session) -> dict[str, str]:
     return env
 
 
+def tool(name: str) -> str:
+    """The shared environment's copy of a program (nox looks programs up on its own PATH, not the session's env),
+    or the program on PATH when running in place."""
+    return name if IN_PLACE else str(SHARED_ENV / "bin" / name)
+
+
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """Lint with ruff (pyproject.toml's rules), then run the test suite. Extra arguments go to pytest, e.g.
@@ -102,11 +108,11 @@ def tests(session: nox.Session) -> None:
     if IN_PLACE and shutil.which("ruff") is None:
         session.log("ruff is not installed in this environment: lint skipped")  # e.g. the H200 box, in place
     else:
-        session.run("ruff", "check", ".", env=env, external=True)
+        session.run(tool("ruff"), "check", ".", env=env, external=True)
     args = list(session.posargs)
     if args[:1] and args[0] in TEST_GROUPS:
         args[0] = f"tests/{args[0]}"
-    session.run("python", "-m", "pytest", *args, env=env, external=True)
+    session.run(tool("python"), "-m", "pytest", *args, env=env, external=True)
 
 
 @nox.session
@@ -122,7 +128,7 @@ def snippets(session: nox.Session) -> None:
     """Run every snippet (or those named: `nox -s snippets -- attention/numpy_attention`) and record outputs;
     `nox -s snippets -- --stale` records only the stale ones."""
     env = shared_env(session)
-    session.run("python", "-m", "tools.record_snippets", *session.posargs, env=env, external=True)
+    session.run(tool("python"), "-m", "tools.record_snippets", *session.posargs, env=env, external=True)
 
 
 def build_site(session: nox.Session, env: dict[str, str], *args: str) -> None:
@@ -131,7 +137,7 @@ def build_site(session: nox.Session, env: dict[str, str], *args: str) -> None:
     site = ROOT / "site"
     building = Path(tempfile.mkdtemp(prefix=".site-building-", dir=ROOT))
     try:
-        session.run("mkdocs", "build", "--strict", "--quiet", "--site-dir", str(building), *args,
+        session.run(tool("mkdocs"), "build", "--strict", "--quiet", "--site-dir", str(building), *args,
                     env=env, external=True)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
@@ -152,8 +158,8 @@ def docs(session: nox.Session) -> None:
     env = shared_env(session)
     if session.posargs[:1] == ["serve"]:
         # serve watches flashdoc/ and tools/ (mkdocs.yml): no .pyc written there by the build's own imports
-        session.run("mkdocs", "serve", "--strict", *session.posargs[1:], env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
-                    external=True)
+        session.run(tool("mkdocs"), "serve", "--strict", *session.posargs[1:],
+                    env={**env, "PYTHONDONTWRITEBYTECODE": "1"}, external=True)
     else:
         build_site(session, env, *session.posargs)
         session.log("Site built into site/: serve it with `python -m http.server -d site` and open "
@@ -166,9 +172,9 @@ def publish(session: nox.Session) -> None:
     build the site with flashdoc's wheel and sdist. FLASHDOC_SITE_URL and FLASHDOC_REPO_URL set where it is
     published (defaults in mkdocs.yml)."""
     env = {**shared_env(session), "FLASHDOC_REQUIRE_FRESH": "1"}
-    session.run("python", "-m", "tools.record_snippets", "--stale", env=env, external=True)
+    session.run(tool("python"), "-m", "tools.record_snippets", "--stale", env=env, external=True)
     try:
-        session.run("python", "-m", "tools.record_snippets", "--check", env=env, external=True)
+        session.run(tool("python"), "-m", "tools.record_snippets", "--check", env=env, external=True)
     except nox.command.CommandFailed:
         session.error("refusing to publish: the outputs above are stale (GPU-only ones are recorded on a CUDA "
                       "GPU: run `nox -s publish` there, or see CONTRIBUTING.md)")
