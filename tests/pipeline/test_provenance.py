@@ -17,7 +17,7 @@ from tools.record_snippets import describe_device, record, run_snippet
 
 KERNEL = "flashdoc/kernels/forward.py"
 # What the docs build reads: the copy gets these, and a change in one of its kernels.
-COPIED = ["flashdoc", "snippets", "tools", "docs", "overrides", "mkdocs.yml", "pyproject.toml"]
+COPIED = ["flashdoc", "benchmarks", "snippets", "tools", "docs", "overrides", "mkdocs.yml", "pyproject.toml"]
 
 
 def recorded_modules(snip) -> dict:
