@@ -270,10 +270,10 @@ def ring_flash_attn_func(q, k, v, softmax_scale=None, causal=False, group=None, 
     """Exact attention over a sequence sharded across the ranks of a process group (ring attention).
 
     Every rank calls it with its own shard; the result is this rank's shard of
-    ``flash_attn_func(q_full, k_full, v_full, softmax_scale, causal)``, and autograd gives this rank's shards of
-    the gradients. Keys and values move around the ring with asynchronous ``batch_isend_irecv`` while the
-    blocks compute; nothing waits on the host inside a step. Runs on NCCL (CUDA tensors) and gloo (CPU tensors,
-    through Triton's interpreter).
+    ``flash_attn_func(q_full, k_full, v_full, softmax_scale=softmax_scale, causal=causal)``, and autograd
+    gives this rank's shards of the gradients. Keys and values move around the ring with asynchronous
+    ``batch_isend_irecv`` while the blocks compute; nothing waits on the host inside a step. Runs on NCCL
+    (CUDA tensors) and gloo (CPU tensors, through Triton's interpreter).
 
     Args:
         q: (batch, seqlen / W, nheads, headdim), this rank's queries; W is the group's size.
@@ -306,7 +306,7 @@ def ring_flash_attn_func(q, k, v, softmax_scale=None, causal=False, group=None, 
         softmax_scale = q.shape[-1] ** -0.5
     softmax_scale = float(softmax_scale)
     if ring.size == 1:
-        return flash_attn_func(q, k, v, softmax_scale, causal)
+        return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _RingFlashAttention.apply(q, k, v, softmax_scale, causal, layout, ring)
     return _ring_forward(q, k, v, softmax_scale, causal, layout, ring)[0]

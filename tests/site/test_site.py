@@ -4,12 +4,15 @@ cleanly in the browser (no console error, nothing fetched from another host)."""
 from __future__ import annotations
 
 import posixpath
+import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlparse
 
 from tools.site_macros.layout import published_posts
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class LinkParser(HTMLParser):
@@ -101,8 +104,9 @@ def test_home_page_and_blog_list_every_post(page):
 
     page.goto(page.site_url + "blog/", wait_until="networkidle")
     excerpts = page.locator("article.md-post--excerpt")
-    assert excerpts.count() == min(len(posts), 5)  # pagination_per_page in mkdocs.yml
-    for post in posts[:5]:  # published_posts() is newest first
+    per_page = int(re.search(r"pagination_per_page:\s*(\d+)", (ROOT / "mkdocs.yml").read_text())[1])
+    assert excerpts.count() == min(len(posts), per_page)
+    for post in posts[:per_page]:  # published_posts() is newest first
         excerpt = excerpts.filter(has_text=post.title)
         assert excerpt.count() == 1, post.title
         meta = excerpt.locator(".md-post__meta").inner_text()
