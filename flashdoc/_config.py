@@ -55,7 +55,7 @@ def _gpus() -> list[tuple[str, str]]:
 def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = None) -> list[tuple[str, str]]:
     """(operation, the kernel that takes it and why) for a GPU of the given compute capability (None: no GPU),
     with the kernels compiled or (interpret) run by Triton's interpreter; by default as this process runs them."""
-    from .kernels import INTERPRET, backward_hopper, forward_hopper, gluon_support
+    from .kernels import INTERPRET, backward_hopper, forward_hopper, gluon_support, mask
 
     if interpret is None:
         interpret = INTERPRET
@@ -75,12 +75,18 @@ def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = No
 
     fwd, dkdv = forward_hopper.HOPPER_CONFIGS, backward_hopper.HOPPER_DKDV_CONFIGS
     dq = backward_hopper.HOPPER_DQ_CONFIGS
+    if mask.HOPPER_VARIANTS:
+        variants = "windows and softcap: Hopper kernels where plain calls take them; ALiBi and dropout: portable"
+    else:
+        variants = ("portable kernels for windows, softcap, ALiBi and dropout (mask.HOPPER_VARIANTS is off: the "
+                    "Hopper variant paths do not yet meet flash-attn's error rule)")
     return [
-        ("forward", f"Hopper (Gluon) kernel at head dims {dims(fwd)} in fp16/bf16; portable kernel otherwise "
-                    "(fp32, other head dims)"),
+        ("forward", f"Hopper (Gluon) kernel for plain and causal calls at head dims {dims(fwd)} in fp16/bf16; "
+                    "portable kernel otherwise (fp32, other head dims)"),
         ("backward dK/dV", f"Hopper kernel at head dims {dims(dkdv)} in fp16/bf16; portable otherwise"),
         ("backward dQ", f"Hopper kernel at head dims {dims(dq)} in fp16/bf16, fused into the dK/dV kernel where "
                         "that is faster; portable otherwise"),
+        ("variants", variants),
         ("why", gluon_support.REASON),
     ]
 
