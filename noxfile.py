@@ -77,8 +77,11 @@ def shared_env(session: nox.Session) -> dict[str, str]:
     gpu = has_cuda_gpu()
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + f"{CPU_TORCH} gpu={gpu}".encode()).hexdigest()
     stamp = SHARED_ENV / ".flashdoc-installed"
-    env = {**QUIET, "VIRTUAL_ENV": str(SHARED_ENV),
-           "PATH": os.pathsep.join([str(python.parent), os.environ.get("PATH", "")])}
+    env = {
+        **QUIET,
+        "VIRTUAL_ENV": str(SHARED_ENV),
+        "PATH": os.pathsep.join([str(python.parent), os.environ.get("PATH", "")]),
+    }
     if python.exists() and stamp.is_file() and stamp.read_text().strip() == wanted:
         session.log(f"Reusing the shared environment {SHARED_ENV.relative_to(ROOT)}")
         return env
@@ -137,8 +140,9 @@ def build_site(session: nox.Session, env: dict[str, str], *args: str) -> None:
     site = ROOT / "site"
     building = Path(tempfile.mkdtemp(prefix=".site-building-", dir=ROOT))
     try:
-        session.run(tool("mkdocs"), "build", "--strict", "--quiet", "--site-dir", str(building), *args,
-                    env=env, external=True)
+        session.run(
+            tool("mkdocs"), "build", "--strict", "--quiet", "--site-dir", str(building), *args, env=env, external=True
+        )
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         if site.exists():
@@ -158,12 +162,20 @@ def docs(session: nox.Session) -> None:
     env = shared_env(session)
     if session.posargs[:1] == ["serve"]:
         # serve watches flashdoc/ and tools/ (mkdocs.yml): no .pyc written there by the build's own imports
-        session.run(tool("mkdocs"), "serve", "--strict", *session.posargs[1:],
-                    env={**env, "PYTHONDONTWRITEBYTECODE": "1"}, external=True)
+        session.run(
+            tool("mkdocs"),
+            "serve",
+            "--strict",
+            *session.posargs[1:],
+            env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
+            external=True,
+        )
     else:
         build_site(session, env, *session.posargs)
-        session.log("Site built into site/: serve it with `python -m http.server -d site` and open "
-                    "http://127.0.0.1:8000 (or `nox -s docs -- serve`)")
+        session.log(
+            "Site built into site/: serve it with `python -m http.server -d site` and open "
+            "http://127.0.0.1:8000 (or `nox -s docs -- serve`)"
+        )
 
 
 @nox.session(venv_backend="none")
@@ -176,8 +188,10 @@ def publish(session: nox.Session) -> None:
     try:
         session.run(tool("python"), "-m", "tools.record_snippets", "--check", env=env, external=True)
     except nox.command.CommandFailed:
-        session.error("refusing to publish: the outputs above are stale (GPU-only ones are recorded on a CUDA "
-                      "GPU: run `nox -s publish` there, or see CONTRIBUTING.md)")
+        session.error(
+            "refusing to publish: the outputs above are stale (GPU-only ones are recorded on a CUDA "
+            "GPU: run `nox -s publish` there, or see CONTRIBUTING.md)"
+        )
     for name in ("FLASHDOC_SITE_URL", "FLASHDOC_REPO_URL"):
         session.log(f"{name}={os.environ.get(name, '(mkdocs.yml default)')}")
     build_site(session, env)

@@ -91,16 +91,20 @@ def make_cache(batch, cache, page_size=None, seed=0):
 
 def flashdoc_call(q, k_cache, v_cache, seqlens, table, num_splits=0):
     def call():
-        return flashdoc.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
-                                                num_splits=num_splits)
+        return flashdoc.flash_attn_with_kvcache(
+            q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table, num_splits=num_splits
+        )
+
     return call
 
 
 def training_call(q, k_cache, v_cache):
     """flashdoc's training forward (``flash_attn_func``) on the same cache: the kernel a decode step would get
     without a decode kernel (the cache is full, so no lengths are needed)."""
+
     def call():
         return flashdoc.flash_attn_func(q, k_cache, v_cache)
+
     return call
 
 
@@ -110,12 +114,31 @@ def config_call(q, k_cache, v_cache, seqlens, table, config):
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32)
     _, m_tiles = dk.query_tiles(HEADS // KV_HEADS, q.shape[1])
     capacity = k_cache.shape[1] * (1 if table is None else table.shape[1])
-    splits = dk.num_splits_heuristic(q.shape[0] * KV_HEADS * m_tiles, dk.num_sms(0) * config.programs_per_sm,
-                                     triton.cdiv(capacity, config.block_n))
+    splits = dk.num_splits_heuristic(
+        q.shape[0] * KV_HEADS * m_tiles, dk.num_sms(0) * config.programs_per_sm, triton.cdiv(capacity, config.block_n)
+    )
 
     def call():
-        dk.decode_attention(q, k_cache, v_cache, out, lse, seqlens, 0, 0, None, table, HEAD_DIM ** -0.5, False,
-                            (-1, -1), 0.0, None, splits, config)
+        dk.decode_attention(
+            q,
+            k_cache,
+            v_cache,
+            out,
+            lse,
+            seqlens,
+            0,
+            0,
+            None,
+            table,
+            HEAD_DIM**-0.5,
+            False,
+            (-1, -1),
+            0.0,
+            None,
+            splits,
+            config,
+        )
+
     return call, splits
 
 
@@ -130,6 +153,7 @@ def sdpa_call(backend_name, q, k_cache, v_cache):
     def call():
         with sdpa_kernel(backend):
             return torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True)
+
     return call
 
 
@@ -144,14 +168,14 @@ def flex_call(q, k_cache, v_cache):
     if _flex is None:
         # one compile per shape; past dynamo's default limit it would silently run eagerly (see NOTES)
         torch._dynamo.config.recompile_limit = max(1024, torch._dynamo.config.recompile_limit)
-        torch._dynamo.config.accumulated_recompile_limit = max(4096,
-                                                               torch._dynamo.config.accumulated_recompile_limit)
+        torch._dynamo.config.accumulated_recompile_limit = max(4096, torch._dynamo.config.accumulated_recompile_limit)
         _flex = torch.compile(flex_attention, dynamic=False)
     qs = q.transpose(1, 2).contiguous()
     ks, vs = k_cache.transpose(1, 2).contiguous(), v_cache.transpose(1, 2).contiguous()
 
     def call():
         return _flex(qs, ks, vs, enable_gqa=True)
+
     return call
 
 
@@ -230,14 +254,17 @@ def _measure_points(pts, rows, verbose):
             print(f"skip {batch} x {cache}: the caches do not fit", flush=True)
             continue
         n_copies = copies_for(batch, cache)
-        builders = {"flashdoc": lambda i: flashdoc_call(*make_cache(batch, cache, seed=i)),
-                    "sdpa-cudnn": lambda i: sdpa_call("CUDNN_ATTENTION", *make_cache(batch, cache, seed=i)[:3]),
-                    "sdpa-flash": lambda i: sdpa_call("FLASH_ATTENTION", *make_cache(batch, cache, seed=i)[:3]),
-                    "flex": lambda i: flex_call(*make_cache(batch, cache, seed=i)[:3]),
-                    "flashdoc-training": lambda i: training_call(*make_cache(batch, cache, seed=i)[:3])}
+        builders = {
+            "flashdoc": lambda i: flashdoc_call(*make_cache(batch, cache, seed=i)),
+            "sdpa-cudnn": lambda i: sdpa_call("CUDNN_ATTENTION", *make_cache(batch, cache, seed=i)[:3]),
+            "sdpa-flash": lambda i: sdpa_call("FLASH_ATTENTION", *make_cache(batch, cache, seed=i)[:3]),
+            "flex": lambda i: flex_call(*make_cache(batch, cache, seed=i)[:3]),
+            "flashdoc-training": lambda i: training_call(*make_cache(batch, cache, seed=i)[:3]),
+        }
         for page in PAGE_SIZES:
-            builders[f"flashdoc-paged{page}"] = (
-                lambda i, page=page: flashdoc_call(*make_cache(batch, cache, page, seed=i)))
+            builders[f"flashdoc-paged{page}"] = lambda i, page=page: flashdoc_call(
+                *make_cache(batch, cache, page, seed=i)
+            )
         for name, build in builders.items():
             try:
                 calls = [build(i) for i in range(n_copies)]
@@ -252,8 +279,16 @@ def _measure_points(pts, rows, verbose):
 def _time_one(name, calls, batch, cache, verbose):
     n_bytes = kv_bytes(batch, cache)
     ms, graph_ms = time_ms(calls)
-    row = dict(batch=batch, cache=cache, method=name, ms=ms, graph_ms=graph_ms, tbps=n_bytes / ms / 1e9,
-               graph_tbps=None if graph_ms is None else n_bytes / graph_ms / 1e9, copies=len(calls))
+    row = dict(
+        batch=batch,
+        cache=cache,
+        method=name,
+        ms=ms,
+        graph_ms=graph_ms,
+        tbps=n_bytes / ms / 1e9,
+        graph_tbps=None if graph_ms is None else n_bytes / graph_ms / 1e9,
+        copies=len(calls),
+    )
     if verbose:
         graph = "" if graph_ms is None else f"  graph {row['graph_tbps']:.2f} TB/s"
         print(f"{batch:3d} x {cache:6d}  {name:18s} {ms * 1e3:9.1f} us  {row['tbps']:.2f} TB/s{graph}", flush=True)
@@ -278,20 +313,38 @@ def target_checks(rows, copy, key="tbps"):
         ratios = [(ours[p] / got[(*p, peer)], *p) for p in ours if (*p, peer) in got]
         if ratios:
             worst = min(ratios)
-            checks.append(dict(target=f"flashdoc >= {peer} at every point", worst=f"{worst[0]:.2f}x at {worst[1]} x "
-                               f"{worst[2] // 1024}k", met=worst[0] >= 1.0))
+            checks.append(
+                dict(
+                    target=f"flashdoc >= {peer} at every point",
+                    worst=f"{worst[0]:.2f}x at {worst[1]} x {worst[2] // 1024}k",
+                    met=worst[0] >= 1.0,
+                )
+            )
     shares = [(ours[p] * 1e12 / copy, *p) for p in ours if p[0] * p[1] >= COPY_SHARE_MIN_TOKENS]
     if shares:
         worst = min(shares)
-        checks.append(dict(target=f"flashdoc >= {COPY_SHARE:.0%} of the copy where batch x cache >= 8 x 32k",
-                           worst=f"{worst[0]:.0%} at {worst[1]} x {worst[2] // 1024}k", met=worst[0] >= COPY_SHARE))
-    paged = [(got[(*p, f"flashdoc-paged{size}")] / ours[p], size, *p) for p in ours for size in PAGE_SIZES
-             if (*p, f"flashdoc-paged{size}") in got]
+        checks.append(
+            dict(
+                target=f"flashdoc >= {COPY_SHARE:.0%} of the copy where batch x cache >= 8 x 32k",
+                worst=f"{worst[0]:.0%} at {worst[1]} x {worst[2] // 1024}k",
+                met=worst[0] >= COPY_SHARE,
+            )
+        )
+    paged = [
+        (got[(*p, f"flashdoc-paged{size}")] / ours[p], size, *p)
+        for p in ours
+        for size in PAGE_SIZES
+        if (*p, f"flashdoc-paged{size}") in got
+    ]
     if paged:
         worst = min(paged)
-        checks.append(dict(target=f"paged within {PAGED_SLACK:.0%} of contiguous at every point",
-                           worst=f"{worst[0]:.2f}x (page {worst[1]}) at {worst[2]} x {worst[3] // 1024}k",
-                           met=worst[0] >= 1 - PAGED_SLACK))
+        checks.append(
+            dict(
+                target=f"paged within {PAGED_SLACK:.0%} of contiguous at every point",
+                worst=f"{worst[0]:.2f}x (page {worst[1]}) at {worst[2]} x {worst[3] // 1024}k",
+                met=worst[0] >= 1 - PAGED_SLACK,
+            )
+        )
     return checks
 
 
@@ -309,8 +362,7 @@ def bandwidth_table(rows, copy, key="tbps"):
     """Markdown: one row per point, one column per method (TB/s), and flashdoc's share of the copy."""
     got = _by(rows, key)
     methods, pts = _ordered(rows)
-    lines = ["| batch x cache | " + " | ".join(methods) + " | flashdoc / copy |",
-             "|---|" + "---|" * (len(methods) + 1)]
+    lines = ["| batch x cache | " + " | ".join(methods) + " | flashdoc / copy |", "|---|" + "---|" * (len(methods) + 1)]
     for b, c in pts:
         cells = [f"{got[(b, c, m)]:.2f}" if (b, c, m) in got else "—" for m in methods]
         share = f"{got[(b, c, 'flashdoc')] * 1e12 / copy:.0%}" if (b, c, "flashdoc") in got else "—"
@@ -326,9 +378,11 @@ def targets_table(rows, copy, key="tbps"):
 
 
 def markdown(rows, copy, env):
-    parts = [f"Decode step, bf16, H = {HEADS}, Hk = {KV_HEADS}, d = {HEAD_DIM}, seqlen_q = 1, on {env['gpu']} "
-             f"(torch {env['torch']}, Triton {env['triton']}). Effective K+V bandwidth in TB/s; a device-to-device "
-             f"copy moves {copy / 1e12:.2f} TB/s."]
+    parts = [
+        f"Decode step, bf16, H = {HEADS}, Hk = {KV_HEADS}, d = {HEAD_DIM}, seqlen_q = 1, on {env['gpu']} "
+        f"(torch {env['torch']}, Triton {env['triton']}). Effective K+V bandwidth in TB/s; a device-to-device "
+        f"copy moves {copy / 1e12:.2f} TB/s."
+    ]
     for key, timer in TIMERS.items():
         parts += [f"**Timed with {timer}**", bandwidth_table(rows, copy, key), targets_table(rows, copy, key)]
     return "\n\n".join(parts)
@@ -351,17 +405,33 @@ def roofline_figure(rows, copy, path, key="graph_tbps"):
         ys = [got.get((b, c, m), 0.0) for b, c in pts]
         paged = m.startswith("flashdoc-paged")
         hatch = {"16": "///", "64": "...", "256": "xxx"}.get(m.removeprefix("flashdoc-paged")) if paged else None
-        ax.bar(xs, ys, width, label=m, color=colors.get(m, "C0"), alpha=0.45 if paged else 1.0, hatch=hatch,
-               edgecolor="C0" if paged else "white", linewidth=0.5)
+        ax.bar(
+            xs,
+            ys,
+            width,
+            label=m,
+            color=colors.get(m, "C0"),
+            alpha=0.45 if paged else 1.0,
+            hatch=hatch,
+            edgecolor="C0" if paged else "white",
+            linewidth=0.5,
+        )
     ax.axhline(copy / 1e12, color="black", linewidth=1)
-    ax.text(0.01, copy / 1e12 * 1.02, f"device-to-device copy {copy / 1e12:.2f} TB/s",
-            transform=ax.get_yaxis_transform(), fontsize=9)
+    ax.text(
+        0.01,
+        copy / 1e12 * 1.02,
+        f"device-to-device copy {copy / 1e12:.2f} TB/s",
+        transform=ax.get_yaxis_transform(),
+        fontsize=9,
+    )
     ax.set_xticks(range(len(pts)), [f"{b} x {c // 1024}k" for b, c in pts])
     ax.set_xlabel("batch x cache length (tokens)")
     ax.set_ylabel("effective K+V bandwidth (TB/s)")
     ax.set_ylim(0, copy / 1e12 * 1.2)
-    ax.set_title(f"Decode step, bf16, {HEADS} query heads over {KV_HEADS} KV heads, d = {HEAD_DIM}, one query "
-                 f"({TIMERS[key]})", fontsize=10)
+    ax.set_title(
+        f"Decode step, bf16, {HEADS} query heads over {KV_HEADS} KV heads, d = {HEAD_DIM}, one query ({TIMERS[key]})",
+        fontsize=10,
+    )
     ax.legend(fontsize=8, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.14))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -377,11 +447,16 @@ def run_benchmark(out_dir, quick=False, verbose=True, only=None):
     out.mkdir(parents=True, exist_ok=True)
     env = _environment("cuda")
     rows, copy = measure(quick, verbose, only)
-    result = dict(env, timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), shape=dict(
-        heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, seqlen_q=1, dtype="bfloat16"),
-        timers=TIMERS, copy_tbps=copy / 1e12, rows=rows,
+    result = dict(
+        env,
+        timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        shape=dict(heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, seqlen_q=1, dtype="bfloat16"),
+        timers=TIMERS,
+        copy_tbps=copy / 1e12,
+        rows=rows,
         targets={key: target_checks(rows, copy, key) for key in TIMERS},
-        decode_configs={str(d): vars(c) for d, c in dk.DECODE_CONFIGS.items()})
+        decode_configs={str(d): vars(c) for d, c in dk.DECODE_CONFIGS.items()},
+    )
     (out / "decode.json").write_text(json.dumps(result, indent=1))
     (out / "decode.md").write_text(markdown(rows, copy, env))
     roofline_figure(rows, copy, out / "decode_roofline.png")
@@ -403,8 +478,12 @@ def sweep_candidates():
     for the split heuristic (which only changes the split count, not the compiled kernel). Each (tile, warps,
     stages) compiles once per page mode and split mode: about 70 compiles, a few minutes on the H200's host."""
     tiles = [(bn, 4, st) for bn in (32, 64, 128) for st in (2, 3, 4)] + [(128, 8, st) for st in (2, 3, 4)]
-    return [dk.DecodeConfig(bn, w, st, ppsm) for bn, w, st in tiles for ppsm in (1, 2, 4)
-            if 2 * bn * HEAD_DIM * 2 * (st - 1) <= 220 * 1024]  # K and V tiles in flight, in shared memory
+    return [
+        dk.DecodeConfig(bn, w, st, ppsm)
+        for bn, w, st in tiles
+        for ppsm in (1, 2, 4)
+        if 2 * bn * HEAD_DIM * 2 * (st - 1) <= 220 * 1024
+    ]  # K and V tiles in flight, in shared memory
 
 
 def sweep(out_dir, verbose=True):
@@ -425,20 +504,27 @@ def sweep(out_dir, verbose=True):
                     if verbose:
                         print(f"{config}: {str(e).splitlines()[0][:100]}", flush=True)
                     continue
-                row = dict(batch=batch, cache=cache, page=page, splits=splits, ms=ms, tbps=n_bytes / ms / 1e9,
-                           **vars(config))
+                row = dict(
+                    batch=batch, cache=cache, page=page, splits=splits, ms=ms, tbps=n_bytes / ms / 1e9, **vars(config)
+                )
                 rows.append(row)
                 if verbose:
-                    print(f"{batch} x {cache} page {page}: {config} splits {splits}: {row['tbps']:.2f} TB/s",
-                          flush=True)
+                    print(
+                        f"{batch} x {cache} page {page}: {config} splits {splits}: {row['tbps']:.2f} TB/s", flush=True
+                    )
             del kc, vc
             torch.cuda.empty_cache()
     best = {}
     for page in SWEEP_PAGES:
         scores = {}
         for config in sweep_candidates():
-            got = [r["tbps"] for r in rows if r["page"] == page and (r["block_n"], r["warps"], r["stages"],
-                   r["programs_per_sm"]) == (config.block_n, config.warps, config.stages, config.programs_per_sm)]
+            got = [
+                r["tbps"]
+                for r in rows
+                if r["page"] == page
+                and (r["block_n"], r["warps"], r["stages"], r["programs_per_sm"])
+                == (config.block_n, config.warps, config.stages, config.programs_per_sm)
+            ]
             if len(got) == len(SWEEP_POINTS):
                 scores[config] = torch.tensor(got).log().mean().exp().item()
         if scores:
@@ -446,17 +532,26 @@ def sweep(out_dir, verbose=True):
             current = dk.PAGED_CONFIGS.get((HEAD_DIM, page), dk.DECODE_CONFIGS[HEAD_DIM])
             best[str(page)] = dict(vars(winner), geomean_tbps=scores[winner], current_tbps=scores.get(current))
     (out / "decode_sweep.json").write_text(json.dumps(dict(rows=rows, best=best), indent=1))
-    lines = ["| page | block_n | warps | stages | programs/SM | geomean TB/s | table's config TB/s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| page | block_n | warps | stages | programs/SM | geomean TB/s | table's config TB/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     entries = []
     for page, b in best.items():
         current = "—" if b["current_tbps"] is None else f"{b['current_tbps']:.2f}"
-        lines.append(f"| {page} | {b['block_n']} | {b['warps']} | {b['stages']} | {b['programs_per_sm']} | "
-                     f"{b['geomean_tbps']:.2f} | {current} |")
-        config = (f"DecodeConfig(block_n={b['block_n']}, warps={b['warps']}, stages={b['stages']}, "
-                  f"programs_per_sm={b['programs_per_sm']})")
-        entries.append(f"DECODE_CONFIGS[{HEAD_DIM}] = {config}" if page == "None"
-                       else f"PAGED_CONFIGS[({HEAD_DIM}, {page})] = {config}")
+        lines.append(
+            f"| {page} | {b['block_n']} | {b['warps']} | {b['stages']} | {b['programs_per_sm']} | "
+            f"{b['geomean_tbps']:.2f} | {current} |"
+        )
+        config = (
+            f"DecodeConfig(block_n={b['block_n']}, warps={b['warps']}, stages={b['stages']}, "
+            f"programs_per_sm={b['programs_per_sm']})"
+        )
+        entries.append(
+            f"DECODE_CONFIGS[{HEAD_DIM}] = {config}"
+            if page == "None"
+            else f"PAGED_CONFIGS[({HEAD_DIM}, {page})] = {config}"
+        )
     lines += ["", "Table entries for the winners (flashdoc/kernels/decode.py):", "", "```python", *entries, "```"]
     (out / "decode_sweep.md").write_text("\n".join(lines) + "\n")
     if verbose:
@@ -484,8 +579,11 @@ def aot():
         with tempfile.TemporaryDirectory() as tmp:
             ptx = os.path.join(tmp, "k.ptx")
             Path(ptx).write_text(ck.asm["ptx"])
-            res = subprocess.run([os.path.join(bin_dir, "ptxas"), "-v", "--gpu-name=sm_90a", ptx, "-o",
-                                  os.path.join(tmp, "k.cubin")], capture_output=True, text=True)
+            res = subprocess.run(
+                [os.path.join(bin_dir, "ptxas"), "-v", "--gpu-name=sm_90a", ptx, "-o", os.path.join(tmp, "k.cubin")],
+                capture_output=True,
+                text=True,
+            )
         found = re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr)
         return ", ".join(found) + f", {ck.metadata.shared // 1024} KiB shared (Triton)"
 
@@ -495,8 +593,11 @@ def aot():
             if name in constants:
                 sig[name], consts[(i,)] = "constexpr", constants[name]
             elif name.isupper():  # pointers are the upper-case parameters
-                sig[name] = "*fp32" if name in ("O_PART", "LSE_PART", "LSE", "SLOPES") else (
-                    "*i32" if name in ("CACHE_SEQLENS", "CACHE_BATCH_IDX", "BLOCK_TABLE") else "*bf16")
+                sig[name] = (
+                    "*fp32"
+                    if name in ("O_PART", "LSE_PART", "LSE", "SLOPES")
+                    else ("*i32" if name in ("CACHE_SEQLENS", "CACHE_BATCH_IDX", "BLOCK_TABLE") else "*bf16")
+                )
                 if name == "Q_ROT":
                     sig[name] = "*bf16"
                 attrs[(i,)] = [["tt.divisibility", 16]]
@@ -507,32 +608,83 @@ def aot():
                 if name.startswith("stride"):
                     attrs[(i,)] = [["tt.divisibility", 16]]
         src = ASTSource(kernel, sig, consts, attrs)
-        return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=num_warps, num_stages=num_stages))
+        return triton.compile(
+            src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages)
+        )
 
     for d, config in dk.DECODE_CONFIGS.items():
         for paged, page in ((False, 0), (True, 16), (True, 256)):
             for split in (False, True):
-                ck = compile_kernel(dk._split_kv, dict(
-                    HEAD_DIM=d, BLOCK_D=d, BLOCK_M=16, BLOCK_N=config.block_n, GROUP=4, PAGED=paged,
-                    PAGE_SIZE=page, HAS_BATCH_IDX=False, SEQLENS_TENSOR=True, IS_CAUSAL=split, IS_LOCAL=False,
-                    SOFTCAP=False, ALIBI=False, SPLIT=split, DOT_PRECISION="tf32",
-                    cap_in=None, cap_out=None), config.warps,
-                    config.triton_config(paged).num_stages)
-                print(f"split_kv d={d} {config} paged={paged} page={page} split={split}: {ptxas(ck)}",
-                      flush=True)
-    ck = compile_kernel(dk._split_kv, dict(
-        HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=64, GROUP=4, PAGED=True, PAGE_SIZE=16, HAS_BATCH_IDX=False,
-        SEQLENS_TENSOR=True, IS_CAUSAL=True, IS_LOCAL=True, SOFTCAP=True, ALIBI=True, SPLIT=True,
-        DOT_PRECISION="tf32"), 4, 5)
+                ck = compile_kernel(
+                    dk._split_kv,
+                    dict(
+                        HEAD_DIM=d,
+                        BLOCK_D=d,
+                        BLOCK_M=16,
+                        BLOCK_N=config.block_n,
+                        GROUP=4,
+                        PAGED=paged,
+                        PAGE_SIZE=page,
+                        HAS_BATCH_IDX=False,
+                        SEQLENS_TENSOR=True,
+                        IS_CAUSAL=split,
+                        IS_LOCAL=False,
+                        SOFTCAP=False,
+                        ALIBI=False,
+                        SPLIT=split,
+                        DOT_PRECISION="tf32",
+                        cap_in=None,
+                        cap_out=None,
+                    ),
+                    config.warps,
+                    config.triton_config(paged).num_stages,
+                )
+                print(f"split_kv d={d} {config} paged={paged} page={page} split={split}: {ptxas(ck)}", flush=True)
+    ck = compile_kernel(
+        dk._split_kv,
+        dict(
+            HEAD_DIM=128,
+            BLOCK_D=128,
+            BLOCK_M=16,
+            BLOCK_N=64,
+            GROUP=4,
+            PAGED=True,
+            PAGE_SIZE=16,
+            HAS_BATCH_IDX=False,
+            SEQLENS_TENSOR=True,
+            IS_CAUSAL=True,
+            IS_LOCAL=True,
+            SOFTCAP=True,
+            ALIBI=True,
+            SPLIT=True,
+            DOT_PRECISION="tf32",
+        ),
+        4,
+        5,
+    )
     print(f"split_kv d=128 paged, window + softcap + ALiBi: {ptxas(ck)}", flush=True)
     ck = compile_kernel(dk._merge_splits, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=32, CHUNK=16), 4, 2)
     print(f"merge d=128: {ptxas(ck)}", flush=True)
     for paged, rotary, interleaved in ((False, False, False), (True, True, True), (False, True, False)):
-        ck = compile_kernel(dk._append_kv, dict(
-            HEAD_DIM=128, BLOCK_D=128, BLOCK_H=32, BLOCK_HK=8, PAGED=paged, PAGE_SIZE=64 if paged else 0,
-            HAS_BATCH_IDX=not paged, SEQLENS_TENSOR=True, APPEND=True, ROTARY=rotary, INTERLEAVED=interleaved,
-            Q_POS_PER_ROW=True), 4, 1)
+        ck = compile_kernel(
+            dk._append_kv,
+            dict(
+                HEAD_DIM=128,
+                BLOCK_D=128,
+                BLOCK_H=32,
+                BLOCK_HK=8,
+                PAGED=paged,
+                PAGE_SIZE=64 if paged else 0,
+                HAS_BATCH_IDX=not paged,
+                SEQLENS_TENSOR=True,
+                APPEND=True,
+                ROTARY=rotary,
+                INTERLEAVED=interleaved,
+                Q_POS_PER_ROW=True,
+            ),
+            4,
+            1,
+        )
         print(f"append d=128 paged={paged} rotary={rotary} interleaved={interleaved}: {ptxas(ck)}", flush=True)
 
 

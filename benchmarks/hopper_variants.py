@@ -77,8 +77,7 @@ def flex(seqlen, causal, window_size, softcap):
     def score_mod(score, b, h, q_idx, kv_idx):
         return SOFTCAP * torch.tanh(score / SOFTCAP)
 
-    block_mask = (create_block_mask(mask_mod, None, None, seqlen, seqlen, device="cuda")
-                  if causal or left >= 0 else None)
+    block_mask = create_block_mask(mask_mod, None, None, seqlen, seqlen, device="cuda") if causal or left >= 0 else None
     compiled = torch.compile(flex_attention, dynamic=False)
     return lambda q, k, v: compiled(q, k, v, block_mask=block_mask, score_mod=score_mod if softcap else None)
 
@@ -86,9 +85,11 @@ def flex(seqlen, causal, window_size, softcap):
 def time_ms(fn, backward):
     """Median ms of fn() (and its backward with backward)."""
     if backward:
+
         def step():
             out = fn()
             out.backward(grad)
+
         out = fn()
         grad = torch.randn_like(out)
         return triton.testing.do_bench(step, warmup=50, rep=300)
@@ -107,28 +108,44 @@ def main():
     from flashdoc.kernels import backward_hopper as bh
     from flashdoc.kernels import forward_hopper as fh
 
-    cases = [("dense causal", True, (-1, -1), 0.0), (f"window {WINDOW}", False, WINDOW, 0.0),
-             ("dense", False, (-1, -1), 0.0), (f"softcap {SOFTCAP:g}", False, (-1, -1), SOFTCAP),
-             (f"causal softcap {SOFTCAP:g}", True, (-1, -1), SOFTCAP)]
+    cases = [
+        ("dense causal", True, (-1, -1), 0.0),
+        (f"window {WINDOW}", False, WINDOW, 0.0),
+        ("dense", False, (-1, -1), 0.0),
+        (f"softcap {SOFTCAP:g}", False, (-1, -1), SOFTCAP),
+        (f"causal softcap {SOFTCAP:g}", True, (-1, -1), SOFTCAP),
+    ]
     rows = []
     n = args.seqlen
     print(f"N = {n}, bf16, TFLOP/s on visited scores (fwd: 4·d per pair and head, fwd+bwd: 3.5x that)")
     print(f"{'d':>4} {'case':<22} {'hopper fwd/dkdv/dq':<20} {'fwd':>8} {'fwd+bwd':>8} {'flex fwd':>9} {'flex f+b':>9}")
     for d in args.head_dims:
         heads = 2048 // d
-        q, k, v = (torch.randn(1, n, heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                   for _ in range(3))
+        q, k, v = (
+            torch.randn(1, n, heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)
+        )
         qt, kt, vt = (t.detach().transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
         for name, causal, window, softcap in cases:
             flops = 4 * d * heads * visible_pairs(n, n, causal, window)
             variant = dict(window_size=window, softcap=softcap)
             call = lambda: flashdoc.flash_attn_func(q, k, v, causal=causal, **variant)  # noqa: E731
-            on_hopper = "/".join("y" if p else "n" for p in (
-                fh.supports(q, causal, **variant), bh.supports_dkdv(q, causal, **variant),
-                bh.supports_dq(q, causal, **variant)))
-            row = dict(head_dim=d, case=name, seqlen=n, hopper=on_hopper,
-                       visited_over_visible=visited_pairs(n, n, causal, window) / visible_pairs(n, n, causal, window),
-                       fwd=flops / time_ms(call, False) * 1e-9, fwd_bwd=3.5 * flops / time_ms(call, True) * 1e-9)
+            on_hopper = "/".join(
+                "y" if p else "n"
+                for p in (
+                    fh.supports(q, causal, **variant),
+                    bh.supports_dkdv(q, causal, **variant),
+                    bh.supports_dq(q, causal, **variant),
+                )
+            )
+            row = dict(
+                head_dim=d,
+                case=name,
+                seqlen=n,
+                hopper=on_hopper,
+                visited_over_visible=visited_pairs(n, n, causal, window) / visible_pairs(n, n, causal, window),
+                fwd=flops / time_ms(call, False) * 1e-9,
+                fwd_bwd=3.5 * flops / time_ms(call, True) * 1e-9,
+            )
             if not args.no_flex:
                 try:
                     fcall = flex(n, causal, window, softcap)
@@ -139,30 +156,45 @@ def main():
                 except Exception as e:  # FlexAttention missing or failing: the flashdoc rows still count
                     print(f"  (FlexAttention: {type(e).__name__}: {str(e).splitlines()[0][:100]})")
             rows.append(row)
-            print(f"{d:>4} {name:<22} {on_hopper:<20} {row['fwd']:>8.1f} {row['fwd_bwd']:>8.1f} "
-                  f"{row.get('flex_fwd', float('nan')):>9.1f} {row.get('flex_fwd_bwd', float('nan')):>9.1f}",
-                  flush=True)
+            print(
+                f"{d:>4} {name:<22} {on_hopper:<20} {row['fwd']:>8.1f} {row['fwd_bwd']:>8.1f} "
+                f"{row.get('flex_fwd', float('nan')):>9.1f} {row.get('flex_fwd_bwd', float('nan')):>9.1f}",
+                flush=True,
+            )
         by = {r["case"]: r for r in rows if r["head_dim"] == d}
         causal_row, window_row = by["dense causal"], by[f"window {WINDOW}"]
-        print(f"  d={d}: window / dense causal: fwd {window_row['fwd'] / causal_row['fwd']:.2f}x, fwd+bwd "
-              f"{window_row['fwd_bwd'] / causal_row['fwd_bwd']:.2f}x (target >= 0.9x)")
+        print(
+            f"  d={d}: window / dense causal: fwd {window_row['fwd'] / causal_row['fwd']:.2f}x, fwd+bwd "
+            f"{window_row['fwd_bwd'] / causal_row['fwd_bwd']:.2f}x (target >= 0.9x)"
+        )
         tiling = window_row["visited_over_visible"] / causal_row["visited_over_visible"]
         fwd, fwd_bwd = (window_row[m] / causal_row[m] * tiling for m in ("fwd", "fwd_bwd"))
-        print(f"  d={d}: the same on the pairs in the tiles visited: fwd {fwd:.2f}x, fwd+bwd {fwd_bwd:.2f}x "
-              f"(the window visits "
-              f"{window_row['visited_over_visible']:.2f}x its visible pairs, causal "
-              f"{causal_row['visited_over_visible']:.2f}x)")
+        print(
+            f"  d={d}: the same on the pairs in the tiles visited: fwd {fwd:.2f}x, fwd+bwd {fwd_bwd:.2f}x "
+            f"(the window visits "
+            f"{window_row['visited_over_visible']:.2f}x its visible pairs, causal "
+            f"{causal_row['visited_over_visible']:.2f}x)"
+        )
         if "flex_fwd" in window_row:
-            print(f"  d={d}: window / FlexAttention's: fwd {window_row['fwd'] / window_row['flex_fwd']:.2f}x, "
-                  f"fwd+bwd {window_row['fwd_bwd'] / window_row['flex_fwd_bwd']:.2f}x (target > 1)")
+            print(
+                f"  d={d}: window / FlexAttention's: fwd {window_row['fwd'] / window_row['flex_fwd']:.2f}x, "
+                f"fwd+bwd {window_row['fwd_bwd'] / window_row['flex_fwd_bwd']:.2f}x (target > 1)"
+            )
         for base, capped in (("dense", f"softcap {SOFTCAP:g}"), ("dense causal", f"causal softcap {SOFTCAP:g}")):
-            print(f"  d={d}: {capped} / {base}: fwd {by[capped]['fwd'] / by[base]['fwd']:.2f}x (target >= 0.9x), "
-                  f"fwd+bwd {by[capped]['fwd_bwd'] / by[base]['fwd_bwd']:.2f}x")
+            print(
+                f"  d={d}: {capped} / {base}: fwd {by[capped]['fwd'] / by[base]['fwd']:.2f}x (target >= 0.9x), "
+                f"fwd+bwd {by[capped]['fwd_bwd'] / by[base]['fwd_bwd']:.2f}x"
+            )
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "hopper_variants.json"), "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                           rows=rows), f, indent=1)
+            json.dump(
+                dict(
+                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, rows=rows
+                ),
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

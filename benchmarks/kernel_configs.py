@@ -18,17 +18,31 @@ def autotuned_configs():
     from flashdoc.kernels import backward, forward
 
     picks = []
-    for kernel, tuned in (("fwd", forward._attn_fwd_tuned), ("dkdv", backward._attn_bwd_dkdv_tuned),
-                          ("dq", backward._attn_bwd_dq_tuned)):
-        for key, config in (tuned.cache.items() if tuned is not None else ()):
+    for kernel, tuned in (
+        ("fwd", forward._attn_fwd_tuned),
+        ("dkdv", backward._attn_bwd_dkdv_tuned),
+        ("dq", backward._attn_bwd_dq_tuned),
+    ):
+        for key, config in tuned.cache.items() if tuned is not None else ():
             seq_bucket, head_dim, causal = key[:3]
             # the autotuner appends the dtypes of the tensor arguments; the first is the inputs' dtype
             dtype = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}.get(
-                str(key[3]) if len(key) > 3 else "", "?")
-            picks.append(dict(kernel=kernel, dtype=dtype, seq_bucket=seq_bucket, head_dim=head_dim,
-                              causal=bool(causal), key=str(key), block_m=config.kwargs["BLOCK_M"],
-                              block_n=config.kwargs["BLOCK_N"], num_stages=config.num_stages,
-                              num_warps=config.num_warps))
+                str(key[3]) if len(key) > 3 else "", "?"
+            )
+            picks.append(
+                dict(
+                    kernel=kernel,
+                    dtype=dtype,
+                    seq_bucket=seq_bucket,
+                    head_dim=head_dim,
+                    causal=bool(causal),
+                    key=str(key),
+                    block_m=config.kwargs["BLOCK_M"],
+                    block_n=config.kwargs["BLOCK_N"],
+                    num_stages=config.num_stages,
+                    num_warps=config.num_warps,
+                )
+            )
     return sorted(picks, key=lambda p: (p["kernel"], p["key"]))
 
 
@@ -47,7 +61,8 @@ def hopper_configs(sweep):
                     batch, heads = sweep.batch_heads(seqlen, head_dim)
                     # what the dispatch looks at (shape, dtype, device), with no memory behind it
                     q = torch.empty(1, 1, 1, head_dim, device=sweep.device, dtype=DTYPES[dtype]).expand(
-                        batch, seqlen, heads, head_dim)
+                        batch, seqlen, heads, head_dim
+                    )
                     key = (head_dim, causal)
                     kernels = [("fwd", forward_hopper.supports(q, causal), forward_hopper.HOPPER_CONFIGS)]
                     # flashdoc is timed with flash_attn_func's default, deterministic=False
@@ -57,13 +72,23 @@ def hopper_configs(sweep):
                     else:
                         kernels += [
                             ("dkdv", backward_hopper.supports_dkdv(q, causal), backward_hopper.HOPPER_DKDV_CONFIGS),
-                            ("dq", backward_hopper.supports_dq(q, causal), backward_hopper.HOPPER_DQ_CONFIGS)]
+                            ("dq", backward_hopper.supports_dq(q, causal), backward_hopper.HOPPER_DQ_CONFIGS),
+                        ]
                     for kernel, taken, table in kernels:
                         if taken:
                             block_m, block_n, stages, consumers = table[key][:4]
-                            pick = dict(kernel=kernel, gluon=True, dtype=dtype, seq_bucket=seq_bucket(seqlen),
-                                        head_dim=head_dim, causal=causal, block_m=block_m, block_n=block_n,
-                                        num_stages=stages, consumers=consumers)
+                            pick = dict(
+                                kernel=kernel,
+                                gluon=True,
+                                dtype=dtype,
+                                seq_bucket=seq_bucket(seqlen),
+                                head_dim=head_dim,
+                                causal=causal,
+                                block_m=block_m,
+                                block_n=block_n,
+                                num_stages=stages,
+                                consumers=consumers,
+                            )
                             if kernel == "fwd":
                                 pick["o_in_q"] = head_dim > forward_hopper.MAX_SEPARATE_O_HEAD_DIM
                             if kernel == "dkdv":

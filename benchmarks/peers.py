@@ -59,8 +59,9 @@ def _sdpa_loader(backend_name):
 
 def _load_flex(device):
     if device != "cuda":
-        raise RuntimeError("CPU mode: torch.compile of FlexAttention on the CPU takes minutes, too long for a smoke "
-                           "run")
+        raise RuntimeError(
+            "CPU mode: torch.compile of FlexAttention on the CPU takes minutes, too long for a smoke run"
+        )
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     # Static shapes: one compile (forward and backward kernels, ~5 s) per shape. dynamic=True still compiled

@@ -33,11 +33,33 @@ def tasks(sweep, available):
             continue
         batch, heads = sweep.batch_heads(seqlen, head_dim)
         if "flex" in available:
-            out.append(dict(peer="flex", dtype=dtype, head_dim=head_dim, causal=causal, seqlen=seqlen,
-                            batch=batch, heads=heads, device=sweep.device, cost=5))
+            out.append(
+                dict(
+                    peer="flex",
+                    dtype=dtype,
+                    head_dim=head_dim,
+                    causal=causal,
+                    seqlen=seqlen,
+                    batch=batch,
+                    heads=heads,
+                    device=sweep.device,
+                    cost=5,
+                )
+            )
         if "flashdoc" in available and seqlen == min(sweep.seqlens):  # kernels do not depend on N
-            out.append(dict(peer="flashdoc", dtype=dtype, head_dim=head_dim, causal=causal, seqlen=seqlen,
-                            batch=batch, heads=heads, device=sweep.device, cost=20))
+            out.append(
+                dict(
+                    peer="flashdoc",
+                    dtype=dtype,
+                    head_dim=head_dim,
+                    causal=causal,
+                    seqlen=seqlen,
+                    batch=batch,
+                    heads=heads,
+                    device=sweep.device,
+                    cost=20,
+                )
+            )
     return out
 
 
@@ -49,8 +71,9 @@ def worker(task_list):
         try:
             p = peers.peer(t["peer"])
             attn = loaded.get(p.name) or loaded.setdefault(p.name, p.load(t["device"]))
-            q, k, v, dout = make_inputs(p.layout, t["batch"], t["heads"], t["seqlen"], t["head_dim"],
-                                        DTYPES[t["dtype"]], t["device"], True)
+            q, k, v, dout = make_inputs(
+                p.layout, t["batch"], t["heads"], t["seqlen"], t["head_dim"], DTYPES[t["dtype"]], t["device"], True
+            )
             attn(q, k, v, t["causal"]).backward(dout)
             sync(t["device"])
             status = "ok"
@@ -70,8 +93,16 @@ def precompile(sweep, available, workers, timeout_s):
     env = dict(os.environ, TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONUNBUFFERED="1", PYTHONPATH=pythonpath)
     script = "import json, sys; from benchmarks.precompile import worker; worker(json.loads(sys.argv[1]))"
     start = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", script, json.dumps(share)], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for share in shares]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, json.dumps(share)],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        for share in shares
+    ]
     done = []
     for proc in procs:
         try:
@@ -80,8 +111,16 @@ def precompile(sweep, available, workers, timeout_s):
             proc.kill()  # its remaining compiles happen in the main run instead
             out, _ = proc.communicate()
         done += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    failed = [f"{t['peer']} {t['dtype']} d={t['head_dim']} causal={t['causal']} N={t['seqlen']}: {t['status']}"
-              for t in done if t["status"] != "ok"]
-    return dict(workers=workers, tasks=len(todo), done=sum(t["status"] == "ok" for t in done),
-                failed=failed[:10], wall_s=time.perf_counter() - start,
-                task_s=sum(t["s"] for t in done))
+    failed = [
+        f"{t['peer']} {t['dtype']} d={t['head_dim']} causal={t['causal']} N={t['seqlen']}: {t['status']}"
+        for t in done
+        if t["status"] != "ok"
+    ]
+    return dict(
+        workers=workers,
+        tasks=len(todo),
+        done=sum(t["status"] == "ok" for t in done),
+        failed=failed[:10],
+        wall_s=time.perf_counter() - start,
+        task_s=sum(t["s"] for t in done),
+    )

@@ -74,11 +74,21 @@ def ratio_rows(results):
                 for causal in s["causals"]:
                     cells = {}
                     for peer in peers:
-                        ratios = [speed[k]["flashdoc"] / speed[k][peer] for n in use
-                                  if "flashdoc" in speed.get(k := (mode, dtype, d, causal, n), {})
-                                  and peer in speed.get(k, {})]
-                        cells[peer] = None if not ratios else dict(
-                            geomean=math.exp(sum(map(math.log, ratios)) / len(ratios)), min=min(ratios), n=len(ratios))
+                        ratios = [
+                            speed[k]["flashdoc"] / speed[k][peer]
+                            for n in use
+                            if "flashdoc" in speed.get(k := (mode, dtype, d, causal, n), {})
+                            and peer in speed.get(k, {})
+                        ]
+                        cells[peer] = (
+                            None
+                            if not ratios
+                            else dict(
+                                geomean=math.exp(sum(map(math.log, ratios)) / len(ratios)),
+                                min=min(ratios),
+                                n=len(ratios),
+                            )
+                        )
                     rows.append(dict(mode=mode, dtype=dtype, head_dim=d, causal=causal, ratios=cells))
     return rows, peers, use
 
@@ -87,9 +97,11 @@ def ratio_cells(results, mode, peer, head_dims, causals=(False, True)):
     """The cells of ``ratio_rows`` (geomean, min, n) for flashdoc against peer in this mode at these head dims and
     maskings, both dtypes; configurations where the peer was not measured are left out."""
     rows, _, _ = ratio_rows(results)
-    return [row["ratios"][peer] for row in rows
-            if row["mode"] == mode and row["head_dim"] in head_dims and row["causal"] in causals
-            and row["ratios"].get(peer)]
+    return [
+        row["ratios"][peer]
+        for row in rows
+        if row["mode"] == mode and row["head_dim"] in head_dims and row["causal"] in causals and row["ratios"].get(peer)
+    ]
 
 
 def ratio_range(results, mode, peer, head_dims, causals=(False, True), stat="geomean"):
@@ -104,8 +116,11 @@ def ratio_range(results, mode, peer, head_dims, causals=(False, True), stat="geo
 def short_ratios(results, peer):
     """flashdoc's speed ratio to peer in every row shorter than RATIO_MIN_SEQLEN (512 and 1k tokens in the full
     sweep): the rows the ratio table leaves out, where host time per call is a large part of the wall time."""
-    return [row["flashdoc"] / row[peer] for key, row in speed_table(results).items()
-            if key[4] < RATIO_MIN_SEQLEN and "flashdoc" in row and peer in row]
+    return [
+        row["flashdoc"] / row[peer]
+        for key, row in speed_table(results).items()
+        if key[4] < RATIO_MIN_SEQLEN and "flashdoc" in row and peer in row
+    ]
 
 
 def causal_full_ratios(results, min_n=0, max_n=None):
@@ -115,8 +130,14 @@ def causal_full_ratios(results, min_n=0, max_n=None):
     ratios = {}
     for (mode, dtype, d, causal, n), row in speed.items():
         full = speed.get((mode, dtype, d, False, n), {})
-        if (mode == "fwd" and causal and min_n <= n and (max_n is None or n <= max_n)
-                and "flashdoc" in row and "flashdoc" in full):
+        if (
+            mode == "fwd"
+            and causal
+            and min_n <= n
+            and (max_n is None or n <= max_n)
+            and "flashdoc" in row
+            and "flashdoc" in full
+        ):
             ratios[(dtype, d, n)] = row["flashdoc"] / full["flashdoc"]
     return ratios
 
@@ -129,9 +150,12 @@ def dtype_twins(results, threshold):
     for r in results["records"]:
         if r["kind"] == "speed" and r["status"] == "ok" and r["peer"] == "flashdoc":
             recs.setdefault((r["mode"], r["head_dim"], r["causal"], r["seqlen"]), {})[r["dtype"]] = r
-    return [(key, pair) for key, pair in sorted(recs.items())
-            if len(pair) == 2 and max(x["tflops"] for x in pair.values())
-            > (1 + threshold) * min(x["tflops"] for x in pair.values())]
+    return [
+        (key, pair)
+        for key, pair in sorted(recs.items())
+        if len(pair) == 2
+        and max(x["tflops"] for x in pair.values()) > (1 + threshold) * min(x["tflops"] for x in pair.values())
+    ]
 
 
 def target_rows(results):
@@ -141,8 +165,11 @@ def target_rows(results):
     out = []
 
     def worst_ratio(mode, peer, min_n):
-        vals = [(row["flashdoc"] / row[peer], k) for k, row in speed.items()
-                if k[0] == mode and k[4] >= min_n and "flashdoc" in row and peer in row]
+        vals = [
+            (row["flashdoc"] / row[peer], k)
+            for k, row in speed.items()
+            if k[0] == mode and k[4] >= min_n and "flashdoc" in row and peer in row
+        ]
         return min(vals) if vals else None
 
     for label, mode, peer, goal in [
@@ -152,24 +179,49 @@ def target_rows(results):
         ("forward+backward ≥ 1.5× SDPA-flash (N ≥ 2k)", "fwd_bwd", "sdpa-flash", 1.5),
     ]:
         w = worst_ratio(mode, peer, RATIO_MIN_SEQLEN)
-        out.append((label, None if w is None else w[0] >= goal,
-                    "—" if w is None else f"worst {w[0]:.2f}× at {config_label(*w[1][:4])} N={fmt_n(w[1][4])}"))
+        out.append(
+            (
+                label,
+                None if w is None else w[0] >= goal,
+                "—" if w is None else f"worst {w[0]:.2f}× at {config_label(*w[1][:4])} N={fmt_n(w[1][4])}",
+            )
+        )
     w = min(((r, k) for k, r in causal_full_ratios(results, min_n=4096).items()), default=None)
-    out.append(("causal forward ≥ 0.9× non-causal (N ≥ 4k)", None if w is None else w[0] >= 0.9,
-                "—" if w is None else f"worst {w[0]:.2f}× at {w[1][0]} d={w[1][1]} N={fmt_n(w[1][2])}"))
+    out.append(
+        (
+            "causal forward ≥ 0.9× non-causal (N ≥ 4k)",
+            None if w is None else w[0] >= 0.9,
+            "—" if w is None else f"worst {w[0]:.2f}× at {w[1][0]} d={w[1][1]} N={fmt_n(w[1][2])}",
+        )
+    )
     mem = {}
     for r in results["records"]:
         if r["kind"] == "memory" and r["status"] == "ok":
             mem.setdefault(r["seqlen"], {})[r["peer"]] = r["peak_extra_bytes"]
-    vals = [(row["flashdoc"] / row["sdpa-flash"], n) for n, row in mem.items()
-            if "flashdoc" in row and row.get("sdpa-flash")]
+    vals = [
+        (row["flashdoc"] / row["sdpa-flash"], n)
+        for n, row in mem.items()
+        if "flashdoc" in row and row.get("sdpa-flash")
+    ]
     w = max(vals) if vals else None
-    out.append(("peak extra memory ≤ 1.05× SDPA-flash", None if w is None else w[0] <= 1.05,
-                "—" if w is None else f"worst {w[0]:.2f}× at N={fmt_n(w[1])}"))
+    out.append(
+        (
+            "peak extra memory ≤ 1.05× SDPA-flash",
+            None if w is None else w[0] <= 1.05,
+            "—" if w is None else f"worst {w[0]:.2f}× at N={fmt_n(w[1])}",
+        )
+    )
     fc = [r for r in results["records"] if r["kind"] == "first_call" and r["status"] == "ok"]
-    out.append(("first call on a new shape < 30 s", (fc[0]["first_call_s"] < 30) if fc else None,
-                f"{fc[0]['first_call_s']:.1f} s (forward {fc[0]['fwd_s']:.1f} s + backward {fc[0]['bwd_s']:.1f} s, "
-                "fresh process, empty Triton cache)" if fc else "—"))
+    out.append(
+        (
+            "first call on a new shape < 30 s",
+            (fc[0]["first_call_s"] < 30) if fc else None,
+            f"{fc[0]['first_call_s']:.1f} s (forward {fc[0]['fwd_s']:.1f} s + backward {fc[0]['bwd_s']:.1f} s, "
+            "fresh process, empty Triton cache)"
+            if fc
+            else "—",
+        )
+    )
     return out
 
 
@@ -198,9 +250,11 @@ def ratio_table(results):
         body.append([config_label(row["mode"], row["dtype"], row["head_dim"], row["causal"])] + cells)
     header = ["configuration"] + [f"vs {p}" for p in peers]
     ns = ", ".join(fmt_n(n) for n in use)
-    return (f"flashdoc's speed (TFLOP/s) divided by each peer's: geometric mean over N = {ns}, and the "
-            f"minimum; above 1× flashdoc is faster. — = not measured (see results.json for why).\n\n"
-            + md_table(header, body))
+    return (
+        f"flashdoc's speed (TFLOP/s) divided by each peer's: geometric mean over N = {ns}, and the "
+        f"minimum; above 1× flashdoc is faster. — = not measured (see results.json for why).\n\n"
+        + md_table(header, body)
+    )
 
 
 def tflops_table(results):
@@ -219,8 +273,9 @@ def tflops_table(results):
             else:
                 cells.append(f"{row[p]:.0f}")
         body.append([config_label(mode, dtype, d, causal), fmt_n(n)] + cells)
-    return ("TFLOP/s per peer; in brackets flashdoc's ratio to that peer.\n\n"
-            + md_table(["configuration", "N"] + peers, body))
+    return "TFLOP/s per peer; in brackets flashdoc's ratio to that peer.\n\n" + md_table(
+        ["configuration", "N"] + peers, body
+    )
 
 
 def memory_table(results):
@@ -228,8 +283,12 @@ def memory_table(results):
     for r in results["records"]:
         if r["kind"] == "memory" and "peer" in r:
             mem.setdefault(r["seqlen"], {})[r["peer"]] = (
-                f"{r['peak_extra_bytes'] / 2**20:,.0f} MiB" if r["status"] == "ok" else "OOM"
-                if "out of memory" in r["reason"] else "—")
+                f"{r['peak_extra_bytes'] / 2**20:,.0f} MiB"
+                if r["status"] == "ok"
+                else "OOM"
+                if "out of memory" in r["reason"]
+                else "—"
+            )
     if not mem:
         return None
     peers = [p for p in MEMORY_PEERS if any(p in row for row in mem.values())]
@@ -238,8 +297,10 @@ def memory_table(results):
 
 
 def targets_table(results):
-    rows = [[label, {True: "met", False: "NOT met", None: "not measured"}[ok], detail]
-            for label, ok, detail in target_rows(results)]
+    rows = [
+        [label, {True: "met", False: "NOT met", None: "not measured"}[ok], detail]
+        for label, ok, detail in target_rows(results)
+    ]
     return md_table(["target", "status", "measured"], rows)
 
 
@@ -248,12 +309,17 @@ def twins_table(results, threshold):
     rows = dtype_twins(results, threshold)
     if not rows:
         return f"No row's bfloat16 and float16 speeds differ by more than {threshold:.0%} in this run."
-    body = [[f"{'fwd+bwd' if mode == 'fwd_bwd' else 'fwd'} d={d} {'causal' if causal else 'full'}", fmt_n(n)]
-            + [f"{pair[dt]['tflops']:.0f} ({pair[dt]['ms_p20']:.2f}–{pair[dt]['ms_p80']:.2f} ms)"
-               for dt in ("bf16", "fp16")]
-            for (mode, d, causal, n), pair in rows]
-    return md_table(["configuration", "N", "bfloat16 TFLOP/s (calls' p20–p80)",
-                     "float16 TFLOP/s (calls' p20–p80)"], body)
+    body = [
+        [f"{'fwd+bwd' if mode == 'fwd_bwd' else 'fwd'} d={d} {'causal' if causal else 'full'}", fmt_n(n)]
+        + [
+            f"{pair[dt]['tflops']:.0f} ({pair[dt]['ms_p20']:.2f}–{pair[dt]['ms_p80']:.2f} ms)"
+            for dt in ("bf16", "fp16")
+        ]
+        for (mode, d, causal, n), pair in rows
+    ]
+    return md_table(
+        ["configuration", "N", "bfloat16 TFLOP/s (calls' p20–p80)", "float16 TFLOP/s (calls' p20–p80)"], body
+    )
 
 
 def autotuned_table(results):
@@ -266,8 +332,9 @@ def autotuned_table(results):
     for p in picks:
         row = (p["dtype"], p["head_dim"], p["causal"], p["seq_bucket"])
         if p.get("gluon"):
-            variants = [name for field, name in (("o_in_q", "O in Q"), ("wide", "wide"),
-                                                 ("fused_dq", "+ dQ")) if p.get(field)]
+            variants = [
+                name for field, name in (("o_in_q", "O in Q"), ("wide", "wide"), ("fused_dq", "+ dQ")) if p.get(field)
+            ]
             cell = f"{p['block_m']}×{p['block_n']} s{p['num_stages']} c{p['consumers']}"
             cell += f" {', '.join(variants)}" if variants else ""
             cell += " (Gluon)"
@@ -277,9 +344,11 @@ def autotuned_table(results):
         if p.get("fused_dq"):
             cells[row]["dq"] = "in dK/dV"
     nbsp = "\u00a0"  # keeps each cell on one line in the page's narrow column
-    rows = [[f"{dtype} d={d} {'causal' if causal else 'full'} N={fmt_n(n)}".replace(" ", nbsp)]
-            + [cells[dtype, d, causal, n].get(k, "—").replace(" ", nbsp) for k in ("fwd", "dkdv", "dq")]
-            for (dtype, d, causal, n) in sorted(cells)]
+    rows = [
+        [f"{dtype} d={d} {'causal' if causal else 'full'} N={fmt_n(n)}".replace(" ", nbsp)]
+        + [cells[dtype, d, causal, n].get(k, "—").replace(" ", nbsp) for k in ("fwd", "dkdv", "dq")]
+        for (dtype, d, causal, n) in sorted(cells)
+    ]
     header = ["configuration (N: its length bucket)", "forward", "dK/dV", "dQ"]
     return md_table(header, rows) + (
         "\n\nEach cell: BLOCK_M query rows × BLOCK_N keys, s pipeline stages, w warps. The forward and dQ kernels "
@@ -288,7 +357,8 @@ def autotuned_table(results):
         "of 4 warps, each with its own BLOCK_M query rows (forward, dQ) or BLOCK_N keys (dK/dV); O in Q: the "
         "forward stages its output in the query tiles; wide: the two dK/dV consumers share BLOCK_N keys and split "
         "the head dim; + dQ: the fused backward, whose dK/dV kernel also computes dQ (no dQ kernel runs). — : the "
-        "kernel did not run in that row.")
+        "kernel did not run in that row."
+    )
 
 
 def summary_text(results):
@@ -303,8 +373,10 @@ def summary_text(results):
     parts.append(ratio_table(results))
     mem = memory_table(results)
     if mem:
-        parts.append("Peak extra GPU memory, causal forward, batch 1, "
-                     f"{results['sweep']['memory_heads']} heads, d={results['sweep']['memory_head_dim']}:\n\n" + mem)
+        parts.append(
+            "Peak extra GPU memory, causal forward, batch 1, "
+            f"{results['sweep']['memory_heads']} heads, d={results['sweep']['memory_head_dim']}:\n\n" + mem
+        )
     parts.append(targets_table(results))
     return "\n\n".join(parts) + "\n"
 
@@ -342,14 +414,20 @@ def write_plots(results, out_dir):
     written = []
     columns = [(m, c) for m in s["modes"] for c in s["causals"]]
     for dtype in s["dtypes"]:
-        fig, axes = plt.subplots(len(s["head_dims"]), len(columns), squeeze=False, sharex=True,
-                                 figsize=(3.6 * len(columns), 2.8 * len(s["head_dims"]) + 0.8))
+        fig, axes = plt.subplots(
+            len(s["head_dims"]),
+            len(columns),
+            squeeze=False,
+            sharex=True,
+            figsize=(3.6 * len(columns), 2.8 * len(s["head_dims"]) + 0.8),
+        )
         for i, d in enumerate(s["head_dims"]):
             for j, (mode, causal) in enumerate(columns):
                 ax = axes[i][j]
                 for p in peers:
-                    pts = [(n, speed[k][p]) for n in s["seqlens"]
-                           if p in speed.get(k := (mode, dtype, d, causal, n), {})]
+                    pts = [
+                        (n, speed[k][p]) for n in s["seqlens"] if p in speed.get(k := (mode, dtype, d, causal, n), {})
+                    ]
                     if pts:
                         ax.plot(*zip(*pts), label=p, markersize=4, **STYLES.get(p, {}))
                 ax.set_xscale("log", base=2)
@@ -366,8 +444,14 @@ def write_plots(results, out_dir):
             for h, label in zip(*ax.get_legend_handles_labels()):
                 handles.setdefault(label, h)
         if handles:  # (a run stopped before its first timing has none)
-            fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=8,
-                       bbox_to_anchor=(0.5, 0))
+            fig.legend(
+                handles.values(),
+                handles.keys(),
+                loc="lower center",
+                ncol=len(handles),
+                fontsize=8,
+                bbox_to_anchor=(0.5, 0),
+            )
         title = f"Attention throughput, {dtype}, {results['gpu']} — {s['total_tokens']} tokens per batch"
         fig.suptitle(("CPU SMOKE RUN, NUMBERS NOT MEANINGFUL\n" if cpu else "") + title, fontsize=10)
         fig.tight_layout(rect=(0, 0.05, 1, 1))
@@ -384,8 +468,13 @@ def write_plots(results, out_dir):
             ax.plot(*zip(*pts), label=p, **dict(STYLES.get(p, {}), markersize=9 if p == "sdpa-flash" else 5))
         oom = [r["seqlen"] for r in mem if r["peer"] == p and "out of memory" in r.get("reason", "")]
         if oom and pts:
-            ax.annotate(f"{p}: out of memory at N={fmt_n(oom[0])}", xy=pts[-1], xytext=(5, -12),
-                        textcoords="offset points", fontsize=8)
+            ax.annotate(
+                f"{p}: out of memory at N={fmt_n(oom[0])}",
+                xy=pts[-1],
+                xytext=(5, -12),
+                textcoords="offset points",
+                fontsize=8,
+            )
     if mem:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -394,12 +483,21 @@ def write_plots(results, out_dir):
         ax.legend()
         ax.grid(alpha=0.3, which="both")
     else:
-        ax.text(0.5, 0.5, "no memory measurements:\nthey need a CUDA device", ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no memory measurements:\nthey need a CUDA device",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.set_xlabel("sequence length N")
     ax.set_ylabel("peak extra memory (MiB)")
-    ax.set_title(f"Causal forward, batch 1, {s['memory_heads']} heads, d={s['memory_head_dim']}, {s['memory_dtype']}"
-                 f"\n{results['gpu']}", fontsize=9)
+    ax.set_title(
+        f"Causal forward, batch 1, {s['memory_heads']} heads, d={s['memory_head_dim']}, {s['memory_dtype']}"
+        f"\n{results['gpu']}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(out_dir / "memory.png", dpi=110)
     plt.close(fig)
@@ -408,8 +506,10 @@ def write_plots(results, out_dir):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.report",
-                                     description="Redraw a benchmark run's tables and plots from its results.json.")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.report",
+        description="Redraw a benchmark run's tables and plots from its results.json.",
+    )
     parser.add_argument("results", help="a results.json written by benchmarks.run")
     parser.add_argument("--out", default=None, help="output folder (default: the results.json's folder)")
     args = parser.parse_args(argv)

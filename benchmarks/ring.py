@@ -64,10 +64,17 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--masks", default="causal,full", help="causal and/or full, comma-separated")
     p.add_argument("--modes", default="fwd,fwd_bwd", help="fwd and/or fwd_bwd, comma-separated")
-    p.add_argument("--methods", default="flashdoc,ring-contiguous,ring-zigzag,sdpa-cudnn,sdpa-flash,"
-                   "cp-cudnn,cp-flash", help="which rows to time, comma-separated")
-    p.add_argument("--cp-rotate", default="alltoall", choices=["alltoall", "allgather"],
-                   help="PyTorch context parallel's K/V exchange: alltoall is its ring, allgather its default")
+    p.add_argument(
+        "--methods",
+        default="flashdoc,ring-contiguous,ring-zigzag,sdpa-cudnn,sdpa-flash,cp-cudnn,cp-flash",
+        help="which rows to time, comma-separated",
+    )
+    p.add_argument(
+        "--cp-rotate",
+        default="alltoall",
+        choices=["alltoall", "allgather"],
+        help="PyTorch context parallel's K/V exchange: alltoall is its ring, allgather its default",
+    )
     p.add_argument("--nproc", type=int, default=2, help="GPUs when not under torchrun (0: every visible GPU)")
     return p.parse_args(argv)
 
@@ -75,6 +82,7 @@ def parse_args(argv=None):
 # ---------------------------------------------------------------------------------------------------------------
 # Timing
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def timed(fn):
     """Seconds per call, the slowest rank's: every rank starts together, runs the same number of calls."""
@@ -100,13 +108,16 @@ def timed(fn):
 def step(attend, inputs, dout, mode):
     """One call: forward only, or forward and backward (gradients of q, k, v, as in training)."""
     if mode == "fwd":
+
         def run():
             with torch.no_grad():
                 attend(*inputs)
     else:
+
         def run():
             out = attend(*inputs)
             torch.autograd.grad(out, inputs, dout)
+
     return run
 
 
@@ -114,13 +125,16 @@ def step(attend, inputs, dout, mode):
 # The methods
 # ---------------------------------------------------------------------------------------------------------------
 
+
 def full_tensors(args, n, seed):
     kv_heads = args.kv_heads or args.heads
     gen = torch.Generator(device=DEVICE).manual_seed(seed)
     shape_q = (args.batch, n, args.heads, args.head_dim)
     shape_kv = (args.batch, n, kv_heads, args.head_dim)
-    return [torch.randn(s, device=DEVICE, dtype=torch.bfloat16, generator=gen)
-            for s in (shape_q, shape_kv, shape_kv, shape_q)]
+    return [
+        torch.randn(s, device=DEVICE, dtype=torch.bfloat16, generator=gen)
+        for s in (shape_q, shape_kv, shape_kv, shape_q)
+    ]
 
 
 def shard(x, layout, world, rank):
@@ -130,8 +144,7 @@ def shard(x, layout, world, rank):
 def check_ring(q, k, v, causal, layout, world, rank):
     """max |ring output - one-GPU output| over the whole sequence (the ring's shards gathered)."""
     with torch.no_grad():
-        local = ring_flash_attn_func(*(shard(t, layout, world, rank) for t in (q, k, v)), causal=causal,
-                                     layout=layout)
+        local = ring_flash_attn_func(*(shard(t, layout, world, rank) for t in (q, k, v)), causal=causal, layout=layout)
         gathered = [torch.empty_like(local) for _ in range(world)]
         dist.all_gather(gathered, local)
         ring = zigzag_unshard(gathered) if layout == "zigzag" else torch.cat(gathered, dim=1)
@@ -154,6 +167,7 @@ def measure(method, args, n, causal, mode, world, rank, mesh):
 
         def attend(a, b, c):
             return flashdoc.flash_attn_func(a, b, c, causal=causal)
+
         return timed(step(attend, inputs, dout, mode)), extra
     if method.startswith("ring-"):
         layout = method.removeprefix("ring-")
@@ -165,6 +179,7 @@ def measure(method, args, n, causal, mode, world, rank, mesh):
 
         def attend(a, b, c):
             return ring_flash_attn_func(a, b, c, causal=causal, layout=layout)
+
         return timed(step(attend, inputs, dout, mode)), extra
     from torch.nn.attention import sdpa_kernel
 
@@ -176,6 +191,7 @@ def measure(method, args, n, causal, mode, world, rank, mesh):
     def attend(a, b, c):
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=gqa)
+
     if method.startswith("sdpa-"):
         inputs = [t.requires_grad_(mode == "fwd_bwd") for t in (q, k, v)]
         return timed(step(attend, inputs, dout, mode)), extra
@@ -197,8 +213,12 @@ def measure(method, args, n, causal, mode, world, rank, mesh):
 # The run
 # ---------------------------------------------------------------------------------------------------------------
 
-BASELINE = {"ring-contiguous": "flashdoc", "ring-zigzag": "flashdoc", "cp-cudnn": "sdpa-cudnn",
-            "cp-flash": "sdpa-flash"}
+BASELINE = {
+    "ring-contiguous": "flashdoc",
+    "ring-zigzag": "flashdoc",
+    "cp-cudnn": "sdpa-cudnn",
+    "cp-flash": "sdpa-flash",
+}
 
 
 def run(args):
@@ -213,17 +233,36 @@ def run(args):
             for mode in args.modes.split(","):
                 for method in methods:
                     gpus = world if (method.startswith("ring-") or method.startswith("cp-")) else 1
-                    row = dict(method=method, seqlen=n, causal=causal, mode=mode, gpus=gpus, batch=args.batch,
-                               heads=args.heads, kv_heads=args.kv_heads or args.heads, head_dim=args.head_dim,
-                               dtype="bf16")
+                    row = dict(
+                        method=method,
+                        seqlen=n,
+                        causal=causal,
+                        mode=mode,
+                        gpus=gpus,
+                        batch=args.batch,
+                        heads=args.heads,
+                        kv_heads=args.kv_heads or args.heads,
+                        head_dim=args.head_dim,
+                        dtype="bf16",
+                    )
                     try:
                         seconds, extra = measure(method, args, n, causal, mode, world, rank, mesh)
                         row.update(extra, ms=seconds * 1e3, tokens_per_s=args.batch * n / seconds)
                     except Exception as err:  # one failing row (e.g. a backend PyTorch lacks) is reported
                         row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
                     torch.cuda.empty_cache()
-                    base = next((r for r in rows if r["method"] == BASELINE.get(method) and r["seqlen"] == n
-                                 and r["causal"] == causal and r["mode"] == mode and "tokens_per_s" in r), None)
+                    base = next(
+                        (
+                            r
+                            for r in rows
+                            if r["method"] == BASELINE.get(method)
+                            and r["seqlen"] == n
+                            and r["causal"] == causal
+                            and r["mode"] == mode
+                            and "tokens_per_s" in r
+                        ),
+                        None,
+                    )
                     if base and "tokens_per_s" in row:
                         row["efficiency"] = row["tokens_per_s"] / (gpus * base["tokens_per_s"])
                     rows.append(row)
@@ -237,27 +276,35 @@ def environment(world):
 
     env = _environment(DEVICE)
     nccl = torch.cuda.nccl.version() if DEVICE == "cuda" else None
-    env.update(world_size=world, nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
-               nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"),
-               time=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    env.update(
+        world_size=world,
+        nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
+        nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"),
+        time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
     return env
 
 
 def markdown(rows, env):
-    lines = [f"Ring attention on {env['world_size']} x {env['gpu']} (torch {env['torch']}, triton "
-             f"{env['triton']}, NCCL {env['nccl']}, NCCL_NVLS_ENABLE={env['nccl_nvls_enable']}); bf16, "
-             f"batch {rows[0]['batch']}, {rows[0]['heads']} heads ({rows[0]['kv_heads']} K/V), "
-             f"head dim {rows[0]['head_dim']}.", "",
-             "| N | mask | mode | method | GPUs | ms | tokens/s | scaling efficiency |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Ring attention on {env['world_size']} x {env['gpu']} (torch {env['torch']}, triton "
+        f"{env['triton']}, NCCL {env['nccl']}, NCCL_NVLS_ENABLE={env['nccl_nvls_enable']}); bf16, "
+        f"batch {rows[0]['batch']}, {rows[0]['heads']} heads ({rows[0]['kv_heads']} K/V), "
+        f"head dim {rows[0]['head_dim']}.",
+        "",
+        "| N | mask | mode | method | GPUs | ms | tokens/s | scaling efficiency |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "error" in r:
             cells = ["failed", r["error"].replace("|", "/"), ""]
         else:
             eff = f"{r['efficiency']:.2f}" if "efficiency" in r else ""
             cells = [f"{r['ms']:.1f}", f"{r['tokens_per_s']:,.0f}", eff]
-        lines.append(f"| {r['seqlen']:,} | {'causal' if r['causal'] else 'full'} | {r['mode']} | {r['method']} | "
-                     f"{r['gpus']} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {r['seqlen']:,} | {'causal' if r['causal'] else 'full'} | {r['mode']} | {r['method']} | "
+            f"{r['gpus']} | " + " | ".join(cells) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -277,9 +324,21 @@ def plot(rows, env, path):
     width = 0.8 / len(methods)
     for ax, (mode, causal) in zip(axes[0], panels):
         for i, method in enumerate(methods):
-            eff = [next((r["efficiency"] for r in rows if r["method"] == method and r["seqlen"] == n
-                         and r["mode"] == mode and r["causal"] == causal and "efficiency" in r), 0.0)
-                   for n in seqlens]
+            eff = [
+                next(
+                    (
+                        r["efficiency"]
+                        for r in rows
+                        if r["method"] == method
+                        and r["seqlen"] == n
+                        and r["mode"] == mode
+                        and r["causal"] == causal
+                        and "efficiency" in r
+                    ),
+                    0.0,
+                )
+                for n in seqlens
+            ]
             ax.bar([j + i * width for j in range(len(seqlens))], eff, width, label=method)
         ax.axhline(1.0, color="black", linewidth=0.6)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(seqlens))], [f"{n // 1024}k" for n in seqlens])
@@ -294,8 +353,13 @@ def plot(rows, env, path):
 def main(local_rank=None, world=None, args=None):
     args = args or parse_args()
     if local_rank is not None:  # spawned by this script rather than torchrun
-        os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world),
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29517"))
+        os.environ.update(
+            RANK=str(local_rank),
+            LOCAL_RANK=str(local_rank),
+            WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=os.environ.get("MASTER_PORT", "29517"),
+        )
     if DEVICE == "cuda":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group("nccl", device_id=torch.device("cuda", int(os.environ["LOCAL_RANK"])))

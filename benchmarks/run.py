@@ -48,9 +48,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script (python benchmarks/run.py): make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import flashdoc  # noqa: E402  (first: on a machine without a GPU it switches Triton to its interpreter)
 import torch  # noqa: E402
 
+import flashdoc  # noqa: E402  (first: on a machine without a GPU it switches Triton to its interpreter)
 from benchmarks import kernel_configs, report, timing  # noqa: E402
 from benchmarks import peers as peer_registry  # noqa: E402  (run_benchmark's `peers` is a list of names)
 from benchmarks.precompile import precompile  # noqa: E402
@@ -65,10 +65,17 @@ def environment(device):
     # tree on a GPU box whose .git lags behind)
     commit = os.environ.get("FLASHDOC_COMMIT")
     try:
-        commit = commit or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip() or None
+        commit = (
+            commit
+            or subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                cwd=Path(__file__).resolve().parent,
+            ).stdout.strip()
+            or None
+        )
     except Exception:
         commit = None
     if device == "cuda":
@@ -76,8 +83,13 @@ def environment(device):
     else:
         gpu = f"CPU ({platform.processor() or platform.machine()}), no GPU"
     return dict(
-        gpu=gpu, torch=torch.__version__, triton=triton.__version__, flashdoc=flashdoc.__version__,
-        flashdoc_commit=commit, cuda=torch.version.cuda, python=platform.python_version(),
+        gpu=gpu,
+        torch=torch.__version__,
+        triton=triton.__version__,
+        flashdoc=flashdoc.__version__,
+        flashdoc_commit=commit,
+        cuda=torch.version.cuda,
+        python=platform.python_version(),
         flashdoc_autotune=os.environ.get("FLASHDOC_AUTOTUNE", "default"),
     )
 
@@ -119,8 +131,9 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
     sweep = SWEEPS["cpu" if device == "cpu" else ("quick" if quick else "full")]
     sweep = dataclasses.replace(sweep, device=device, **overrides)
     if not isinstance(sweep.passes, int) or sweep.passes < 1:
-        raise ValueError(f"passes must be a whole number of at least 1 (the times each configuration is timed), "
-                         f"got {sweep.passes!r}")
+        raise ValueError(
+            f"passes must be a whole number of at least 1 (the times each configuration is timed), got {sweep.passes!r}"
+        )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     say = print if verbose else (lambda *a, **k: None)
@@ -145,8 +158,10 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
     if device == "cuda" and sweep.precompile_workers > 0:
         say(f"Compiling kernels ahead in {sweep.precompile_workers} processes ...")
         precompiled = precompile(sweep, available, sweep.precompile_workers, sweep.precompile_timeout_s)
-        say(f"Compiled {precompiled.get('done', 0)}/{precompiled['tasks']} kernels ahead in "
-            f"{precompiled['workers']} processes: {precompiled['wall_s']:.0f} s")
+        say(
+            f"Compiled {precompiled.get('done', 0)}/{precompiled['tasks']} kernels ahead in "
+            f"{precompiled['workers']} processes: {precompiled['wall_s']:.0f} s"
+        )
         for line in precompiled.get("failed", []):
             say(f"  compile ahead failed (the timed run compiles it itself): {line}")
         # From here on torch.compile mostly loads from its cache: no pool of compile processes is needed (on
@@ -182,22 +197,51 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
                         continue
                     bar.set_postfix_str(f"{peer.name} {mode} {dtype} d={head_dim} causal={causal} N={seqlen}")
                     key = (peer.name, mode, dtype, head_dim, causal)
-                    base = dict(kind="speed", peer=peer.name, mode=mode, dtype=dtype, head_dim=head_dim,
-                                causal=causal, seqlen=seqlen, batch=batch, heads=heads, flops=fl)
+                    base = dict(
+                        kind="speed",
+                        peer=peer.name,
+                        mode=mode,
+                        dtype=dtype,
+                        head_dim=head_dim,
+                        causal=causal,
+                        seqlen=seqlen,
+                        batch=batch,
+                        heads=heads,
+                        flops=fl,
+                    )
                     slot = key + (seqlen,)
                     t0 = time.perf_counter()
                     if peer.name == "naive" and seqlen > sweep.naive_max_seqlen:
-                        speed[slot] = dict(base, status="skipped",
-                                           reason=f"naive is timed up to N={sweep.naive_max_seqlen} only")
+                        speed[slot] = dict(
+                            base, status="skipped", reason=f"naive is timed up to N={sweep.naive_max_seqlen} only"
+                        )
                     elif key in failed:
                         speed.setdefault(slot, dict(base, status="skipped", reason=failed[key]))
                     else:
                         try:
-                            m = timing.measure_speed(available[peer.name], peer.layout, mode, dtype, batch, heads,
-                                                     seqlen, head_dim, causal, sweep)
-                            speed[slot] = timing.keep_best(speed.get(slot), dict(
-                                base, status="ok", tflops=fl / (m["ms"] * 1e-3) / 1e12, **m,
-                                wall_s=time.perf_counter() - t0, timestamp=_now()))
+                            m = timing.measure_speed(
+                                available[peer.name],
+                                peer.layout,
+                                mode,
+                                dtype,
+                                batch,
+                                heads,
+                                seqlen,
+                                head_dim,
+                                causal,
+                                sweep,
+                            )
+                            speed[slot] = timing.keep_best(
+                                speed.get(slot),
+                                dict(
+                                    base,
+                                    status="ok",
+                                    tflops=fl / (m["ms"] * 1e-3) / 1e12,
+                                    **m,
+                                    wall_s=time.perf_counter() - t0,
+                                    timestamp=_now(),
+                                ),
+                            )
                         except Exception as e:
                             reason = peer_registry.failure_reason(e)
                             if isinstance(e, torch.OutOfMemoryError):
@@ -205,8 +249,12 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
                             else:
                                 failed[key] = f"failed at N={seqlen}: {reason}"
                             if speed.get(slot, {}).get("status") != "ok":  # a failure in a later pass keeps the
-                                speed[slot] = dict(base, status="skipped", reason=reason,  # earlier timing
-                                                   wall_s=time.perf_counter() - t0)
+                                speed[slot] = dict(
+                                    base,
+                                    status="skipped",
+                                    reason=reason,  # earlier timing
+                                    wall_s=time.perf_counter() - t0,
+                                )
                             if device == "cuda":
                                 torch.cuda.empty_cache()
                     bar.update()
@@ -222,16 +270,32 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
                 oom_at = None
                 for seqlen in sweep.memory_seqlens:
                     bar.set_postfix_str(f"memory {peer.name} N={seqlen}")
-                    base = dict(kind="memory", peer=peer.name, mode="fwd", dtype=sweep.memory_dtype,
-                                head_dim=sweep.memory_head_dim, causal=True, seqlen=seqlen, batch=1,
-                                heads=sweep.memory_heads)
+                    base = dict(
+                        kind="memory",
+                        peer=peer.name,
+                        mode="fwd",
+                        dtype=sweep.memory_dtype,
+                        head_dim=sweep.memory_head_dim,
+                        causal=True,
+                        seqlen=seqlen,
+                        batch=1,
+                        heads=sweep.memory_heads,
+                    )
                     if oom_at is not None:
                         record(**base, status="skipped", reason=f"out of memory at N={oom_at}")
                     else:
                         try:
                             peak = timing.measure_peak_memory(
-                                available[peer.name], peer.layout, 1, sweep.memory_heads, seqlen,
-                                sweep.memory_head_dim, sweep.memory_dtype, True, device)
+                                available[peer.name],
+                                peer.layout,
+                                1,
+                                sweep.memory_heads,
+                                seqlen,
+                                sweep.memory_head_dim,
+                                sweep.memory_dtype,
+                                True,
+                                device,
+                            )
                             record(**base, status="ok", peak_extra_bytes=peak)
                         except Exception as e:
                             if isinstance(e, torch.OutOfMemoryError):
@@ -247,17 +311,22 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
         if "flashdoc" not in available:
             record(**first, status="skipped", reason=skipped.get("flashdoc", "not selected"))
         elif not sweep.first_call:
-            record(**first, status="skipped",
-                   reason="not measured in this sweep (first_call=False; on the CPU nothing is compiled)")
+            record(
+                **first,
+                status="skipped",
+                reason="not measured in this sweep (first_call=False; on the CPU nothing is compiled)",
+            )
         else:
             say("Measuring flashdoc's first call in a fresh process with an empty Triton cache ...")
             if pinned_cpu is not None:  # compiles as a user's process would, on every CPU
                 timing.pin_threads(all_cpus)
             try:
-                fc = timing.measure_first_call(shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"],
-                                               shape["causal"])
-                record(**first, status="ok", fwd_s=fc["fwd_s"], bwd_s=fc["bwd_s"],
-                       first_call_s=fc["fwd_s"] + fc["bwd_s"])
+                fc = timing.measure_first_call(
+                    shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"], shape["causal"]
+                )
+                record(
+                    **first, status="ok", fwd_s=fc["fwd_s"], bwd_s=fc["bwd_s"], first_call_s=fc["fwd_s"] + fc["bwd_s"]
+                )
             except Exception as e:
                 record(**first, status="skipped", reason=peer_registry.failure_reason(e))
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from `timeout` (see main): keep what was measured
@@ -278,9 +347,14 @@ def run_benchmark(out_dir=".", quick=False, device=None, peers=None, progress=Tr
         note=CPU_NOTE if device == "cpu" else None,
         sweep={k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(sweep).items()},
         quantiles=QUANTILES,
-        peers={p.name: ({"available": True} if p.name in available
-                        else {"available": False, "reason": skipped.get(p.name, "not selected")})
-               for p in peer_registry.PEERS},
+        peers={
+            p.name: (
+                {"available": True}
+                if p.name in available
+                else {"available": False, "reason": skipped.get(p.name, "not selected")}
+            )
+            for p in peer_registry.PEERS
+        },
         wall_s=time.perf_counter() - t_start,
         interrupted=interrupted,
         precompiled=precompiled,
@@ -311,13 +385,18 @@ def _interrupt(signum, frame):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0],
+        prog="python -m benchmarks.run",
+        description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", default="bench-out", help="output folder (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="a small smoke subset (bf16, d=128, N=1k/4k/16k)")
-    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
-                        help="cpu = tiny shapes whose numbers mean nothing (default: cuda if available)")
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="cpu = tiny shapes whose numbers mean nothing (default: cuda if available)",
+    )
     parser.add_argument("--peers", help=f"comma-separated subset of: {', '.join(p.name for p in peer_registry.PEERS)}")
     parser.add_argument("--modes", help="comma-separated subset of: fwd, fwd_bwd")
     parser.add_argument("--dtypes", help="comma-separated subset of: bf16, fp16")
@@ -328,13 +407,22 @@ def main(argv=None):
     parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up budget per measurement")
     parser.add_argument("--rep-ms", type=float, help="do_bench measuring budget per measurement")
     parser.add_argument("--naive-max-seqlen", type=int, help="time naive attention up to this N")
-    parser.add_argument("--passes", type=int, help="time every configuration this many times and keep the "
-                        "lowest median (default 2 on a GPU)")
+    parser.add_argument(
+        "--passes",
+        type=int,
+        help="time every configuration this many times and keep the lowest median (default 2 on a GPU)",
+    )
     parser.add_argument("--no-first-call", action="store_true", help="skip the cold first-call measurement")
-    parser.add_argument("--precompile-workers", type=int,
-                        help="processes compiling kernels ahead of the timing (0: none; default: CPUs - 2, at most 12)")
-    parser.add_argument("--no-pin-cpu", action="store_true",
-                        help="time without pinning the process to one CPU (the short rows then vary more)")
+    parser.add_argument(
+        "--precompile-workers",
+        type=int,
+        help="processes compiling kernels ahead of the timing (0: none; default: CPUs - 2, at most 12)",
+    )
+    parser.add_argument(
+        "--no-pin-cpu",
+        action="store_true",
+        help="time without pinning the process to one CPU (the short rows then vary more)",
+    )
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
@@ -372,8 +460,12 @@ def main(argv=None):
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         run_benchmark(
-            out_dir=args.out, quick=args.quick, device=None if args.device == "auto" else args.device,
-            peers=args.peers.split(",") if args.peers else None, progress=not args.no_progress, **overrides,
+            out_dir=args.out,
+            quick=args.quick,
+            device=None if args.device == "auto" else args.device,
+            peers=args.peers.split(",") if args.peers else None,
+            progress=not args.no_progress,
+            **overrides,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)

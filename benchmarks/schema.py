@@ -77,14 +77,29 @@ SWEEPS = {
     "full": Sweep("full", "cuda"),
     # d = 128 in bf16 at three lengths: a smoke test on the GPU that still says something.
     "quick": Sweep(
-        "quick", "cuda", dtypes=("bf16",), head_dims=(128,), seqlens=(1024, 4096, 16384),
+        "quick",
+        "cuda",
+        dtypes=("bf16",),
+        head_dims=(128,),
+        seqlens=(1024, 4096, 16384),
         memory_seqlens=(4096, 16384, 32768),
     ),
     # Tiny shapes for CPU-only machines and the tests: it exercises every code path, and its numbers mean
     # nothing (flashdoc runs through the Triton interpreter there, one program instance after another).
     "cpu": Sweep(
-        "cpu", "cpu", dtypes=("fp16",), head_dims=(32,), seqlens=(64, 128), total_tokens=128, hidden=32,
-        naive_max_seqlen=128, memory_seqlens=(), warmup_ms=0.0, rep_ms=0.0, passes=1, first_call=False,
+        "cpu",
+        "cpu",
+        dtypes=("fp16",),
+        head_dims=(32,),
+        seqlens=(64, 128),
+        total_tokens=128,
+        hidden=32,
+        naive_max_seqlen=128,
+        memory_seqlens=(),
+        warmup_ms=0.0,
+        rep_ms=0.0,
+        passes=1,
+        first_call=False,
         precompile_workers=0,
     ),
 }

@@ -45,8 +45,11 @@ def time_ms(fn, sweep, grad_to_none):
         torch.cuda.synchronize()
         call_ms = (time.perf_counter() - start) * 1e3
         return triton.testing.do_bench(
-            fn, warmup=max(sweep.warmup_ms, 2 * call_ms), rep=max(sweep.rep_ms, MIN_REPS * call_ms),
-            grad_to_none=grad_to_none, quantiles=QUANTILES,
+            fn,
+            warmup=max(sweep.warmup_ms, 2 * call_ms),
+            rep=max(sweep.rep_ms, MIN_REPS * call_ms),
+            grad_to_none=grad_to_none,
+            quantiles=QUANTILES,
         )
     # CPU (a smoke run): one plain wall-clock timing, the first call having served as the warm-up.
     for t in grad_to_none or ():
@@ -62,11 +65,14 @@ def measure_speed(attn, layout, mode, dtype, batch, heads, seqlen, head_dim, cau
     inputs that require grad (the training forward, as flash-attn's benchmarks do)."""
     q, k, v, dout = make_inputs(layout, batch, heads, seqlen, head_dim, DTYPES[dtype], sweep.device, True)
     if mode == "fwd":
+
         def fn():
             return attn(q, k, v, causal)
     else:
+
         def fn():
             return attn(q, k, v, causal).backward(dout)
+
     sync(sweep.device)
     start = time.perf_counter()
     fn()  # the first call on this shape: compiles, autotunes, builds block masks ...
@@ -115,7 +121,10 @@ def measure_first_call(batch, seqlen, heads, head_dim, causal, timeout_s=300):
         env = dict(os.environ, TRITON_CACHE_DIR=cache)
         args = json.dumps([batch, seqlen, heads, head_dim, causal])
         proc = subprocess.run(
-            [sys.executable, "-c", _FIRST_CALL_SCRIPT, args], env=env, capture_output=True, text=True,
+            [sys.executable, "-c", _FIRST_CALL_SCRIPT, args],
+            env=env,
+            capture_output=True,
+            text=True,
             timeout=timeout_s,
         )
     if proc.returncode != 0:
@@ -154,6 +163,9 @@ def keep_best(kept, timing):
     if kept is None:
         return dict(timing, ms_passes=[timing["ms"]])
     best = dict(min(kept, timing, key=lambda t: t["ms"]))
-    best.update(ms_passes=kept["ms_passes"] + [timing["ms"]], first_call_s=kept["first_call_s"],
-                wall_s=kept["wall_s"] + timing["wall_s"])
+    best.update(
+        ms_passes=kept["ms_passes"] + [timing["ms"]],
+        first_call_s=kept["first_call_s"],
+        wall_s=kept["wall_s"] + timing["wall_s"],
+    )
     return best

@@ -26,10 +26,16 @@ def ratios(path: str) -> tuple[dict, dict]:
     """The run's header, and flashdoc / cuDNN TFLOP/s per (sequence length, mode, head dim, causal)."""
     with open(path) as f:
         run = json.load(f)
-    tflops = {(r["peer"], r["seqlen"], r["mode"], r["head_dim"], r["causal"]): r["tflops"]
-              for r in run["records"] if r["kind"] == "speed" and r["status"] == "ok"}
-    return run, {key[1:]: tflops[key] / tflops[("sdpa-cudnn",) + key[1:]]
-                 for key in tflops if key[0] == "flashdoc" and ("sdpa-cudnn",) + key[1:] in tflops}
+    tflops = {
+        (r["peer"], r["seqlen"], r["mode"], r["head_dim"], r["causal"]): r["tflops"]
+        for r in run["records"]
+        if r["kind"] == "speed" and r["status"] == "ok"
+    }
+    return run, {
+        key[1:]: tflops[key] / tflops[("sdpa-cudnn",) + key[1:]]
+        for key in tflops
+        if key[0] == "flashdoc" and ("sdpa-cudnn",) + key[1:] in tflops
+    }
 
 
 def table(folder: str) -> str:
@@ -38,7 +44,7 @@ def table(folder: str) -> str:
     lines = [f"| Triton | GPU suite | N | {head} |", "|---" * (len(cols) + 3) + "|"]
     runs = []
     for path in sorted(glob.glob(os.path.join(folder, "results-*.json"))):
-        release = os.path.basename(path)[len("results-"):-len(".json")]
+        release = os.path.basename(path)[len("results-") : -len(".json")]
         run, ratio = ratios(path)
         runs.append(run)
         suite_file = os.path.join(folder, f"suite-{release}.txt")
@@ -52,11 +58,13 @@ def table(folder: str) -> str:
             lines.append(f"| {release} | {suite} | {n // 1024}k | {cells} |")
     first = runs[0]
     timed = [r for r in first["records"] if r["kind"] == "speed"]
-    note = (f"flashdoc's TFLOP/s over cuDNN's (SDPA's cuDNN backend), {first['gpu']}, torch {first['torch']}, "
-            f"flashdoc {first['flashdoc_commit']}, {', '.join(sorted({r['dtype'] for r in timed}))}, N = "
-            f"{', '.join(str(n) for n in sorted({r['seqlen'] for r in timed}))}, "
-            f"one pass, {first['date'][:10]}. "
-            "Newer Tritons ran ahead of the installed one on PYTHONPATH.")
+    note = (
+        f"flashdoc's TFLOP/s over cuDNN's (SDPA's cuDNN backend), {first['gpu']}, torch {first['torch']}, "
+        f"flashdoc {first['flashdoc_commit']}, {', '.join(sorted({r['dtype'] for r in timed}))}, N = "
+        f"{', '.join(str(n) for n in sorted({r['seqlen'] for r in timed}))}, "
+        f"one pass, {first['date'][:10]}. "
+        "Newer Tritons ran ahead of the installed one on PYTHONPATH."
+    )
     return "\n".join(["# The Hopper kernels on each Triton release", "", note, ""] + lines) + "\n"
 
 

@@ -62,6 +62,7 @@ def tflops(ms: float, batch: int, heads: int, head_dim: int, scores: int, mode: 
 def flashdoc_call(causal=False, window=(-1, -1), softcap=0.0, slopes=None):
     """flashdoc.flash_attn_func on (B, H, N, D) tensors (as views in its layout), with keywords only, so the
     same call runs on checkouts with either argument order."""
+
     def call(q, k, v):
         options = dict(causal=causal)
         if window != (-1, -1):
@@ -71,6 +72,7 @@ def flashdoc_call(causal=False, window=(-1, -1), softcap=0.0, slopes=None):
         if slopes is not None:
             options["alibi_slopes"] = slopes
         return flashdoc.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **options)
+
     return call
 
 
@@ -84,7 +86,8 @@ class Flex:
         # one compile per shape and mask; past dynamo's default limit Flex silently runs eagerly, 10x slower
         torch._dynamo.config.cache_size_limit = max(1024, torch._dynamo.config.cache_size_limit)
         torch._dynamo.config.accumulated_cache_size_limit = max(
-            4096, getattr(torch._dynamo.config, "accumulated_cache_size_limit", 0))
+            4096, getattr(torch._dynamo.config, "accumulated_cache_size_limit", 0)
+        )
         self.flex = torch.compile(flex_attention, dynamic=False)
         self.create_block_mask = create_block_mask
         self.masks = {}
@@ -107,6 +110,7 @@ class Flex:
         def call(q, k, v):
             block_mask = None if mask is None else self.block_mask(mask, q.shape[-2], q.device)
             return self.flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
         return call
 
 
@@ -117,6 +121,7 @@ def softcap_mod(score, b, h, q_idx, kv_idx):
 def alibi_mod(slopes):
     def mod(score, b, h, q_idx, kv_idx):
         return score - slopes[h] * (q_idx - kv_idx).abs()
+
     return mod
 
 
@@ -139,19 +144,23 @@ def time_ms(fn, grads, device):
 
 def measure(call, mode, batch, heads, seqlen, head_dim, device, dtype):
     g = torch.Generator(device="cpu").manual_seed(0)
-    q, k, v = (torch.randn(batch, heads, seqlen, head_dim, generator=g).to(device, dtype).requires_grad_()
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, heads, seqlen, head_dim, generator=g).to(device, dtype).requires_grad_() for _ in range(3)
+    )
     dout = torch.randn(batch, heads, seqlen, head_dim, generator=g).to(device, dtype)
     if mode == "fwd":
+
         def fn():
             with torch.no_grad():
                 call(q, k, v)
     else:
+
         def fn():
             out = call(q, k, v)
             if out.shape[1] != heads:  # flashdoc's (B, N, H, D) output
                 out = out.transpose(1, 2)
             out.backward(dout)
+
     return time_ms(fn, [q, k, v], device)
 
 
@@ -169,26 +178,60 @@ def rows_to_run(smoke: bool):
         for n in seqlens:
             for causal in (False, True):
                 for mode in ("fwd", "fwd_bwd"):
-                    rows.append(("dense", f"flashdoc {'causal' if causal else 'full'}", "flashdoc", mode, n, d,
-                                 causal, (-1, -1), {}))
+                    rows.append(
+                        (
+                            "dense",
+                            f"flashdoc {'causal' if causal else 'full'}",
+                            "flashdoc",
+                            mode,
+                            n,
+                            d,
+                            causal,
+                            (-1, -1),
+                            {},
+                        )
+                    )
     for d in head_dims:
         for mode in ("fwd", "fwd_bwd"):
             rows.append(("window", "flashdoc causal", "flashdoc", mode, long, d, True, (-1, -1), {}))
             rows.append(("window", f"flashdoc window {window}", "flashdoc", mode, long, d, True, window, {}))
-            rows.append(("window", f"flex sliding window {window}", "flex", mode, long, d, True, window,
-                         dict(mask="sliding")))
+            rows.append(
+                ("window", f"flex sliding window {window}", "flex", mode, long, d, True, window, dict(mask="sliding"))
+            )
     for d in head_dims:
         for n in seqlens[-2:]:
             for causal in (False, True):
                 rows.append(("softcap", "flashdoc", "flashdoc", "fwd", n, d, causal, (-1, -1), {}))
-                rows.append(("softcap", f"flashdoc softcap {SOFTCAP:g}", "flashdoc", "fwd", n, d, causal, (-1, -1),
-                             dict(softcap=SOFTCAP)))
+                rows.append(
+                    (
+                        "softcap",
+                        f"flashdoc softcap {SOFTCAP:g}",
+                        "flashdoc",
+                        "fwd",
+                        n,
+                        d,
+                        causal,
+                        (-1, -1),
+                        dict(softcap=SOFTCAP),
+                    )
+                )
     for d in head_dims:
         for n in seqlens[-2:]:
             for mode in ("fwd", "fwd_bwd"):
                 rows.append(("alibi", "flashdoc alibi", "flashdoc", mode, n, d, True, (-1, -1), dict(alibi=True)))
-                rows.append(("alibi", "flex alibi score_mod", "flex", mode, n, d, True, (-1, -1),
-                             dict(alibi=True, mask="causal")))
+                rows.append(
+                    (
+                        "alibi",
+                        "flex alibi score_mod",
+                        "flex",
+                        mode,
+                        n,
+                        d,
+                        True,
+                        (-1, -1),
+                        dict(alibi=True, mask="causal"),
+                    )
+                )
     return rows
 
 
@@ -196,8 +239,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for variants.json and variants.md")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (runs on a CPU, through the interpreter)")
-    parser.add_argument("--groups", nargs="+", default=GROUPS, choices=GROUPS,
-                        help="run only these groups of rows (default: all; the outputs are named after them)")
+    parser.add_argument(
+        "--groups",
+        nargs="+",
+        default=GROUPS,
+        choices=GROUPS,
+        help="run only these groups of rows (default: all; the outputs are named after them)",
+    )
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     smoke = args.smoke or device == "cpu"
@@ -214,8 +262,20 @@ def main():
         if extra.get("alibi"):
             # the ALiBi paper's geometric slopes, 2^(-8 i / H)
             slopes = torch.tensor([2 ** (-8 * (i + 1) / heads) for i in range(heads)], device=device)
-        row = dict(group=group, name=name, peer=peer, mode=mode, seqlen=n, head_dim=d, batch=batch, heads=heads,
-                   causal=causal, window=list(window), softcap=extra.get("softcap", 0.0), alibi=slopes is not None)
+        row = dict(
+            group=group,
+            name=name,
+            peer=peer,
+            mode=mode,
+            seqlen=n,
+            head_dim=d,
+            batch=batch,
+            heads=heads,
+            causal=causal,
+            window=list(window),
+            softcap=extra.get("softcap", 0.0),
+            alibi=slopes is not None,
+        )
         if peer == "flex":
             if flex is None:
                 continue
@@ -231,16 +291,25 @@ def main():
             print(f"{group:8s} {name:34s} {mode:7s} N={n:6d} d={d:3d}: unsupported", flush=True)
             continue
         scores = visible_scores(n, n, causal, window)
-        row.update(ms=ms[0], ms_p20=ms[1], ms_p80=ms[2], scores=scores,
-                   tflops=tflops(ms[0], batch, heads, d, scores, mode))
+        row.update(
+            ms=ms[0], ms_p20=ms[1], ms_p80=ms[2], scores=scores, tflops=tflops(ms[0], batch, heads, d, scores, mode)
+        )
         results.append(row)
-        print(f"{group:8s} {name:34s} {mode:7s} N={n:6d} d={d:3d}: {ms[0]:8.3f} ms {row['tflops']:7.1f} TFLOP/s",
-              flush=True)
+        print(
+            f"{group:8s} {name:34s} {mode:7s} N={n:6d} d={d:3d}: {ms[0]:8.3f} ms {row['tflops']:7.1f} TFLOP/s",
+            flush=True,
+        )
     os.makedirs(args.out, exist_ok=True)
-    meta = dict(device=torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
-                torch=torch.__version__, triton=__import__("triton").__version__, smoke=smoke,
-                dtype=str(dtype).removeprefix("torch."), tokens=tokens, hidden=hidden,
-                flashdoc=os.path.dirname(flashdoc.__file__))
+    meta = dict(
+        device=torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
+        torch=torch.__version__,
+        triton=__import__("triton").__version__,
+        smoke=smoke,
+        dtype=str(dtype).removeprefix("torch."),
+        tokens=tokens,
+        hidden=hidden,
+        flashdoc=os.path.dirname(flashdoc.__file__),
+    )
     stem = "variants" if args.groups == GROUPS else "variants-" + "-".join(args.groups)
     with open(os.path.join(args.out, stem + ".json"), "w") as f:
         json.dump(dict(meta=meta, rows=results), f, indent=1)
@@ -251,24 +320,36 @@ def main():
 
 def _rate(results, group, name_start, mode, n, d, causal=None):
     for r in results:
-        if (r["group"] == group and r["name"].startswith(name_start) and r["mode"] == mode and r["seqlen"] == n
-                and r["head_dim"] == d and (causal is None or r["causal"] == causal) and "tflops" in r):
+        if (
+            r["group"] == group
+            and r["name"].startswith(name_start)
+            and r["mode"] == mode
+            and r["seqlen"] == n
+            and r["head_dim"] == d
+            and (causal is None or r["causal"] == causal)
+            and "tflops" in r
+        ):
             return r["tflops"]
     return math.nan
 
 
 def report(results, meta) -> str:
     """Markdown: every row, then the ratios the targets are stated in."""
-    lines = ["# flashdoc variants benchmark\n", f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}, "
-             f"{meta['dtype']}, {meta['tokens']} tokens in total, hidden {meta['hidden']}; TFLOP/s on the scores "
-             "inside the mask.\n",
-             "| group | row | mode | N | d | ms | TFLOP/s |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# flashdoc variants benchmark\n",
+        f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}, "
+        f"{meta['dtype']}, {meta['tokens']} tokens in total, hidden {meta['hidden']}; TFLOP/s on the scores "
+        "inside the mask.\n",
+        "| group | row | mode | N | d | ms | TFLOP/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         rate = f"{r['tflops']:.1f}" if "tflops" in r else "unsupported"
         ms = f"{r['ms']:.3f}" if "ms" in r else "-"
         causal = " causal" if r["causal"] and "causal" not in r["name"] else ""
-        lines.append(f"| {r['group']} | {r['name']}{causal} | "
-                     f"{r['mode']} | {r['seqlen']} | {r['head_dim']} | {ms} | {rate} |")
+        lines.append(
+            f"| {r['group']} | {r['name']}{causal} | {r['mode']} | {r['seqlen']} | {r['head_dim']} | {ms} | {rate} |"
+        )
     lines += ["", "## Ratios (target in brackets)", "", "| what | d | mode | N | ratio |", "|---|---|---|---|---|"]
     if not results:
         return "\n".join(lines) + "\n"
@@ -284,8 +365,9 @@ def report(results, meta) -> str:
             for causal in (False, True):
                 s = _rate(results, "softcap", "flashdoc softcap", "fwd", n, d, causal)
                 p = _rate(results, "softcap", "flashdoc", "fwd", n, d, causal)
-                lines.append(f"| softcap / none{' (causal)' if causal else ''} [>= 0.9] | {d} | fwd | {n} | "
-                             f"{s / p:.2f} |")
+                lines.append(
+                    f"| softcap / none{' (causal)' if causal else ''} [>= 0.9] | {d} | fwd | {n} | {s / p:.2f} |"
+                )
         for n in sorted({r["seqlen"] for r in results if r["group"] == "alibi"}):
             for mode in ("fwd", "fwd_bwd"):
                 a = _rate(results, "alibi", "flashdoc alibi", mode, n, d)

@@ -47,8 +47,13 @@ def _gpus() -> list[tuple[str, str]]:
     rows = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
-        rows.append((f"GPU {i}", f"{p.name}, compute capability {p.major}.{p.minor}, {p.multi_processor_count} SMs, "
-                                 f"{p.total_memory / 2**30:.0f} GiB"))
+        rows.append(
+            (
+                f"GPU {i}",
+                f"{p.name}, compute capability {p.major}.{p.minor}, {p.multi_processor_count} SMs, "
+                f"{p.total_memory / 2**30:.0f} GiB",
+            )
+        )
     return rows
 
 
@@ -63,8 +68,13 @@ def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = No
         why = "no CUDA GPU" if capability is None else "TRITON_INTERPRET=1"
         return [("every call", f"portable kernels in Triton's interpreter ({why})")]
     if capability[0] != 9:
-        return [("every call", f"portable kernels (compute capability {capability[0]}.{capability[1]}: the Gluon "
-                               "kernels are written for Hopper, 9.0)")]
+        return [
+            (
+                "every call",
+                f"portable kernels (compute capability {capability[0]}.{capability[1]}: the Gluon "
+                "kernels are written for Hopper, 9.0)",
+            )
+        ]
     if not forward_hopper.ENABLED:
         return [("every call", "portable kernels (FLASHDOC_HOPPER=0)")]
     if not gluon_support.ALLOWED:
@@ -78,14 +88,22 @@ def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = No
     if mask.HOPPER_VARIANTS:
         variants = "windows and softcap: Hopper kernels where plain calls take them; ALiBi and dropout: portable"
     else:
-        variants = ("portable kernels for windows, softcap, ALiBi and dropout (mask.HOPPER_VARIANTS is off: the "
-                    "Hopper variant paths do not yet meet flash-attn's error rule)")
+        variants = (
+            "portable kernels for windows, softcap, ALiBi and dropout (mask.HOPPER_VARIANTS is off: the "
+            "Hopper variant paths do not yet meet flash-attn's error rule)"
+        )
     return [
-        ("forward", f"Hopper (Gluon) kernel for plain and causal calls at head dims {dims(fwd)} in fp16/bf16; "
-                    "portable kernel otherwise (fp32, other head dims)"),
+        (
+            "forward",
+            f"Hopper (Gluon) kernel for plain and causal calls at head dims {dims(fwd)} in fp16/bf16; "
+            "portable kernel otherwise (fp32, other head dims)",
+        ),
         ("backward dK/dV", f"Hopper kernel at head dims {dims(dkdv)} in fp16/bf16; portable otherwise"),
-        ("backward dQ", f"Hopper kernel at head dims {dims(dq)} in fp16/bf16, fused into the dK/dV kernel where "
-                        "that is faster; portable otherwise"),
+        (
+            "backward dQ",
+            f"Hopper kernel at head dims {dims(dq)} in fp16/bf16, fused into the dK/dV kernel where "
+            "that is faster; portable otherwise",
+        ),
         ("variants", variants),
         ("why", gluon_support.REASON),
     ]
@@ -109,10 +127,20 @@ def report() -> str:
         ("Versions", _versions()),
         ("GPUs", _gpus()),
         ("Kernel path", kernel_paths(capability)),
-        ("Compiled kernels", [("Triton cache", _cache_dir()),
-                              ("autotuning", "each process tunes once per shape family and keeps it in memory")]),
-        ("Switches", [(name, f"{os.environ.get(name, '(default ' + default + ')')}: {meaning}")
-                      for name, (default, meaning) in SWITCHES.items()]),
+        (
+            "Compiled kernels",
+            [
+                ("Triton cache", _cache_dir()),
+                ("autotuning", "each process tunes once per shape family and keeps it in memory"),
+            ],
+        ),
+        (
+            "Switches",
+            [
+                (name, f"{os.environ.get(name, '(default ' + default + ')')}: {meaning}")
+                for name, (default, meaning) in SWITCHES.items()
+            ],
+        ),
     ]
     width = max(len(key) for _, rows in sections for key, _ in rows)
     lines = []

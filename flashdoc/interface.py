@@ -62,20 +62,38 @@ def _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout
 # register_autograd) add host work to every call: on short sequences that work decides the speed. Every option is
 # a flat typed argument (a window is two ints), so torch.compile(fullgraph=True) traces through the ops; dropout's
 # (seed, offset) tensor is drawn outside them (``mask.draw_rng``) and given to both.
-_VARIANT_SCHEMA = ("int window_size_left=-1, int window_size_right=-1, float softcap=0.0, "
-                   "Tensor? alibi_slopes=None, float dropout_p=0.0, Tensor? rng_state=None")
-torch.library.define("flashdoc::fwd", "(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
-                     f"bool bottom_right, {_VARIANT_SCHEMA}) -> (Tensor, Tensor)")
-torch.library.define("flashdoc::bwd", "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-                     "Tensor? dlse, float softmax_scale, bool causal, bool bottom_right, bool deterministic, "
-                     f"{_VARIANT_SCHEMA}) -> (Tensor, Tensor, Tensor)")
+_VARIANT_SCHEMA = (
+    "int window_size_left=-1, int window_size_right=-1, float softcap=0.0, "
+    "Tensor? alibi_slopes=None, float dropout_p=0.0, Tensor? rng_state=None"
+)
+torch.library.define(
+    "flashdoc::fwd",
+    "(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
+    f"bool bottom_right, {_VARIANT_SCHEMA}) -> (Tensor, Tensor)",
+)
+torch.library.define(
+    "flashdoc::bwd",
+    "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+    "Tensor? dlse, float softmax_scale, bool causal, bool bottom_right, bool deterministic, "
+    f"{_VARIANT_SCHEMA}) -> (Tensor, Tensor, Tensor)",
+)
 
 
 @torch.library.impl("flashdoc::fwd", ("cuda", "cpu"))
-def _flash_attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
-                        bottom_right: bool, window_size_left: int = -1, window_size_right: int = -1,
-                        softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-                        rng_state: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _flash_attn_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    causal: bool,
+    bottom_right: bool,
+    window_size_left: int = -1,
+    window_size_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    dropout_p: float = 0.0,
+    rng_state: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """q: (B, Sq, H, D), k and v: (B, Sk, Hk, D) -> out (B, Sq, H, D), lse (B, H, Sq) fp32, natural log."""
     out = _like(q)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), device=q.device, dtype=torch.float32)
@@ -85,7 +103,7 @@ def _flash_attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softm
     variant = _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state)
     attn_fwd(q_, k_, v_, out_, lse, softmax_scale, causal, bottom_right, variant=variant)
     if out_ is not out:
-        out.copy_(out_[..., :q.shape[-1]])
+        out.copy_(out_[..., : q.shape[-1]])
     return out, lse
 
 
@@ -95,12 +113,25 @@ def _(q, k, v, softmax_scale, causal, bottom_right, *variant, **variant_kwargs):
 
 
 @torch.library.impl("flashdoc::bwd", ("cuda", "cpu"))
-def _flash_attn_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                         out: torch.Tensor, lse: torch.Tensor, dlse: Optional[torch.Tensor], softmax_scale: float,
-                         causal: bool, bottom_right: bool, deterministic: bool, window_size_left: int = -1,
-                         window_size_right: int = -1, softcap: float = 0.0,
-                         alibi_slopes: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-                         rng_state: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _flash_attn_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dlse: Optional[torch.Tensor],
+    softmax_scale: float,
+    causal: bool,
+    bottom_right: bool,
+    deterministic: bool,
+    window_size_left: int = -1,
+    window_size_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    dropout_p: float = 0.0,
+    rng_state: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of the forward op: dq, dk, dv with the shapes (and layouts) of q, k, v."""
     dq, dk, dv = _like(q), _like(k), _like(v)
     tensors = [_unit_last_stride(t) for t in _pad_head_dim(dout, q, k, v, out)]
@@ -111,8 +142,23 @@ def _flash_attn_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
     else:
         dq_, dk_, dv_ = dq, dk, dv
     variant = _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state)
-    attn_bwd(dout_, q_, k_, v_, out_, lse.contiguous(), dlse, dq_, dk_, dv_, softmax_scale, causal, bottom_right,
-             deterministic=deterministic, variant=variant)
+    attn_bwd(
+        dout_,
+        q_,
+        k_,
+        v_,
+        out_,
+        lse.contiguous(),
+        dlse,
+        dq_,
+        dk_,
+        dv_,
+        softmax_scale,
+        causal,
+        bottom_right,
+        deterministic=deterministic,
+        variant=variant,
+    )
     if dq_ is not dq:
         d = q.shape[-1]
         dq.copy_(dq_[..., :d]), dk.copy_(dk_[..., :d]), dv.copy_(dv_[..., :d])
@@ -120,9 +166,10 @@ def _flash_attn_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
 
 
 @torch.library.register_fake("flashdoc::bwd")
-def _(dout, q, k, v, out, lse, dlse, softmax_scale, causal, bottom_right, deterministic, *variant,
-      **variant_kwargs):
+def _(dout, q, k, v, out, lse, dlse, softmax_scale, causal, bottom_right, deterministic, *variant, **variant_kwargs):
     return _like(q), _like(k), _like(v)
+
+
 # --8<-- [end:custom_ops]
 
 
@@ -149,16 +196,39 @@ class _FlashAttention(torch.autograd.Function):
         if dout is None:  # only the LSE was used
             dout = torch.zeros_like(out)
         # dlse is None unless the caller used the returned LSE in its loss; then it is folded into delta.
-        dq, dk, dv = _bwd_op(dout, q, k, v, out, lse, dlse, ctx.softmax_scale, ctx.causal, ctx.bottom_right,
-                             ctx.deterministic, *ctx.variant)
+        dq, dk, dv = _bwd_op(
+            dout,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            dlse,
+            ctx.softmax_scale,
+            ctx.causal,
+            ctx.bottom_right,
+            ctx.deterministic,
+            *ctx.variant,
+        )
         return dq, dk, dv, None, None, None, None, None
 
 
 _PLAIN = (-1, -1, 0.0, None, 0.0, None)  # the ops' variant arguments for plain attention
 
 
-def _attention(q, k, v, softmax_scale: float, causal: bool, bottom_right: bool, deterministic: bool,
-               window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0):
+def _attention(
+    q,
+    k,
+    v,
+    softmax_scale: float,
+    causal: bool,
+    bottom_right: bool,
+    deterministic: bool,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    dropout_p=0.0,
+):
     """The forward op, through autograd only when a gradient will be needed."""
     if tuple(window_size) == (-1, -1) and softcap == 0.0 and alibi_slopes is None and dropout_p == 0.0:
         variant = _PLAIN
@@ -168,11 +238,26 @@ def _attention(q, k, v, softmax_scale: float, causal: bool, bottom_right: bool, 
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _FlashAttention.apply(q, k, v, softmax_scale, causal, bottom_right, deterministic, variant)
     return _fwd_op(q, k, v, softmax_scale, causal, bottom_right, *variant)
+
+
 # --8<-- [end:autograd]
 
 
-def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, return_lse=False):
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    return_lse=False,
+):
     """Exact attention, flash-attn layout: ``softmax(q @ k^T * softmax_scale) @ v`` without the N x N matrix.
 
     The arguments, their order and their meaning are flash-attn 2's ``flash_attn_func``.
@@ -229,25 +314,41 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Inputs may be non-contiguous (e.g. views of a packed QKV projection); a tensor whose last dimension does
     not have stride 1 is copied once with ``.contiguous()``.
     """
-    validate_attention_inputs(q, k, v, layout="bshd", softmax_scale=softmax_scale, causal=causal,
-                              scale_name="softmax_scale", causal_name="causal")
+    validate_attention_inputs(
+        q,
+        k,
+        v,
+        layout="bshd",
+        softmax_scale=softmax_scale,
+        causal=causal,
+        scale_name="softmax_scale",
+        causal_name="causal",
+    )
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
-    validate_variant_options(q, dropout_p=dropout_p, window_size=window_size, softcap=softcap,
-                             alibi_slopes=alibi_slopes, return_attn_probs=return_attn_probs)
+    validate_variant_options(
+        q,
+        dropout_p=dropout_p,
+        window_size=window_size,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        return_attn_probs=return_attn_probs,
+    )
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
-    out, lse = _attention(q, k, v, float(softmax_scale), causal, True, deterministic, tuple(window_size),
-                          softcap, alibi_slopes, dropout_p)
+    out, lse = _attention(
+        q, k, v, float(softmax_scale), causal, True, deterministic, tuple(window_size), softcap, alibi_slopes, dropout_p
+    )
     if return_attn_probs:
         return out, lse, None
     return (out, lse) if return_lse else out
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                 enable_gqa=False):
+def scaled_dot_product_attention(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+):
     """Drop-in for ``torch.nn.functional.scaled_dot_product_attention`` (PyTorch layout), exact and fused.
 
     Args:
@@ -282,20 +383,40 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     (``flash_attn_func``'s ``deterministic``); ``torch.use_deterministic_algorithms(True)`` makes it bit-identical.
     """
     if attn_mask is not None:
-        raise ValueError("attn_mask is not supported yet by flashdoc.scaled_dot_product_attention; use "
-                         "is_causal=True for a causal mask, or torch.nn.functional.scaled_dot_product_attention "
-                         "for arbitrary masks")
+        raise ValueError(
+            "attn_mask is not supported yet by flashdoc.scaled_dot_product_attention; use "
+            "is_causal=True for a causal mask, or torch.nn.functional.scaled_dot_product_attention "
+            "for arbitrary masks"
+        )
     validate_dropout(dropout_p)
-    validate_attention_inputs(query, key, value, layout="bhsd", softmax_scale=scale, causal=is_causal,
-                              scale_name="scale", causal_name="is_causal", names=("query", "key", "value"))
+    validate_attention_inputs(
+        query,
+        key,
+        value,
+        layout="bhsd",
+        softmax_scale=scale,
+        causal=is_causal,
+        scale_name="scale",
+        causal_name="is_causal",
+        names=("query", "key", "value"),
+    )
     if not isinstance(enable_gqa, bool):
         raise TypeError(f"enable_gqa must be a bool, got {type(enable_gqa).__name__}")
     if not enable_gqa and query.shape[1] != key.shape[1]:
-        raise ValueError(f"query has {query.shape[1]} heads and key {key.shape[1]}; pass enable_gqa=True for "
-                         "grouped-query attention")
+        raise ValueError(
+            f"query has {query.shape[1]} heads and key {key.shape[1]}; pass enable_gqa=True for grouped-query attention"
+        )
     if scale is None:
         scale = query.shape[-1] ** -0.5
     # (B, H, S, D) -> (B, S, H, D) views: the kernels take strides, so nothing is copied
-    out, _ = _attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), float(scale),
-                        is_causal, False, deterministic=False, dropout_p=dropout_p)
+    out, _ = _attention(
+        query.transpose(1, 2),
+        key.transpose(1, 2),
+        value.transpose(1, 2),
+        float(scale),
+        is_causal,
+        False,
+        deterministic=False,
+        dropout_p=dropout_p,
+    )
     return out.transpose(1, 2)

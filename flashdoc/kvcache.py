@@ -36,13 +36,32 @@ torch.library.define(
     "(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, Tensor? rotary_cos, "
     "Tensor? rotary_sin, Tensor? cache_seqlens, int cache_seqlen_const, Tensor? cache_batch_idx, "
     "Tensor? block_table, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-    "bool rotary_interleaved, Tensor? alibi_slopes, int num_splits) -> (Tensor, Tensor)")
+    "bool rotary_interleaved, Tensor? alibi_slopes, int num_splits) -> (Tensor, Tensor)",
+)
 
 
 @torch.library.impl("flashdoc::fwd_kvcache", ("cuda", "cpu"))
-def _fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen_const,
-                 cache_batch_idx, block_table, softmax_scale, causal, window_left, window_right, softcap,
-                 rotary_interleaved, alibi_slopes, num_splits):
+def _fwd_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k,
+    v,
+    rotary_cos,
+    rotary_sin,
+    cache_seqlens,
+    cache_seqlen_const,
+    cache_batch_idx,
+    block_table,
+    softmax_scale,
+    causal,
+    window_left,
+    window_right,
+    softcap,
+    rotary_interleaved,
+    alibi_slopes,
+    num_splits,
+):
     """Append k, v to the caches (rotated), then attend. Returns out (B, Sq, H, D) and lse (B, H, Sq) fp32."""
     batch, seqlen_q, n_heads, _ = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -55,12 +74,41 @@ def _fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlen
     seqlen_new = 0 if k is None else k.shape[1]
     q_rot = torch.empty(q_.shape, dtype=q_.dtype, device=q.device) if rotary_cos is not None else None
     q_pos_per_row = causal or window_left >= 0 or window_right >= 0
-    append_kv(q_, k_, v_, q_rot, kc, vc, cache_seqlens, cache_seqlen_const, cache_batch_idx, block_table,
-              rotary_cos, rotary_sin, rotary_interleaved, q_pos_per_row)
+    append_kv(
+        q_,
+        k_,
+        v_,
+        q_rot,
+        kc,
+        vc,
+        cache_seqlens,
+        cache_seqlen_const,
+        cache_batch_idx,
+        block_table,
+        rotary_cos,
+        rotary_sin,
+        rotary_interleaved,
+        q_pos_per_row,
+    )
     out_ = torch.empty(q_.shape, dtype=torch.float32, device=q.device) if upcast else out
-    decode_attention(q_rot if q_rot is not None else q_, kc, vc, out_, lse, cache_seqlens, cache_seqlen_const,
-                     seqlen_new, cache_batch_idx, block_table, softmax_scale, causal, (window_left, window_right),
-                     softcap, alibi_slopes, num_splits)
+    decode_attention(
+        q_rot if q_rot is not None else q_,
+        kc,
+        vc,
+        out_,
+        lse,
+        cache_seqlens,
+        cache_seqlen_const,
+        seqlen_new,
+        cache_batch_idx,
+        block_table,
+        softmax_scale,
+        causal,
+        (window_left, window_right),
+        softcap,
+        alibi_slopes,
+        num_splits,
+    )
     if upcast:
         out.copy_(out_)
         if seqlen_new:
@@ -69,10 +117,30 @@ def _fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlen
 
 
 @torch.library.register_fake("flashdoc::fwd_kvcache")
-def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen_const, cache_batch_idx,
-      block_table, softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, alibi_slopes,
-      num_splits):
+def _(
+    q,
+    k_cache,
+    v_cache,
+    k,
+    v,
+    rotary_cos,
+    rotary_sin,
+    cache_seqlens,
+    cache_seqlen_const,
+    cache_batch_idx,
+    block_table,
+    softmax_scale,
+    causal,
+    window_left,
+    window_right,
+    softcap,
+    rotary_interleaved,
+    alibi_slopes,
+    num_splits,
+):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
 # --8<-- [end:custom_op]
 
 
@@ -105,30 +173,55 @@ def _check_int(value, name: str, minimum: int) -> None:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
-def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-              block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes,
-              num_splits, return_softmax_lse) -> int:
+def _validate(
+    q,
+    k_cache,
+    v_cache,
+    k,
+    v,
+    rotary_cos,
+    rotary_sin,
+    cache_seqlens,
+    cache_batch_idx,
+    cache_leftpad,
+    block_table,
+    softmax_scale,
+    causal,
+    window_size,
+    softcap,
+    rotary_interleaved,
+    alibi_slopes,
+    num_splits,
+    return_softmax_lse,
+) -> int:
     """Check every argument; return the cache's capacity in tokens per sequence."""
     if cache_leftpad is not None:
-        raise NotImplementedError("cache_leftpad is not supported by flashdoc.flash_attn_with_kvcache (only None):"
-                                  " every sequence's keys start at position 0 of its cache")
+        raise NotImplementedError(
+            "cache_leftpad is not supported by flashdoc.flash_attn_with_kvcache (only None):"
+            " every sequence's keys start at position 0 of its cache"
+        )
     _validate_tensor(q, "q")
     _validate_tensor(k_cache, "k_cache", q, "q")
     _validate_tensor(v_cache, "v_cache", q, "q")
     if q.device.type not in ("cpu", "cuda"):
         raise ValueError(f"q is on {q.device}; allowed devices: cuda, or cpu (through Triton's interpreter)")
     if q.device.type == "cpu" and not INTERPRET:
-        raise ValueError("q is a CPU tensor but flashdoc's kernels were compiled for the GPU; move the tensors to "
-                         "CUDA, or set TRITON_INTERPRET=1 before importing flashdoc")
+        raise ValueError(
+            "q is a CPU tensor but flashdoc's kernels were compiled for the GPU; move the tensors to "
+            "CUDA, or set TRITON_INTERPRET=1 before importing flashdoc"
+        )
     batch, seqlen_q, n_heads, head_dim = q.shape
     if batch < 1 or seqlen_q < 1 or n_heads < 1:
-        raise ValueError(f"q must have batch, seqlen and heads >= 1, got shape {tuple(q.shape)}; layout is "
-                         "(batch, seqlen_q, nheads, headdim)")
+        raise ValueError(
+            f"q must have batch, seqlen and heads >= 1, got shape {tuple(q.shape)}; layout is "
+            "(batch, seqlen_q, nheads, headdim)"
+        )
     if head_dim % 8 != 0 or not 8 <= head_dim <= 256:
         raise ValueError(f"head_dim is {head_dim}; allowed: a multiple of 8 from 8 to 256")
     if k_cache.shape != v_cache.shape:
-        raise ValueError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and "
-                         f"{tuple(v_cache.shape)}")
+        raise ValueError(
+            f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+        )
     n_slots, cache_len, n_kv_heads, cache_dim = k_cache.shape
     if cache_dim != head_dim:
         raise ValueError(f"k_cache has head_dim {cache_dim} but q has {head_dim}")
@@ -136,32 +229,46 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
         raise ValueError(f"q heads ({n_heads}) must be a multiple of k_cache heads ({n_kv_heads}) (GQA/MQA)")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if t.stride(-1) != 1:
-            raise ValueError(f"{name} must have a unit last stride: it is written in place, so it cannot be "
-                             "copied into one")
+            raise ValueError(
+                f"{name} must have a unit last stride: it is written in place, so it cannot be copied into one"
+            )
     paged = block_table is not None
     if paged:
         if cache_batch_idx is not None:
-            raise ValueError("cache_batch_idx cannot be combined with block_table: a paged cache names each "
-                             "sequence's pages in its block_table row")
+            raise ValueError(
+                "cache_batch_idx cannot be combined with block_table: a paged cache names each "
+                "sequence's pages in its block_table row"
+            )
         if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
             got = tuple(block_table.shape) if isinstance(block_table, torch.Tensor) else type(block_table).__name__
             raise ValueError(f"block_table must be a 2-D tensor (batch, max_blocks_per_seq), got {got}")
-        _check_index(block_table, "block_table", (batch, block_table.shape[1]), q.device, (torch.int32,),
-                     f"(batch={batch}, max_blocks_per_seq)")
+        _check_index(
+            block_table,
+            "block_table",
+            (batch, block_table.shape[1]),
+            q.device,
+            (torch.int32,),
+            f"(batch={batch}, max_blocks_per_seq)",
+        )
         if block_table.shape[1] < 1:
             raise ValueError("block_table must list at least one page per sequence, got max_blocks_per_seq = 0")
         if cache_len % PAGE_MULTIPLE != 0:
-            raise ValueError(f"page_size (k_cache.shape[1] with a block_table) is {cache_len}; allowed: a "
-                             f"multiple of {PAGE_MULTIPLE}")
+            raise ValueError(
+                f"page_size (k_cache.shape[1] with a block_table) is {cache_len}; allowed: a "
+                f"multiple of {PAGE_MULTIPLE}"
+            )
         capacity = block_table.shape[1] * cache_len
     else:
         capacity = cache_len
         if cache_batch_idx is not None:
-            _check_index(cache_batch_idx, "cache_batch_idx", (batch,), q.device, (torch.int32, torch.int64),
-                         f"(batch={batch},)")
+            _check_index(
+                cache_batch_idx, "cache_batch_idx", (batch,), q.device, (torch.int32, torch.int64), f"(batch={batch},)"
+            )
         elif n_slots < batch:
-            raise ValueError(f"k_cache holds {n_slots} sequences but q has batch {batch}; pass cache_batch_idx "
-                             "to pick which cache rows the batch uses")
+            raise ValueError(
+                f"k_cache holds {n_slots} sequences but q has batch {batch}; pass cache_batch_idx "
+                "to pick which cache rows the batch uses"
+            )
     if (k is None) != (v is None):
         given, missing = ("k", "v") if k is not None else ("v", "k")
         raise ValueError(f"{given} was given without {missing}: pass both new keys and values, or neither")
@@ -172,8 +279,10 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
         if tuple(k.shape) != tuple(v.shape):
             raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
         if k.shape[0] != batch or k.shape[2] != n_kv_heads or k.shape[3] != head_dim:
-            raise ValueError(f"k must have shape (batch={batch}, seqlen_new, nheads_k={n_kv_heads}, "
-                             f"headdim={head_dim}), got {tuple(k.shape)}")
+            raise ValueError(
+                f"k must have shape (batch={batch}, seqlen_new, nheads_k={n_kv_heads}, "
+                f"headdim={head_dim}), got {tuple(k.shape)}"
+            )
         seqlen_new = k.shape[1]
         if seqlen_new > capacity:
             raise ValueError(f"k has {seqlen_new} new tokens but the cache holds {capacity} per sequence")
@@ -185,8 +294,10 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
         else:
             _check_int(cache_seqlens, "cache_seqlens", 0)
             if cache_seqlens + seqlen_new > capacity:
-                raise ValueError(f"cache_seqlens ({cache_seqlens}) + new tokens ({seqlen_new}) = "
-                                 f"{cache_seqlens + seqlen_new} exceeds the cache's {capacity} tokens per sequence")
+                raise ValueError(
+                    f"cache_seqlens ({cache_seqlens}) + new tokens ({seqlen_new}) = "
+                    f"{cache_seqlens + seqlen_new} exceeds the cache's {capacity} tokens per sequence"
+                )
     if rotary_cos is not None or rotary_sin is not None:
         if rotary_cos is None or rotary_sin is None:
             raise ValueError("rotary_cos and rotary_sin must be given together")
@@ -198,15 +309,21 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
             if t.dtype not in SUPPORTED_DTYPES or t.device != q.device or t.stride(-1) != 1:
                 raise ValueError(f"{name} must be a float tensor on q's device with a unit last stride")
         if rotary_cos.shape != rotary_sin.shape:
-            raise ValueError(f"rotary_cos and rotary_sin must have one shape, got {tuple(rotary_cos.shape)} and "
-                             f"{tuple(rotary_sin.shape)}")
+            raise ValueError(
+                f"rotary_cos and rotary_sin must have one shape, got {tuple(rotary_cos.shape)} and "
+                f"{tuple(rotary_sin.shape)}"
+            )
         rotary_dim = 2 * rotary_cos.shape[1]
         if rotary_dim % 16 != 0 or rotary_dim > head_dim or rotary_dim == 0:
-            raise ValueError(f"rotary_dim (2 x rotary_cos.shape[1]) is {rotary_dim}; allowed: a multiple of 16 "
-                             f"up to head_dim ({head_dim})")
+            raise ValueError(
+                f"rotary_dim (2 x rotary_cos.shape[1]) is {rotary_dim}; allowed: a multiple of 16 "
+                f"up to head_dim ({head_dim})"
+            )
         if rotary_cos.shape[0] < capacity:
-            raise ValueError(f"rotary_cos has {rotary_cos.shape[0]} positions but the cache holds {capacity}: "
-                             "it needs one row per cache position")
+            raise ValueError(
+                f"rotary_cos has {rotary_cos.shape[0]} positions but the cache holds {capacity}: "
+                "it needs one row per cache position"
+            )
         if not isinstance(rotary_interleaved, bool):
             raise TypeError(f"rotary_interleaved must be a bool, got {type(rotary_interleaved).__name__}")
     if softmax_scale is not None:
@@ -216,10 +333,14 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
             raise ValueError(f"softmax_scale must be a finite number > 0, got {softmax_scale}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
-            or any(isinstance(w, bool) or not isinstance(w, int) or w < -1 for w in window_size)):
-        raise ValueError(f"window_size must be a pair of ints (left, right), each >= 0 or -1 for no limit, got "
-                         f"{window_size!r}")
+    if (
+        not isinstance(window_size, (tuple, list))
+        or len(window_size) != 2
+        or any(isinstance(w, bool) or not isinstance(w, int) or w < -1 for w in window_size)
+    ):
+        raise ValueError(
+            f"window_size must be a pair of ints (left, right), each >= 0 or -1 for no limit, got {window_size!r}"
+        )
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
     if not softcap >= 0.0:
@@ -231,8 +352,10 @@ def _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
         if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32:
             raise TypeError("alibi_slopes must be a float32 tensor of shape (nheads,) or (batch, nheads)")
         if tuple(alibi_slopes.shape) not in ((n_heads,), (batch, n_heads)):
-            raise ValueError(f"alibi_slopes must have shape (nheads={n_heads},) or (batch={batch}, "
-                             f"nheads={n_heads}), got {tuple(alibi_slopes.shape)}")
+            raise ValueError(
+                f"alibi_slopes must have shape (nheads={n_heads},) or (batch={batch}, "
+                f"nheads={n_heads}), got {tuple(alibi_slopes.shape)}"
+            )
         if alibi_slopes.device != q.device:
             raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}")
     if not isinstance(return_softmax_lse, bool):
@@ -249,21 +372,28 @@ def _check_device_values(k_cache, cache_seqlens, seqlen_new, cache_batch_idx, bl
         bad = [(b, n) for b, n in enumerate(lengths) if n < 0 or n + seqlen_new > capacity]
         if bad:
             b, n = bad[0]
-            raise ValueError(f"cache_seqlens[{b}] ({n}) + new tokens ({seqlen_new}) = {n + seqlen_new} is outside "
-                             f"the cache's 0..{capacity} tokens per sequence")
+            raise ValueError(
+                f"cache_seqlens[{b}] ({n}) + new tokens ({seqlen_new}) = {n + seqlen_new} is outside "
+                f"the cache's 0..{capacity} tokens per sequence"
+            )
     if cache_batch_idx is not None:
         idx = cache_batch_idx.tolist()
         if any(not 0 <= i < k_cache.shape[0] for i in idx):
             raise ValueError(f"cache_batch_idx has entries outside 0..{k_cache.shape[0] - 1}: {idx}")
     if block_table is not None:
         page_size = k_cache.shape[1]
-        lengths = (cache_seqlens.tolist() if isinstance(cache_seqlens, torch.Tensor)
-                   else [capacity if cache_seqlens is None else cache_seqlens] * block_table.shape[0])
+        lengths = (
+            cache_seqlens.tolist()
+            if isinstance(cache_seqlens, torch.Tensor)
+            else [capacity if cache_seqlens is None else cache_seqlens] * block_table.shape[0]
+        )
         for b, row in enumerate(block_table.tolist()):
             used = -(-(lengths[b] + seqlen_new) // page_size)
             if any(not 0 <= p < k_cache.shape[0] for p in row[:used]):
-                raise ValueError(f"block_table[{b}] names pages outside 0..{k_cache.shape[0] - 1} among its first "
-                                 f"{used}: {row[:used]}")
+                raise ValueError(
+                    f"block_table[{b}] names pages outside 0..{k_cache.shape[0] - 1} among its first "
+                    f"{used}: {row[:used]}"
+                )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -271,10 +401,27 @@ def _check_device_values(k_cache, cache_seqlens, seqlen_new, cache_batch_idx, bl
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
-                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
-                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+):
     """Attention of a few new queries against a KV cache, for decoding, as flash-attn's function of that name.
 
     If k and v are given, they are first written into the caches *in place*, at positions
@@ -329,16 +476,52 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache's pages, reads and writes nothing outside the cache's shape but gives meaningless results. Set
     FLASHDOC_DEBUG_CHECKS=1 to check them on the host at every call.
     """
-    capacity = _validate(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
-                         rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
+    capacity = _validate(
+        q,
+        k_cache,
+        v_cache,
+        k,
+        v,
+        rotary_cos,
+        rotary_sin,
+        cache_seqlens,
+        cache_batch_idx,
+        cache_leftpad,
+        block_table,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        rotary_interleaved,
+        alibi_slopes,
+        num_splits,
+        return_softmax_lse,
+    )
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
     window_left, window_right = window_size
     seqlens_tensor: Optional[torch.Tensor] = cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None
     seqlen_const = capacity if cache_seqlens is None else (0 if seqlens_tensor is not None else cache_seqlens)
     q, k, v = (t if t is None or t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    out, lse = _fwd_kvcache_op(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens_tensor, seqlen_const,
-                               cache_batch_idx, block_table, float(softmax_scale), causal, window_left,
-                               window_right, float(softcap), rotary_interleaved, alibi_slopes, num_splits)
+    out, lse = _fwd_kvcache_op(
+        q,
+        k_cache,
+        v_cache,
+        k,
+        v,
+        rotary_cos,
+        rotary_sin,
+        seqlens_tensor,
+        seqlen_const,
+        cache_batch_idx,
+        block_table,
+        float(softmax_scale),
+        causal,
+        window_left,
+        window_right,
+        float(softcap),
+        rotary_interleaved,
+        alibi_slopes,
+        num_splits,
+    )
     return (out, lse) if return_softmax_lse else out

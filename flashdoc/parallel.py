@@ -29,8 +29,15 @@ import torch.distributed as dist
 from ._validation import validate_attention_inputs
 from .interface import _bwd_op, _fwd_op, flash_attn_func
 
-__all__ = ["ring_flash_attn_func", "zigzag_shard", "zigzag_unshard", "ring_block", "RingBlock", "merge_partial",
-           "LAYOUTS"]
+__all__ = [
+    "ring_flash_attn_func",
+    "zigzag_shard",
+    "zigzag_unshard",
+    "ring_block",
+    "RingBlock",
+    "merge_partial",
+    "LAYOUTS",
+]
 
 LAYOUTS = ("contiguous", "zigzag")
 
@@ -38,6 +45,7 @@ LAYOUTS = ("contiguous", "zigzag")
 # ---------------------------------------------------------------------------------------------------------------
 # The schedule: which rows of this rank's queries meet which rows of the visiting key/value shard
 # ---------------------------------------------------------------------------------------------------------------
+
 
 class RingBlock(NamedTuple):
     """One step's attention block: rows of the local queries, rows of the visiting key/value shard, and whether
@@ -49,8 +57,9 @@ class RingBlock(NamedTuple):
 
 
 # --8<-- [start:schedule]
-def ring_block(rank: int, step: int, world_size: int, seqlen: int, causal: bool,
-               layout: str = "contiguous") -> Optional[RingBlock]:
+def ring_block(
+    rank: int, step: int, world_size: int, seqlen: int, causal: bool, layout: str = "contiguous"
+) -> Optional[RingBlock]:
     """The block rank ``rank`` computes at ring step ``step``, or None when the causal mask hides all of it.
 
     At step s, rank r holds the key/value shard of rank (r - s) mod W. ``seqlen`` is the local shard's length.
@@ -70,12 +79,15 @@ def ring_block(rank: int, step: int, world_size: int, seqlen: int, causal: bool,
     if source < rank:
         return RingBlock(every, slice(0, half), False)
     return RingBlock(slice(half, seqlen), every, False)
+
+
 # --8<-- [end:schedule]
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Sharding helpers for the zigzag layout
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def _check_rank(world_size, rank) -> None:
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
@@ -93,9 +105,11 @@ def zigzag_shard(x: torch.Tensor, world_size: int, rank: int, dim: int = 1) -> t
     _check_rank(world_size, rank)
     length = x.shape[dim]
     if length % (2 * world_size) != 0:
-        raise ValueError(f"the zigzag layout cuts dimension {dim} into 2 * world_size = {2 * world_size} equal "
-                         f"chunks, but its length {length} is not a multiple of {2 * world_size}; pad the "
-                         "sequence or pick another world size")
+        raise ValueError(
+            f"the zigzag layout cuts dimension {dim} into 2 * world_size = {2 * world_size} equal "
+            f"chunks, but its length {length} is not a multiple of {2 * world_size}; pad the "
+            "sequence or pick another world size"
+        )
     chunks = x.chunk(2 * world_size, dim=dim)
     return torch.cat((chunks[rank], chunks[2 * world_size - 1 - rank]), dim=dim)
 
@@ -109,8 +123,9 @@ def zigzag_unshard(shards: Sequence[torch.Tensor], dim: int = 1) -> torch.Tensor
     if any(s.shape != shape for s in shards):
         raise ValueError(f"every shard must have the same shape, got {[tuple(s.shape) for s in shards]}")
     if shape[dim] % 2 != 0:
-        raise ValueError(f"a zigzag shard holds two equal chunks along dimension {dim}, but its length "
-                         f"{shape[dim]} is odd")
+        raise ValueError(
+            f"a zigzag shard holds two equal chunks along dimension {dim}, but its length {shape[dim]} is odd"
+        )
     halves = [s.chunk(2, dim=dim) for s in shards]
     return torch.cat([h[0] for h in halves] + [h[1] for h in reversed(halves)], dim=dim)
 
@@ -118,6 +133,7 @@ def zigzag_unshard(shards: Sequence[torch.Tensor], dim: int = 1) -> torch.Tensor
 # ---------------------------------------------------------------------------------------------------------------
 # The ring: one asynchronous hop to the next rank, with a receive from the previous one
 # ---------------------------------------------------------------------------------------------------------------
+
 
 class _Ring:
     """Point-to-point neighbours in a process group. ``pass_on`` posts one send to the next rank and one receive
@@ -132,8 +148,12 @@ class _Ring:
         self.prev = dist.get_global_rank(group, (self.rank - 1) % self.size)
 
     def pass_on(self, send: torch.Tensor, recv: torch.Tensor, tag: int):
-        return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, self.next, self.group, tag),
-                                       dist.P2POp(dist.irecv, recv, self.prev, self.group, tag)])
+        return dist.batch_isend_irecv(
+            [
+                dist.P2POp(dist.isend, send, self.next, self.group, tag),
+                dist.P2POp(dist.irecv, recv, self.prev, self.group, tag),
+            ]
+        )
 
     @staticmethod
     def wait(works) -> None:
@@ -148,6 +168,7 @@ _KV_TAG, _DKV_TAG = 0, 1  # the two streams of messages of the backward, kept ap
 # Forward and backward over the ring
 # ---------------------------------------------------------------------------------------------------------------
 
+
 # --8<-- [start:merge]
 def merge_partial(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor, block_lse: torch.Tensor) -> None:
     """Fold one block's attention into the running result, in place: out (B, S, H, D) fp32 and lse (B, H, S)
@@ -159,6 +180,8 @@ def merge_partial(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor,
     # two passes over the (memory-bound) output, and no temporary of its size
     out.mul_(old_weight).addcmul_(block_out, new_weight)
     lse.copy_(new_lse)
+
+
 # --8<-- [end:merge]
 
 
@@ -175,8 +198,9 @@ def _ring_forward(q, k, v, softmax_scale: float, causal: bool, layout: str, ring
             in_flight = ring.pass_on(kv, kv_next, _KV_TAG)
         block = ring_block(ring.rank, step, ring.size, seqlen, causal, layout)
         if block is not None:
-            block_out, block_lse = _fwd_op(q[:, block.q], kv[0][:, block.kv], kv[1][:, block.kv], softmax_scale,
-                                           block.causal, True)
+            block_out, block_lse = _fwd_op(
+                q[:, block.q], kv[0][:, block.kv], kv[1][:, block.kv], softmax_scale, block.causal, True
+            )
             if out is None:  # step 0, the diagonal block, covers every local query
                 out, lse = block_out.float(), block_lse
             else:
@@ -185,6 +209,8 @@ def _ring_forward(q, k, v, softmax_scale: float, causal: bool, layout: str, ring
             ring.wait(in_flight)
             kv = kv_next
     return out.to(q.dtype), lse
+
+
 # --8<-- [end:forward]
 
 
@@ -208,9 +234,19 @@ def _ring_backward(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, 
             # The final out and lse, not this block's own: P = exp(S - lse) is then this block's slice of the
             # full softmax, and delta = rowsum(dO * O) its full row term, so the blocks' gradients add up.
             rows, cols = block.q, block.kv
-            dq_block, dk_block, dv_block = _bwd_op(dout[:, rows], q[:, rows], kv[0][:, cols], kv[1][:, cols],
-                                                   out[:, rows], lse[:, :, rows], None, softmax_scale,
-                                                   block.causal, True, False)
+            dq_block, dk_block, dv_block = _bwd_op(
+                dout[:, rows],
+                q[:, rows],
+                kv[0][:, cols],
+                kv[1][:, cols],
+                out[:, rows],
+                lse[:, :, rows],
+                None,
+                softmax_scale,
+                block.causal,
+                True,
+                False,
+            )
         if dkv_in_flight is not None:  # the sum for the shard received this step, sent by the previous rank
             ring.wait(dkv_in_flight)
             dkv = dkv_next
@@ -226,6 +262,8 @@ def _ring_backward(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, 
     ring.wait(dkv_in_flight)  # the W-th hop brings this rank's own shard's gradient home
     dk, dv = dkv_next.to(k.dtype).unbind(0)
     return dq.to(q.dtype), dk, dv
+
+
 # --8<-- [end:backward]
 
 
@@ -248,9 +286,11 @@ class _RingFlashAttention(torch.autograd.Function):
 def _resolve_group(group):
     """A ProcessGroup, a one-dimensional DeviceMesh, or None (the default group)."""
     if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("ring_flash_attn_func needs torch.distributed: call torch.distributed."
-                           "init_process_group (e.g. under torchrun) first, or use flashdoc.flash_attn_func "
-                           "on one device")
+        raise RuntimeError(
+            "ring_flash_attn_func needs torch.distributed: call torch.distributed."
+            "init_process_group (e.g. under torchrun) first, or use flashdoc.flash_attn_func "
+            "on one device"
+        )
     if group is None:
         return dist.group.WORLD
     if isinstance(group, dist.ProcessGroup):
@@ -259,11 +299,14 @@ def _resolve_group(group):
 
     if isinstance(group, DeviceMesh):
         if group.ndim != 1:
-            raise ValueError(f"group is a {group.ndim}-D DeviceMesh; pass the context-parallel dimension's "
-                             "mesh, e.g. mesh['cp'], or its process group, mesh.get_group('cp')")
+            raise ValueError(
+                f"group is a {group.ndim}-D DeviceMesh; pass the context-parallel dimension's "
+                "mesh, e.g. mesh['cp'], or its process group, mesh.get_group('cp')"
+            )
         return group.get_group()
-    raise TypeError(f"group must be a torch.distributed ProcessGroup, a 1-D DeviceMesh or None, "
-                    f"got {type(group).__name__}")
+    raise TypeError(
+        f"group must be a torch.distributed ProcessGroup, a 1-D DeviceMesh or None, got {type(group).__name__}"
+    )
 
 
 def ring_flash_attn_func(q, k, v, softmax_scale=None, causal=False, group=None, layout="contiguous"):
@@ -291,16 +334,28 @@ def ring_flash_attn_func(q, k, v, softmax_scale=None, causal=False, group=None, 
         (batch, seqlen / W, nheads, headdim), this rank's output shard, in q's dtype. The partial outputs are
         merged in float32.
     """
-    validate_attention_inputs(q, k, v, layout="bshd", softmax_scale=softmax_scale, causal=causal,
-                              scale_name="softmax_scale", causal_name="causal")
+    validate_attention_inputs(
+        q,
+        k,
+        v,
+        layout="bshd",
+        softmax_scale=softmax_scale,
+        causal=causal,
+        scale_name="softmax_scale",
+        causal_name="causal",
+    )
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if q.shape[1] != k.shape[1]:
-        raise ValueError(f"q has {q.shape[1]} tokens and k {k.shape[1]}: ring attention shards one sequence, "
-                         "so every rank's q, k and v shards have the same length")
+        raise ValueError(
+            f"q has {q.shape[1]} tokens and k {k.shape[1]}: ring attention shards one sequence, "
+            "so every rank's q, k and v shards have the same length"
+        )
     if layout == "zigzag" and q.shape[1] % 2 != 0:
-        raise ValueError(f"a zigzag shard holds two equal chunks, but this one has {q.shape[1]} tokens (odd); "
-                         "cut the sequence with zigzag_shard, into 2 * world_size chunks")
+        raise ValueError(
+            f"a zigzag shard holds two equal chunks, but this one has {q.shape[1]} tokens (odd); "
+            "cut the sequence with zigzag_shard, into 2 * world_size chunks"
+        )
     ring = _Ring(_resolve_group(group))
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5

@@ -12,7 +12,6 @@ for query ``i`` when ``j > i`` (top-left aligned, as
 
 from __future__ import annotations
 
-
 import torch
 
 __all__ = [
@@ -38,6 +37,8 @@ def naive_attention(q, k, v, causal=False, scale=None):
         scores = scores.masked_fill(future, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     return weights @ v
+
+
 # --8<-- [end:naive]
 
 
@@ -59,6 +60,8 @@ def online_softmax(x, block_size=2):
     # A second, cheap pass turns the statistics into probabilities. FlashAttention
     # avoids even this pass by folding it into the output accumulator (tiled_attention).
     return torch.exp(x - m[..., None]) / l[..., None]
+
+
 # --8<-- [end:online_softmax]
 
 
@@ -78,12 +81,13 @@ def online_softmax_update(m, l, acc, s, v_blk):
     l = alpha * l + p.sum(dim=-1)
     acc = alpha[..., None] * acc + p @ v_blk
     return m_new, l, acc, alpha, p
+
+
 # --8<-- [end:update]
 
 
 # --8<-- [start:tiled]
-def tiled_attention(q, k, v, block_q=64, block_k=64, causal=False, scale=None,
-                    return_lse=False):
+def tiled_attention(q, k, v, block_q=64, block_k=64, causal=False, scale=None, return_lse=False):
     """FlashAttention's forward pass, tile by tile, in plain PyTorch.
 
     Each block of queries keeps a running max ``m``, denominator ``l`` and unnormalised
@@ -116,12 +120,13 @@ def tiled_attention(q, k, v, block_q=64, block_k=64, causal=False, scale=None,
         out[..., i : i + rows, :] = acc / l[..., None]  # normalise once, at the end
         lse[..., i : i + rows] = m + torch.log(l)
     return (out, lse) if return_lse else out
+
+
 # --8<-- [end:tiled]
 
 
 # --8<-- [start:tiled_backward]
-def tiled_attention_backward(q, k, v, out, lse, dout, block_q=64, block_k=64,
-                             causal=False, scale=None):
+def tiled_attention_backward(q, k, v, out, lse, dout, block_q=64, block_k=64, causal=False, scale=None):
     """FlashAttention's backward pass, tile by tile: ``tiled_attention``'s gradients.
 
     out and lse are the forward's output and log-sum-exp; dout is the gradient arriving
@@ -157,4 +162,6 @@ def tiled_attention_backward(q, k, v, out, lse, dout, block_q=64, block_k=64,
             dk_acc += (ds.transpose(-2, -1) @ q_blk) * scale  # dK = scale * dS^T Q
         dk[..., j : j + cols, :], dv[..., j : j + cols, :] = dk_acc, dv_acc
     return dq, dk, dv
+
+
 # --8<-- [end:tiled_backward]

@@ -16,7 +16,6 @@ DTYPE_IDS = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32
 cpu_sweep = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU subset; the GPU sweeps cover it on a GPU")
 
 
-
 def attention_math(q, k, v, softmax_scale, causal=False, bottom_right=True, dtype=torch.float64):
     """Attention in plain PyTorch, computed in ``dtype``. Layout (B, S, H, D); returns out (B, Sq, H, D) in
     ``dtype`` and lse (B, H, Sq) in float32.
@@ -65,8 +64,20 @@ def assert_close_like_flash_attn(name, ours, ref, pt, dtype, mult=2.0, floor=1e-
     assert err <= mult * err_pt + atol, f"{name}: max err {err:.3e} > {mult} x {err_pt:.3e} + {atol:.3e}"
 
 
-def make_qkv(batch, seqlen_q, seqlen_k, n_heads, n_kv_heads, head_dim, dtype, device=DEVICE, scale=1.0,
-             layout="bshd", requires_grad=True, seed=0):
+def make_qkv(
+    batch,
+    seqlen_q,
+    seqlen_k,
+    n_heads,
+    n_kv_heads,
+    head_dim,
+    dtype,
+    device=DEVICE,
+    scale=1.0,
+    layout="bshd",
+    requires_grad=True,
+    seed=0,
+):
     g = torch.Generator(device="cpu").manual_seed(seed)
 
     def one(s, h):

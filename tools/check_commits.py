@@ -54,8 +54,10 @@ def commits_after(base: str, rev: str = "HEAD", cwd: Path = ROOT) -> list[tuple[
     try:
         git("cat-file", "-e", f"{base}^{{commit}}", cwd=cwd)
     except subprocess.CalledProcessError:
-        raise SystemExit(f"commit {base} (from {BASE_FILE.relative_to(ROOT)}) is not in this clone's history; "
-                         "fetch the full history (git fetch --unshallow) and run again") from None
+        raise SystemExit(
+            f"commit {base} (from {BASE_FILE.relative_to(ROOT)}) is not in this clone's history; "
+            "fetch the full history (git fetch --unshallow) and run again"
+        ) from None
     out = git("log", "--reverse", "--format=%h%x00%B%x00", f"{base}..{rev}", cwd=cwd)
     fields = out.split("\0")
     return [(fields[i].strip(), fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
@@ -72,8 +74,10 @@ def main(argv: list[str] | None = None, cwd: Path = ROOT, base_file: Path = BASE
     for sha, subject, found in failures:
         print(f"{sha} {subject[:80]!r}: {'; '.join(found)}")
     if failures:
-        print(f"{len(failures)} of {len(commits)} commit messages after {base} break the rules "
-              "(CONTRIBUTING.md, \"Commits\"); reword them with git rebase -i before merging")
+        print(
+            f"{len(failures)} of {len(commits)} commit messages after {base} break the rules "
+            '(CONTRIBUTING.md, "Commits"); reword them with git rebase -i before merging'
+        )
         return 1
     print(f"checked {len(commits)} commit messages after {base}: every one follows the rules")
     return 0

@@ -26,7 +26,7 @@ def version() -> str:
     """flashdoc's version, as pyproject.toml states it (the one place it is written)."""
     match = re.search(r'^version\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
     if match is None:
-        raise ValueError("pyproject.toml has no `version = \"...\"` line in [project]")
+        raise ValueError('pyproject.toml has no `version = "..."` line in [project]')
     return match[1]
 
 
@@ -45,9 +45,11 @@ def wheel_url(site_url: str) -> str:
 def install_line(site_url: str) -> str:
     """One line of HTML: how to install flashdoc from the published site, with links to the checksums and sdist."""
     base = f"{site_url.rstrip('/')}/{SITE_DIR}"
-    return (f'<p class="fd-install">The code on this page imports flashdoc; install it with '
-            f"<code>pip install {html.escape(wheel_url(site_url))}</code> "
-            f'(<a href="{base}/{CHECKSUMS}">SHA-256</a>, <a href="{base}/{sdist_name()}">source</a>).</p>')
+    return (
+        f'<p class="fd-install">The code on this page imports flashdoc; install it with '
+        f"<code>pip install {html.escape(wheel_url(site_url))}</code> "
+        f'(<a href="{base}/{CHECKSUMS}">SHA-256</a>, <a href="{base}/{sdist_name()}">source</a>).</p>'
+    )
 
 
 # What the distributions are built from: the package and the files its metadata names, nothing else of the repo.

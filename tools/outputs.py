@@ -159,9 +159,7 @@ class Snippet:
         state = self.freshness()
         prov = state.provenance
         if prov is None:
-            raise StaleOutputError(
-                f"{self.rel_path} has no recorded outputs; record them with: {self.refresh_command}"
-            )
+            raise StaleOutputError(f"{self.rel_path} has no recorded outputs; record them with: {self.refresh_command}")
         if state.source_changed:
             raise StaleOutputError(
                 f"{self.rel_path} changed after its outputs were recorded "
@@ -180,8 +178,10 @@ class Snippet:
         state = self.freshness()
         if not state.only_package_changed:
             return None
-        return (f"recorded with flashdoc {state.recorded_with}; the package has changed since "
-                f"({', '.join(state.changed_modules)})")
+        return (
+            f"recorded with flashdoc {state.recorded_with}; the package has changed since "
+            f"({', '.join(state.changed_modules)})"
+        )
 
     def recorded_file(self, file: str) -> Path:
         """Path of one file this snippet recorded (``stdout.txt`` or one it wrote); checks freshness first."""

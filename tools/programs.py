@@ -36,8 +36,9 @@ MARKER = re.compile(r"^\s*# --8<-- \[(start|end):(?P<name>[\w-]+)\]\s*$")
 def section_end(source: str, section: str) -> int:
     """Number of lines from the top of the file through the last line of ``section``'s top-level statement."""
     lines = source.splitlines()
-    ends = [i for i, line in enumerate(lines, 1)
-            if (m := MARKER.match(line)) and m[1] == "end" and m["name"] == section]
+    ends = [
+        i for i, line in enumerate(lines, 1) if (m := MARKER.match(line)) and m[1] == "end" and m["name"] == section
+    ]
     if not ends:
         names = sorted({m["name"] for line in lines if (m := MARKER.match(line))})
         raise ValueError(f"no section {section!r}; the file marks: {', '.join(names) or 'none'}")
@@ -54,7 +55,7 @@ def copy_program(snip: Snippet, section: str | None = None) -> str:
     source = snip.source
     lines = source.splitlines()
     if section is not None:
-        lines = lines[:section_end(source, section)]
+        lines = lines[: section_end(source, section)]
     return "\n".join(line for line in lines if not MARKER.match(line)).rstrip() + "\n"
 
 
@@ -86,8 +87,7 @@ def blocks_from_pages(docs_dir: Path = DOCS_DIR) -> list[Block]:
             section = SECTION_ARG.search(m["rest"])
             section = section["section"] if section else None
             snip = snippet(m["name"])
-            blocks.append(Block(page.relative_to(docs_dir).as_posix(), snip.name, section,
-                                copy_program(snip, section)))
+            blocks.append(Block(page.relative_to(docs_dir).as_posix(), snip.name, section, copy_program(snip, section)))
     return blocks
 
 
@@ -109,8 +109,14 @@ def blocks_from_site(site_dir: Path) -> list[Block]:
         parser = _CopyBlocks()
         parser.feed(page.read_text(encoding="utf-8"))
         for attrs in parser.found:
-            blocks.append(Block(page.relative_to(site_dir).as_posix(), attrs["data-snippet"],
-                                attrs.get("data-section") or None, attrs["data-copy"]))
+            blocks.append(
+                Block(
+                    page.relative_to(site_dir).as_posix(),
+                    attrs["data-snippet"],
+                    attrs.get("data-section") or None,
+                    attrs["data-copy"],
+                )
+            )
     return blocks
 
 
@@ -130,8 +136,14 @@ def run_program(text: str, timeout: float = 600) -> Outcome:
         (Path(tmp) / "program.py").write_text(text, encoding="utf-8")
         start = time.perf_counter()
         try:
-            proc = subprocess.run([sys.executable, "program.py"], cwd=tmp, env=snippet_env(), capture_output=True,
-                                  text=True, timeout=timeout)
+            proc = subprocess.run(
+                [sys.executable, "program.py"],
+                cwd=tmp,
+                env=snippet_env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
             code, output = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as err:
             code, output = -1, f"timed out after {timeout:.0f} s\n{err.stdout or ''}{err.stderr or ''}"
@@ -154,8 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
     blocks = blocks_from_site(args.site) if args.site else blocks_from_pages()
-    blocks = [b for b in blocks if b.gpu_only == args.gpu_only and b.snippet not in args.exclude
-              and (not args.names or b.snippet in args.names)]
+    blocks = [
+        b
+        for b in blocks
+        if b.gpu_only == args.gpu_only and b.snippet not in args.exclude and (not args.names or b.snippet in args.names)
+    ]
     outcomes = run_distinct([b.text for b in blocks], workers=args.workers)
     failed = 0
     for b in blocks:

@@ -33,8 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import outputs
-from tools.outputs import (GPU_RECORD_COMMAND, PROVENANCE_FORMAT, ROOT, Snippet, all_snippets, module_hashes,
-                           snippet, stale_snippets)
+from tools.outputs import (
+    GPU_RECORD_COMMAND,
+    PROVENANCE_FORMAT,
+    ROOT,
+    Snippet,
+    all_snippets,
+    module_hashes,
+    snippet,
+    stale_snippets,
+)
 
 RUNNER = Path(__file__).resolve().with_name("run_snippet.py")
 
@@ -100,8 +108,10 @@ def run_snippet(snip: Snippet, workdir: Path, timeout: float = 1800, echo=None) 
         )
         out: list[str] = []
         err: list[str] = []
-        readers = [threading.Thread(target=_drain, args=(proc.stdout, out, echo), daemon=True),
-                   threading.Thread(target=_drain, args=(proc.stderr, err, echo), daemon=True)]
+        readers = [
+            threading.Thread(target=_drain, args=(proc.stdout, out, echo), daemon=True),
+            threading.Thread(target=_drain, args=(proc.stderr, err, echo), daemon=True),
+        ]
         for reader in readers:
             reader.start()
         interrupted = False
@@ -199,11 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help="snippet ids like 'attention/numpy_attention' (default: all)")
     parser.add_argument("--require-gpu", action="store_true", help="fail unless a CUDA GPU is present")
-    parser.add_argument("--stale", action="store_true",
-                        help="record only snippets whose outputs are stale (of those named, or of all)")
+    parser.add_argument(
+        "--stale", action="store_true", help="record only snippets whose outputs are stale (of those named, or of all)"
+    )
     parser.add_argument("--check", action="store_true", help="record nothing; list stale outputs, exit 1 if any")
-    parser.add_argument("--time-limit", type=float, default=1800,
-                        help="seconds before a snippet is interrupted with Ctrl-C (default: %(default)s)")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=1800,
+        help="seconds before a snippet is interrupted with Ctrl-C (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     names = [snippet(n).name for n in args.names]  # fails early, listing the known ones, on a typo
     if args.check:
@@ -226,13 +241,19 @@ def main(argv: list[str] | None = None) -> int:
             gpu_only = [s.name for s in snippets if s.gpu_only]
             snippets = [s for s in snippets if not s.gpu_only]
             if gpu_only:
-                print(f"Stale GPU-only outputs, which this CPU machine cannot record: {' '.join(gpu_only)}\n"
-                      f"  record them on a CUDA GPU: {GPU_RECORD_COMMAND} {' '.join(gpu_only)}", flush=True)
+                print(
+                    f"Stale GPU-only outputs, which this CPU machine cannot record: {' '.join(gpu_only)}\n"
+                    f"  record them on a CUDA GPU: {GPU_RECORD_COMMAND} {' '.join(gpu_only)}",
+                    flush=True,
+                )
         if not snippets:
             print("Nothing stale to record here.", flush=True)
             return 0
-    print(f"Recording {len(snippets)} snippet(s) on {device['device']} "
-          f"(torch {device['torch']}, triton {device['triton']})", flush=True)
+    print(
+        f"Recording {len(snippets)} snippet(s) on {device['device']} "
+        f"(torch {device['torch']}, triton {device['triton']})",
+        flush=True,
+    )
     outcomes: list[tuple[str, str, float]] = []
     started = time.perf_counter()
     for i, snip in enumerate(snippets, 1):

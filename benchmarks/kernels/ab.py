@@ -48,7 +48,7 @@ KERNELS = ROOT / "flashdoc" / "kernels"
 # AB_DEVICE=cpu (with TRITON_INTERPRET=1 and tiny --ns, --tokens) checks the variants' plumbing and results.
 DEVICE = os.environ.get("AB_DEVICE", "cuda")
 
-PIPELINED_INNER = '''
+PIPELINED_INNER = """
 @triton.jit
 def _softmax_step(acc, l_i, m_i, qk, v, qk_scale, DOT_PRECISION: tl.constexpr):
     m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
@@ -77,10 +77,10 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, offs_m, seqlen_k, causal_o
     return acc, l_i, m_i
 
 
-'''
+"""
 
 
-LAZY_SOFTMAX = '''
+LAZY_SOFTMAX = """
         m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         if MASKED:
             m_ij = tl.where(m_ij == float("-inf"), 0.0, m_ij)
@@ -94,7 +94,7 @@ LAZY_SOFTMAX = '''
         l_i = l_i + tl.sum(p, 1)
         v = V.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-'''
+"""
 
 EXP2_POLY = '''
 @triton.jit
@@ -112,14 +112,14 @@ def _exp2_poly(x):
 
 
 '''
-POLY_P = '''        if MASKED:
+POLY_P = """        if MASKED:
             p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
         else:  # half the exponentials on the MUFU, half on the FMA units
             x = qk * qk_scale - m_ij[:, None]
             xa, xb = tl.split(x.reshape(x.shape[0], BLOCK_N // 2, 2))
             p = tl.join(tl.math.exp2(xa), _exp2_poly(xb)).reshape(x.shape[0], BLOCK_N)
-'''
-POLY4_P = '''        if MASKED:
+"""
+POLY4_P = """        if MASKED:
             p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
         else:  # a quarter of the exponentials on the FMA units
             x = qk * qk_scale - m_ij[:, None]
@@ -127,11 +127,11 @@ POLY4_P = '''        if MASKED:
             xb1, xb2 = tl.split(xb.reshape(x.shape[0], BLOCK_N // 4, 2))
             pb = tl.join(tl.math.exp2(xb1), _exp2_poly(xb2)).reshape(x.shape[0], BLOCK_N // 2)
             p = tl.join(tl.math.exp2(xa), pb).reshape(x.shape[0], BLOCK_N)
-'''
+"""
 
 
 # The dK/dV step queries-by-keys: K and V become B operands, P^T and dS^T feed the accumulating products.
-QK_DKDV = '''        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+QK_DKDV = """        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
             if IS_CAUSAL:
@@ -140,7 +140,7 @@ QK_DKDV = '''        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
         ds = p * (dp - delta[:, None])
         dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=DOT_PRECISION)
-'''
+"""
 
 
 def load_variant(name: str, forward_src: str, backward_src: str, launch_src: str = None):
@@ -227,15 +227,27 @@ def report_registers(name, launch, dump=None):
     def init_and_report(self, kernel, compiled, config, args, meta):
         init(self, kernel, compiled, config, args, meta)
         tiles = {k: v for k, v in self.config.items() if k.startswith("BLOCK_") and k != "BLOCK_D"}
-        print(f"  regs {name} {getattr(kernel, '__name__', kernel)} {tiles} stages={config.num_stages} "
-              f"warps={config.num_warps}: "
-              f"n_regs={getattr(compiled, 'n_regs', None)} n_spills={getattr(compiled, 'n_spills', None)}", flush=True)
+        print(
+            f"  regs {name} {getattr(kernel, '__name__', kernel)} {tiles} stages={config.num_stages} "
+            f"warps={config.num_warps}: "
+            f"n_regs={getattr(compiled, 'n_regs', None)} n_spills={getattr(compiled, 'n_spills', None)}",
+            flush=True,
+        )
         if dump:
-            stem = "_".join([name.replace("/", "_"), getattr(kernel, "__name__", "kernel"), *map(str, tiles.values()),
-                             str(config.num_stages), str(config.num_warps), str(self.config.get("IS_CAUSAL", ""))])
+            stem = "_".join(
+                [
+                    name.replace("/", "_"),
+                    getattr(kernel, "__name__", "kernel"),
+                    *map(str, tiles.values()),
+                    str(config.num_stages),
+                    str(config.num_warps),
+                    str(self.config.get("IS_CAUSAL", "")),
+                ]
+            )
             for ext in ("ttgir", "ptx"):
                 if ext in compiled.asm:
                     pathlib.Path(dump, f"{stem}.{ext}").write_text(compiled.asm[ext])
+
     launch._Launcher.__init__ = init_and_report
 
 
@@ -251,16 +263,25 @@ def main():
     ap.add_argument("--ds", default="64,128,256")
     ap.add_argument("--ns", default="2048,4096,16384")
     ap.add_argument("--fwd-variants", default=None, help="default: every one in --variants")
-    ap.add_argument("--fwd-configs", default=None,
-                    help="forward configs instead of FWD, e.g. '128=64,32,3,4;128=64,64,3,4;64=64,64,3,4'")
+    ap.add_argument(
+        "--fwd-configs",
+        default=None,
+        help="forward configs instead of FWD, e.g. '128=64,32,3,4;128=64,64,3,4;64=64,64,3,4'",
+    )
     ap.add_argument("--bwd-variants", default="base,new", help="variants to time the backward of")
-    ap.add_argument("--bwd-configs", default=None,
-                    help="(dK/dV, dQ) config pairs instead of DKDV and DQ, timed against each other in one "
-                         "rotation, e.g. '64=32,128,3,4/128,64,3,8;64=64,64,3,4/64,64,2,4'")
+    ap.add_argument(
+        "--bwd-configs",
+        default=None,
+        help="(dK/dV, dQ) config pairs instead of DKDV and DQ, timed against each other in one "
+        "rotation, e.g. '64=32,128,3,4/128,64,3,8;64=64,64,3,4/64,64,2,4'",
+    )
     ap.add_argument("--causal", default="False,True")
     ap.add_argument("--tokens", type=int, default=16384)
-    ap.add_argument("--autotune", action="store_true",
-                    help="each variant through its own autotuner (as users call it) instead of fixed configs")
+    ap.add_argument(
+        "--autotune",
+        action="store_true",
+        help="each variant through its own autotuner (as users call it) instead of fixed configs",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="times each variant is timed, in rotated order")
     ap.add_argument("--warm", action="store_true", help="only compile (run each variant once), no timing")
     ap.add_argument("--regs", action="store_true", help="print each compiled kernel's registers and spills")
@@ -306,23 +327,27 @@ def main():
                         fwd = mods[name][0]
 
                         def run(fwd=fwd, cfg=cfg):
-                            fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False,
-                                         config=cfg and tile_config(fwd, *cfg))
+                            fwd.attn_fwd(
+                                q, k, v, out, lse, d**-0.5, causal, False, config=cfg and tile_config(fwd, *cfg)
+                            )
+
                         tests.append((f"fwd {cfg or 'autotuned'}", name, None, run, flops, lambda: out))
                 pairs = bwd_table.get(d, []) if not args.autotune else [None]
                 for name in filter(None, args.bwd_variants.split(",")):
                     fwd, bwd = mods[name]
 
                     def setup(fwd=fwd):  # this variant's forward output, into the shared buffers
-                        fwd.attn_fwd(q, k, v, out, lse, d ** -0.5, causal, False, config=tile_config(fwd, *FWD[d][0]))
+                        fwd.attn_fwd(q, k, v, out, lse, d**-0.5, causal, False, config=tile_config(fwd, *FWD[d][0]))
+
                     for pair in pairs:
                         config = pair and (tile_config(fwd, *pair[0]), tile_config(fwd, *pair[1]))
 
                         def run_bwd(bwd=bwd, config=config):
-                            bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d ** -0.5, causal, False,
-                                         config=config)
+                            bwd.attn_bwd(do, q, k, v, out, lse, None, dq, dk, dv, d**-0.5, causal, False, config=config)
+
                         def grads():
                             return torch.cat([dq.flatten(), dk.flatten(), dv.flatten()])
+
                         label = name if len(pairs) == 1 else f"{name} {pair[0]}/{pair[1]}".replace(" (", "(")
                         tests.append(("bwd", label, setup, run_bwd, 2.5 * flops, grads))
                 # Each variant once per round, the order rotated every round, the median kept: the position in
@@ -339,8 +364,11 @@ def main():
                                 if setup is not None:
                                     setup()
                                 fn()
-                                ms = 1.0 if args.warm else triton.testing.do_bench(fn, warmup=10, rep=50,
-                                                                                    return_mode="median")
+                                ms = (
+                                    1.0
+                                    if args.warm
+                                    else triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+                                )
                                 times.setdefault((label, name), []).append(fl / ms * 1e-9)
                                 if round_ == 0:
                                     results.setdefault(label, {})[name] = (None, result().float().clone())
@@ -356,8 +384,15 @@ def main():
                         err = (res - ref[1]).abs().max().item()
                         cells.append(f"{name} {tf:6.1f} ({tf / ref[0]:.3f}x, maxdiff {err:.1e})")
                     print(f"d={d:<3} causal={causal!s:<5} N={n:<5} {label:<22} " + " | ".join(cells), flush=True)
-                    rows.append({"d": d, "causal": causal, "n": n, "test": label,
-                                 "tflops": {name: tf for name, (tf, _) in per.items()}})
+                    rows.append(
+                        {
+                            "d": d,
+                            "causal": causal,
+                            "n": n,
+                            "test": label,
+                            "tflops": {name: tf for name, (tf, _) in per.items()},
+                        }
+                    )
                 del q, k, v, do
                 if DEVICE == "cuda":
                     torch.cuda.empty_cache()

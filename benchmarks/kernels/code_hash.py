@@ -56,13 +56,19 @@ def ptxas_info(ck):
         ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         with open(ptx, "w") as f:
             f.write(ck.asm["ptx"])
-        res = subprocess.run([os.path.join(bin_dir, "ptxas"), "-v", "--gpu-name=sm_90a", ptx, "-o", cubin],
-                             capture_output=True, text=True)
-        sass = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-sass", cubin], capture_output=True,
-                              text=True).stdout
+        res = subprocess.run(
+            [os.path.join(bin_dir, "ptxas"), "-v", "--gpu-name=sm_90a", ptx, "-o", cubin],
+            capture_output=True,
+            text=True,
+        )
+        sass = subprocess.run(
+            [os.path.join(bin_dir, "cuobjdump"), "-sass", cubin], capture_output=True, text=True
+        ).stdout
     instructions = re.findall(r"/\*[0-9a-f]{4,}\*/\s*([^;]*);", sass)
-    return " ".join([f"sass {hashlib.sha1(chr(10).join(instructions).encode()).hexdigest()[:12]}"]
-                    + re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr))
+    return " ".join(
+        [f"sass {hashlib.sha1(chr(10).join(instructions).encode()).hexdigest()[:12]}"]
+        + re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr)
+    )
 
 
 def code_hash(ptx):
@@ -92,8 +98,9 @@ def compile_sm90(kernel, descriptors, constants):
             consts[(i,)] = constants.get(name, defaults.get(name))
         else:
             sig[name] = POINTERS.get(name, "fp32" if name in FLOATS else "i32")
-    return triton.compile(GluonASTSource(kernel, sig, consts), target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=4))
+    return triton.compile(
+        GluonASTSource(kernel, sig, consts), target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)
+    )
 
 
 def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float32=(), rows=()):
@@ -102,9 +109,11 @@ def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float3
     descriptors named in float32 over fp32 tensors instead (the fused backward's dQ buffer); the parameters named
     in rows as ``forward_hopper.rows_descriptor``s of BLOCK_M (the dK/dV kernels' LSE and delta)."""
     t = torch.empty(2, 1024, 4, head_dim, dtype=torch.bfloat16)
-    descriptors = {name: fh.descriptor(t.float() if name in float32 else t,
-                                       block_m if name in QUERY_ROWS else block_n, cols)
-                   for name in kernel.arg_names if name.endswith("_desc")}
+    descriptors = {
+        name: fh.descriptor(t.float() if name in float32 else t, block_m if name in QUERY_ROWS else block_n, cols)
+        for name in kernel.arg_names
+        if name.endswith("_desc")
+    }
     descriptors.update({name: fh.rows_descriptor(torch.empty(2, 4, 1024), block_m) for name in rows})
     return compile_sm90(kernel, descriptors, constants)
 
@@ -112,32 +121,88 @@ def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float3
 def tuned_kernels():
     """(label, thunk compiling the kernel) for every entry of the three Hopper config tables."""
     for (d, causal), (bm, bn, stages, consumers, _persistent) in fh.HOPPER_CONFIGS.items():
-        yield f"fwd  d={d} causal={causal}", partial(
-            compile_config, fh._attn_fwd_hopper, d, bm, bn,
-            dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, N_CONSUMERS=consumers,
-                 O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
+        yield (
+            f"fwd  d={d} causal={causal}",
+            partial(
+                compile_config,
+                fh._attn_fwd_hopper,
+                d,
+                bm,
+                bn,
+                dict(
+                    IS_CAUSAL=causal,
+                    BLOCK_M=bm,
+                    BLOCK_N=bn,
+                    STAGES=stages,
+                    N_CONSUMERS=consumers,
+                    O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM,
+                ),
+            ),
+        )
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
         for order, label in _orders(d, causal):
             if d > bh.MAX_NARROW_HEAD_DIM:
-                ck = partial(compile_config, bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
-                             dict(IS_CAUSAL=causal, STAGES=stages, **order), cols=d // 2, rows=ROWS)
+                ck = partial(
+                    compile_config,
+                    bh._attn_bwd_dkdv_hopper_wide,
+                    d,
+                    bm,
+                    bn,
+                    dict(IS_CAUSAL=causal, STAGES=stages, **order),
+                    cols=d // 2,
+                    rows=ROWS,
+                )
             else:
-                ck = partial(compile_config, bh._attn_bwd_dkdv_hopper, d, bm, bn,
-                             dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order), rows=ROWS)
+                ck = partial(
+                    compile_config,
+                    bh._attn_bwd_dkdv_hopper,
+                    d,
+                    bm,
+                    bn,
+                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order),
+                    rows=ROWS,
+                )
             yield f"dkdv d={d} causal={causal}{label}", ck
     for (d, causal), (bm, bn, stages, consumers) in bh.FUSED_DQ_CONFIGS.items():
         section = bh.FUSED_DQ_SECTIONS.get((d, causal))  # (a launch with fewer pairs compiles its own)
         for ragged in (False, True):  # key lengths that are / are not a multiple of the program's keys
-            yield (f"fused d={d} causal={causal}" + (f" sections={section}" if section else "")
-                   + (" ragged keys" if ragged else "")), partial(
-                compile_config, bh._attn_bwd_dkdv_hopper, d, bm, bn,
-                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, FUSED_DQ=True, RAGGED_KEYS=ragged,
-                     **(dict(SECTION=section) if section else {})), float32=("dq_desc", ), rows=ROWS)
+            yield (
+                (
+                    f"fused d={d} causal={causal}"
+                    + (f" sections={section}" if section else "")
+                    + (" ragged keys" if ragged else "")
+                ),
+                partial(
+                    compile_config,
+                    bh._attn_bwd_dkdv_hopper,
+                    d,
+                    bm,
+                    bn,
+                    dict(
+                        IS_CAUSAL=causal,
+                        STAGES=stages,
+                        N_CONSUMERS=consumers,
+                        FUSED_DQ=True,
+                        RAGGED_KEYS=ragged,
+                        **(dict(SECTION=section) if section else {}),
+                    ),
+                    float32=("dq_desc",),
+                    rows=ROWS,
+                ),
+            )
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
         for order, label in _orders(d, causal):
-            yield f"dq   d={d} causal={causal}{label}", partial(
-                compile_config, bh._attn_bwd_dq_hopper, d, bm, bn,
-                dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order))
+            yield (
+                f"dq   d={d} causal={causal}{label}",
+                partial(
+                    compile_config,
+                    bh._attn_bwd_dq_hopper,
+                    d,
+                    bm,
+                    bn,
+                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **order),
+                ),
+            )
 
 
 def _orders(d, causal):
@@ -150,8 +215,12 @@ def _orders(d, causal):
 
 
 # the variants' constexprs, each on the causal configs (a window runs the causal kernels) or the dense ones
-VARIANTS = {"window": (True, dict(IS_LOCAL=True)), "softcap": (False, dict(SOFTCAP=True)),
-            "causal softcap": (True, dict(SOFTCAP=True)), "window softcap": (True, dict(IS_LOCAL=True, SOFTCAP=True))}
+VARIANTS = {
+    "window": (True, dict(IS_LOCAL=True)),
+    "softcap": (False, dict(SOFTCAP=True)),
+    "causal softcap": (True, dict(SOFTCAP=True)),
+    "window softcap": (True, dict(IS_LOCAL=True, SOFTCAP=True)),
+}
 
 
 def variant_kernels():
@@ -162,26 +231,68 @@ def variant_kernels():
         for (d, tab_causal), config in fh.HOPPER_CONFIGS.items():
             bm, bn, stages, consumers, _persistent = fh.VARIANT_CONFIGS.get((d, tab_causal), config)
             if tab_causal == causal:
-                yield f"fwd  d={d} {name}", partial(
-                    compile_config, fh._attn_fwd_hopper, d, bm, bn,
-                    dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, N_CONSUMERS=consumers,
-                         O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM, **extra))
+                yield (
+                    f"fwd  d={d} {name}",
+                    partial(
+                        compile_config,
+                        fh._attn_fwd_hopper,
+                        d,
+                        bm,
+                        bn,
+                        dict(
+                            IS_CAUSAL=causal,
+                            BLOCK_M=bm,
+                            BLOCK_N=bn,
+                            STAGES=stages,
+                            N_CONSUMERS=consumers,
+                            O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM,
+                            **extra,
+                        ),
+                    ),
+                )
         for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
             if tab_causal != causal:
                 continue
             if d > bh.MAX_NARROW_HEAD_DIM:
-                yield f"dkdv d={d} {name}", partial(compile_config, bh._attn_bwd_dkdv_hopper_wide, d, bm, bn,
-                                                    dict(IS_CAUSAL=causal, STAGES=stages, **extra), cols=d // 2,
-                                                    rows=ROWS)
+                yield (
+                    f"dkdv d={d} {name}",
+                    partial(
+                        compile_config,
+                        bh._attn_bwd_dkdv_hopper_wide,
+                        d,
+                        bm,
+                        bn,
+                        dict(IS_CAUSAL=causal, STAGES=stages, **extra),
+                        cols=d // 2,
+                        rows=ROWS,
+                    ),
+                )
             else:
-                yield f"dkdv d={d} {name}", partial(
-                    compile_config, bh._attn_bwd_dkdv_hopper, d, bm, bn,
-                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **extra), rows=ROWS)
+                yield (
+                    f"dkdv d={d} {name}",
+                    partial(
+                        compile_config,
+                        bh._attn_bwd_dkdv_hopper,
+                        d,
+                        bm,
+                        bn,
+                        dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **extra),
+                        rows=ROWS,
+                    ),
+                )
         for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DQ_CONFIGS.items():
             if tab_causal == causal:
-                yield f"dq   d={d} {name}", partial(
-                    compile_config, bh._attn_bwd_dq_hopper, d, bm, bn,
-                    dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **extra))
+                yield (
+                    f"dq   d={d} {name}",
+                    partial(
+                        compile_config,
+                        bh._attn_bwd_dq_hopper,
+                        d,
+                        bm,
+                        bn,
+                        dict(IS_CAUSAL=causal, STAGES=stages, N_CONSUMERS=consumers, **extra),
+                    ),
+                )
 
 
 def compile_portable(kernel, config, descriptors, constants, float32: bool):
@@ -208,8 +319,9 @@ def compile_portable(kernel, config, descriptors, constants, float32: bool):
             if i not in kernel.do_not_specialize:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     source = ASTSource(kernel, sig, {(kernel.arg_names.index(k),): v for k, v in meta.items()}, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+    return triton.compile(
+        source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=config.num_warps, num_stages=config.num_stages)
+    )
 
 
 def portable_kernels(match=""):
@@ -218,19 +330,27 @@ def portable_kernels(match=""):
     from flashdoc.kernels import backward as b
     from flashdoc.kernels import forward as f
 
-    kernels = (("fwd ", f._attn_fwd, f.FWD_CONFIGS, dict(K="BLOCK_N", V="BLOCK_N", O="BLOCK_M")),
-               ("dkdv", b._attn_bwd_dkdv, b.DKDV_CONFIGS,
-                dict(Q="BLOCK_M", DO="BLOCK_M", DK="BLOCK_N", DV="BLOCK_N")),
-               ("dq  ", b._attn_bwd_dq, b.DQ_CONFIGS, dict(K="BLOCK_N", V="BLOCK_N", DQ="BLOCK_M")))
+    kernels = (
+        ("fwd ", f._attn_fwd, f.FWD_CONFIGS, dict(K="BLOCK_N", V="BLOCK_N", O="BLOCK_M")),
+        ("dkdv", b._attn_bwd_dkdv, b.DKDV_CONFIGS, dict(Q="BLOCK_M", DO="BLOCK_M", DK="BLOCK_N", DV="BLOCK_N")),
+        ("dq  ", b._attn_bwd_dq, b.DQ_CONFIGS, dict(K="BLOCK_N", V="BLOCK_N", DQ="BLOCK_M")),
+    )
     for label, kernel, table, descriptors in kernels:
         for d, float32 in sorted({key[:2] for key in table}):
             for causal in (False, True):
                 for config in f.configs_for(table, d, torch.float32 if float32 else torch.bfloat16, causal):
-                    constants = dict(HEAD_DIM=d, BLOCK_D=d, IS_CAUSAL=causal,
-                                     DOT_PRECISION="ieee" if float32 else "tf32", ONE_AXIS=False)
-                    name = (f"{label} d={d} {'fp32' if float32 else 'bf16'} causal={causal} "
-                            f"{config.kwargs['BLOCK_M']}x{config.kwargs['BLOCK_N']} s{config.num_stages} "
-                            f"w{config.num_warps}{' across' if config.kwargs['ACROSS_HEADS'] else ''}")
+                    constants = dict(
+                        HEAD_DIM=d,
+                        BLOCK_D=d,
+                        IS_CAUSAL=causal,
+                        DOT_PRECISION="ieee" if float32 else "tf32",
+                        ONE_AXIS=False,
+                    )
+                    name = (
+                        f"{label} d={d} {'fp32' if float32 else 'bf16'} causal={causal} "
+                        f"{config.kwargs['BLOCK_M']}x{config.kwargs['BLOCK_N']} s{config.num_stages} "
+                        f"w{config.num_warps}{' across' if config.kwargs['ACROSS_HEADS'] else ''}"
+                    )
                     if all(part in name for part in match.split(",")):
                         yield name, compile_portable(kernel, config, descriptors, constants, float32)
 
@@ -252,7 +372,6 @@ if __name__ == "__main__":
         try:
             ck = thunk()
         except Exception as e:  # a variant that does not compile: say so and go on
-            print(f"{label}: COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}",
-                  flush=True)
+            print(f"{label}: COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}", flush=True)
             continue
         print(f"{label}: code {code_hash(ck.asm['ptx'])}  {ptxas_info(ck)}", flush=True)

@@ -25,13 +25,15 @@ VARIANTS = {"split": True, "fused": False}
 def run_variant(name, q, k, v, dout, out, lse, causal, grads=None):
     deterministic = VARIANTS[name]
     dq, dk, dv = grads if grads is not None else (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
-    bw.attn_bwd(dout, q, k, v, out, lse, None, dq, dk, dv, q.shape[3] ** -0.5, causal, True,
-                deterministic=deterministic)
+    bw.attn_bwd(
+        dout, q, k, v, out, lse, None, dq, dk, dv, q.shape[3] ** -0.5, causal, True, deterministic=deterministic
+    )
     return dq, dk, dv
 
 
 def forward(q, k, v, causal):
     from flashdoc.kernels.forward import attn_fwd
+
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32)
     attn_fwd(q, k, v, out, lse, q.shape[3] ** -0.5, causal, True)
@@ -55,8 +57,14 @@ def check():
     torch.manual_seed(0)
     worst = {}
     for dtype in (torch.bfloat16, torch.float16):
-        for (b, sq, sk, h, hk, d) in [(2, 1024, 1024, 4, 4, 64), (1, 1000, 1000, 3, 3, 64), (2, 333, 777, 4, 2, 64),
-                                      (1, 777, 333, 2, 1, 64), (1, 64, 4000, 2, 2, 64), (2, 2048, 2048, 8, 2, 32)]:
+        for b, sq, sk, h, hk, d in [
+            (2, 1024, 1024, 4, 4, 64),
+            (1, 1000, 1000, 3, 3, 64),
+            (2, 333, 777, 4, 2, 64),
+            (1, 777, 333, 2, 1, 64),
+            (1, 64, 4000, 2, 2, 64),
+            (2, 2048, 2048, 8, 2, 32),
+        ]:
             for causal in (False, True):
                 q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
                 k, v = (torch.randn(b, sk, hk, d, device="cuda", dtype=dtype) for _ in range(2))
@@ -71,14 +79,21 @@ def check():
                         es, ef = ((x.double() - r_).abs().max().item() for x in (s_, f_))
                         worst[variant, name] = max(worst.get((variant, name), 0.0), ef / max(es, 1e-6))
                         if ef > 2 * es + 1e-3 or not torch.equal(s_, a_):
-                            print(f"MISMATCH {variant} {dtype} {(b, sq, sk, h, hk, d)} causal={causal} {name}: "
-                                  f"split {es:.3g} fused {ef:.3g} split repeatable {torch.equal(s_, a_)}", flush=True)
-    print("check done: worst fused/split error vs float64 "
-          + ", ".join(f"{v} {n} {x:.2f}" for (v, n), x in worst.items()), flush=True)
+                            print(
+                                f"MISMATCH {variant} {dtype} {(b, sq, sk, h, hk, d)} causal={causal} {name}: "
+                                f"split {es:.3g} fused {ef:.3g} split repeatable {torch.equal(s_, a_)}",
+                                flush=True,
+                            )
+    print(
+        "check done: worst fused/split error vs float64 "
+        + ", ".join(f"{v} {n} {x:.2f}" for (v, n), x in worst.items()),
+        flush=True,
+    )
 
 
 def bench(lengths, causals):
     from triton.testing import do_bench
+
     d = 64
     for causal in causals:
         for n in lengths:
@@ -91,14 +106,17 @@ def bench(lengths, causals):
                 run_variant(name, q, k, v, dout, out, lse, causal, grads)
             times = {name: [] for name in names}
             for r in range(3):
-                for name in names[r % len(names):] + names[:r % len(names)]:
-                    times[name].append(do_bench(lambda: run_variant(name, q, k, v, dout, out, lse, causal, grads),
-                                                warmup=25, rep=100))
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    times[name].append(
+                        do_bench(lambda: run_variant(name, q, k, v, dout, out, lse, causal, grads), warmup=25, rep=100)
+                    )
             flops = 2.5 * 4 * b * h * n * n * d / (2 if causal else 1)
             tf = {name: flops / (sorted(t)[1] * 1e-3) / 1e12 for name, t in times.items()}
-            print(f"d={d} causal={int(causal)} N={n}: bwd TFLOP/s split {tf['split']:.0f}  "
-                  + "  ".join(f"{name} {tf[name]:.0f} ({tf[name] / tf['split']:.2f}x)" for name in names[1:]),
-                  flush=True)
+            print(
+                f"d={d} causal={int(causal)} N={n}: bwd TFLOP/s split {tf['split']:.0f}  "
+                + "  ".join(f"{name} {tf[name]:.0f} ({tf[name] / tf['split']:.2f}x)" for name in names[1:]),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -18,13 +18,19 @@ import contextlib
 
 import torch
 
-from flashdoc.kernels.backward_hopper import MAX_NARROW_HEAD_DIM, _attn_bwd_dkdv_hopper, \
-    _attn_bwd_dkdv_hopper_wide, _attn_bwd_dq_hopper, bwd_dkdv_hopper, bwd_dq_hopper
+from benchmarks.kernels.code_hash import ROWS, compile_config, ptxas_info
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.backward import bwd_dkdv, bwd_dq, bwd_preprocess
+from flashdoc.kernels.backward_hopper import (
+    MAX_NARROW_HEAD_DIM,
+    _attn_bwd_dkdv_hopper,
+    _attn_bwd_dkdv_hopper_wide,
+    _attn_bwd_dq_hopper,
+    bwd_dkdv_hopper,
+    bwd_dq_hopper,
+)
 from flashdoc.kernels.forward import attn_fwd
 from flashdoc.kernels.launch import on_device
-from benchmarks.kernels.code_hash import ROWS, compile_config, ptxas_info
 
 # candidates, dK/dV: (BLOCK_M query rows per streamed tile, BLOCK_N keys per consumer, STAGES, N_CONSUMERS)
 CONFIGS = [(64, 64, 2, 2), (64, 64, 3, 2), (64, 64, 2, 3)]
@@ -51,8 +57,10 @@ def dq_smem_bytes(d, cfg):
 
 def aot(head_dims=(64, 128)):
     """Compile every config of both kernels for sm_90 without a GPU and print registers/spills from ptxas."""
-    for name, kernel, cfgs, smem in (("dkdv", _attn_bwd_dkdv_hopper, CONFIGS, smem_bytes),
-                                     ("dq", _attn_bwd_dq_hopper, DQ_CONFIGS, dq_smem_bytes)):
+    for name, kernel, cfgs, smem in (
+        ("dkdv", _attn_bwd_dkdv_hopper, CONFIGS, smem_bytes),
+        ("dq", _attn_bwd_dq_hopper, DQ_CONFIGS, dq_smem_bytes),
+    ):
         for d in head_dims:
             for causal in (False, True):
                 for cfg in cfgs:
@@ -60,15 +68,25 @@ def aot(head_dims=(64, 128)):
                     if smem(d, cfg) > 226 * 1024:
                         continue
                     if name == "dkdv" and d > MAX_NARROW_HEAD_DIM:
-                        ck = compile_config(_attn_bwd_dkdv_hopper_wide, d, bm, bn,
-                                            dict(IS_CAUSAL=causal, STAGES=st), cols=d // 2, rows=ROWS)
+                        ck = compile_config(
+                            _attn_bwd_dkdv_hopper_wide,
+                            d,
+                            bm,
+                            bn,
+                            dict(IS_CAUSAL=causal, STAGES=st),
+                            cols=d // 2,
+                            rows=ROWS,
+                        )
                     elif name == "dkdv":
-                        ck = compile_config(kernel, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=st, N_CONSUMERS=nc),
-                                            rows=ROWS)
+                        ck = compile_config(
+                            kernel, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=st, N_CONSUMERS=nc), rows=ROWS
+                        )
                     else:
                         ck = compile_config(kernel, d, bm, bn, dict(IS_CAUSAL=causal, STAGES=st, N_CONSUMERS=nc))
-                    print(f"{name} d={d} causal={causal} {cfg} smem={smem(d, cfg) // 1024} KiB: {ptxas_info(ck)}",
-                          flush=True)
+                    print(
+                        f"{name} d={d} causal={causal} {cfg} smem={smem(d, cfg) // 1024} KiB: {ptxas_info(ck)}",
+                        flush=True,
+                    )
 
 
 def _inputs(b, sq, sk, h, hk, d, dtype, causal, bottom_right):
@@ -78,7 +96,7 @@ def _inputs(b, sq, sk, h, hk, d, dtype, causal, bottom_right):
     k, v = (torch.randn(b, sk, hk, d, device="cuda", dtype=dtype) for _ in range(2))
     dout = torch.randn_like(q)
     out, lse = torch.empty_like(q), torch.empty(b, h, sq, device="cuda", dtype=torch.float32)
-    attn_fwd(q, k, v, out, lse, d ** -0.5, causal, bottom_right)
+    attn_fwd(q, k, v, out, lse, d**-0.5, causal, bottom_right)
     with on_device(q.device):
         delta, lse2 = bwd_preprocess(dout, out, lse, None)
     return q, k, v, dout, lse2, delta
@@ -126,38 +144,44 @@ def check(head_dims, kernels):
                         if smem_bytes(d, cfg) > 226 * 1024:
                             continue
                         got = [torch.empty_like(args[1]), torch.empty_like(args[2])]
-                        bwd_dkdv_hopper(*args[:4], *got, *args[4:], d ** -0.5, causal, True, cfg)
+                        bwd_dkdv_hopper(*args[:4], *got, *args[4:], d**-0.5, causal, True, cfg)
                         err = max((a.float() - b.float()).abs().max().item() for a, b in zip(got, ref))
                         scale = max(b.float().abs().max().item() for b in ref)
                         worst = max(worst, err / scale)
                         if err > 2e-2 * scale:
-                            print(f"MISMATCH dkdv {dtype} d={d} {shape} causal={causal} {cfg}: {err:.3g} "
-                                  f"(max {scale:.3g})", flush=True)
+                            print(
+                                f"MISMATCH dkdv {dtype} d={d} {shape} causal={causal} {cfg}: {err:.3g} "
+                                f"(max {scale:.3g})",
+                                flush=True,
+                            )
                     ref = torch.empty_like(args[0])
                     _portable_dq(*args[:4], ref, *args[4:], causal, True)
                     for cfg in (DQ_CONFIGS if dtype == torch.bfloat16 else DQ_CONFIGS[:1]) if "dq" in kernels else []:
                         if dq_smem_bytes(d, cfg) > 226 * 1024:
                             continue
                         got = torch.empty_like(args[0])
-                        bwd_dq_hopper(*args[:4], got, *args[4:], d ** -0.5, causal, True, cfg)
+                        bwd_dq_hopper(*args[:4], got, *args[4:], d**-0.5, causal, True, cfg)
                         err = (got.float() - ref.float()).abs().max().item()
                         scale = ref.float().abs().max().item()
                         worst = max(worst, err / scale)
                         if err > 2e-2 * scale:
-                            print(f"MISMATCH dq {dtype} d={d} {shape} causal={causal} {cfg}: {err:.3g} "
-                                  f"(max {scale:.3g})", flush=True)
+                            print(
+                                f"MISMATCH dq {dtype} d={d} {shape} causal={causal} {cfg}: {err:.3g} (max {scale:.3g})",
+                                flush=True,
+                            )
     print(f"check done: worst |d - portable| / max {worst:.3g}", flush=True)
 
 
 def _time(runs, flops):
     """TFLOP/s of each run: rotated order, median of 3."""
     from triton.testing import do_bench
+
     for f in runs.values():
         f()
     times = {name: [] for name in runs}
     names = list(runs)
     for r in range(3):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             times[name].append(do_bench(runs[name], warmup=25, rep=100))
     tf = {name: flops / (sorted(t)[1] * 1e-3) / 1e12 for name, t in times.items()}
     return "  ".join(f"{name} {x:.0f} ({x / tf['portable']:.2f})" for name, x in tf.items())
@@ -174,25 +198,46 @@ def bench(lengths, head_dims, kernels):
                 dk, dv, dq = torch.empty_like(args[1]), torch.empty_like(args[2]), torch.empty_like(args[0])
                 flops = 2 * b * h * n * n * d / (2 if causal else 1)  # one product, halved when causal
                 # (name, products, the portable kernel, the Hopper one in config cfg, candidate configs, smem)
-                singles = [("dkdv", 4, lambda: _portable(*args[:4], dk, dv, *args[4:], causal, False),
-                            lambda cfg: bwd_dkdv_hopper(*args[:4], dk, dv, *args[4:], d ** -0.5, causal, False, cfg),
-                            CONFIGS, smem_bytes),
-                           ("dq  ", 3, lambda: _portable_dq(*args[:4], dq, *args[4:], causal, False),
-                            lambda cfg: bwd_dq_hopper(*args[:4], dq, *args[4:], d ** -0.5, causal, False, cfg),
-                            DQ_CONFIGS, dq_smem_bytes)]
+                singles = [
+                    (
+                        "dkdv",
+                        4,
+                        lambda: _portable(*args[:4], dk, dv, *args[4:], causal, False),
+                        lambda cfg: bwd_dkdv_hopper(*args[:4], dk, dv, *args[4:], d**-0.5, causal, False, cfg),
+                        CONFIGS,
+                        smem_bytes,
+                    ),
+                    (
+                        "dq  ",
+                        3,
+                        lambda: _portable_dq(*args[:4], dq, *args[4:], causal, False),
+                        lambda cfg: bwd_dq_hopper(*args[:4], dq, *args[4:], d**-0.5, causal, False, cfg),
+                        DQ_CONFIGS,
+                        dq_smem_bytes,
+                    ),
+                ]
                 for name, products, portable, hopper, configs, smem in singles:
                     if name.strip() not in kernels:
                         continue
                     runs = {"portable": portable}
-                    runs.update({"g" + "-".join(str(int(x)) for x in cfg): (lambda cfg=cfg, hopper=hopper: hopper(cfg))
-                                 for cfg in configs if smem(d, cfg) <= 226 * 1024})
+                    runs.update(
+                        {
+                            "g" + "-".join(str(int(x)) for x in cfg): (lambda cfg=cfg, hopper=hopper: hopper(cfg))
+                            for cfg in configs
+                            if smem(d, cfg) <= 226 * 1024
+                        }
+                    )
                     print(f"{name} d={d} causal={int(causal)} N={n}: {_time(runs, products * flops)}", flush=True)
                 if "both" in kernels:
                     # the two kernels one after the other, as flashdoc dispatches them and on the portable
                     # kernels only
-                    runs = {"portable": lambda: (_portable(*args[:4], dk, dv, *args[4:], causal, False),
-                                                 _portable_dq(*args[:4], dq, *args[4:], causal, False)),
-                            "flashdoc": lambda: _dispatched(*args[:4], dk, dv, dq, *args[4:], causal, False)}
+                    runs = {
+                        "portable": lambda: (
+                            _portable(*args[:4], dk, dv, *args[4:], causal, False),
+                            _portable_dq(*args[:4], dq, *args[4:], causal, False),
+                        ),
+                        "flashdoc": lambda: _dispatched(*args[:4], dk, dv, dq, *args[4:], causal, False),
+                    }
                     print(f"both d={d} causal={int(causal)} N={n}: {_time(runs, 7 * flops)}", flush=True)
 
 

@@ -11,15 +11,20 @@ import argparse
 
 import torch
 
+from benchmarks.kernels.code_hash import compile_config, ptxas_info
+from benchmarks.kernels.gluon_bwd import _config, _time
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.forward import attn_fwd as tl_fwd
 from flashdoc.kernels.launch import on_device
-from benchmarks.kernels.code_hash import compile_config, ptxas_info
-from benchmarks.kernels.gluon_bwd import _config, _time
 
 # (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent)
-CONFIGS = [(64, 128, 2, 3, False), (64, 128, 2, 2, False), (64, 128, 2, 3, True), (64, 128, 2, 2, True),
-           (64, 128, 3, 3, True)]
+CONFIGS = [
+    (64, 128, 2, 3, False),
+    (64, 128, 2, 2, False),
+    (64, 128, 2, 3, True),
+    (64, 128, 2, 2, True),
+    (64, 128, 3, 3, True),
+]
 
 
 def smem_bytes(d, cfg):
@@ -38,12 +43,25 @@ def aot(head_dims=(64, 128)):
         for causal in (False, True):
             for bm, bn, st, nc, persistent in configs(d):
                 smem = smem_bytes(d, (bm, bn, st, nc, persistent))
-                ck = compile_config(fh._attn_fwd_hopper, d, bm, bn,
-                                    dict(IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn, STAGES=st, N_CONSUMERS=nc,
-                                         O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM))
+                ck = compile_config(
+                    fh._attn_fwd_hopper,
+                    d,
+                    bm,
+                    bn,
+                    dict(
+                        IS_CAUSAL=causal,
+                        BLOCK_M=bm,
+                        BLOCK_N=bn,
+                        STAGES=st,
+                        N_CONSUMERS=nc,
+                        O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM,
+                    ),
+                )
                 info = ptxas_info(ck)
-                print(f"d={d} causal={causal} ({bm}, {bn}, {st}, {nc}, {persistent}) smem={smem // 1024} KiB: {info}",
-                      flush=True)
+                print(
+                    f"d={d} causal={causal} ({bm}, {bn}, {st}, {nc}, {persistent}) smem={smem // 1024} KiB: {info}",
+                    flush=True,
+                )
 
 
 def hopper(q, k, v, causal, cfg, bottom_right=False, out=None, lse=None):
@@ -72,8 +90,14 @@ def check(head_dims=(64, 128)):
     worst = 0.0
     for dtype in (torch.bfloat16, torch.float16):
         for d in head_dims:
-            for (b, sq, sk, h, hk) in [(2, 1024, 1024, 4, 4), (1, 1000, 1000, 3, 3), (2, 333, 777, 4, 2),
-                                       (1, 777, 333, 2, 1), (3, 4096, 4096, 2, 2), (2, 4096, 4096, 16, 8)]:
+            for b, sq, sk, h, hk in [
+                (2, 1024, 1024, 4, 4),
+                (1, 1000, 1000, 3, 3),
+                (2, 333, 777, 4, 2),
+                (1, 777, 333, 2, 1),
+                (3, 4096, 4096, 2, 2),
+                (2, 4096, 4096, 16, 8),
+            ]:
                 for causal in (False, True):
                     for cfg in configs(d) if dtype == torch.bfloat16 else configs(d)[:1]:
                         q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
@@ -86,8 +110,11 @@ def check(head_dims=(64, 128)):
                         lerr = (lse - lse_ref).abs().nan_to_num(0.0).max().item()
                         worst = max(worst, err)
                         if not (err < 2e-2 and lerr < 1e-3):
-                            print(f"MISMATCH {dtype} d={d} {(b, sq, sk, h, hk)} causal={causal} {cfg}: "
-                                  f"out {err:.3g} lse {lerr:.3g}", flush=True)
+                            print(
+                                f"MISMATCH {dtype} d={d} {(b, sq, sk, h, hk)} causal={causal} {cfg}: "
+                                f"out {err:.3g} lse {lerr:.3g}",
+                                flush=True,
+                            )
     print(f"check done: worst |out - portable| {worst:.3g}", flush=True)
 
 

@@ -16,8 +16,8 @@ import pstats
 import time
 
 import torch
-import triton
 import torch.nn.functional as F
+import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashdoc
@@ -45,9 +45,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--trace", metavar="JSON", help="write a torch.profiler timeline of ten forward + backward steps")
-    ap.add_argument("--trace-shape", default="1,128,2,64", metavar="B,N,H,D",
-                    help="the traced steps' shape (default: the tiny one timed above); e.g. 8,2048,16,128 for a "
-                         "benchmark row whose GPU work is comparable to the host work")
+    ap.add_argument(
+        "--trace-shape",
+        default="1,128,2,64",
+        metavar="B,N,H,D",
+        help="the traced steps' shape (default: the tiny one timed above); e.g. 8,2048,16,128 for a "
+        "benchmark row whose GPU work is comparable to the host work",
+    )
     ap.add_argument("--skip-table", action="store_true", help="only the trace")
     args = ap.parse_args()
     q, k, v = (torch.randn(1, 128, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -67,8 +71,9 @@ def main():
 
     def sdpa_fwd_bwd():
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            F.scaled_dot_product_attention(qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2),
-                                           is_causal=True).sum().backward()
+            F.scaled_dot_product_attention(
+                qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2), is_causal=True
+            ).sum().backward()
 
     rows = {
         "flash_attn_func forward": lambda: flashdoc.flash_attn_func(q, k, v, causal=True),
@@ -78,10 +83,12 @@ def main():
         "SDPA-flash forward": sdpa,
         "flash_attn_func forward + backward": fwd_bwd,
         "op flashdoc::bwd": lambda: torch.ops.flashdoc.bwd(dout, q, k, v, out, lse, None, 0.125, True, True),
-        "attn_bwd through the autotuners (3 launches)":
-            lambda: attn_bwd(dout, q, k, v, out, lse, None, dq, dk, dv, 0.125, True, True),
-        "attn_bwd with fixed configs (3 launches)":
-            lambda: attn_bwd(dout, q, k, v, out, lse, None, dq, dk, dv, 0.125, True, True, config=bwd_config),
+        "attn_bwd through the autotuners (3 launches)": lambda: attn_bwd(
+            dout, q, k, v, out, lse, None, dq, dk, dv, 0.125, True, True
+        ),
+        "attn_bwd with fixed configs (3 launches)": lambda: attn_bwd(
+            dout, q, k, v, out, lse, None, dq, dk, dv, 0.125, True, True, config=bwd_config
+        ),
         "SDPA-flash forward + backward": sdpa_fwd_bwd,
         "empty CUDA op (torch.empty_like)": lambda: torch.empty_like(q),
     }
@@ -109,8 +116,9 @@ def main():
         from torch.profiler import ProfilerActivity, profile
 
         b, n, h, d = (int(x) for x in args.trace_shape.split(","))
-        tq, tk, tv = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                      for _ in range(3))
+        tq, tk, tv = (
+            torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)
+        )
         tdout = torch.randn_like(tq)
 
         def step():  # as the benchmark's forward + backward row
@@ -128,9 +136,11 @@ def main():
         # Host-bound check: do_bench's time for the step (as the benchmark times it) against the GPU's kernel time
         kernel_us = sum(e.self_device_time_total for e in prof.key_averages() if e.self_device_time_total) / 10
         bench_ms = triton.testing.do_bench(step, warmup=25, rep=200)
-        print(f"trace shape {args.trace_shape}: do_bench {bench_ms * 1e3:.0f} us per step, GPU kernels "
-              f"{kernel_us:.0f} us per step, back to back without flushes "
-              f"{per_call_us(step, calls=50):.0f} us per step")
+        print(
+            f"trace shape {args.trace_shape}: do_bench {bench_ms * 1e3:.0f} us per step, GPU kernels "
+            f"{kernel_us:.0f} us per step, back to back without flushes "
+            f"{per_call_us(step, calls=50):.0f} us per step"
+        )
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
 
 

@@ -48,9 +48,22 @@ def main():
     rows = {}
     scalars, meta = bwd._common_args(q, k, 0.125, True, True)
     meta["ONE_AXIS"] = False
-    args = (q, launch.head_tiles(k, "BLOCK_N"), launch.head_tiles(v, "BLOCK_N"), dout, launch.head_tiles(dq, "BLOCK_M"),
-            lse2, delta, q.stride(0), q.stride(1), q.stride(2), dout.stride(0), dout.stride(1), dout.stride(2),
-            *scalars)
+    args = (
+        q,
+        launch.head_tiles(k, "BLOCK_N"),
+        launch.head_tiles(v, "BLOCK_N"),
+        dout,
+        launch.head_tiles(dq, "BLOCK_M"),
+        lse2,
+        delta,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        dout.stride(0),
+        dout.stride(1),
+        dout.stride(2),
+        *scalars,
+    )
     launch.set_block_shapes({**dict(enumerate(args)), **meta, **cfg.kwargs})
     grid = (*fwd.tile_grid(n, "BLOCK_M", b * h, True)({**meta, **cfg.kwargs}), 1, 1)[:3]
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -62,9 +75,11 @@ def main():
     stream = torch.cuda.current_stream().cuda_stream
     run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
     rows["compiled kernel's launcher, arguments prebuilt"] = lambda: run(
-        grid[0], grid[1], grid[2], stream, function, packed, None, None, None, *all_args)
+        grid[0], grid[1], grid[2], stream, function, packed, None, None, None, *all_args
+    )
     rows["head_tiles (one host descriptor)"] = lambda: launch.head_tiles(k, "BLOCK_N")
     rows["_common_args"] = lambda: bwd._common_args(q, k, 0.125, True, True)
+
     def enter_exit():
         with launch.on_device(q.device):
             pass
@@ -105,6 +120,7 @@ def main():
 
     class Busy(torch.autograd.Function):
         """A backward of n iterations of a plain Python loop and one tiny CUDA op."""
+
         @staticmethod
         def forward(ctx, x, n):
             ctx.n = n
@@ -127,8 +143,11 @@ def main():
             backward_us.clear()
             total = per_call_us(step, calls=500)
             inside = sorted(backward_us)[len(backward_us) // 2]
-            print(f"{total:8.1f} us  step ({'worker thread' if threaded else 'calling thread'}, {where}); "
-                  f"backward op itself {inside:.0f} us (median)", flush=True)
+            print(
+                f"{total:8.1f} us  step ({'worker thread' if threaded else 'calling thread'}, {where}); "
+                f"backward op itself {inside:.0f} us (median)",
+                flush=True,
+            )
         # What the engine and the thread hand-off cost without flashdoc's Python: if the worker thread's extra
         # time stays constant as the backward's Python work grows, it is the hand-off; if it grows, Python
         # itself runs slower on that thread
@@ -137,8 +156,11 @@ def main():
             for threaded in (True, False):
                 torch.autograd.set_multithreading_enabled(threaded)
                 us[threaded] = per_call_us(lambda: Busy.apply(x, n).sum().backward(), calls=500)
-            print(f"{us[True]:8.1f} us  autograd.Function step, backward = {n} Python loop iterations ({where}); "
-                  f"calling thread {us[False]:.1f}, worker thread's extra {us[True] - us[False]:.1f}", flush=True)
+            print(
+                f"{us[True]:8.1f} us  autograd.Function step, backward = {n} Python loop iterations ({where}); "
+                f"calling thread {us[False]:.1f}, worker thread's extra {us[True] - us[False]:.1f}",
+                flush=True,
+            )
     torch.autograd.set_multithreading_enabled(True)
 
 

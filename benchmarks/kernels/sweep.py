@@ -35,46 +35,132 @@ def C(bm, bn, s, w):
 # BLOCK_M query rows per step. dq: BLOCK_M query rows kept, BLOCK_N keys per step.
 CANDIDATES = {
     "fwd": {
-        64: [C(128, 64, 3, 4), C(128, 128, 3, 8), C(64, 64, 4, 4), C(128, 64, 4, 4), C(128, 128, 2, 8),
-             C(64, 128, 3, 4), C(128, 64, 3, 8), C(128, 128, 4, 8), C(64, 64, 3, 4), C(64, 128, 2, 4)],
-        128: [C(128, 64, 3, 8), C(128, 128, 2, 8), C(128, 64, 4, 8), C(64, 64, 3, 4), C(64, 128, 2, 4),
-              C(64, 128, 3, 4), C(64, 64, 4, 4), C(128, 64, 2, 8), C(128, 32, 4, 8), C(128, 64, 3, 4)],
-        256: [C(64, 64, 2, 8), C(128, 64, 2, 8), C(64, 32, 3, 4), C(64, 64, 2, 4), C(64, 32, 2, 4),
-              C(128, 32, 2, 8), C(128, 32, 3, 8)],
+        64: [
+            C(128, 64, 3, 4),
+            C(128, 128, 3, 8),
+            C(64, 64, 4, 4),
+            C(128, 64, 4, 4),
+            C(128, 128, 2, 8),
+            C(64, 128, 3, 4),
+            C(128, 64, 3, 8),
+            C(128, 128, 4, 8),
+            C(64, 64, 3, 4),
+            C(64, 128, 2, 4),
+        ],
+        128: [
+            C(128, 64, 3, 8),
+            C(128, 128, 2, 8),
+            C(128, 64, 4, 8),
+            C(64, 64, 3, 4),
+            C(64, 128, 2, 4),
+            C(64, 128, 3, 4),
+            C(64, 64, 4, 4),
+            C(128, 64, 2, 8),
+            C(128, 32, 4, 8),
+            C(128, 64, 3, 4),
+        ],
+        256: [
+            C(64, 64, 2, 8),
+            C(128, 64, 2, 8),
+            C(64, 32, 3, 4),
+            C(64, 64, 2, 4),
+            C(64, 32, 2, 4),
+            C(128, 32, 2, 8),
+            C(128, 32, 3, 8),
+        ],
     },
     "dkdv": {
-        64: [C(32, 128, 3, 4), C(64, 64, 2, 4), C(64, 128, 2, 8), C(32, 128, 4, 4), C(32, 128, 5, 4),
-             C(64, 128, 3, 8), C(32, 64, 3, 4), C(16, 128, 4, 4)],
-        128: [C(32, 128, 3, 8), C(64, 64, 2, 8), C(64, 128, 2, 8), C(32, 128, 3, 4), C(32, 128, 5, 4),
-              C(32, 128, 4, 8), C(32, 64, 3, 4), C(64, 64, 3, 4), C(16, 128, 4, 8)],
-        256: [C(32, 64, 2, 8), C(64, 64, 2, 8), C(16, 64, 3, 8), C(32, 64, 3, 8), C(32, 64, 2, 4),
-              C(64, 64, 1, 8), C(16, 64, 2, 4)],
+        64: [
+            C(32, 128, 3, 4),
+            C(64, 64, 2, 4),
+            C(64, 128, 2, 8),
+            C(32, 128, 4, 4),
+            C(32, 128, 5, 4),
+            C(64, 128, 3, 8),
+            C(32, 64, 3, 4),
+            C(16, 128, 4, 4),
+        ],
+        128: [
+            C(32, 128, 3, 8),
+            C(64, 64, 2, 8),
+            C(64, 128, 2, 8),
+            C(32, 128, 3, 4),
+            C(32, 128, 5, 4),
+            C(32, 128, 4, 8),
+            C(32, 64, 3, 4),
+            C(64, 64, 3, 4),
+            C(16, 128, 4, 8),
+        ],
+        256: [
+            C(32, 64, 2, 8),
+            C(64, 64, 2, 8),
+            C(16, 64, 3, 8),
+            C(32, 64, 3, 8),
+            C(32, 64, 2, 4),
+            C(64, 64, 1, 8),
+            C(16, 64, 2, 4),
+        ],
     },
     "dq": {
-        64: [C(128, 32, 3, 4), C(64, 64, 2, 4), C(128, 64, 2, 8), C(128, 32, 5, 4), C(128, 64, 3, 8),
-             C(64, 32, 3, 4), C(128, 32, 4, 8)],
-        128: [C(128, 32, 3, 8), C(64, 64, 2, 8), C(128, 64, 2, 8), C(128, 32, 5, 4), C(128, 32, 4, 8),
-              C(64, 32, 3, 4), C(128, 64, 3, 8), C(64, 64, 3, 4)],
-        256: [C(64, 32, 2, 8), C(64, 64, 2, 8), C(128, 32, 2, 8), C(64, 32, 3, 8), C(128, 32, 3, 8),
-              C(64, 16, 3, 4), C(64, 32, 2, 4)],
+        64: [
+            C(128, 32, 3, 4),
+            C(64, 64, 2, 4),
+            C(128, 64, 2, 8),
+            C(128, 32, 5, 4),
+            C(128, 64, 3, 8),
+            C(64, 32, 3, 4),
+            C(128, 32, 4, 8),
+        ],
+        128: [
+            C(128, 32, 3, 8),
+            C(64, 64, 2, 8),
+            C(128, 64, 2, 8),
+            C(128, 32, 5, 4),
+            C(128, 32, 4, 8),
+            C(64, 32, 3, 4),
+            C(128, 64, 3, 8),
+            C(64, 64, 3, 4),
+        ],
+        256: [
+            C(64, 32, 2, 8),
+            C(64, 64, 2, 8),
+            C(128, 32, 2, 8),
+            C(64, 32, 3, 8),
+            C(128, 32, 3, 8),
+            C(64, 16, 3, 4),
+            C(64, 32, 2, 4),
+        ],
     },
 }
 # Round 2 (--round 2): round 1's winners (first) and their neighbours; two programs per SM won the forward.
 ROUND2 = {
     "fwd": {
         64: [C(64, 128, 2, 4), C(64, 256, 2, 4), C(64, 64, 2, 4), C(64, 128, 2, 8), C(64, 64, 3, 4)],
-        128: [C(64, 64, 3, 4), C(64, 32, 3, 4), C(64, 32, 4, 4), C(64, 64, 2, 4), C(64, 32, 2, 4),
-              C(64, 64, 3, 8), C(128, 64, 3, 8)],
+        128: [
+            C(64, 64, 3, 4),
+            C(64, 32, 3, 4),
+            C(64, 32, 4, 4),
+            C(64, 64, 2, 4),
+            C(64, 32, 2, 4),
+            C(64, 64, 3, 8),
+            C(128, 64, 3, 8),
+        ],
     },
     "dkdv": {
         64: [C(32, 128, 3, 4), C(64, 128, 2, 4), C(32, 128, 2, 4), C(32, 64, 2, 4), C(64, 64, 3, 4)],
-        128: [C(32, 64, 3, 4), C(32, 64, 2, 4), C(32, 64, 4, 4), C(16, 64, 3, 4), C(64, 64, 2, 4),
-              C(32, 64, 3, 8), C(64, 128, 2, 8)],
+        128: [
+            C(32, 64, 3, 4),
+            C(32, 64, 2, 4),
+            C(32, 64, 4, 4),
+            C(16, 64, 3, 4),
+            C(64, 64, 2, 4),
+            C(32, 64, 3, 8),
+            C(64, 128, 2, 8),
+        ],
     },
     "dq": {
         64: [C(128, 64, 3, 8), C(128, 64, 4, 8), C(128, 128, 2, 8), C(64, 64, 3, 4), C(128, 64, 3, 4)],
-        128: [C(128, 64, 3, 8), C(128, 64, 4, 8), C(128, 128, 2, 8), C(64, 64, 2, 4), C(64, 32, 4, 4),
-              C(64, 32, 2, 4)],
+        128: [C(128, 64, 3, 8), C(128, 64, 4, 8), C(128, 128, 2, 8), C(64, 64, 2, 4), C(64, 32, 4, 4), C(64, 32, 2, 4)],
     },
 }
 # Round 3 (--round 3): 128-row tiles on 4 warps, which ab.py found fast for the d = 128
@@ -82,8 +168,14 @@ ROUND2 = {
 ROUND3 = {
     "fwd": {
         64: [C(64, 128, 2, 4), C(128, 64, 2, 4), C(128, 32, 2, 4), C(128, 64, 3, 4), C(128, 32, 3, 4)],
-        128: [C(64, 64, 3, 4), C(128, 64, 2, 4), C(128, 32, 2, 4), C(128, 32, 3, 4), C(128, 32, 4, 4),
-              C(128, 64, 3, 4)],
+        128: [
+            C(64, 64, 3, 4),
+            C(128, 64, 2, 4),
+            C(128, 32, 2, 4),
+            C(128, 32, 3, 4),
+            C(128, 32, 4, 4),
+            C(128, 64, 3, 4),
+        ],
         256: [C(128, 64, 2, 8), C(128, 32, 2, 4), C(128, 16, 2, 4), C(64, 64, 2, 4), C(128, 32, 3, 4)],
     },
     "dkdv": {
@@ -101,22 +193,68 @@ ROUND3 = {
 # 4k ran 0.72x its non-causal speed); the package's candidates first, then neighbours. With --causal True.
 ROUND4 = {
     "fwd": {
-        64: [C(64, 128, 2, 4), C(64, 64, 3, 4), C(128, 64, 3, 4), C(128, 128, 2, 8), C(128, 64, 2, 4),
-             C(64, 64, 2, 4), C(128, 32, 3, 4), C(64, 128, 3, 4)],
-        128: [C(64, 64, 3, 4), C(128, 64, 2, 4), C(128, 64, 3, 8), C(128, 64, 2, 8), C(128, 32, 3, 8),
-              C(64, 32, 3, 4), C(128, 128, 2, 8), C(64, 64, 2, 4)],
+        64: [
+            C(64, 128, 2, 4),
+            C(64, 64, 3, 4),
+            C(128, 64, 3, 4),
+            C(128, 128, 2, 8),
+            C(128, 64, 2, 4),
+            C(64, 64, 2, 4),
+            C(128, 32, 3, 4),
+            C(64, 128, 3, 4),
+        ],
+        128: [
+            C(64, 64, 3, 4),
+            C(128, 64, 2, 4),
+            C(128, 64, 3, 8),
+            C(128, 64, 2, 8),
+            C(128, 32, 3, 8),
+            C(64, 32, 3, 4),
+            C(128, 128, 2, 8),
+            C(64, 64, 2, 4),
+        ],
     },
     "dkdv": {
-        64: [C(32, 128, 3, 4), C(64, 64, 3, 4), C(128, 64, 2, 4), C(64, 128, 2, 4), C(32, 64, 3, 4),
-             C(16, 128, 3, 4), C(32, 128, 2, 4), C(64, 128, 2, 8)],
-        128: [C(64, 64, 2, 4), C(32, 64, 4, 4), C(64, 128, 2, 8), C(32, 64, 3, 4), C(32, 128, 2, 4),
-              C(32, 128, 3, 8), C(64, 64, 3, 4), C(16, 64, 4, 4)],
+        64: [
+            C(32, 128, 3, 4),
+            C(64, 64, 3, 4),
+            C(128, 64, 2, 4),
+            C(64, 128, 2, 4),
+            C(32, 64, 3, 4),
+            C(16, 128, 3, 4),
+            C(32, 128, 2, 4),
+            C(64, 128, 2, 8),
+        ],
+        128: [
+            C(64, 64, 2, 4),
+            C(32, 64, 4, 4),
+            C(64, 128, 2, 8),
+            C(32, 64, 3, 4),
+            C(32, 128, 2, 4),
+            C(32, 128, 3, 8),
+            C(64, 64, 3, 4),
+            C(16, 64, 4, 4),
+        ],
     },
     "dq": {
-        64: [C(128, 64, 3, 8), C(64, 64, 3, 4), C(64, 64, 2, 4), C(128, 32, 3, 4), C(64, 32, 3, 4),
-             C(128, 64, 2, 4), C(64, 128, 2, 4)],
-        128: [C(128, 64, 3, 8), C(128, 64, 4, 8), C(64, 64, 2, 4), C(64, 32, 3, 4), C(128, 32, 3, 8),
-              C(64, 64, 3, 4), C(128, 64, 2, 8)],
+        64: [
+            C(128, 64, 3, 8),
+            C(64, 64, 3, 4),
+            C(64, 64, 2, 4),
+            C(128, 32, 3, 4),
+            C(64, 32, 3, 4),
+            C(128, 64, 2, 4),
+            C(64, 128, 2, 4),
+        ],
+        128: [
+            C(128, 64, 3, 8),
+            C(128, 64, 4, 8),
+            C(64, 64, 2, 4),
+            C(64, 32, 3, 4),
+            C(128, 32, 3, 8),
+            C(64, 64, 3, 4),
+            C(128, 64, 2, 8),
+        ],
     },
 }
 MATMULS = {"fwd": 1.0, "dkdv": 4 / 7 * 2.5, "dq": 3 / 7 * 2.5}
@@ -134,7 +272,7 @@ def setup(kind, d, n, causal):
     q, k, v, do = (torch.randn(b, n, h, d, device=DEVICE, dtype=dtype) for _ in range(4))
     out, dq, dk, dv = (torch.empty_like(q) for _ in range(4))
     lse = torch.empty(b, h, n, device=DEVICE, dtype=torch.float32)
-    scale = d ** -0.5
+    scale = d**-0.5
     forward.attn_fwd(q, k, v, out, lse, scale, causal, False, config=forward.fwd_configs_for(d, q.dtype)[0])
     delta, lse2 = backward.bwd_preprocess(do, out, lse, None)
 
@@ -156,13 +294,16 @@ def compile_job(job):
     kind, d, causal, cfg = job
     try:
         import torch
+
         from flashdoc.kernels import launch
+
         compiled = []
         init = launch._Launcher.__init__
 
         def keep(self, kernel, compiled_kernel, *rest):  # the compiled kernel, for its register report
             compiled.append(compiled_kernel)
             init(self, kernel, compiled_kernel, *rest)
+
         launch._Launcher.__init__ = keep
         f, _ = setup(kind, d, min(256, TOKENS), causal)
         compiled.clear()
@@ -186,9 +327,13 @@ def main():
     ap.add_argument("--out", default="sweep.json")
     ap.add_argument("--round", type=int, default=1, choices=(1, 2, 3, 4))
     ap.add_argument("--causal", default="False,True")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="times each config is timed, the configs in a rotated order each time (median kept): a "
-                         "fixed order biases configs by their position (up to +-6%%)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="times each config is timed, the configs in a rotated order each time (median kept): a "
+        "fixed order biases configs by their position (up to +-6%%)",
+    )
     ap.add_argument("--regs", action="store_true", help="print each compiled kernel's registers and spills")
     ap.add_argument("--regs-only", action="store_true", help="with --regs: compile and report, no timing")
     args = ap.parse_args()
@@ -196,8 +341,7 @@ def main():
     causals = [c == "True" for c in args.causal.split(",")]
     ds = [int(x) for x in args.ds.split(",")]
     kinds = args.kinds.split(",")
-    jobs = [(kind, d, causal, cfg) for kind in kinds for d in ds for causal in causals
-            for cfg in candidates[kind][d]]
+    jobs = [(kind, d, causal, cfg) for kind in kinds for d in ds for causal in causals for cfg in candidates[kind][d]]
     t0 = time.time()
     with mp.get_context("spawn").Pool(args.workers) as pool:
         compiled = list(pool.imap_unordered(compile_job, jobs))
@@ -225,17 +369,28 @@ def main():
                     cfgs = [c for c in candidates[kind][d] if (kind, d, causal, c) not in failed]
                     times = {c: [] for c in cfgs}
                     for r in range(args.rounds):
-                        for cfg in cfgs[r % len(cfgs):] + cfgs[:r % len(cfgs)]:
-                            times[cfg].append(triton.testing.do_bench(lambda: f(cfg), warmup=10, rep=40,
-                                                                      return_mode="median"))
+                        for cfg in cfgs[r % len(cfgs) :] + cfgs[: r % len(cfgs)]:
+                            times[cfg].append(
+                                triton.testing.do_bench(lambda: f(cfg), warmup=10, rep=40, return_mode="median")
+                            )
                     results = {c: flops / statistics.median(t) * 1e-9 for c, t in times.items()}
                     best = max(results, key=results.get)
                     default = candidates[kind][d][0]
                     line = " ".join(f"{c}:{t:.0f}" for c, t in sorted(results.items(), key=lambda x: -x[1]))
-                    print(f"{kind:>8} d={d:<3} causal={causal!s:<5} N={n:<5} best {best} {results[best]:.0f} "
-                          f"(default {results.get(default, 0):.0f}) | {line}", flush=True)
-                    rows.append({"kind": kind, "d": d, "causal": causal, "n": n,
-                                 "tflops": {str(c): t for c, t in results.items()}})
+                    print(
+                        f"{kind:>8} d={d:<3} causal={causal!s:<5} N={n:<5} best {best} {results[best]:.0f} "
+                        f"(default {results.get(default, 0):.0f}) | {line}",
+                        flush=True,
+                    )
+                    rows.append(
+                        {
+                            "kind": kind,
+                            "d": d,
+                            "causal": causal,
+                            "n": n,
+                            "tflops": {str(c): t for c, t in results.items()},
+                        }
+                    )
                     torch.cuda.empty_cache()
                     with open(args.out, "w") as fh:
                         json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, fh, indent=1)

@@ -51,16 +51,38 @@ head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the 
 import torch
 import triton
 
-from .forward import MAX_GRID_Y
 from . import forward_hopper
+from .common import MAX_GRID_Y
 from .forward_hopper import gluon_runs
 from .hopper_common import GLUON, descriptor, mask, rows_descriptor
 from .launch import launch_gluon
 
 if GLUON:
-    from .hopper_common import Ring, Scores, _causal_item, _first_tile, _in_ring, _key_range, _keys_seen, _query_end, \
-        _release_skipped, _scores, _scores_grad, aggregate, fence_async_shared, gl, gluon, mask_scores, mbarrier, tma, \
-        tma_load, tma_reduce_add, tma_store, warpgroup_mma, warpgroup_mma_wait
+    from .hopper_common import (
+        Ring,
+        Scores,
+        _causal_item,
+        _first_tile,
+        _in_ring,
+        _key_range,
+        _keys_seen,
+        _query_end,
+        _release_skipped,
+        _scores,
+        _scores_grad,
+        aggregate,
+        fence_async_shared,
+        gl,
+        gluon,
+        mask_scores,
+        mbarrier,
+        tma,
+        tma_load,
+        tma_reduce_add,
+        tma_store,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
 
 
 # Causal calls at these head dims hand out their tiles as the forward does, in L2-sized sections of heads, costliest
@@ -119,29 +141,38 @@ def _takes(table, q: torch.Tensor, causal: bool, window_size=(-1, -1), alibi: bo
     """``forward_hopper.gluon_runs``, a tuned config in table (``forward_hopper.table_key``: a window takes the
     causal entry), few enough (batch, head) pairs for the grid's second axis (more go to the portable kernels' 1-D
     grid), and no ALiBi (which the portable kernels have)."""
-    return (not alibi and forward_hopper.table_key(q, causal, window_size) in table
-            and q.shape[0] * q.shape[2] <= MAX_GRID_Y and gluon_runs(q))
+    return (
+        not alibi
+        and forward_hopper.table_key(q, causal, window_size) in table
+        and q.shape[0] * q.shape[2] <= MAX_GRID_Y
+        and gluon_runs(q)
+    )
 
 
-def supports_dkdv(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0,
-                  alibi: bool = False) -> bool:
+def supports_dkdv(
+    q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0, alibi: bool = False
+) -> bool:
     """Whether the Hopper dK/dV kernel takes this backward call (``_takes`` with its table; sliding windows and
     softcap included)."""
     return _takes(HOPPER_DKDV_CONFIGS, q, causal, window_size, alibi)
 
 
-def supports_fused_dq(q: torch.Tensor, k: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0,
-                      alibi: bool = False) -> bool:
+def supports_fused_dq(
+    q: torch.Tensor, k: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0, alibi: bool = False
+) -> bool:
     """Whether the fused dK/dV/dQ kernel takes this backward call (``_takes`` with ``FUSED_DQ_CONFIGS``, and
     both lengths at least ``FUSED_DQ_MIN_SEQLEN``'s). Not with a window or softcap: those calls run the split
     kernels (``supports_dkdv``, ``supports_dq``)."""
     min_seqlen = FUSED_DQ_MIN_SEQLEN.get((q.shape[3], causal), 0)
-    return (tuple(window_size) == (-1, -1) and not softcap and min(q.shape[1], k.shape[1]) >= min_seqlen
-            and _takes(FUSED_DQ_CONFIGS, q, causal, window_size, alibi))
+    return (
+        tuple(window_size) == (-1, -1)
+        and not softcap
+        and min(q.shape[1], k.shape[1]) >= min_seqlen
+        and _takes(FUSED_DQ_CONFIGS, q, causal, window_size, alibi)
+    )
 
 
-def supports_dq(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0,
-                alibi: bool = False) -> bool:
+def supports_dq(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0, alibi: bool = False) -> bool:
     """Whether the Hopper dQ kernel takes this backward call (``_takes`` with its table; sliding windows and
     softcap included)."""
     return _takes(HOPPER_DQ_CONFIGS, q, causal, window_size, alibi)
@@ -154,6 +185,7 @@ if GLUON:
         """The dK/dV kernels' ring of streamed query tiles: per slot, Q and dO (q, do; the wide kernel keeps each in
         two column halves, slot s's half h at 2 * s + h) and the tile's rows of the LSE and delta (lse2, delta),
         one "ready" barrier for all four and one "empty" barrier."""
+
         q: gl.shared_memory_descriptor
         do: gl.shared_memory_descriptor
         lse2: gl.shared_memory_descriptor
@@ -174,6 +206,7 @@ if GLUON:
     class KeyBlock:
         """A dK/dV program's keys, from start_n, of (batch off_b, kv head off_hk), and the query tiles [lo, hi) that
         see any of them (``_key_block``), over the GQA group's group_size query heads."""
+
         off_b: gl.tensor
         off_hk: gl.tensor
         start_n: gl.tensor
@@ -199,6 +232,7 @@ if GLUON:
         """The fused kernel's dQ state: the fp32 dQ descriptor its TMA reduce-adds go to, each consumer's dS^T tile
         (ds) and fp32 dQ tile (dq), and the barriers ordering a step's dS^T writes and reads (written: one arrival
         per consumer, free: one)."""
+
         desc: tma.tensor_descriptor
         ds: gl.shared_memory_descriptor
         dq: gl.shared_memory_descriptor
@@ -218,6 +252,7 @@ if GLUON:
         """The wide dK/dV kernel's two exchange buffers, each holding both consumers' P^T and dS^T halves (pT, dsT:
         buffer b's consumer c at 2 * b + c), with their barriers (ready: both halves written, empty: both read),
         and done: both consumers have finished reading K and V."""
+
         pT: gl.shared_memory_descriptor
         dsT: gl.shared_memory_descriptor
         ready: gl.shared_memory_descriptor
@@ -234,8 +269,19 @@ if GLUON:
 
     # dK/dV (the producer streams Q and dO; each consumer keeps its keys' K and V) ----------------------------------
     @gluon.jit
-    def _key_block(KEYS: gl.constexpr, BLOCK_M: gl.constexpr, n_heads, group_size, seqlen_q, seqlen_k, right_offset,
-                   IS_CAUSAL: gl.constexpr, SECTION: gl.constexpr, left_offset=0, IS_LOCAL: gl.constexpr = False):
+    def _key_block(
+        KEYS: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        n_heads,
+        group_size,
+        seqlen_q,
+        seqlen_k,
+        right_offset,
+        IS_CAUSAL: gl.constexpr,
+        SECTION: gl.constexpr,
+        left_offset=0,
+        IS_LOCAL: gl.constexpr = False,
+    ):
         """This dK/dV program's KEYS keys of one (batch, kv head), and the query tiles [lo, hi) that see any of
         them. Grid: (key blocks, batch * kv heads); with SECTION (causal only), one axis of key blocks x pairs in
         ``forward_hopper._causal_item``'s order: sections of SECTION pairs, costliest key blocks first. In a window
@@ -260,13 +306,15 @@ if GLUON:
         else:
             lo = 0
         if IS_LOCAL:
-            hi = gl.maximum(_query_end(start_n, KEYS, hi, seqlen_q, left_offset, right_offset, IS_CAUSAL, IS_LOCAL,
-                                       BLOCK_M), lo)
+            hi = gl.maximum(
+                _query_end(start_n, KEYS, hi, seqlen_q, left_offset, right_offset, IS_CAUSAL, IS_LOCAL, BLOCK_M), lo
+            )
         return off_b, off_hk, start_n, lo, hi
 
     @gluon.jit
-    def _query_range(first, lo, hi, right_offset, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-                     BLOCK_N: gl.constexpr):
+    def _query_range(
+        first, lo, hi, right_offset, IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr
+    ):
         """The query tiles that BLOCK_N keys from ``first`` on need, within the program's [lo, hi): masked
         [my_lo, full_lo), unmasked [full_lo, hi). Query rows i see key j when j <= i + right_offset: tiles before
         my_lo see none of these keys, tiles from full_lo on see all of them; the ragged last tile needs no mask
@@ -304,14 +352,21 @@ if GLUON:
         ``rows_descriptor``s)."""
         q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta
         qdo_ready, qdo_empty = ring.ready, ring.empty
-        off_b, off_hk, start_n, lo, hi, group_size = (block.off_b, block.off_hk, block.start_n, block.lo, block.hi,
-                                                      block.group_size)
+        off_b, off_hk, start_n, lo, hi, group_size = (
+            block.off_b,
+            block.off_hk,
+            block.start_n,
+            block.lo,
+            block.hi,
+            block.group_size,
+        )
         STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         _load_resident(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, start_n, off_hk)
         n_m = gl.cdiv(hi - lo, BLOCK_M)
-        nbytes: gl.constexpr = (q_desc.block_type.nbytes + do_desc.block_type.nbytes + LSE2.block_type.nbytes
-                                + DELTA.block_type.nbytes)
+        nbytes: gl.constexpr = (
+            q_desc.block_type.nbytes + do_desc.block_type.nbytes + LSE2.block_type.nbytes + DELTA.block_type.nbytes
+        )
         for g in range(group_size):
             off_h = off_hk * group_size + g
             for j in range(n_m):
@@ -319,12 +374,17 @@ if GLUON:
                 s = it % STAGES
                 mbarrier.wait(qdo_empty.index(s), ((it // STAGES) & 1) ^ 1)
                 mbarrier.expect(qdo_ready.index(s), nbytes)
-                tma_load(q_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
-                                                q_smem.index(s))
-                tma_load(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s),
-                                                do_smem.index(s))
-                _load_rows(LSE2, DELTA, lse2_smem.index(s), delta_smem.index(s), qdo_ready.index(s),
-                           off_b * n_heads + off_h, lo + j * BLOCK_M)
+                tma_load(q_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s), q_smem.index(s))
+                tma_load(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s), do_smem.index(s))
+                _load_rows(
+                    LSE2,
+                    DELTA,
+                    lse2_smem.index(s),
+                    delta_smem.index(s),
+                    qdo_ready.index(s),
+                    off_b * n_heads + off_h,
+                    lo + j * BLOCK_M,
+                )
 
     # --8<-- [start:hopper_bwd_step]
     @gluon.jit
@@ -333,18 +393,53 @@ if GLUON:
         Rows past seqlen_q get lse = inf, which makes P exactly 0 (their Q and dO tiles read as zeros)."""
         BLOCK_M: gl.constexpr = lse2_smem.shape[2]
         ROWS: gl.constexpr = offs_m.shape[0]
-        lse2 = gl.where(offs_m < seqlen_q,
-                        lse2_smem.index(s).reshape([BLOCK_M]).slice(first, ROWS).load(offs_m.type.layout),
-                        float("inf"))
+        lse2 = gl.where(
+            offs_m < seqlen_q,
+            lse2_smem.index(s).reshape([BLOCK_M]).slice(first, ROWS).load(offs_m.type.layout),
+            float("inf"),
+        )
         delta = delta_smem.index(s).reshape([BLOCK_M]).slice(first, ROWS).load(offs_m.type.layout)
         return lse2, delta
 
     @gluon.jit
-    def _tiles(dk, dv, k, v, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem, offs_n, seqlen_q, scores,
-               it0, m_lo, m_hi, MASKED: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-               BLOCK_D: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr, p_layout: gl.constexpr,
-               o_layout: gl.constexpr, dq_desc, ds_smem, k_smem, dq_smem, ds_written, ds_free, off_b, off_h,
-               SUB: gl.constexpr, FUSED_DQ: gl.constexpr, seqlen_k, RAGGED_KEYS: gl.constexpr):
+    def _tiles(
+        dk,
+        dv,
+        k,
+        v,
+        q_smem,
+        do_smem,
+        qdo_ready,
+        qdo_empty,
+        lse2_smem,
+        delta_smem,
+        offs_n,
+        seqlen_q,
+        scores,
+        it0,
+        m_lo,
+        m_hi,
+        MASKED: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        BLOCK_D: gl.constexpr,
+        STAGES: gl.constexpr,
+        s_layout: gl.constexpr,
+        p_layout: gl.constexpr,
+        o_layout: gl.constexpr,
+        dq_desc,
+        ds_smem,
+        k_smem,
+        dq_smem,
+        ds_written,
+        ds_free,
+        off_b,
+        off_h,
+        SUB: gl.constexpr,
+        FUSED_DQ: gl.constexpr,
+        seqlen_k,
+        RAGGED_KEYS: gl.constexpr,
+    ):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
         Each ring slot holds the tile's Q and dO and its rows of the LSE and delta (lse2_smem, delta_smem), which
         the producer copies with TMA: loaded from global memory by each consumer at the top of every step, they
@@ -377,17 +472,37 @@ if GLUON:
             # tensor cores while P^T's exponentials run on the CUDA cores
             qkT = warpgroup_mma(k, q.permute((1, 0)), zero_s, use_acc=False, is_async=True)
             dpT = warpgroup_mma(v, do.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            qkT = warpgroup_mma_wait(1, deps=(qkT, ))
+            qkT = warpgroup_mma_wait(1, deps=(qkT,))
             qkT = _scores(qkT, scores)
             pT = gl.exp2(qkT * qk_scale - lse2[None, :])
             if MASKED:
                 cols = offs_n[:, None]
                 if RAGGED_KEYS:  # (a consumer whose keys run past seqlen_k masks every tile: ``_consumer``)
-                    pT = mask_scores(pT, offs_m[None, :], cols, seqlen_k, scores.left_offset, scores.right_offset,
-                                     0.0, True, scores.IS_CAUSAL, scores.IS_LOCAL)
+                    pT = mask_scores(
+                        pT,
+                        offs_m[None, :],
+                        cols,
+                        seqlen_k,
+                        scores.left_offset,
+                        scores.right_offset,
+                        0.0,
+                        True,
+                        scores.IS_CAUSAL,
+                        scores.IS_LOCAL,
+                    )
                 else:  # (without the causal mask no tile is masked: the edge is written out all the same)
-                    pT = mask_scores(pT, offs_m[None, :], cols, seqlen_k, scores.left_offset, scores.right_offset,
-                                     0.0, False, True, scores.IS_LOCAL)
+                    pT = mask_scores(
+                        pT,
+                        offs_m[None, :],
+                        cols,
+                        seqlen_k,
+                        scores.left_offset,
+                        scores.right_offset,
+                        0.0,
+                        False,
+                        True,
+                        scores.IS_LOCAL,
+                    )
             dv = warpgroup_mma(gl.convert_layout(pT.to(dtype), p_layout), do, dv, is_async=True)
             # softcap's derivative goes into P^T now, for dS^T = P^T (dP^T - delta): then the capped scores need
             # not live on through the wait (kept apart, they made ptxas spill 916 bytes at d = 128)
@@ -406,12 +521,21 @@ if GLUON:
                 if it % N_CONSUMERS == SUB:
                     # this step's dQ tile, dS K over every consumer's keys: chained products, dS^T read transposed
                     mbarrier.wait(ds_written, it & 1)
-                    dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(0).reshape([BLOCK_N, BLOCK_D]),
-                                       zero_dq, use_acc=False, is_async=True)
+                    dq = warpgroup_mma(
+                        ds_smem.index(0).permute((1, 0)),
+                        k_smem.index(0).reshape([BLOCK_N, BLOCK_D]),
+                        zero_dq,
+                        use_acc=False,
+                        is_async=True,
+                    )
                     for c in gl.static_range(1, N_CONSUMERS):
-                        dq = warpgroup_mma(ds_smem.index(c).permute((1, 0)),
-                                           k_smem.index(c).reshape([BLOCK_N, BLOCK_D]), dq, is_async=True)
-                    dq = warpgroup_mma_wait(0, deps=(dq, ))  # (and dK, issued before)
+                        dq = warpgroup_mma(
+                            ds_smem.index(c).permute((1, 0)),
+                            k_smem.index(c).reshape([BLOCK_N, BLOCK_D]),
+                            dq,
+                            is_async=True,
+                        )
+                    dq = warpgroup_mma_wait(0, deps=(dq,))  # (and dK, issued before)
                     mbarrier.arrive(ds_free, count=1)  # every dS^T tile may be rewritten
                     # added into HBM by a TMA reduce-add that runs on while this consumer goes on; the previous one
                     # must have read dq_smem before it is reused
@@ -421,18 +545,38 @@ if GLUON:
                     tma_reduce_add(dq_desc, [off_b, start_m, off_h, 0], dq_smem.index(SUB))
             else:
                 dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), p_layout), q, dk, is_async=True)
-            dk = warpgroup_mma_wait(0, deps=(dk, ))
+            dk = warpgroup_mma_wait(0, deps=(dk,))
             mbarrier.arrive(qdo_empty.index(s), count=1)  # one arrival per warpgroup: this slot may be refilled
         return dk, dv
+
     # --8<-- [end:hopper_bwd_step]
 
     @gluon.jit
-    def _consumer(dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused,
-                  SUB: gl.constexpr, FUSED_DQ: gl.constexpr, RAGGED_KEYS: gl.constexpr):
+    def _consumer(
+        dk_desc,
+        dv_desc,
+        ring,
+        k_smem,
+        v_smem,
+        kv_ready,
+        block,
+        scores,
+        softmax_scale,
+        fused,
+        SUB: gl.constexpr,
+        FUSED_DQ: gl.constexpr,
+        RAGGED_KEYS: gl.constexpr,
+    ):
         q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta
         qdo_ready, qdo_empty = ring.ready, ring.empty
-        off_b, off_hk, start_n, lo, hi, group_size = (block.off_b, block.off_hk, block.start_n, block.lo, block.hi,
-                                                      block.group_size)
+        off_b, off_hk, start_n, lo, hi, group_size = (
+            block.off_b,
+            block.off_hk,
+            block.start_n,
+            block.lo,
+            block.hi,
+            block.group_size,
+        )
         seqlen_q, seqlen_k, right_offset = block.seqlen_q, block.seqlen_k, scores.right_offset
         dq_desc, ds_smem, dq_smem, ds_written, ds_free = fused.desc, fused.ds, fused.dq, fused.written, fused.free
         IS_CAUSAL: gl.constexpr = scores.IS_CAUSAL
@@ -442,10 +586,12 @@ if GLUON:
         BLOCK_N: gl.constexpr = k_smem.shape[2]
         BLOCK_D: gl.constexpr = k_smem.shape[4]
         dtype: gl.constexpr = q_smem.dtype
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_M, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_D, 16])
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_D, 16]
+        )
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         first = start_n + SUB * BLOCK_N  # this warpgroup's first key
         offs_n = first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
@@ -465,8 +611,12 @@ if GLUON:
             if first + BLOCK_N > seqlen_k:
                 full_lo = hi
         if IS_LOCAL:  # past my_hi the rows' windows have left these keys: skipped
-            my_hi = gl.maximum(_query_end(first, BLOCK_N, hi, seqlen_q, scores.left_offset, right_offset, IS_CAUSAL,
-                                          IS_LOCAL, BLOCK_M), full_lo)
+            my_hi = gl.maximum(
+                _query_end(
+                    first, BLOCK_N, hi, seqlen_q, scores.left_offset, right_offset, IS_CAUSAL, IS_LOCAL, BLOCK_M
+                ),
+                full_lo,
+            )
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         mbarrier.wait(kv_ready, 0)
         if FUSED_DQ:
@@ -494,18 +644,85 @@ if GLUON:
                 masked_hi = my_hi
             else:
                 masked_hi = full_lo
-            dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem,
-                            offs_n, seqlen_q, scores, it0 + (start - lo) // BLOCK_M, start, masked_hi, True, BLOCK_M,
-                            BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem, k_smem, dq_smem,
-                            ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k, RAGGED_KEYS)
+            dk, dv = _tiles(
+                dk,
+                dv,
+                k_op,
+                v_op,
+                q_smem,
+                do_smem,
+                qdo_ready,
+                qdo_empty,
+                lse2_smem,
+                delta_smem,
+                offs_n,
+                seqlen_q,
+                scores,
+                it0 + (start - lo) // BLOCK_M,
+                start,
+                masked_hi,
+                True,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_D,
+                STAGES,
+                s_layout,
+                p_layout,
+                o_layout,
+                dq_desc,
+                ds_smem,
+                k_smem,
+                dq_smem,
+                ds_written,
+                ds_free,
+                off_b,
+                off_h,
+                SUB,
+                FUSED_DQ,
+                seqlen_k,
+                RAGGED_KEYS,
+            )
             if IS_LOCAL:
                 _release_skipped(qdo_ready, qdo_empty, it0 + (my_hi - lo) // BLOCK_M, (hi - my_hi) // BLOCK_M, STAGES)
             else:
-                dk, dv = _tiles(dk, dv, k_op, v_op, q_smem, do_smem, qdo_ready, qdo_empty, lse2_smem, delta_smem,
-                                offs_n, seqlen_q, scores, it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, False,
-                                BLOCK_M, BLOCK_N, BLOCK_D, STAGES, s_layout, p_layout, o_layout, dq_desc, ds_smem,
-                                k_smem, dq_smem, ds_written, ds_free, off_b, off_h, SUB, FUSED_DQ, seqlen_k,
-                                RAGGED_KEYS)
+                dk, dv = _tiles(
+                    dk,
+                    dv,
+                    k_op,
+                    v_op,
+                    q_smem,
+                    do_smem,
+                    qdo_ready,
+                    qdo_empty,
+                    lse2_smem,
+                    delta_smem,
+                    offs_n,
+                    seqlen_q,
+                    scores,
+                    it0 + (full_lo - lo) // BLOCK_M,
+                    full_lo,
+                    hi,
+                    False,
+                    BLOCK_M,
+                    BLOCK_N,
+                    BLOCK_D,
+                    STAGES,
+                    s_layout,
+                    p_layout,
+                    o_layout,
+                    dq_desc,
+                    ds_smem,
+                    k_smem,
+                    dq_smem,
+                    ds_written,
+                    ds_free,
+                    off_b,
+                    off_h,
+                    SUB,
+                    FUSED_DQ,
+                    seqlen_k,
+                    RAGGED_KEYS,
+                )
         if FUSED_DQ:  # another consumer's last dQ product may still read this K tile
             n_steps = group_size * n_m
             mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
@@ -518,12 +735,34 @@ if GLUON:
         tma.store_wait(0)
 
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "window"])
-    def _attn_bwd_dkdv_hopper(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE2, DELTA, n_heads,
-                              group_size, seqlen_q, seqlen_k, right_offset, softmax_scale, qk_scale, left_offset,
-                              softcap_scale, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                              N_CONSUMERS: gl.constexpr, SECTION: gl.constexpr = 0, FUSED_DQ: gl.constexpr = False,
-                              RAGGED_KEYS: gl.constexpr = False, IS_LOCAL: gl.constexpr = False,
-                              SOFTCAP: gl.constexpr = False):
+    def _attn_bwd_dkdv_hopper(
+        q_desc,
+        do_desc,
+        k_desc,
+        v_desc,
+        dk_desc,
+        dv_desc,
+        dq_desc,
+        LSE2,
+        DELTA,
+        n_heads,
+        group_size,
+        seqlen_q,
+        seqlen_k,
+        right_offset,
+        softmax_scale,
+        qk_scale,
+        left_offset,
+        softcap_scale,
+        IS_CAUSAL: gl.constexpr,
+        STAGES: gl.constexpr,
+        N_CONSUMERS: gl.constexpr,
+        SECTION: gl.constexpr = 0,
+        FUSED_DQ: gl.constexpr = False,
+        RAGGED_KEYS: gl.constexpr = False,
+        IS_LOCAL: gl.constexpr = False,
+        SOFTCAP: gl.constexpr = False,
+    ):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
         rowsum(dO * O) (``backward.bwd_preprocess``): ``forward_hopper.rows_descriptor``s over (batch, heads,
         seqlen_q) buffers, whose rows the producer copies into the ring. With FUSED_DQ, dq_desc is a zeroed fp32 dQ
@@ -534,8 +773,19 @@ if GLUON:
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
-        off_b, off_hk, start_n, lo, hi = _key_block(N_CONSUMERS * BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q,
-                                                    seqlen_k, right_offset, IS_CAUSAL, SECTION, left_offset, IS_LOCAL)
+        off_b, off_hk, start_n, lo, hi = _key_block(
+            N_CONSUMERS * BLOCK_N,
+            BLOCK_M,
+            n_heads,
+            group_size,
+            seqlen_q,
+            seqlen_k,
+            right_offset,
+            IS_CAUSAL,
+            SECTION,
+            left_offset,
+            IS_LOCAL,
+        )
 
         k_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
@@ -552,8 +802,9 @@ if GLUON:
             mbarrier.init(qdo_empty.index(i), count=N_CONSUMERS)
 
         if FUSED_DQ:  # each consumer's dS^T tile and fp32 dQ tile (the source of its reduce-adds)
-            ds_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, BLOCK_N, BLOCK_M],
-                                                gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
+            ds_smem = gl.allocate_shared_memory(
+                dtype, [N_CONSUMERS, BLOCK_N, BLOCK_M], gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+            )
             dq_smem = gl.allocate_shared_memory(gl.float32, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], dq_desc.layout)
             # a step's dS^T tiles: written by every consumer (one arrival each) / read by its dQ product (one)
             ds_written = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -571,25 +822,117 @@ if GLUON:
         scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
         fused = FusedDQ(dq_desc, ds_smem, dq_smem, ds_written, ds_free)
         if N_CONSUMERS == 2:
-            gl.warp_specialize([
-                (_producer, (q_desc, do_desc, k_desc, v_desc, LSE2, DELTA, ring, k_smem, v_smem, kv_ready, block,
-                             n_heads)),
-                (_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused, 0,
-                             FUSED_DQ, RAGGED_KEYS)),
-                (_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused, 1,
-                             FUSED_DQ, RAGGED_KEYS)),
-            ], [4, 4], [240, 240])
+            gl.warp_specialize(
+                [
+                    (
+                        _producer,
+                        (q_desc, do_desc, k_desc, v_desc, LSE2, DELTA, ring, k_smem, v_smem, kv_ready, block, n_heads),
+                    ),
+                    (
+                        _consumer,
+                        (
+                            dk_desc,
+                            dv_desc,
+                            ring,
+                            k_smem,
+                            v_smem,
+                            kv_ready,
+                            block,
+                            scores,
+                            softmax_scale,
+                            fused,
+                            0,
+                            FUSED_DQ,
+                            RAGGED_KEYS,
+                        ),
+                    ),
+                    (
+                        _consumer,
+                        (
+                            dk_desc,
+                            dv_desc,
+                            ring,
+                            k_smem,
+                            v_smem,
+                            kv_ready,
+                            block,
+                            scores,
+                            softmax_scale,
+                            fused,
+                            1,
+                            FUSED_DQ,
+                            RAGGED_KEYS,
+                        ),
+                    ),
+                ],
+                [4, 4],
+                [240, 240],
+            )
         else:
-            gl.warp_specialize([
-                (_producer, (q_desc, do_desc, k_desc, v_desc, LSE2, DELTA, ring, k_smem, v_smem, kv_ready, block,
-                             n_heads)),
-                (_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused, 0,
-                             FUSED_DQ, RAGGED_KEYS)),
-                (_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused, 1,
-                             FUSED_DQ, RAGGED_KEYS)),
-                (_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, block, scores, softmax_scale, fused, 2,
-                             FUSED_DQ, RAGGED_KEYS)),
-            ], [4, 4, 4], [160, 160, 160])
+            gl.warp_specialize(
+                [
+                    (
+                        _producer,
+                        (q_desc, do_desc, k_desc, v_desc, LSE2, DELTA, ring, k_smem, v_smem, kv_ready, block, n_heads),
+                    ),
+                    (
+                        _consumer,
+                        (
+                            dk_desc,
+                            dv_desc,
+                            ring,
+                            k_smem,
+                            v_smem,
+                            kv_ready,
+                            block,
+                            scores,
+                            softmax_scale,
+                            fused,
+                            0,
+                            FUSED_DQ,
+                            RAGGED_KEYS,
+                        ),
+                    ),
+                    (
+                        _consumer,
+                        (
+                            dk_desc,
+                            dv_desc,
+                            ring,
+                            k_smem,
+                            v_smem,
+                            kv_ready,
+                            block,
+                            scores,
+                            softmax_scale,
+                            fused,
+                            1,
+                            FUSED_DQ,
+                            RAGGED_KEYS,
+                        ),
+                    ),
+                    (
+                        _consumer,
+                        (
+                            dk_desc,
+                            dv_desc,
+                            ring,
+                            k_smem,
+                            v_smem,
+                            kv_ready,
+                            block,
+                            scores,
+                            softmax_scale,
+                            fused,
+                            2,
+                            FUSED_DQ,
+                            RAGGED_KEYS,
+                        ),
+                    ),
+                ],
+                [4, 4, 4],
+                [160, 160, 160],
+            )
 
     # dK/dV for head dims over 128 (the producer streams Q and dO in column halves; the consumers share the keys) --
     # Two 64 x 256 fp32 accumulators would take 256 registers a thread in one warpgroup, more than a thread has. So
@@ -604,8 +947,14 @@ if GLUON:
         """``_producer`` with each tile in two column halves: half h of ring slot s is ring.q.index(2 * s + h)."""
         q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta
         qdo_ready, qdo_empty = ring.ready, ring.empty
-        off_b, off_hk, start_n, lo, hi, group_size = (block.off_b, block.off_hk, block.start_n, block.lo, block.hi,
-                                                      block.group_size)
+        off_b, off_hk, start_n, lo, hi, group_size = (
+            block.off_b,
+            block.off_hk,
+            block.start_n,
+            block.lo,
+            block.hi,
+            block.group_size,
+        )
         STAGES: gl.constexpr = lse2_smem.shape[0]
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
@@ -614,8 +963,11 @@ if GLUON:
             tma_load(k_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, k_smem.index(h))
             tma_load(v_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, v_smem.index(h))
         n_m = gl.cdiv(hi - lo, BLOCK_M)
-        nbytes: gl.constexpr = (2 * (q_desc.block_type.nbytes + do_desc.block_type.nbytes) + LSE2.block_type.nbytes
-                                + DELTA.block_type.nbytes)
+        nbytes: gl.constexpr = (
+            2 * (q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            + LSE2.block_type.nbytes
+            + DELTA.block_type.nbytes
+        )
         for g in range(group_size):
             off_h = off_hk * group_size + g
             for j in range(n_m):
@@ -624,19 +976,56 @@ if GLUON:
                 mbarrier.wait(qdo_empty.index(s), ((it // STAGES) & 1) ^ 1)
                 mbarrier.expect(qdo_ready.index(s), nbytes)
                 for h in gl.static_range(2):
-                    tma_load(q_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
-                                                    qdo_ready.index(s), q_smem.index(2 * s + h))
-                    tma_load(do_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS],
-                                                    qdo_ready.index(s), do_smem.index(2 * s + h))
-                _load_rows(LSE2, DELTA, lse2_smem.index(s), delta_smem.index(s), qdo_ready.index(s),
-                           off_b * n_heads + off_h, lo + j * BLOCK_M)
+                    tma_load(
+                        q_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS], qdo_ready.index(s), q_smem.index(2 * s + h)
+                    )
+                    tma_load(
+                        do_desc,
+                        [off_b, lo + j * BLOCK_M, off_h, h * COLS],
+                        qdo_ready.index(s),
+                        do_smem.index(2 * s + h),
+                    )
+                _load_rows(
+                    LSE2,
+                    DELTA,
+                    lse2_smem.index(s),
+                    delta_smem.index(s),
+                    qdo_ready.index(s),
+                    off_b * n_heads + off_h,
+                    lo + j * BLOCK_M,
+                )
 
     # --8<-- [start:hopper_bwd_wide_step]
     @gluon.jit
-    def _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty, ps_ready,
-                    ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, scores, it0, m_lo, m_hi, SUB: gl.constexpr,
-                    MASKED: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, COLS: gl.constexpr,
-                    STAGES: gl.constexpr, s_layout: gl.constexpr):
+    def _wide_tiles(
+        dk,
+        dv,
+        k_smem,
+        v_smem,
+        q_smem,
+        do_smem,
+        pT_smem,
+        dsT_smem,
+        qdo_ready,
+        qdo_empty,
+        ps_ready,
+        ps_empty,
+        lse2_smem,
+        delta_smem,
+        offs_n,
+        seqlen_q,
+        scores,
+        it0,
+        m_lo,
+        m_hi,
+        SUB: gl.constexpr,
+        MASKED: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        COLS: gl.constexpr,
+        STAGES: gl.constexpr,
+        s_layout: gl.constexpr,
+    ):
         """``_tiles`` for one of the two consumers sharing the keys: query tiles [m_lo, m_hi), the ring's it0-th
         first. Exchange buffer b (of 2) holds both consumers' P^T and dS^T: pT_smem.index(2 * b + c)."""
         qk_scale = scores.qk_scale
@@ -660,20 +1049,28 @@ if GLUON:
             offs_m = start_m + offs_m0
             lse2, delta = _slot_rows(lse2_smem, delta_smem, s, SUB * ROWS, offs_m, seqlen_q)
             # S^T and dP^T of my rows, each summed over both column halves; dP^T runs during the exponentials
-            qkT = warpgroup_mma(k0, q0.slice(SUB * ROWS, ROWS).permute((1, 0)), zero_s, use_acc=False,
-                                is_async=True)
+            qkT = warpgroup_mma(k0, q0.slice(SUB * ROWS, ROWS).permute((1, 0)), zero_s, use_acc=False, is_async=True)
             qkT = warpgroup_mma(k1, q1.slice(SUB * ROWS, ROWS).permute((1, 0)), qkT, is_async=True)
-            dpT = warpgroup_mma(v0, do0.slice(SUB * ROWS, ROWS).permute((1, 0)), zero_s, use_acc=False,
-                                is_async=True)
+            dpT = warpgroup_mma(v0, do0.slice(SUB * ROWS, ROWS).permute((1, 0)), zero_s, use_acc=False, is_async=True)
             dpT = warpgroup_mma(v1, do1.slice(SUB * ROWS, ROWS).permute((1, 0)), dpT, is_async=True)
-            qkT = warpgroup_mma_wait(2, deps=(qkT, ))
+            qkT = warpgroup_mma_wait(2, deps=(qkT,))
             qkT = _scores(qkT, scores)
             pT = gl.exp2(qkT * qk_scale - lse2[None, :])
             if MASKED:  # (the causal edge written out always, as in ``_tiles``; no key-end mask: seqlen_k unread)
                 cols = offs_n[:, None]
-                pT = mask_scores(pT, offs_m[None, :], cols, 0, scores.left_offset, scores.right_offset, 0.0, False,
-                                 True, scores.IS_LOCAL)
-            dpT = warpgroup_mma_wait(0, deps=(dpT, ))
+                pT = mask_scores(
+                    pT,
+                    offs_m[None, :],
+                    cols,
+                    0,
+                    scores.left_offset,
+                    scores.right_offset,
+                    0.0,
+                    False,
+                    True,
+                    scores.IS_LOCAL,
+                )
+            dpT = warpgroup_mma_wait(0, deps=(dpT,))
             dsT = _scores_grad(pT * (dpT - delta[None, :]), qkT, scores)
             # hand my halves of P^T and dS^T over once both consumers have finished with this buffer's last use
             mbarrier.wait(ps_empty.index(b), ((it // 2) & 1) ^ 1)
@@ -693,17 +1090,30 @@ if GLUON:
             mbarrier.arrive(ps_empty.index(b), count=1)
             mbarrier.arrive(qdo_empty.index(s), count=1)
         return dk, dv
+
     # --8<-- [end:hopper_bwd_wide_step]
 
     @gluon.jit
-    def _wide_consumer(dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, exchange, block, scores, softmax_scale,
-                       SUB: gl.constexpr):
+    def _wide_consumer(
+        dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, exchange, block, scores, softmax_scale, SUB: gl.constexpr
+    ):
         q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta
         qdo_ready, qdo_empty = ring.ready, ring.empty
-        pT_smem, dsT_smem, ps_ready, ps_empty, done = exchange.pT, exchange.dsT, exchange.ready, exchange.empty, \
-            exchange.done
-        off_b, off_hk, start_n, lo, hi, group_size = (block.off_b, block.off_hk, block.start_n, block.lo, block.hi,
-                                                      block.group_size)
+        pT_smem, dsT_smem, ps_ready, ps_empty, done = (
+            exchange.pT,
+            exchange.dsT,
+            exchange.ready,
+            exchange.empty,
+            exchange.done,
+        )
+        off_b, off_hk, start_n, lo, hi, group_size = (
+            block.off_b,
+            block.off_hk,
+            block.start_n,
+            block.lo,
+            block.hi,
+            block.group_size,
+        )
         seqlen_q, right_offset = block.seqlen_q, scores.right_offset
         IS_CAUSAL: gl.constexpr = scores.IS_CAUSAL
         STAGES: gl.constexpr = lse2_smem.shape[0]
@@ -711,10 +1121,12 @@ if GLUON:
         BLOCK_N: gl.constexpr = k_smem.shape[2]
         COLS: gl.constexpr = k_smem.shape[4]
         dtype: gl.constexpr = q_smem.dtype
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_M // 2, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, COLS, 16])
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M // 2, 16]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, COLS, 16]
+        )
         offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
         dk = gl.zeros([BLOCK_N, COLS], gl.float32, layout=o_layout)
         dv = gl.zeros([BLOCK_N, COLS], gl.float32, layout=o_layout)
@@ -726,13 +1138,64 @@ if GLUON:
         mbarrier.wait(kv_ready, 0)
         for g in range(group_size):
             it0 = g * n_m
-            dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
-                                 ps_ready, ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, scores, it0, lo,
-                                 full_lo, SUB, True, BLOCK_M, BLOCK_N, COLS, STAGES, s_layout)
-            dk, dv = _wide_tiles(dk, dv, k_smem, v_smem, q_smem, do_smem, pT_smem, dsT_smem, qdo_ready, qdo_empty,
-                                 ps_ready, ps_empty, lse2_smem, delta_smem, offs_n, seqlen_q, scores,
-                                 it0 + (full_lo - lo) // BLOCK_M, full_lo, hi, SUB, False, BLOCK_M, BLOCK_N, COLS,
-                                 STAGES, s_layout)
+            dk, dv = _wide_tiles(
+                dk,
+                dv,
+                k_smem,
+                v_smem,
+                q_smem,
+                do_smem,
+                pT_smem,
+                dsT_smem,
+                qdo_ready,
+                qdo_empty,
+                ps_ready,
+                ps_empty,
+                lse2_smem,
+                delta_smem,
+                offs_n,
+                seqlen_q,
+                scores,
+                it0,
+                lo,
+                full_lo,
+                SUB,
+                True,
+                BLOCK_M,
+                BLOCK_N,
+                COLS,
+                STAGES,
+                s_layout,
+            )
+            dk, dv = _wide_tiles(
+                dk,
+                dv,
+                k_smem,
+                v_smem,
+                q_smem,
+                do_smem,
+                pT_smem,
+                dsT_smem,
+                qdo_ready,
+                qdo_empty,
+                ps_ready,
+                ps_empty,
+                lse2_smem,
+                delta_smem,
+                offs_n,
+                seqlen_q,
+                scores,
+                it0 + (full_lo - lo) // BLOCK_M,
+                full_lo,
+                hi,
+                SUB,
+                False,
+                BLOCK_M,
+                BLOCK_N,
+                COLS,
+                STAGES,
+                s_layout,
+            )
         # both consumers read both halves of K and V to the end: wait for the other before overwriting mine
         mbarrier.arrive(done, count=1)
         mbarrier.wait(done, 0)
@@ -745,21 +1208,50 @@ if GLUON:
         tma_store(dv_desc, [off_b, start_n, off_hk, SUB * COLS], v_tile)
         tma.store_wait(0)
 
-
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "window"])
-    def _attn_bwd_dkdv_hopper_wide(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, n_heads,
-                                   group_size, seqlen_q, seqlen_k, right_offset, softmax_scale, qk_scale,
-                                   left_offset, softcap_scale, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                                   SECTION: gl.constexpr = 0, IS_LOCAL: gl.constexpr = False,
-                                   SOFTCAP: gl.constexpr = False):
+    def _attn_bwd_dkdv_hopper_wide(
+        q_desc,
+        do_desc,
+        k_desc,
+        v_desc,
+        dk_desc,
+        dv_desc,
+        LSE2,
+        DELTA,
+        n_heads,
+        group_size,
+        seqlen_q,
+        seqlen_k,
+        right_offset,
+        softmax_scale,
+        qk_scale,
+        left_offset,
+        softcap_scale,
+        IS_CAUSAL: gl.constexpr,
+        STAGES: gl.constexpr,
+        SECTION: gl.constexpr = 0,
+        IS_LOCAL: gl.constexpr = False,
+        SOFTCAP: gl.constexpr = False,
+    ):
         """``_attn_bwd_dkdv_hopper`` for head dims over 128, every tile descriptor in tiles of half the head dim
         (LSE2, DELTA and the variants as there). Grid: (key tiles of BLOCK_N, batch * kv heads)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
-        off_b, off_hk, start_n, lo, hi = _key_block(BLOCK_N, BLOCK_M, n_heads, group_size, seqlen_q, seqlen_k,
-                                                    right_offset, IS_CAUSAL, SECTION, left_offset, IS_LOCAL)
+        off_b, off_hk, start_n, lo, hi = _key_block(
+            BLOCK_N,
+            BLOCK_M,
+            n_heads,
+            group_size,
+            seqlen_q,
+            seqlen_k,
+            right_offset,
+            IS_CAUSAL,
+            SECTION,
+            left_offset,
+            IS_LOCAL,
+        )
 
         k_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], v_desc.layout)
@@ -789,15 +1281,24 @@ if GLUON:
         block = KeyBlock(off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, seqlen_k)
         scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
 
-        gl.warp_specialize([
-            (_wide_producer, (q_desc, do_desc, k_desc, v_desc, LSE2, DELTA, ring, k_smem, v_smem, kv_ready, block,
-                              n_heads)),
-            (_wide_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, exchange, block, scores,
-                              softmax_scale, 0)),
-            (_wide_consumer, (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, exchange, block, scores,
-                              softmax_scale, 1)),
-        ], [4, 4], [240, 240])
-
+        gl.warp_specialize(
+            [
+                (
+                    _wide_producer,
+                    (q_desc, do_desc, k_desc, v_desc, LSE2, DELTA, ring, k_smem, v_smem, kv_ready, block, n_heads),
+                ),
+                (
+                    _wide_consumer,
+                    (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, exchange, block, scores, softmax_scale, 0),
+                ),
+                (
+                    _wide_consumer,
+                    (dk_desc, dv_desc, ring, k_smem, v_smem, kv_ready, exchange, block, scores, softmax_scale, 1),
+                ),
+            ],
+            [4, 4],
+            [240, 240],
+        )
 
     # dQ: the forward's skeleton (the producer streams K and V; each consumer keeps its query rows' Q and dO) ------
 
@@ -805,6 +1306,7 @@ if GLUON:
     class QueryBlock:
         """A dQ program's query rows from row0, of (batch off_b, head off_h; kv head off_hk; pid_bh = batch * heads
         + head), and hi: the keys they see between them (from key 0)."""
+
         off_b: gl.tensor
         off_h: gl.tensor
         off_hk: gl.tensor
@@ -835,8 +1337,16 @@ if GLUON:
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         _load_resident(q_desc, do_desc, q_smem, do_smem, qdo_ready, off_b, row0, off_h)
         n_kv = gl.cdiv(hi, BLOCK_N)
-        j0 = _first_tile(row0, block.seqlen_k, scores.left_offset, scores.right_offset, n_kv, scores.IS_CAUSAL,
-                         scores.IS_LOCAL, BLOCK_N)
+        j0 = _first_tile(
+            row0,
+            block.seqlen_k,
+            scores.left_offset,
+            scores.right_offset,
+            n_kv,
+            scores.IS_CAUSAL,
+            scores.IS_LOCAL,
+            BLOCK_N,
+        )
         for j in range(j0, n_kv):
             it = j - j0
             s = it % STAGES
@@ -847,8 +1357,23 @@ if GLUON:
             tma_load(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s), v_smem.index(s))
 
     @gluon.jit
-    def _dq_tiles(dq, q, do, lse2, delta, ring, offs_m, seqlen_k, scores, lo, hi, MASKED: gl.constexpr,
-                  s_layout: gl.constexpr, p_layout: gl.constexpr, j0=0):
+    def _dq_tiles(
+        dq,
+        q,
+        do,
+        lse2,
+        delta,
+        ring,
+        offs_m,
+        seqlen_k,
+        scores,
+        lo,
+        hi,
+        MASKED: gl.constexpr,
+        s_layout: gl.constexpr,
+        p_layout: gl.constexpr,
+        j0=0,
+    ):
         """The portable ``_attn_bwd_dq_inner`` for one consumer: key/value tiles [lo, hi) from the ring, whose first
         (position 0) is key tile j0. The scores as in ``_tiles``."""
         k_smem, v_smem, k_ready, v_ready, kv_empty = ring.a, ring.b, ring.a_ready, ring.b_ready, ring.empty
@@ -870,25 +1395,36 @@ if GLUON:
             mbarrier.wait(v_ready.index(s), phase)
             v = v_smem.index(s).reshape([BLOCK_N, BLOCK_D])
             dp = warpgroup_mma(do, v.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            qk = warpgroup_mma_wait(1, deps=(qk, ))  # dP may still be running during the exponentials
+            qk = warpgroup_mma_wait(1, deps=(qk,))  # dP may still be running during the exponentials
             qk = _scores(qk, scores)
             p = gl.exp2(qk * qk_scale - lse2[:, None])
             if MASKED:
                 offs_n = start_n + offs_n0
                 cols = offs_n[None, :]
-                p = mask_scores(p, offs_m[:, None], cols, seqlen_k, scores.left_offset, scores.right_offset, 0.0,
-                                True, scores.IS_CAUSAL, scores.IS_LOCAL)
+                p = mask_scores(
+                    p,
+                    offs_m[:, None],
+                    cols,
+                    seqlen_k,
+                    scores.left_offset,
+                    scores.right_offset,
+                    0.0,
+                    True,
+                    scores.IS_CAUSAL,
+                    scores.IS_LOCAL,
+                )
             p = _scores_grad(p, qk, scores)  # (as in ``_tiles``)
-            dp = warpgroup_mma_wait(0, deps=(dp, ))
+            dp = warpgroup_mma_wait(0, deps=(dp,))
             ds = p * (dp - delta[:, None])
             dq = warpgroup_mma(gl.convert_layout(ds.to(dtype), p_layout), k, dq, is_async=True)
-            dq = warpgroup_mma_wait(0, deps=(dq, ))
+            dq = warpgroup_mma_wait(0, deps=(dq,))
             mbarrier.arrive(kv_empty.index(s), count=1)
         return dq
 
     @gluon.jit
-    def _dq_consumer(dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
-                     SUB: gl.constexpr):
+    def _dq_consumer(
+        dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale, SUB: gl.constexpr
+    ):
         k_ready, kv_empty = ring.a_ready, ring.empty
         off_b, off_h, pid_bh, row0, hi = block.off_b, block.off_h, block.pid_bh, block.row0, block.hi
         seqlen_q, seqlen_k = block.seqlen_q, block.seqlen_k
@@ -899,18 +1435,21 @@ if GLUON:
         BLOCK_N: gl.constexpr = ring.a.shape[2]
         BLOCK_D: gl.constexpr = q_smem.shape[4]
         dtype: gl.constexpr = q_smem.dtype
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_D, 16])
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_D, 16]
+        )
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         first = row0 + SUB * BLOCK_M
         offs_m = first + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
         row = pid_bh.to(gl.int64) * seqlen_q + offs_m
         lse2 = gl.load(LSE2 + row, mask=offs_m < seqlen_q, other=float("inf"))
         delta = gl.load(DELTA + row, mask=offs_m < seqlen_q, other=0.0)
-        my_lo, full_lo, full_hi, my_hi = _key_range(first, seqlen_k, scores.left_offset, scores.right_offset,
-                                                    IS_CAUSAL, IS_LOCAL, BLOCK_M, BLOCK_N)
+        my_lo, full_lo, full_hi, my_hi = _key_range(
+            first, seqlen_k, scores.left_offset, scores.right_offset, IS_CAUSAL, IS_LOCAL, BLOCK_M, BLOCK_N
+        )
         q_tile = q_smem.index(SUB)
         q = q_tile.reshape([BLOCK_M, BLOCK_D])
         do = do_smem.index(SUB).reshape([BLOCK_M, BLOCK_D])
@@ -918,37 +1457,68 @@ if GLUON:
         mbarrier.wait(qdo_ready, 0)
         if IS_LOCAL:
             # the ring holds the program's key tiles from its first row's first key (``_dq_producer``)
-            j0 = _first_tile(row0, seqlen_k, scores.left_offset, scores.right_offset, gl.cdiv(hi, BLOCK_N),
-                             IS_CAUSAL, IS_LOCAL, BLOCK_N)
-            my_lo, full_lo, full_hi, my_hi, my_end = _in_ring(j0 * BLOCK_N, hi, my_lo, full_lo, full_hi, my_hi,
-                                                              BLOCK_N)
+            j0 = _first_tile(
+                row0,
+                seqlen_k,
+                scores.left_offset,
+                scores.right_offset,
+                gl.cdiv(hi, BLOCK_N),
+                IS_CAUSAL,
+                IS_LOCAL,
+                BLOCK_N,
+            )
+            my_lo, full_lo, full_hi, my_hi, my_end = _in_ring(j0 * BLOCK_N, hi, my_lo, full_lo, full_hi, my_hi, BLOCK_N)
             _release_skipped(k_ready, kv_empty, 0, my_lo // BLOCK_N - j0, STAGES)
-            dq = _dq_tiles(dq, q, do, lse2, delta, ring, offs_m, seqlen_k, scores, my_lo, full_lo, True, s_layout,
-                           p_layout, j0)
+            dq = _dq_tiles(
+                dq, q, do, lse2, delta, ring, offs_m, seqlen_k, scores, my_lo, full_lo, True, s_layout, p_layout, j0
+            )
         else:
             j0 = 0
-        dq = _dq_tiles(dq, q, do, lse2, delta, ring, offs_m, seqlen_k, scores, full_lo, full_hi, False, s_layout,
-                       p_layout, j0)
-        dq = _dq_tiles(dq, q, do, lse2, delta, ring, offs_m, seqlen_k, scores, full_hi, my_hi, True, s_layout,
-                       p_layout, j0)
+        dq = _dq_tiles(
+            dq, q, do, lse2, delta, ring, offs_m, seqlen_k, scores, full_lo, full_hi, False, s_layout, p_layout, j0
+        )
+        dq = _dq_tiles(
+            dq, q, do, lse2, delta, ring, offs_m, seqlen_k, scores, full_hi, my_hi, True, s_layout, p_layout, j0
+        )
         # every product of this warpgroup has completed: its query tile's shared memory takes dQ
         q.store((dq * softmax_scale).to(dtype))
         fence_async_shared()
         tma_store(dq_desc, [off_b, first, off_h, 0], q_tile)
         if IS_LOCAL:
-            _release_skipped(k_ready, kv_empty, my_end // BLOCK_N - j0, gl.cdiv(hi, BLOCK_N) - my_end // BLOCK_N,
-                             STAGES)
+            _release_skipped(
+                k_ready, kv_empty, my_end // BLOCK_N - j0, gl.cdiv(hi, BLOCK_N) - my_end // BLOCK_N, STAGES
+            )
         else:
-            _release_skipped(k_ready, kv_empty, gl.cdiv(my_hi, BLOCK_N),
-                             gl.cdiv(hi, BLOCK_N) - gl.cdiv(my_hi, BLOCK_N), STAGES)
+            _release_skipped(
+                k_ready, kv_empty, gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N) - gl.cdiv(my_hi, BLOCK_N), STAGES
+            )
         tma.store_wait(0)
 
     @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "left_offset"])
-    def _attn_bwd_dq_hopper(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, n_heads, group_size, seqlen_q,
-                            seqlen_k, right_offset, softmax_scale, qk_scale, left_offset, softcap_scale,
-                            IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, N_CONSUMERS: gl.constexpr,
-                            SECTION: gl.constexpr = 0, IS_LOCAL: gl.constexpr = False,
-                            SOFTCAP: gl.constexpr = False):
+    def _attn_bwd_dq_hopper(
+        q_desc,
+        do_desc,
+        k_desc,
+        v_desc,
+        dq_desc,
+        LSE2,
+        DELTA,
+        n_heads,
+        group_size,
+        seqlen_q,
+        seqlen_k,
+        right_offset,
+        softmax_scale,
+        qk_scale,
+        left_offset,
+        softcap_scale,
+        IS_CAUSAL: gl.constexpr,
+        STAGES: gl.constexpr,
+        N_CONSUMERS: gl.constexpr,
+        SECTION: gl.constexpr = 0,
+        IS_LOCAL: gl.constexpr = False,
+        SOFTCAP: gl.constexpr = False,
+    ):
         """Grid: (query tiles of N_CONSUMERS * BLOCK_M, batch * heads); with SECTION (causal only), one axis in
         ``forward_hopper._causal_item``'s order, as ``_key_block``'s. The variants as in
         ``_attn_bwd_dkdv_hopper``."""
@@ -989,23 +1559,41 @@ if GLUON:
         block = QueryBlock(off_b, off_h, off_hk, pid_bh, row0, hi, seqlen_q, seqlen_k)
         scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
         if N_CONSUMERS == 2:
-            gl.warp_specialize([
-                (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, qdo_ready, ring, block, scores)),
-                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
-                                0)),
-                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
-                                1)),
-            ], [4, 4], [240, 240])
+            gl.warp_specialize(
+                [
+                    (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, qdo_ready, ring, block, scores)),
+                    (
+                        _dq_consumer,
+                        (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale, 0),
+                    ),
+                    (
+                        _dq_consumer,
+                        (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale, 1),
+                    ),
+                ],
+                [4, 4],
+                [240, 240],
+            )
         else:
-            gl.warp_specialize([
-                (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, qdo_ready, ring, block, scores)),
-                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
-                                0)),
-                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
-                                1)),
-                (_dq_consumer, (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale,
-                                2)),
-            ], [4, 4, 4], [160, 160, 160])
+            gl.warp_specialize(
+                [
+                    (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, qdo_ready, ring, block, scores)),
+                    (
+                        _dq_consumer,
+                        (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale, 0),
+                    ),
+                    (
+                        _dq_consumer,
+                        (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale, 1),
+                    ),
+                    (
+                        _dq_consumer,
+                        (dq_desc, LSE2, DELTA, q_smem, do_smem, qdo_ready, ring, block, scores, softmax_scale, 2),
+                    ),
+                ],
+                [4, 4, 4],
+                [160, 160, 160],
+            )
 
 
 def _grid(n_tiles: int, n_pairs: int, k: torch.Tensor, head_dim: int, causal: bool, section: int | None = None):
@@ -1020,8 +1608,25 @@ def _grid(n_tiles: int, n_pairs: int, k: torch.Tensor, head_dim: int, causal: bo
     return (n_tiles, n_pairs), {}
 
 
-def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
-                    config=None, dq_acc=None, *, window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None):
+def bwd_dkdv_hopper(
+    q,
+    k,
+    v,
+    dout,
+    dk,
+    dv,
+    lse2,
+    delta,
+    softmax_scale: float,
+    causal: bool,
+    bottom_right: bool,
+    config=None,
+    dq_acc=None,
+    *,
+    window_size=(-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes=None,
+):
     """``backward.bwd_dkdv`` on Hopper (dk, dv written in place; lse2, delta from ``backward.bwd_preprocess``).
     config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS), default ``HOPPER_DKDV_CONFIGS[head_dim, causal]``,
     or with dq_acc ``FUSED_DQ_CONFIGS[head_dim, causal]``.
@@ -1043,34 +1648,100 @@ def bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, softmax_scale: float, ca
     key = forward_hopper.table_key(q, causal, window_size)
     block_m, block_n, stages, consumers = config or HOPPER_DKDV_CONFIGS[key]
     # the producer copies each streamed tile's LSE and delta rows into the ring with its Q and dO
-    rest = (rows_descriptor(lse2, block_m), rows_descriptor(delta, block_m), n_heads, n_heads // n_kv_heads, seqlen_q,
-            seqlen_k, m.right_offset, softmax_scale, m.qk_scale, m.left_offset, m.softcap_scale)
+    rest = (
+        rows_descriptor(lse2, block_m),
+        rows_descriptor(delta, block_m),
+        n_heads,
+        n_heads // n_kv_heads,
+        seqlen_q,
+        seqlen_k,
+        m.right_offset,
+        softmax_scale,
+        m.qk_scale,
+        m.left_offset,
+        m.softcap_scale,
+    )
     if head_dim > MAX_NARROW_HEAD_DIM:
         if consumers != 2:
-            raise ValueError(f"the wide dK/dV kernel (head_dim {head_dim}) takes configs (BLOCK_M, BLOCK_N, STAGES, "
-                             f"2), got config={config}")
+            raise ValueError(
+                f"the wide dK/dV kernel (head_dim {head_dim}) takes configs (BLOCK_M, BLOCK_N, STAGES, "
+                f"2), got config={config}"
+            )
         cols = head_dim // 2
         grid, order = _grid(triton.cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, m.is_causal)
-        launch_gluon(_attn_bwd_dkdv_hopper_wide, grid,
-                     (*(descriptor(t, rows, cols) for t, rows in ((q, block_m), (dout, block_m), (k, block_n),
-                                                                   (v, block_n), (dk, block_n), (dv, block_n))),
-                      *rest), dict(**m.constexprs, STAGES=stages, **order), num_warps=4)
+        launch_gluon(
+            _attn_bwd_dkdv_hopper_wide,
+            grid,
+            (
+                *(
+                    descriptor(t, rows, cols)
+                    for t, rows in (
+                        (q, block_m),
+                        (dout, block_m),
+                        (k, block_n),
+                        (v, block_n),
+                        (dk, block_n),
+                        (dv, block_n),
+                    )
+                ),
+                *rest,
+            ),
+            dict(**m.constexprs, STAGES=stages, **order),
+            num_warps=4,
+        )
     else:
         fused = dq_acc is not None
-        grid, order = _grid(triton.cdiv(seqlen_k, consumers * block_n), batch * n_kv_heads, k, head_dim, m.is_causal,
-                            FUSED_DQ_SECTIONS.get((head_dim, causal)) if fused else None)
+        grid, order = _grid(
+            triton.cdiv(seqlen_k, consumers * block_n),
+            batch * n_kv_heads,
+            k,
+            head_dim,
+            m.is_causal,
+            FUSED_DQ_SECTIONS.get((head_dim, causal)) if fused else None,
+        )
         dk_desc = descriptor(dk, block_n)
-        launch_gluon(_attn_bwd_dkdv_hopper, grid,
-                     (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n),
-                      descriptor(v, block_n), dk_desc, descriptor(dv, block_n),
-                      descriptor(dq_acc, block_m) if fused else dk_desc, *rest),  # (dq_desc: unread unless fused)
-                     dict(**m.constexprs, STAGES=stages, N_CONSUMERS=consumers, **order, FUSED_DQ=fused,
-                          RAGGED_KEYS=fused and seqlen_k % (consumers * block_n) != 0),
-                     num_warps=4)
+        launch_gluon(
+            _attn_bwd_dkdv_hopper,
+            grid,
+            (
+                descriptor(q, block_m),
+                descriptor(dout, block_m),
+                descriptor(k, block_n),
+                descriptor(v, block_n),
+                dk_desc,
+                descriptor(dv, block_n),
+                descriptor(dq_acc, block_m) if fused else dk_desc,
+                *rest,
+            ),  # (dq_desc: unread unless fused)
+            dict(
+                **m.constexprs,
+                STAGES=stages,
+                N_CONSUMERS=consumers,
+                **order,
+                FUSED_DQ=fused,
+                RAGGED_KEYS=fused and seqlen_k % (consumers * block_n) != 0,
+            ),
+            num_warps=4,
+        )
 
 
-def bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: bool, bottom_right: bool,
-                  config=None, *, window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None):
+def bwd_dq_hopper(
+    q,
+    k,
+    v,
+    dout,
+    dq,
+    lse2,
+    delta,
+    softmax_scale: float,
+    causal: bool,
+    bottom_right: bool,
+    config=None,
+    *,
+    window_size=(-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes=None,
+):
     """``backward.bwd_dq`` on Hopper (dq written in place). config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS),
     default ``HOPPER_DQ_CONFIGS[head_dim, causal]`` (a window takes the causal entry). window_size and softcap:
     as ``hopper_common.mask`` takes them; alibi_slopes must be None (``supports_dq``)."""
@@ -1079,11 +1750,29 @@ def bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, softmax_scale: float, causal: 
     if alibi_slopes is not None:
         raise ValueError("the Hopper backward has no ALiBi: alibi_slopes runs on the portable kernels")
     m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
-    block_m, block_n, stages, consumers = config or HOPPER_DQ_CONFIGS[forward_hopper.table_key(q, causal,
-                                                                                               window_size)]
+    block_m, block_n, stages, consumers = config or HOPPER_DQ_CONFIGS[forward_hopper.table_key(q, causal, window_size)]
     grid, order = _grid(triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads, k, head_dim, m.is_causal)
-    launch_gluon(_attn_bwd_dq_hopper, grid,
-                 (descriptor(q, block_m), descriptor(dout, block_m), descriptor(k, block_n), descriptor(v, block_n),
-                  descriptor(dq, block_m), lse2, delta, n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k,
-                  m.right_offset, softmax_scale, m.qk_scale, m.left_offset, m.softcap_scale),
-                 dict(**m.constexprs, STAGES=stages, N_CONSUMERS=consumers, **order), num_warps=4)
+    launch_gluon(
+        _attn_bwd_dq_hopper,
+        grid,
+        (
+            descriptor(q, block_m),
+            descriptor(dout, block_m),
+            descriptor(k, block_n),
+            descriptor(v, block_n),
+            descriptor(dq, block_m),
+            lse2,
+            delta,
+            n_heads,
+            n_heads // n_kv_heads,
+            seqlen_q,
+            seqlen_k,
+            m.right_offset,
+            softmax_scale,
+            m.qk_scale,
+            m.left_offset,
+            m.softcap_scale,
+        ),
+        dict(**m.constexprs, STAGES=stages, N_CONSUMERS=consumers, **order),
+        num_warps=4,
+    )

@@ -27,9 +27,11 @@ def all_configs(table) -> list:
 def prune_for(table):
     """An autotuner ``early_config_prune`` keeping ``table``'s candidates for the launch's head dim, Q dtype and
     mask (Q is a tensor or a host descriptor over one, depending on the kernel)."""
+
     def prune(configs, named_args, **kwargs):
         q = named_args["Q"]
         return configs_for(table, kwargs["BLOCK_D"], getattr(q, "base", q).dtype, kwargs["IS_CAUSAL"])
+
     return prune
 
 
@@ -66,17 +68,20 @@ def tile_grid(seqlen: int, block: str, n_heads: int, causal: bool):
     """The launch grid that ``program_tile`` reads, as a function of the chosen meta-parameters: one program
     per tile of ``seqlen`` (the meta-parameter ``block`` long) and head, laid out (tiles, heads), (heads, tiles)
     when a causal config launches its tiles across heads, or all on axis 0 (ONE_AXIS, see ``one_axis``)."""
+
     def grid(meta):
         n_tiles = triton.cdiv(seqlen, meta[block])
         if meta["ONE_AXIS"]:
             return (n_tiles * n_heads,)
         return (n_heads, n_tiles) if causal and meta["ACROSS_HEADS"] else (n_tiles, n_heads)
+
     return grid
 
 
 @triton.jit
-def program_tile(n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr, ACROSS_HEADS: tl.constexpr,
-                 ONE_AXIS: tl.constexpr):
+def program_tile(
+    n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr, ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr
+):
     """(tile index, batch * head index) of this program, for the grid that ``tile_grid`` launches.
 
     Programs run roughly in launch order, and the grid is (tiles, heads): programs launched together share a
@@ -113,5 +118,6 @@ def head_desc(base, seqlen, stride_s, HEAD_DIM: tl.constexpr, BLOCK_S: tl.conste
     On Hopper each tile moves with one TMA copy; rows past seqlen and the columns that pad head_dim to a power
     of two read as zeros and are never written, so no load or store needs a mask.
     """
-    return tl.make_tensor_descriptor(base, shape=[seqlen, HEAD_DIM], strides=[stride_s, 1],
-                                     block_shape=[BLOCK_S, BLOCK_D])
+    return tl.make_tensor_descriptor(
+        base, shape=[seqlen, HEAD_DIM], strides=[stride_s, 1], block_shape=[BLOCK_S, BLOCK_D]
+    )

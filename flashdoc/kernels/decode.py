@@ -51,6 +51,7 @@ class DecodeConfig:
     programs_per_sm: how many of these programs one SM holds at once (shared memory: stages x 2 tiles of
         BLOCK_N x D); the split heuristic fills ``SMs x programs_per_sm`` slots.
     """
+
     block_n: int
     warps: int
     stages: int
@@ -60,8 +61,11 @@ class DecodeConfig:
         # Triton's pipeliner gives the block-table load (whose result addresses K and V) stages of its own: for
         # the same K and V buffers as a contiguous cache, a paged one needs two more (the shared memory that
         # `benchmarks/decode.py --aot` prints for both: stages 3 contiguous = stages 5 paged = 2 buffers each).
-        return triton.Config({"BLOCK_N": self.block_n}, num_warps=self.warps,
-                             num_stages=self.stages + (PAGED_EXTRA_STAGES if paged else 0))
+        return triton.Config(
+            {"BLOCK_N": self.block_n},
+            num_warps=self.warps,
+            num_stages=self.stages + (PAGED_EXTRA_STAGES if paged else 0),
+        )
 
 
 # --8<-- [start:decode_configs]
@@ -126,10 +130,13 @@ def num_splits_heuristic(programs: int, slots: int, n_blocks: int, max_splits: i
     def eligible(s: int) -> bool:
         return s == 1 or triton.cdiv(n_blocks, s) != triton.cdiv(n_blocks, s - 1)
 
-    efficiency = {s: programs * s / slots / triton.cdiv(programs * s, slots)
-                  for s in range(1, max_splits + 1) if eligible(s)}
+    efficiency = {
+        s: programs * s / slots / triton.cdiv(programs * s, slots) for s in range(1, max_splits + 1) if eligible(s)
+    }
     best = max(efficiency.values(), default=1.0)
     return next((s for s, e in efficiency.items() if e >= 0.85 * best), 1)
+
+
 # --8<-- [end:num_splits_heuristic]
 
 
@@ -144,8 +151,18 @@ def num_sms(device_index: int) -> int:
 
 
 @triton.jit
-def _cache_rows(BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, pos, PAGED: tl.constexpr,
-                PAGE_SIZE: tl.constexpr, PAGE_PER_TILE: tl.constexpr):
+def _cache_rows(
+    BLOCK_TABLE,
+    stride_tb,
+    max_pages,
+    cache_page,
+    cache_len,
+    off_b,
+    pos,
+    PAGED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    PAGE_PER_TILE: tl.constexpr,
+):
     """(page, row in page, valid) of cache positions ``pos`` of sequence ``off_b``.
 
     Paged: the page is ``BLOCK_TABLE[off_b, pos // PAGE_SIZE]``. When the tile lies within one page
@@ -168,8 +185,9 @@ def _cache_rows(BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b,
 
 
 @triton.jit
-def _rotate(x, X_PARTNER_PTR, partner_mask, COS, SIN, stride_cs, position, offs_d, rotary_dim,
-            INTERLEAVED: tl.constexpr):
+def _rotate(
+    x, X_PARTNER_PTR, partner_mask, COS, SIN, stride_cs, position, offs_d, rotary_dim, INTERLEAVED: tl.constexpr
+):
     """The rotary embedding of rows ``x`` (R, BLOCK_D) at integer ``position`` (R,): each pair of dimensions
     (2i, 2i + 1) when INTERLEAVED (GPT-J), else (i, i + rotary_dim / 2) (GPT-NeoX), turns by the angle whose
     cos and sin are ``COS[position, i]``, ``SIN[position, i]``. Dimensions from rotary_dim on are kept.
@@ -192,21 +210,60 @@ def _rotate(x, X_PARTNER_PTR, partner_mask, COS, SIN, stride_cs, position, offs_
     return tl.where(rotated[None, :], out, x)
 
 
-@triton.jit(do_not_specialize=["seqlen_new", "seqlen_q", "max_pages", "cache_len", "cache_seqlen_const",
-                               "rotary_dim"])
-def _append_kv(Q, K_NEW, V_NEW, Q_ROT, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, COS, SIN,
-               stride_qb, stride_qs, stride_qh,
-               stride_nb, stride_ns, stride_nh,
-               stride_vnb, stride_vns, stride_vnh,
-               stride_rb, stride_rs, stride_rh,
-               stride_kp, stride_ks, stride_kh,
-               stride_vp, stride_vs, stride_vh,
-               stride_tb, stride_cs,
-               n_heads, n_kv_heads, seqlen_new, seqlen_q, max_pages, cache_len, cache_seqlen_const, rotary_dim,
-               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HK: tl.constexpr,
-               PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
-               SEQLENS_TENSOR: tl.constexpr, APPEND: tl.constexpr, ROTARY: tl.constexpr,
-               INTERLEAVED: tl.constexpr, Q_POS_PER_ROW: tl.constexpr):
+@triton.jit(do_not_specialize=["seqlen_new", "seqlen_q", "max_pages", "cache_len", "cache_seqlen_const", "rotary_dim"])
+def _append_kv(
+    Q,
+    K_NEW,
+    V_NEW,
+    Q_ROT,
+    K_CACHE,
+    V_CACHE,
+    CACHE_SEQLENS,
+    CACHE_BATCH_IDX,
+    BLOCK_TABLE,
+    COS,
+    SIN,
+    stride_qb,
+    stride_qs,
+    stride_qh,
+    stride_nb,
+    stride_ns,
+    stride_nh,
+    stride_vnb,
+    stride_vns,
+    stride_vnh,
+    stride_rb,
+    stride_rs,
+    stride_rh,
+    stride_kp,
+    stride_ks,
+    stride_kh,
+    stride_vp,
+    stride_vs,
+    stride_vh,
+    stride_tb,
+    stride_cs,
+    n_heads,
+    n_kv_heads,
+    seqlen_new,
+    seqlen_q,
+    max_pages,
+    cache_len,
+    cache_seqlen_const,
+    rotary_dim,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
+    PAGED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    HAS_BATCH_IDX: tl.constexpr,
+    SEQLENS_TENSOR: tl.constexpr,
+    APPEND: tl.constexpr,
+    ROTARY: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
+    Q_POS_PER_ROW: tl.constexpr,
+):
     """Program (s, b): write new key/value position s of sequence b into the cache at its length
     ``cache_seqlens[b] + s`` (rotating the key first), and with ROTARY rotate query position s into Q_ROT.
 
@@ -230,15 +287,17 @@ def _append_kv(Q, K_NEW, V_NEW, Q_ROT, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BA
                 cache_page = tl.load(CACHE_BATCH_IDX + off_b).to(tl.int64)
             else:
                 cache_page = off_b.to(tl.int64)
-            page, row, valid = _cache_rows(BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, pos,
-                                           PAGED, PAGE_SIZE, False)
+            page, row, valid = _cache_rows(
+                BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, pos, PAGED, PAGE_SIZE, False
+            )
             m = row_ok & valid[:, None]
             k_src = K_NEW + off_b.to(tl.int64) * stride_nb + s * stride_ns + offs_h[:, None] * stride_nh
             k = tl.load(k_src + offs_d[None, :], mask=row_ok, other=0.0).to(tl.float32)
             if ROTARY:
                 partner = offs_d ^ 1 if INTERLEAVED else (offs_d + rotary_dim // 2) % rotary_dim
-                k = _rotate(k, k_src + partner[None, :], row_ok, COS, SIN, stride_cs, pos, offs_d, rotary_dim,
-                            INTERLEAVED)
+                k = _rotate(
+                    k, k_src + partner[None, :], row_ok, COS, SIN, stride_cs, pos, offs_d, rotary_dim, INTERLEAVED
+                )
             dst = page.to(tl.int64)[:, None] * stride_kp + row[:, None] * stride_ks + offs_h[:, None] * stride_kh
             tl.store(K_CACHE + dst + offs_d[None, :], k.to(K_CACHE.dtype.element_ty), mask=m)
             v_src = V_NEW + off_b.to(tl.int64) * stride_vnb + s * stride_vns + offs_h[:, None] * stride_vnh
@@ -255,27 +314,77 @@ def _append_kv(Q, K_NEW, V_NEW, Q_ROT, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BA
             if Q_POS_PER_ROW:
                 q_pos += s
             partner = offs_d ^ 1 if INTERLEAVED else (offs_d + rotary_dim // 2) % rotary_dim
-            q = _rotate(q, q_src + partner[None, :], row_ok, COS, SIN, stride_cs, q_pos, offs_d, rotary_dim,
-                        INTERLEAVED)
+            q = _rotate(
+                q, q_src + partner[None, :], row_ok, COS, SIN, stride_cs, q_pos, offs_d, rotary_dim, INTERLEAVED
+            )
             dst = Q_ROT + off_b.to(tl.int64) * stride_rb + s * stride_rs + offs_h[:, None] * stride_rh
             tl.store(dst + offs_d[None, :], q.to(Q_ROT.dtype.element_ty), mask=row_ok)
 
 
 # --8<-- [start:split_kv_kernel]
-@triton.jit(do_not_specialize=["seqlen_q", "max_pages", "cache_len", "left_rel", "right_rel", "cache_seqlen_const",
-                               "seqlen_new"])
-def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, O, LSE, O_PART, LSE_PART, SLOPES,
-              stride_qb, stride_qs, stride_qh,
-              stride_kp, stride_ks, stride_kh,
-              stride_vp, stride_vs, stride_vh,
-              stride_tb,
-              stride_ob, stride_os, stride_oh,
-              n_kv_heads, seqlen_q, max_pages, cache_len, cache_seqlen_const, seqlen_new,
-              qk_scale, left_rel, right_rel, cap_in, cap_out,
-              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              GROUP: tl.constexpr, PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
-              SEQLENS_TENSOR: tl.constexpr, IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr,
-              SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+@triton.jit(
+    do_not_specialize=[
+        "seqlen_q",
+        "max_pages",
+        "cache_len",
+        "left_rel",
+        "right_rel",
+        "cache_seqlen_const",
+        "seqlen_new",
+    ]
+)
+def _split_kv(
+    Q,
+    K_CACHE,
+    V_CACHE,
+    CACHE_SEQLENS,
+    CACHE_BATCH_IDX,
+    BLOCK_TABLE,
+    O,
+    LSE,
+    O_PART,
+    LSE_PART,
+    SLOPES,
+    stride_qb,
+    stride_qs,
+    stride_qh,
+    stride_kp,
+    stride_ks,
+    stride_kh,
+    stride_vp,
+    stride_vs,
+    stride_vh,
+    stride_tb,
+    stride_ob,
+    stride_os,
+    stride_oh,
+    n_kv_heads,
+    seqlen_q,
+    max_pages,
+    cache_len,
+    cache_seqlen_const,
+    seqlen_new,
+    qk_scale,
+    left_rel,
+    right_rel,
+    cap_in,
+    cap_out,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr,
+    PAGED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    HAS_BATCH_IDX: tl.constexpr,
+    SEQLENS_TENSOR: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_LOCAL: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    ALIBI: tl.constexpr,
+    SPLIT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """Program (b x KV head, query tile, split): attention of the query tile's packed rows over one split of the
     keys of sequence b.
 
@@ -316,8 +425,9 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
     row_ok = (offs_r < Q_PER_TILE * GROUP) & (offs_i < seqlen_q)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    q_ptrs = (Q + off_b.to(tl.int64) * stride_qb + offs_i[:, None] * stride_qs + offs_h[:, None] * stride_qh
-              + offs_d[None, :])
+    q_ptrs = (
+        Q + off_b.to(tl.int64) * stride_qb + offs_i[:, None] * stride_qs + offs_h[:, None] * stride_qh + offs_d[None, :]
+    )
     q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     n_heads = n_kv_heads * GROUP
     slope = 0.0
@@ -330,8 +440,7 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
     diag = seqlen_k - seqlen_q
     left_offset = diag + left_rel
     right_offset = diag + right_rel
-    lo, _, _, hi = key_block_range(pid_m, seqlen_k, left_offset, right_offset, Q_PER_TILE, BLOCK_N, IS_CAUSAL,
-                                   IS_LOCAL)
+    lo, _, _, hi = key_block_range(pid_m, seqlen_k, left_offset, right_offset, Q_PER_TILE, BLOCK_N, IS_CAUSAL, IS_LOCAL)
     n_lo = lo // BLOCK_N
     n_hi = tl.cdiv(tl.maximum(hi, lo), BLOCK_N)
     per_split = tl.cdiv(n_hi - n_lo, num_splits)
@@ -344,24 +453,51 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(start, end, BLOCK_N):
         offs_n = start_n + offs_n0
-        page, row, valid = _cache_rows(BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, offs_n,
-                                       PAGED, PAGE_SIZE, PAGED and PAGE_SIZE % BLOCK_N == 0)
+        page, row, valid = _cache_rows(
+            BLOCK_TABLE,
+            stride_tb,
+            max_pages,
+            cache_page,
+            cache_len,
+            off_b,
+            offs_n,
+            PAGED,
+            PAGE_SIZE,
+            PAGED and PAGE_SIZE % BLOCK_N == 0,
+        )
         kv_mask = (valid & (offs_n < seqlen_k))[:, None] & d_ok[None, :]
-        k = tl.load(K_CACHE + page[:, None] * stride_kp + row[:, None] * stride_ks + off_hk * stride_kh
-                    + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = tl.load(
+            K_CACHE + page[:, None] * stride_kp + row[:, None] * stride_ks + off_hk * stride_kh + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        qk = mod_scores(qk, offs_i[:, None], offs_n[None, :], cap_in, cap_out, slope, diag, SOFTCAP, ALIBI,
-                        DOT_PRECISION == "ieee")
+        qk = mod_scores(
+            qk, offs_i[:, None], offs_n[None, :], cap_in, cap_out, slope, diag, SOFTCAP, ALIBI, DOT_PRECISION == "ieee"
+        )
         # every tile is masked: decoding reads memory, and the compares are free next to the loads
-        qk = mask_scores(qk, offs_i[:, None], offs_n[None, :], seqlen_k, left_offset, right_offset,
-                         float("-inf"), True, IS_CAUSAL, IS_LOCAL)
+        qk = mask_scores(
+            qk,
+            offs_i[:, None],
+            offs_n[None, :],
+            seqlen_k,
+            left_offset,
+            right_offset,
+            float("-inf"),
+            True,
+            IS_CAUSAL,
+            IS_LOCAL,
+        )
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp2(-inf - 0) = 0
         p = tl.math.exp2(qk * qk_scale - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V_CACHE + page[:, None] * stride_vp + row[:, None] * stride_vs + off_hk * stride_vh
-                    + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(
+            V_CACHE + page[:, None] * stride_vp + row[:, None] * stride_vs + off_hk * stride_vh + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         m_i = m_new
@@ -374,8 +510,13 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
     # LSE (and its partial) rows are (b, h, i), as flash-attn returns it
     lse_offs = (off_b * n_heads + offs_h) * seqlen_q + offs_i
     if not SPLIT:
-        o_ptrs = (O + off_b.to(tl.int64) * stride_ob + offs_i[:, None] * stride_os + offs_h[:, None] * stride_oh
-                  + offs_d[None, :])
+        o_ptrs = (
+            O
+            + off_b.to(tl.int64) * stride_ob
+            + offs_i[:, None] * stride_os
+            + offs_h[:, None] * stride_oh
+            + offs_d[None, :]
+        )
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=out_mask)
         tl.store(LSE + lse_offs, lse, mask=row_ok)
     else:
@@ -384,14 +525,30 @@ def _split_kv(Q, K_CACHE, V_CACHE, CACHE_SEQLENS, CACHE_BATCH_IDX, BLOCK_TABLE, 
         tl.store(LSE_PART + part + lse_offs, lse, mask=row_ok)
         o_ptrs = O_PART + (part + lse_offs.to(tl.int64))[:, None] * BLOCK_D + offs_d[None, :]
         tl.store(o_ptrs, acc, mask=row_ok[:, None])
+
+
 # --8<-- [end:split_kv_kernel]
 
 
 # --8<-- [start:merge_kernel]
 @triton.jit(do_not_specialize=["n_heads", "seqlen_q", "n_rows", "num_splits"])
-def _merge_splits(O_PART, LSE_PART, O, LSE, stride_ob, stride_os, stride_oh, n_heads, seqlen_q, n_rows,
-                  num_splits, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-                  CHUNK: tl.constexpr):
+def _merge_splits(
+    O_PART,
+    LSE_PART,
+    O,
+    LSE,
+    stride_ob,
+    stride_os,
+    stride_oh,
+    n_heads,
+    seqlen_q,
+    n_rows,
+    num_splits,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
     """Program (b, h, i): out = sum_s exp(lse_s - lse) out_s with lse = log sum_s exp(lse_s).
 
     Each split's partial output is normalised over its own keys, so weighting it by its share of the total
@@ -414,15 +571,23 @@ def _merge_splits(O_PART, LSE_PART, O, LSE, stride_ob, stride_os, stride_oh, n_h
         ok = splits < num_splits
         lse_c = tl.load(LSE_PART + splits.to(tl.int64) * n_rows + row, mask=ok, other=float("-inf"))
         w = tl.exp(lse_c - lse_max) / total_safe
-        o = tl.load(O_PART + (splits.to(tl.int64) * n_rows + row)[:, None] * BLOCK_D + offs_d[None, :],
-                    mask=ok[:, None] & (w > 0.0)[:, None], other=0.0)
+        o = tl.load(
+            O_PART + (splits.to(tl.int64) * n_rows + row)[:, None] * BLOCK_D + offs_d[None, :],
+            mask=ok[:, None] & (w > 0.0)[:, None],
+            other=0.0,
+        )
         acc += tl.sum(o * w[:, None], 0)
     off_b = row // (n_heads * seqlen_q)
     off_h = (row // seqlen_q) % n_heads
     off_i = row % seqlen_q
-    tl.store(O + off_b.to(tl.int64) * stride_ob + off_i * stride_os + off_h * stride_oh + offs_d,
-             acc.to(O.dtype.element_ty), mask=offs_d < HEAD_DIM)
+    tl.store(
+        O + off_b.to(tl.int64) * stride_ob + off_i * stride_os + off_h * stride_oh + offs_d,
+        acc.to(O.dtype.element_ty),
+        mask=offs_d < HEAD_DIM,
+    )
     tl.store(LSE + row, lse)
+
+
 # --8<-- [end:merge_kernel]
 
 
@@ -457,8 +622,9 @@ def choose_num_splits(programs: int, max_seqlen_k: int, config: DecodeConfig, de
     if INTERPRET:
         return 1
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return num_splits_heuristic(programs, num_sms(index) * config.programs_per_sm,
-                                triton.cdiv(max_seqlen_k, config.block_n))
+    return num_splits_heuristic(
+        programs, num_sms(index) * config.programs_per_sm, triton.cdiv(max_seqlen_k, config.block_n)
+    )
 
 
 _NO_TENSOR = {}
@@ -472,8 +638,22 @@ def _placeholder(device: torch.device) -> torch.Tensor:
     return t
 
 
-def append_kv(q, k, v, q_rot, k_cache, v_cache, cache_seqlens, cache_seqlen_const: int, cache_batch_idx,
-              block_table, rotary_cos, rotary_sin, rotary_interleaved: bool, q_pos_per_row: bool) -> None:
+def append_kv(
+    q,
+    k,
+    v,
+    q_rot,
+    k_cache,
+    v_cache,
+    cache_seqlens,
+    cache_seqlen_const: int,
+    cache_batch_idx,
+    block_table,
+    rotary_cos,
+    rotary_sin,
+    rotary_interleaved: bool,
+    q_pos_per_row: bool,
+) -> None:
     """Write k, v (B, S_new, Hk, D) into the caches at each sequence's length (rotated when rotary_cos is given),
     and, when rotary_cos is given, q (B, Sq, H, D) rotated into q_rot. Either part may be absent (k None, or no
     rotary)."""
@@ -488,22 +668,49 @@ def append_kv(q, k, v, q_rot, k_cache, v_cache, cache_seqlens, cache_seqlen_cons
     kk = k if k is not None else q
     vv = v if v is not None else q
     qr = q_rot if q_rot is not None else q
-    args = (q, kk, vv, qr, k_cache, v_cache,
-            cache_seqlens if cache_seqlens is not None else dummy,
-            cache_batch_idx if cache_batch_idx is not None else dummy,
-            block_table if paged else dummy,
-            rotary_cos if rotary else dummy, rotary_sin if rotary else dummy,
-            *q.stride()[:3], *kk.stride()[:3], *vv.stride()[:3], *qr.stride()[:3],
-            *k_cache.stride()[:3], *v_cache.stride()[:3],
-            block_table.stride(0) if paged else 0, rotary_cos.stride(0) if rotary else 0,
-            n_heads, n_kv_heads, seqlen_new, seqlen_q,
-            block_table.shape[1] if paged else 1, k_cache.shape[1], cache_seqlen_const,
-            2 * rotary_cos.shape[1] if rotary else 0)
-    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), BLOCK_H=triton.next_power_of_2(n_heads),
-                BLOCK_HK=triton.next_power_of_2(n_kv_heads), PAGED=paged,
-                PAGE_SIZE=k_cache.shape[1] if paged else 0, HAS_BATCH_IDX=cache_batch_idx is not None,
-                SEQLENS_TENSOR=cache_seqlens is not None, APPEND=seqlen_new > 0, ROTARY=rotary,
-                INTERLEAVED=rotary_interleaved, Q_POS_PER_ROW=q_pos_per_row)
+    args = (
+        q,
+        kk,
+        vv,
+        qr,
+        k_cache,
+        v_cache,
+        cache_seqlens if cache_seqlens is not None else dummy,
+        cache_batch_idx if cache_batch_idx is not None else dummy,
+        block_table if paged else dummy,
+        rotary_cos if rotary else dummy,
+        rotary_sin if rotary else dummy,
+        *q.stride()[:3],
+        *kk.stride()[:3],
+        *vv.stride()[:3],
+        *qr.stride()[:3],
+        *k_cache.stride()[:3],
+        *v_cache.stride()[:3],
+        block_table.stride(0) if paged else 0,
+        rotary_cos.stride(0) if rotary else 0,
+        n_heads,
+        n_kv_heads,
+        seqlen_new,
+        seqlen_q,
+        block_table.shape[1] if paged else 1,
+        k_cache.shape[1],
+        cache_seqlen_const,
+        2 * rotary_cos.shape[1] if rotary else 0,
+    )
+    meta = dict(
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d_for(head_dim),
+        BLOCK_H=triton.next_power_of_2(n_heads),
+        BLOCK_HK=triton.next_power_of_2(n_kv_heads),
+        PAGED=paged,
+        PAGE_SIZE=k_cache.shape[1] if paged else 0,
+        HAS_BATCH_IDX=cache_batch_idx is not None,
+        SEQLENS_TENSOR=cache_seqlens is not None,
+        APPEND=seqlen_new > 0,
+        ROTARY=rotary,
+        INTERLEAVED=rotary_interleaved,
+        Q_POS_PER_ROW=q_pos_per_row,
+    )
     grid = (max(seqlen_new, seqlen_q if rotary else 0), batch)
     config = _small_config(4, 1)
     with on_device(q.device):
@@ -517,9 +724,25 @@ def query_tiles(group: int, seqlen_q: int) -> tuple:
     return block_m, triton.cdiv(seqlen_q, block_m // group)
 
 
-def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_const: int, seqlen_new: int,
-                     cache_batch_idx, block_table, softmax_scale: float, causal: bool, window_size: tuple,
-                     softcap: float, alibi_slopes, num_splits: int, config: DecodeConfig = None) -> None:
+def decode_attention(
+    q,
+    k_cache,
+    v_cache,
+    out,
+    lse,
+    cache_seqlens,
+    cache_seqlen_const: int,
+    seqlen_new: int,
+    cache_batch_idx,
+    block_table,
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple,
+    softcap: float,
+    alibi_slopes,
+    num_splits: int,
+    config: DecodeConfig = None,
+) -> None:
     """Attention of q (B, Sq, H, D) over the caches, whose sequence b holds ``cache_seqlens[b] + seqlen_new``
     keys (or ``cache_seqlen_const + seqlen_new`` for every b when cache_seqlens is None). Writes out
     (B, Sq, H, D) and lse (B, H, Sq) fp32. causal, window_size, softcap, alibi_slopes ((H,) or (B, H) fp32, or
@@ -542,7 +765,7 @@ def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_
     if num_splits > 1:  # one allocation for both: the partial outputs (splits, B, H, Sq, BLOCK_D), then LSEs
         part_rows = num_splits * batch * n_heads * seqlen_q
         part = torch.empty(part_rows * (block_d + 1), device=q.device, dtype=torch.float32)
-        o_part, lse_part = part[:part_rows * block_d], part[part_rows * block_d:]
+        o_part, lse_part = part[: part_rows * block_d], part[part_rows * block_d :]
     else:
         o_part = lse_part = dummy
     # The masking core's band, with offsets relative to the diagonal (a square of the cache's capacity has its
@@ -553,28 +776,58 @@ def decode_attention(q, k_cache, v_cache, out, lse, cache_seqlens, cache_seqlen_
     if alibi_slopes is not None:  # divided by the scale, as the masking core's scores are
         slopes = (alibi_slopes.float() / softmax_scale).expand(batch, n_heads).contiguous()
     out_strides = out.stride()[:3]
-    args = (q, k_cache, v_cache,
-            cache_seqlens if cache_seqlens is not None else dummy,
-            cache_batch_idx if cache_batch_idx is not None else dummy,
-            block_table if paged else dummy,
-            out, lse, o_part, lse_part, slopes if slopes is not None else dummy,
-            *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3],
-            block_table.stride(0) if paged else 0, *out_strides,
-            n_kv_heads, seqlen_q, max_pages, page_size, cache_seqlen_const, seqlen_new,
-            softmax_scale * LOG2E, left_rel, right_rel, cap_in, cap_out)
-    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, GROUP=group, PAGED=paged,
-                PAGE_SIZE=page_size if paged else 0,
-                HAS_BATCH_IDX=cache_batch_idx is not None, SEQLENS_TENSOR=cache_seqlens is not None,
-                IS_CAUSAL=is_causal, IS_LOCAL=is_local, SOFTCAP=bool(softcap), ALIBI=slopes is not None,
-                SPLIT=num_splits > 1, DOT_PRECISION=dot_precision(q.dtype))
+    args = (
+        q,
+        k_cache,
+        v_cache,
+        cache_seqlens if cache_seqlens is not None else dummy,
+        cache_batch_idx if cache_batch_idx is not None else dummy,
+        block_table if paged else dummy,
+        out,
+        lse,
+        o_part,
+        lse_part,
+        slopes if slopes is not None else dummy,
+        *q.stride()[:3],
+        *k_cache.stride()[:3],
+        *v_cache.stride()[:3],
+        block_table.stride(0) if paged else 0,
+        *out_strides,
+        n_kv_heads,
+        seqlen_q,
+        max_pages,
+        page_size,
+        cache_seqlen_const,
+        seqlen_new,
+        softmax_scale * LOG2E,
+        left_rel,
+        right_rel,
+        cap_in,
+        cap_out,
+    )
+    meta = dict(
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_M=block_m,
+        GROUP=group,
+        PAGED=paged,
+        PAGE_SIZE=page_size if paged else 0,
+        HAS_BATCH_IDX=cache_batch_idx is not None,
+        SEQLENS_TENSOR=cache_seqlens is not None,
+        IS_CAUSAL=is_causal,
+        IS_LOCAL=is_local,
+        SOFTCAP=bool(softcap),
+        ALIBI=slopes is not None,
+        SPLIT=num_splits > 1,
+        DOT_PRECISION=dot_precision(q.dtype),
+    )
     grid = (batch * n_kv_heads, m_tiles, num_splits)
     tconfig = _triton_config(config, paged)
     with on_device(q.device):
         launch(_split_kv, None, lambda meta: grid, args, meta, tconfig, tconfig)
         if num_splits > 1:
             n_rows = batch * n_heads * seqlen_q
-            margs = (o_part, lse_part, out, lse, *out_strides, n_heads, seqlen_q,
-                     n_rows, num_splits)
+            margs = (o_part, lse_part, out, lse, *out_strides, n_heads, seqlen_q, n_rows, num_splits)
             # BLOCK_S: the split counts up to a power of two share one compiled merge
             block_s = triton.next_power_of_2(num_splits)
             mmeta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=block_s, CHUNK=min(MERGE_CHUNK, block_s))

@@ -9,11 +9,29 @@ import triton
 import triton.language as tl
 
 from . import INTERPRET, LOG2E, forward_hopper
-from .mask import (VARIANT_FLAGS, Variant, dropout_keep, hopper_supports, key_block_range, mask_scores, mod_scores,
-                   variant_args)
-from .common import (MAX_GRID_Y, all_configs, block_d_for, configs_for, dot_precision, head_desc,  # noqa: F401
-                     one_axis, program_tile, prune_for, seq_bucket, tile_grid)  # MAX_GRID_Y: backward_hopper's
+from .common import (
+    all_configs,
+    block_d_for,
+    configs_for,
+    dot_precision,
+    head_desc,
+    one_axis,
+    program_tile,
+    prune_for,
+    seq_bucket,
+    tile_grid,
+)
 from .launch import head_tiles, launch, on_device, tile_config
+from .mask import (
+    VARIANT_FLAGS,
+    Variant,
+    dropout_keep,
+    hopper_supports,
+    key_block_range,
+    mask_scores,
+    mod_scores,
+    variant_args,
+)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tuning constants
@@ -50,11 +68,40 @@ FWD_CONFIGS = {
 
 # --8<-- [start:fwd_inner]
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset, right_offset, qk_scale,
-                    lo, hi, cap_in, cap_out, slope, alibi_offset, seed, rng_offset, head, p_drop,
-                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr,
-                    MASKED: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
-                    DOT_PRECISION: tl.constexpr):
+def _attn_fwd_inner(
+    acc,
+    l_i,
+    m_i,
+    q,
+    K,
+    V,
+    off_b,
+    off_hk,
+    offs_m,
+    seqlen_k,
+    left_offset,
+    right_offset,
+    qk_scale,
+    lo,
+    hi,
+    cap_in,
+    cap_out,
+    slope,
+    alibi_offset,
+    seed,
+    rng_offset,
+    head,
+    p_drop,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_LOCAL: tl.constexpr,
+    MASKED: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    ALIBI: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """Stream key/value tiles [lo, hi) past one query tile, updating the online softmax.
 
     m_i is the running row maximum (log2 units), l_i the running denominator, acc the unnormalised output.
@@ -67,11 +114,31 @@ def _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, lef
         k = K.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)  # keys past seqlen_k read as zeros
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if SOFTCAP or ALIBI:
-            qk = mod_scores(qk, offs_m[:, None], (start_n + offs_n0)[None, :], cap_in, cap_out, slope,
-                            alibi_offset, SOFTCAP, ALIBI, DOT_PRECISION == "ieee")
+            qk = mod_scores(
+                qk,
+                offs_m[:, None],
+                (start_n + offs_n0)[None, :],
+                cap_in,
+                cap_out,
+                slope,
+                alibi_offset,
+                SOFTCAP,
+                ALIBI,
+                DOT_PRECISION == "ieee",
+            )
         if MASKED:
-            qk = mask_scores(qk, offs_m[:, None], (start_n + offs_n0)[None, :], seqlen_k, left_offset,
-                             right_offset, float("-inf"), True, IS_CAUSAL, IS_LOCAL)
+            qk = mask_scores(
+                qk,
+                offs_m[:, None],
+                (start_n + offs_n0)[None, :],
+                seqlen_k,
+                left_offset,
+                right_offset,
+                float("-inf"),
+                True,
+                IS_CAUSAL,
+                IS_LOCAL,
+            )
         # --8<-- [start:online_softmax]
         m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         if MASKED:
@@ -81,14 +148,17 @@ def _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, lef
         alpha = tl.math.exp2(m_i - m_ij)  # rescales what was accumulated under the old maximum
         l_i = l_i * alpha + tl.sum(p, 1)
         if DROPOUT:  # the softmax's denominator counts every probability; only P V sees the dropped ones
-            p = tl.where(dropout_keep(seed, rng_offset, head, offs_m[:, None], (start_n + offs_n0)[None, :],
-                                      p_drop), p, 0.0)
+            p = tl.where(
+                dropout_keep(seed, rng_offset, head, offs_m[:, None], (start_n + offs_n0)[None, :], p_drop), p, 0.0
+            )
         v = V.load([off_b, start_n, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         m_i = m_ij
         # --8<-- [end:online_softmax]
     return acc, l_i, m_i
+
+
 # --8<-- [end:fwd_inner]
 
 
@@ -97,17 +167,55 @@ def _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, lef
 # equal to 1), which would compile a new variant for each. The variants' arguments (left_offset onwards) are
 # None when their feature is off: Triton then compiles them as constants, so the dense and causal kernels keep
 # the parameters and the machine code they had before the variants existed.
-@triton.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "SEQ_BUCKET",
-                               "left_offset", "alibi_offset"])
-def _attn_fwd(Q, K, V, O, LSE,
-              stride_qb, stride_qs, stride_qh,
-              n_heads, group_size, seqlen_q, seqlen_k, right_offset, qk_scale,
-              SEQ_BUCKET,  # only read by the autotuner's key
-              left_offset, cap_in, cap_out, SLOPES, alibi_offset, RNG, p_drop, drop_scale,
-              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-              DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr, IS_LOCAL: tl.constexpr = False,
-              SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, DROPOUT: tl.constexpr = False):
+@triton.jit(
+    do_not_specialize=[
+        "n_heads",
+        "group_size",
+        "seqlen_q",
+        "seqlen_k",
+        "right_offset",
+        "SEQ_BUCKET",
+        "left_offset",
+        "alibi_offset",
+    ]
+)
+def _attn_fwd(
+    Q,
+    K,
+    V,
+    O,
+    LSE,
+    stride_qb,
+    stride_qs,
+    stride_qh,
+    n_heads,
+    group_size,
+    seqlen_q,
+    seqlen_k,
+    right_offset,
+    qk_scale,
+    SEQ_BUCKET,  # only read by the autotuner's key
+    left_offset,
+    cap_in,
+    cap_out,
+    SLOPES,
+    alibi_offset,
+    RNG,
+    p_drop,
+    drop_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ACROSS_HEADS: tl.constexpr,
+    ONE_AXIS: tl.constexpr,
+    IS_LOCAL: tl.constexpr = False,
+    SOFTCAP: tl.constexpr = False,
+    ALIBI: tl.constexpr = False,
+    DROPOUT: tl.constexpr = False,
+):
     """One program = one tile of BLOCK_M query rows of one (batch, head). Grid: ``tile_grid(seqlen_q, "BLOCK_M",
     B * H, IS_CAUSAL)``. K, V, O: ``head_tiles`` descriptors; Q: a (batch, seqlen, heads, head_dim) tensor.
     The band, softcap and ALiBi arguments are ``mask.variant_args``'; SLOPES: (batch * heads) fp32 slopes over
@@ -120,8 +228,9 @@ def _attn_fwd(Q, K, V, O, LSE,
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     # Q is read once and then feeds every Q K^T product: through a 2-D descriptor of this head, so its tile
     # keeps the shared-memory layout those products read fastest.
-    q = head_desc(Q + off_b.to(tl.int64) * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M,
-                   BLOCK_D).load([pid_m * BLOCK_M, 0])
+    q = head_desc(
+        Q + off_b.to(tl.int64) * stride_qb + off_h * stride_qh, seqlen_q, stride_qs, HEAD_DIM, BLOCK_M, BLOCK_D
+    ).load([pid_m * BLOCK_M, 0])
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -132,21 +241,112 @@ def _attn_fwd(Q, K, V, O, LSE,
 
     # Split the key range (mask.key_block_range): whole tiles every row of this query tile sees run without
     # masks; the rest (the band's edges, the ragged end of the keys) run with them.
-    lo, full_lo, full_hi, hi = key_block_range(pid_m * BLOCK_M, seqlen_k, left_offset, right_offset, BLOCK_M,
-                                               BLOCK_N, IS_CAUSAL, IS_LOCAL, tile=pid_m)
+    lo, full_lo, full_hi, hi = key_block_range(
+        pid_m * BLOCK_M, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N, IS_CAUSAL, IS_LOCAL, tile=pid_m
+    )
     if IS_LOCAL:
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset,
-                                        right_offset, qk_scale, lo, full_lo, cap_in, cap_out, slope, alibi_offset,
-                                        seed, rng_offset, pid_bh, p_drop, BLOCK_N, BLOCK_D, IS_CAUSAL, IS_LOCAL,
-                                        True, SOFTCAP, ALIBI, DROPOUT, DOT_PRECISION)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset,
-                                    right_offset, qk_scale, full_lo, full_hi, cap_in, cap_out, slope, alibi_offset,
-                                    seed, rng_offset, pid_bh, p_drop, BLOCK_N, BLOCK_D, IS_CAUSAL, IS_LOCAL, False,
-                                    SOFTCAP, ALIBI, DROPOUT, DOT_PRECISION)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, off_b, off_hk, offs_m, seqlen_k, left_offset,
-                                    right_offset, qk_scale, full_hi, hi, cap_in, cap_out, slope, alibi_offset,
-                                    seed, rng_offset, pid_bh, p_drop, BLOCK_N, BLOCK_D, IS_CAUSAL, IS_LOCAL, True,
-                                    SOFTCAP, ALIBI, DROPOUT, DOT_PRECISION)
+        acc, l_i, m_i = _attn_fwd_inner(
+            acc,
+            l_i,
+            m_i,
+            q,
+            K,
+            V,
+            off_b,
+            off_hk,
+            offs_m,
+            seqlen_k,
+            left_offset,
+            right_offset,
+            qk_scale,
+            lo,
+            full_lo,
+            cap_in,
+            cap_out,
+            slope,
+            alibi_offset,
+            seed,
+            rng_offset,
+            pid_bh,
+            p_drop,
+            BLOCK_N,
+            BLOCK_D,
+            IS_CAUSAL,
+            IS_LOCAL,
+            True,
+            SOFTCAP,
+            ALIBI,
+            DROPOUT,
+            DOT_PRECISION,
+        )
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        K,
+        V,
+        off_b,
+        off_hk,
+        offs_m,
+        seqlen_k,
+        left_offset,
+        right_offset,
+        qk_scale,
+        full_lo,
+        full_hi,
+        cap_in,
+        cap_out,
+        slope,
+        alibi_offset,
+        seed,
+        rng_offset,
+        pid_bh,
+        p_drop,
+        BLOCK_N,
+        BLOCK_D,
+        IS_CAUSAL,
+        IS_LOCAL,
+        False,
+        SOFTCAP,
+        ALIBI,
+        DROPOUT,
+        DOT_PRECISION,
+    )
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc,
+        l_i,
+        m_i,
+        q,
+        K,
+        V,
+        off_b,
+        off_hk,
+        offs_m,
+        seqlen_k,
+        left_offset,
+        right_offset,
+        qk_scale,
+        full_hi,
+        hi,
+        cap_in,
+        cap_out,
+        slope,
+        alibi_offset,
+        seed,
+        rng_offset,
+        pid_bh,
+        p_drop,
+        BLOCK_N,
+        BLOCK_D,
+        IS_CAUSAL,
+        IS_LOCAL,
+        True,
+        SOFTCAP,
+        ALIBI,
+        DROPOUT,
+        DOT_PRECISION,
+    )
 
     # Rows that saw no key at all (outside the band: causal bottom-right with seqlen_q > seqlen_k, a window
     # past the keys) output zeros and LSE = -inf.
@@ -158,14 +358,20 @@ def _attn_fwd(Q, K, V, O, LSE,
     lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)  # log2 -> ln
     tl.store(LSE + pid_bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
     O.store([off_b, pid_m * BLOCK_M, off_h, 0], acc.to(O.dtype).reshape(1, BLOCK_M, 1, BLOCK_D))
+
+
 # --8<-- [end:fwd_kernel]
 
 
-_attn_fwd_tuned = None if INTERPRET else triton.autotune(
-    configs=all_configs(FWD_CONFIGS),
-    key=["SEQ_BUCKET", "HEAD_DIM", *VARIANT_FLAGS],  # the autotuner adds the tensors' dtypes to the key
-    prune_configs_by={"early_config_prune": prune_for(FWD_CONFIGS)},
-)(_attn_fwd)
+_attn_fwd_tuned = (
+    None
+    if INTERPRET
+    else triton.autotune(
+        configs=all_configs(FWD_CONFIGS),
+        key=["SEQ_BUCKET", "HEAD_DIM", *VARIANT_FLAGS],  # the autotuner adds the tensors' dtypes to the key
+        prune_configs_by={"early_config_prune": prune_for(FWD_CONFIGS)},
+    )(_attn_fwd)
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -179,8 +385,9 @@ def fwd_configs_for(head_dim: int, dtype, causal: bool = False) -> list:
     return configs_for(FWD_CONFIGS, block_d_for(head_dim), dtype, causal)
 
 
-def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None,
-             variant: Variant = None):
+def attn_fwd(
+    q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None, variant: Variant = None
+):
     """Launch the forward kernel. q, out: (B, Sq, H, D); k, v: (B, Sk, Hk, D); lse: (B, H, Sq) fp32.
 
     variant: the window, softcap, ALiBi slopes and dropout of the call (``mask.Variant``; None: none of them).
@@ -190,19 +397,46 @@ def attn_fwd(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right
     variant = variant or Variant()
     if config is None and hopper_supports(forward_hopper.supports, q, causal, variant):
         with on_device(q.device):
-            forward_hopper.attn_fwd_hopper(q, k, v, out, lse, softmax_scale, causal, bottom_right,
-                                           **variant.hopper_kwargs())
+            forward_hopper.attn_fwd_hopper(
+                q, k, v, out, lse, softmax_scale, causal, bottom_right, **variant.hopper_kwargs()
+            )
         return
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     band_args, flags = variant_args(variant, q, seqlen_k, softmax_scale, causal, bottom_right)
-    args = (q, head_tiles(k, "BLOCK_N"), head_tiles(v, "BLOCK_N"), head_tiles(out, "BLOCK_M"), lse,
-            q.stride(0), q.stride(1), q.stride(2),
-            n_heads, n_heads // n_kv_heads, seqlen_q, seqlen_k, band_args.right_offset, softmax_scale * LOG2E,
-            seq_bucket(max(seqlen_q, seqlen_k)), *band_args[1:])
+    args = (
+        q,
+        head_tiles(k, "BLOCK_N"),
+        head_tiles(v, "BLOCK_N"),
+        head_tiles(out, "BLOCK_M"),
+        lse,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        n_heads,
+        n_heads // n_kv_heads,
+        seqlen_q,
+        seqlen_k,
+        band_args.right_offset,
+        softmax_scale * LOG2E,
+        seq_bucket(max(seqlen_q, seqlen_k)),
+        *band_args[1:],
+    )
     causal = flags["IS_CAUSAL"]
-    meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), **flags,
-                DOT_PRECISION=dot_precision(q.dtype), ONE_AXIS=one_axis(seqlen_q, batch * n_heads, causal))
+    meta = dict(
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d_for(head_dim),
+        **flags,
+        DOT_PRECISION=dot_precision(q.dtype),
+        ONE_AXIS=one_axis(seqlen_q, batch * n_heads, causal),
+    )
     with on_device(q.device):
-        launch(_attn_fwd, _attn_fwd_tuned, tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, causal), args, meta,
-               config, fwd_configs_for(head_dim, q.dtype, causal)[0])
+        launch(
+            _attn_fwd,
+            _attn_fwd_tuned,
+            tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, causal),
+            args,
+            meta,
+            config,
+            fwd_configs_for(head_dim, q.dtype, causal)[0],
+        )

@@ -107,8 +107,12 @@ def heads_per_section(k: torch.Tensor, n_pairs: int) -> int:
 def gluon_runs(q: torch.Tensor) -> bool:
     """Whether the Gluon kernels (this forward, ``backward_hopper``) can take a call on q: not switched off, a
     Hopper GPU, fp16/bf16, and Gluon from a verified Triton (if not, the first such call warns)."""
-    if not (ENABLED and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-            and _is_hopper(q.device.index if q.device.index is not None else torch.cuda.current_device())):
+    if not (
+        ENABLED
+        and q.is_cuda
+        and q.dtype in (torch.float16, torch.bfloat16)
+        and _is_hopper(q.device.index if q.device.index is not None else torch.cuda.current_device())
+    ):
         return False
     if not GLUON:
         gluon_support.warn_portable_fallback()
@@ -131,14 +135,34 @@ def supports(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float
 
 
 if GLUON:
-    from .hopper_common import Ring, Scores, _causal_item, _first_tile, _in_ring, _key_range, _keys_seen, \
-        _release_skipped, _scores, aggregate, fence_async_shared, gl, gluon, mask_scores, mbarrier, tma, \
-        tma_load, tma_store, warpgroup_mma, warpgroup_mma_wait
+    from .hopper_common import (
+        Ring,
+        Scores,
+        _causal_item,
+        _first_tile,
+        _in_ring,
+        _key_range,
+        _keys_seen,
+        _release_skipped,
+        _scores,
+        aggregate,
+        fence_async_shared,
+        gl,
+        gluon,
+        mask_scores,
+        mbarrier,
+        tma,
+        tma_load,
+        tma_store,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
 
     @aggregate
     class Work:
         """A launch's work items (``_work``): ``total`` tiles of query rows, ``n_tiles`` per (batch, head), over
         n_heads query heads in GQA groups of group_size, seqlen_q queries and seqlen_k keys per head."""
+
         n_tiles: gl.tensor
         total: gl.tensor
         n_heads: gl.tensor
@@ -160,6 +184,7 @@ if GLUON:
         """A work item's query tiles, one per consumer (q, and o, where each consumer stages its output: q itself
         with O_IN_Q), the item number the producer publishes (item), and their barriers: ready when the producer
         has published an item and its queries have landed, empty when every consumer is done with them."""
+
         q: gl.shared_memory_descriptor
         o: gl.shared_memory_descriptor
         item: gl.shared_memory_descriptor
@@ -195,12 +220,23 @@ if GLUON:
             rank, pid_bh = _causal_item(gl.minimum(i, total - 1), n_tiles, total // n_tiles, section)
             i = gl.where(i < total, pid_bh * n_tiles + (n_tiles - 1 - rank), total)  # the last tile sees most keys
         return i
+
     # --8<-- [end:hopper_claim]
 
     # --8<-- [start:hopper_work_item]
     @gluon.jit
-    def _work(item, n_tiles, n_heads, group_size, seqlen_q, seqlen_k, right_offset, IS_CAUSAL: gl.constexpr,
-              BLOCK_M: gl.constexpr, ROWS: gl.constexpr):
+    def _work(
+        item,
+        n_tiles,
+        n_heads,
+        group_size,
+        seqlen_q,
+        seqlen_k,
+        right_offset,
+        IS_CAUSAL: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        ROWS: gl.constexpr,
+    ):
         """Work item pid_bh * n_tiles + tile (``_claim``): a tile of ROWS query rows of one (batch, head). Returns the
         head indices, the first row and the key count.
 
@@ -218,13 +254,13 @@ if GLUON:
         if IS_CAUSAL:
             row0 -= (n_tiles * ROWS - seqlen_q) // BLOCK_M * BLOCK_M
         return pid_bh, off_b, off_h, off_hk, row0, _keys_seen(row0, ROWS, seqlen_k, right_offset, IS_CAUSAL)
+
     # --8<-- [end:hopper_work_item]
 
     @gluon.jit
     def _skipped(first, BLOCK_M: gl.constexpr):
         """Whether a consumer's BLOCK_M rows from ``first`` lie before row 0 (the first causal tile, ``_work``)."""
         return first + BLOCK_M <= 0
-
 
     @gluon.jit
     def _producer(q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section):
@@ -247,8 +283,18 @@ if GLUON:
         r = 0  # work items so far
         i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
         while i < total:
-            _, off_b, off_h, off_hk, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_q, seqlen_k,
-                                                      right_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
+            _, off_b, off_h, off_hk, row0, hi = _work(
+                i,
+                n_tiles,
+                n_heads,
+                group_size,
+                seqlen_q,
+                seqlen_k,
+                right_offset,
+                IS_CAUSAL,
+                BLOCK_M,
+                N_CONSUMERS * BLOCK_M,
+            )
             # the consumers are done with the last item's queries (a fresh barrier counts as having completed the
             # phase before its first: the first item never waits)
             mbarrier.wait(q_empty, (r & 1) ^ 1)
@@ -266,11 +312,9 @@ if GLUON:
                 s = it % STAGES
                 mbarrier.wait(kv_empty.index(s), ((it // STAGES) & 1) ^ 1)
                 mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-                tma_load(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s),
-                                                k_smem.index(s))
+                tma_load(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s), k_smem.index(s))
                 mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-                tma_load(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s),
-                                                v_smem.index(s))
+                tma_load(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s), v_smem.index(s))
             kv_it += n_kv - j0
             r += 1
             i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
@@ -282,8 +326,23 @@ if GLUON:
     # --8<-- [start:hopper_consume]
 
     @gluon.jit
-    def _consume(acc, l_i, m_i, q, ring, kv_it, offs_m, seqlen_k, scores, lo, hi, MASKED: gl.constexpr,
-                 s_layout: gl.constexpr, p_layout: gl.constexpr, row_o: gl.constexpr):
+    def _consume(
+        acc,
+        l_i,
+        m_i,
+        q,
+        ring,
+        kv_it,
+        offs_m,
+        seqlen_k,
+        scores,
+        lo,
+        hi,
+        MASKED: gl.constexpr,
+        s_layout: gl.constexpr,
+        p_layout: gl.constexpr,
+        row_o: gl.constexpr,
+    ):
         """``forward._attn_fwd_inner`` for one consumer warpgroup: key/value tiles [lo, hi) from the ring, whose
         tile 0 is the ring's kv_it-th. The scores go through ``Scores``: capped (``_scores``), then, in the
         MASKED tiles, masked by the core's band (``mask_scores``)."""
@@ -303,13 +362,23 @@ if GLUON:
             mbarrier.wait(k_ready.index(s), phase)
             k = k_smem.index(s).reshape([BLOCK_N, BLOCK_D])
             qk = warpgroup_mma(q, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            qk = warpgroup_mma_wait(0, deps=(qk, ))
+            qk = warpgroup_mma_wait(0, deps=(qk,))
             qk = _scores(qk, scores)
             if MASKED:
                 offs_n = start_n + offs_n0
                 cols = offs_n[None, :]
-                qk = mask_scores(qk, offs_m[:, None], cols, seqlen_k, scores.left_offset, scores.right_offset,
-                                 float("-inf"), True, scores.IS_CAUSAL, scores.IS_LOCAL)
+                qk = mask_scores(
+                    qk,
+                    offs_m[:, None],
+                    cols,
+                    seqlen_k,
+                    scores.left_offset,
+                    scores.right_offset,
+                    float("-inf"),
+                    True,
+                    scores.IS_CAUSAL,
+                    scores.IS_LOCAL,
+                )
             m_ij = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
             if MASKED:
                 m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
@@ -321,10 +390,11 @@ if GLUON:
             p = gl.convert_layout(p.to(dtype), p_layout)
             mbarrier.wait(v_ready.index(s), phase)
             acc = warpgroup_mma(p, v_smem.index(s).reshape([BLOCK_N, BLOCK_D]), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc, ))
+            acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(kv_empty.index(s), count=1)  # one arrival per warpgroup: this stage may be refilled
             m_i = m_ij
         return acc, l_i, m_i
+
     # --8<-- [end:hopper_consume]
 
     @gluon.jit
@@ -345,10 +415,12 @@ if GLUON:
         dtype: gl.constexpr = o_desc.dtype
         N_CONSUMERS: gl.constexpr = q_smem.shape[0]
         # wgmma's accumulator layouts: 4 warps stacked along the rows, 16 rows per instruction
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_D, 16])
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_D, 16]
+        )
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -358,11 +430,22 @@ if GLUON:
         mbarrier.wait(q_ready, 0)  # the first item's queries have landed, or the producer found no work
         i = _read_item(item_smem)
         while i < total:
-            pid_bh, off_b, off_h, _, row0, hi = _work(i, n_tiles, n_heads, group_size, seqlen_q, seqlen_k,
-                                                      right_offset, IS_CAUSAL, BLOCK_M, N_CONSUMERS * BLOCK_M)
+            pid_bh, off_b, off_h, _, row0, hi = _work(
+                i,
+                n_tiles,
+                n_heads,
+                group_size,
+                seqlen_q,
+                seqlen_k,
+                right_offset,
+                IS_CAUSAL,
+                BLOCK_M,
+                N_CONSUMERS * BLOCK_M,
+            )
             first = row0 + SUB * BLOCK_M  # this warpgroup's first row
-            my_lo, full_lo, full_hi, my_hi = _key_range(first, seqlen_k, left_offset, right_offset, IS_CAUSAL,
-                                                        IS_LOCAL, BLOCK_M, BLOCK_N)
+            my_lo, full_lo, full_hi, my_hi = _key_range(
+                first, seqlen_k, left_offset, right_offset, IS_CAUSAL, IS_LOCAL, BLOCK_M, BLOCK_N
+            )
             if IS_CAUSAL:  # rows before row 0 get no keys (bottom-right alignment would otherwise give them some)
                 skipped = _skipped(first, BLOCK_M)
                 full_hi = gl.where(skipped, 0, full_hi)
@@ -377,19 +460,68 @@ if GLUON:
             if IS_LOCAL:
                 # the ring holds the item's key tiles from its first row's first key (``_producer``): this
                 # warpgroup's own may start later, and its rows' left edges need the mask up to full_lo
-                lo = _first_tile(row0, seqlen_k, left_offset, right_offset, gl.cdiv(hi, BLOCK_N), IS_CAUSAL, IS_LOCAL,
-                                 BLOCK_N) * BLOCK_N
+                lo = (
+                    _first_tile(
+                        row0, seqlen_k, left_offset, right_offset, gl.cdiv(hi, BLOCK_N), IS_CAUSAL, IS_LOCAL, BLOCK_N
+                    )
+                    * BLOCK_N
+                )
                 kv_base = kv_it - lo // BLOCK_N  # the ring position of key tile 0
                 my_lo, full_lo, full_hi, my_hi, my_end = _in_ring(lo, hi, my_lo, full_lo, full_hi, my_hi, BLOCK_N)
                 _release_skipped(k_ready, kv_empty, kv_it, (my_lo - lo) // BLOCK_N, STAGES)
-                acc, l_i, m_i = _consume(acc, l_i, m_i, q, ring, kv_base, offs_m, seqlen_k, scores, my_lo, full_lo,
-                                         True, s_layout, p_layout, row_o)
+                acc, l_i, m_i = _consume(
+                    acc,
+                    l_i,
+                    m_i,
+                    q,
+                    ring,
+                    kv_base,
+                    offs_m,
+                    seqlen_k,
+                    scores,
+                    my_lo,
+                    full_lo,
+                    True,
+                    s_layout,
+                    p_layout,
+                    row_o,
+                )
             else:
                 kv_base = kv_it
-            acc, l_i, m_i = _consume(acc, l_i, m_i, q, ring, kv_base, offs_m, seqlen_k, scores, full_lo, full_hi,
-                                     False, s_layout, p_layout, row_o)
-            acc, l_i, m_i = _consume(acc, l_i, m_i, q, ring, kv_base, offs_m, seqlen_k, scores, full_hi, my_hi, True,
-                                     s_layout, p_layout, row_o)
+            acc, l_i, m_i = _consume(
+                acc,
+                l_i,
+                m_i,
+                q,
+                ring,
+                kv_base,
+                offs_m,
+                seqlen_k,
+                scores,
+                full_lo,
+                full_hi,
+                False,
+                s_layout,
+                p_layout,
+                row_o,
+            )
+            acc, l_i, m_i = _consume(
+                acc,
+                l_i,
+                m_i,
+                q,
+                ring,
+                kv_base,
+                offs_m,
+                seqlen_k,
+                scores,
+                full_hi,
+                my_hi,
+                True,
+                s_layout,
+                p_layout,
+                row_o,
+            )
             if not O_IN_Q:
                 # every Q K^T of this item is done: the producer may load the next item's queries during the epilogue
                 mbarrier.arrive(q_empty, count=1)
@@ -432,13 +564,46 @@ if GLUON:
 
     # --8<-- [start:hopper_kernel]
     # Lengths, offsets and counts change from call to call: no specialising on their value.
-    @gluon.jit(do_not_specialize=["n_tiles", "total", "section", "n_heads", "group_size", "seqlen_q", "seqlen_k",
-                                  "right_offset", "left_offset"])
-    def _attn_fwd_hopper(q_desc, k_desc, v_desc, o_desc, LSE, COUNTER, n_tiles, total, section, n_heads, group_size,
-                         seqlen_q, seqlen_k, right_offset, qk_scale, left_offset, softcap_scale,
-                         IS_CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                         N_CONSUMERS: gl.constexpr, O_IN_Q: gl.constexpr, IS_LOCAL: gl.constexpr = False,
-                         SOFTCAP: gl.constexpr = False):
+    @gluon.jit(
+        do_not_specialize=[
+            "n_tiles",
+            "total",
+            "section",
+            "n_heads",
+            "group_size",
+            "seqlen_q",
+            "seqlen_k",
+            "right_offset",
+            "left_offset",
+        ]
+    )
+    def _attn_fwd_hopper(
+        q_desc,
+        k_desc,
+        v_desc,
+        o_desc,
+        LSE,
+        COUNTER,
+        n_tiles,
+        total,
+        section,
+        n_heads,
+        group_size,
+        seqlen_q,
+        seqlen_k,
+        right_offset,
+        qk_scale,
+        left_offset,
+        softcap_scale,
+        IS_CAUSAL: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr,
+        N_CONSUMERS: gl.constexpr,
+        O_IN_Q: gl.constexpr,
+        IS_LOCAL: gl.constexpr = False,
+        SOFTCAP: gl.constexpr = False,
+    ):
         """Work items: ``total`` tiles of N_CONSUMERS * BLOCK_M query rows (``n_tiles`` per (batch, head)), claimed
         one at a time through COUNTER (an int32 zero): one per program, or, on a persistent grid of one program per
         SM, as many as each program gets through, the producer loading an item's queries and first keys while the
@@ -474,21 +639,28 @@ if GLUON:
         # (Gluon needs each partition written out in the list, so the two consumer counts are spelled out: in Triton
         # 3.6 a tuple assigned to a name turns its functions and constexprs into tensors)
         if N_CONSUMERS == 2:
-            gl.warp_specialize([
-                (_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section)),
-                (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q)),
-                (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q)),
-            ], [4, 4], [240, 240])
+            gl.warp_specialize(
+                [
+                    (_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section)),
+                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q)),
+                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q)),
+                ],
+                [4, 4],
+                [240, 240],
+            )
         else:
-            gl.warp_specialize([
-                (_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section)),
-                (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q)),
-                (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q)),
-                (_consumer, (o_desc, LSE, queries, ring, work, scores, 2, O_IN_Q)),
-            ], [4, 4, 4], [160, 160, 160])
+            gl.warp_specialize(
+                [
+                    (_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section)),
+                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q)),
+                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q)),
+                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 2, O_IN_Q)),
+                ],
+                [4, 4, 4],
+                [160, 160, 160],
+            )
+
     # --8<-- [end:hopper_kernel]
-
-
 
 
 def descriptors(q, k, v, out, block_m: int, block_n: int):
@@ -496,8 +668,21 @@ def descriptors(q, k, v, out, block_m: int, block_n: int):
     return descriptor(q, block_m), descriptor(k, block_n), descriptor(v, block_n), descriptor(out, block_m)
 
 
-def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, bottom_right: bool, config=None, *,
-                    window_size=(-1, -1), softcap: float = 0.0, alibi_slopes=None):
+def attn_fwd_hopper(
+    q,
+    k,
+    v,
+    out,
+    lse,
+    softmax_scale: float,
+    causal: bool,
+    bottom_right: bool,
+    config=None,
+    *,
+    window_size=(-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes=None,
+):
     """``forward.attn_fwd`` on Hopper (``supports`` said yes). config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS,
     PERSISTENT), default ``HOPPER_CONFIGS[head_dim, causal]`` (a window takes the causal entry), or for a window
     or softcap ``VARIANT_CONFIGS``' entry where it has one. window_size and softcap as ``hopper_common.mask``
@@ -517,9 +702,32 @@ def attn_fwd_hopper(q, k, v, out, lse, softmax_scale: float, causal: bool, botto
     grid = (min(total, _sm_count(q.device.index)) if persistent else total,)
     counter = torch.zeros(1, device=q.device, dtype=torch.int32)  # the next work item to claim
     section = heads_per_section(k, batch * n_heads) if m.is_causal else 1
-    launch_gluon(_attn_fwd_hopper, grid,
-                 (*descriptors(q, k, v, out, block_m, block_n), lse, counter, n_tiles, total, section, n_heads,
-                  n_heads // n_kv_heads, seqlen_q, seqlen_k, m.right_offset, m.qk_scale, m.left_offset,
-                  m.softcap_scale),
-                 dict(**m.constexprs, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, N_CONSUMERS=consumers,
-                      O_IN_Q=head_dim > MAX_SEPARATE_O_HEAD_DIM), num_warps=4)
+    launch_gluon(
+        _attn_fwd_hopper,
+        grid,
+        (
+            *descriptors(q, k, v, out, block_m, block_n),
+            lse,
+            counter,
+            n_tiles,
+            total,
+            section,
+            n_heads,
+            n_heads // n_kv_heads,
+            seqlen_q,
+            seqlen_k,
+            m.right_offset,
+            m.qk_scale,
+            m.left_offset,
+            m.softcap_scale,
+        ),
+        dict(
+            **m.constexprs,
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            STAGES=stages,
+            N_CONSUMERS=consumers,
+            O_IN_Q=head_dim > MAX_SEPARATE_O_HEAD_DIM,
+        ),
+        num_warps=4,
+    )

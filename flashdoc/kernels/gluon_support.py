@@ -63,12 +63,15 @@ def warn_portable_fallback() -> None:
     if _warned:
         return
     _warned = True
-    fix = (f"install a verified Triton (pip install 'triton>={VERIFIED_TRITON[0]},<{_next(VERIFIED_TRITON[-1])}')"
-           + (f", or set {UNVERIFIED_ENV}=1 to try the Hopper kernels on this one" if HAS_GLUON else ""))
+    fix = f"install a verified Triton (pip install 'triton>={VERIFIED_TRITON[0]},<{_next(VERIFIED_TRITON[-1])}')" + (
+        f", or set {UNVERIFIED_ENV}=1 to try the Hopper kernels on this one" if HAS_GLUON else ""
+    )
     warnings.warn(
         f"flashdoc: {REASON}, so this Hopper GPU runs the portable kernels, which reach about 80% of the Hopper "
         f"kernels' speed. To get them back, {fix}. `python -m flashdoc` shows which path each call takes.",
-        RuntimeWarning, stacklevel=3)
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _next(rel: str) -> str:
@@ -96,8 +99,9 @@ if HAS_GLUON:
             bulk reduce-add that completes asynchronously, like ``tma_store``; ``tma.store_wait`` waits for it.
             Before 3.8, Gluon's builder has the operation but its Python API does not wrap it."""
             coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-            _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
-                                                      src.handle)
+            _semantic.builder.create_async_tma_reduce(
+                _ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle
+            )
 
     # Aggregates (classes of tensors, shared-memory buffers and constexprs that jitted code passes and returns as
     # one value) sit under this private name from 3.6 to 3.9; Gluon's own Blackwell helpers import them so.

@@ -19,9 +19,15 @@ GLUON = gluon_support.ALLOWED and not INTERPRET
 if gluon_support.HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+
     # (the kernel modules take these from here, with the helpers below)
-    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
-        warpgroup_mma, warpgroup_mma_wait  # noqa: F401
+    from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: F401
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from .gluon_support import tma_load, tma_reduce_add, tma_store  # noqa: F401
@@ -39,8 +45,14 @@ def descriptor(t, rows: int, cols: int = 0):
     cols) tiles of one (batch, head), cols = head_dim unless given. Rows past seqlen read as zeros and are never
     written."""
     cols = cols or t.shape[3]
-    return unchecked_descriptor(TensorDescriptor, base=t, shape=list(t.shape), strides=list(t.stride()),
-                                block_shape=[1, rows, 1, cols], layout=_smem_layout(rows, cols, t.dtype))
+    return unchecked_descriptor(
+        TensorDescriptor,
+        base=t,
+        shape=list(t.shape),
+        strides=list(t.stride()),
+        block_shape=[1, rows, 1, cols],
+        layout=_smem_layout(rows, cols, t.dtype),
+    )
 
 
 def rows_descriptor(t: torch.Tensor, rows: int):
@@ -52,9 +64,14 @@ def rows_descriptor(t: torch.Tensor, rows: int):
     flat = t.view(batch * heads, seqlen)
     if seqlen % 4:
         flat = torch.nn.functional.pad(flat, (0, -seqlen % 4))
-    return unchecked_descriptor(TensorDescriptor, base=flat, shape=[batch * heads, seqlen], strides=[flat.stride(0), 1],
-                                block_shape=[1, rows],
-                                layout=gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
+    return unchecked_descriptor(
+        TensorDescriptor,
+        base=flat,
+        shape=[batch * heads, seqlen],
+        strides=[flat.stride(0), 1],
+        block_shape=[1, rows],
+        layout=gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +80,7 @@ class Mask:
     IS_CAUSAL (query i sees keys up to i + right_offset), IS_LOCAL (and from i + left_offset on: a sliding
     window's left edge) and SOFTCAP, and the runtime values. The tables' (head dim, causal) entry a call takes is
     (head dim, is_causal): a window runs the causal kernels."""
+
     is_causal: bool
     is_local: bool
     softcap: bool
@@ -76,8 +94,15 @@ class Mask:
         return dict(IS_CAUSAL=self.is_causal, IS_LOCAL=self.is_local, SOFTCAP=self.softcap)
 
 
-def mask(causal: bool, window_size: tuple, softcap: float, softmax_scale: float, seqlen_q: int, seqlen_k: int,
-         bottom_right: bool) -> Mask:
+def mask(
+    causal: bool,
+    window_size: tuple,
+    softcap: float,
+    softmax_scale: float,
+    seqlen_q: int,
+    seqlen_k: int,
+    bottom_right: bool,
+) -> Mask:
     """The Hopper kernels' form of a call: the masking core's band (``mask.band``: flash-attn's window_size,
     -1 unbounded, causal = right 0, bottom-right or top-left alignment) and softcap > 0, which caps the scaled
     scores at softcap * tanh(s / softcap) (the kernels take softcap_scale = softmax_scale / softcap into the tanh
@@ -88,9 +113,15 @@ def mask(causal: bool, window_size: tuple, softcap: float, softmax_scale: float,
         # put it past every key, from every row
         is_causal = True
         right_offset = (seqlen_k - seqlen_q if bottom_right else 0) + max(seqlen_q, seqlen_k)
-    return Mask(is_causal=is_causal, is_local=is_local, softcap=softcap > 0, right_offset=right_offset,
-                left_offset=left_offset, qk_scale=(softcap if softcap > 0 else softmax_scale) * LOG2E,
-                softcap_scale=softmax_scale / softcap if softcap > 0 else 1.0)
+    return Mask(
+        is_causal=is_causal,
+        is_local=is_local,
+        softcap=softcap > 0,
+        right_offset=right_offset,
+        left_offset=left_offset,
+        qk_scale=(softcap if softcap > 0 else softmax_scale) * LOG2E,
+        softcap_scale=softmax_scale / softcap if softcap > 0 else 1.0,
+    )
 
 
 if GLUON:
@@ -103,6 +134,7 @@ if GLUON:
         (tanh of the scores times softcap_scale), scaled by qk_scale (softmax_scale * log2(e), or softcap * log2(e)
         with SOFTCAP), and masked by the core's band: key j counts for query i when j <= i + right_offset
         (IS_CAUSAL) and j >= i + left_offset (IS_LOCAL)."""
+
         right_offset: gl.tensor
         left_offset: gl.tensor
         qk_scale: gl.tensor
@@ -126,6 +158,7 @@ if GLUON:
         """A ring of shared-memory slots of two streamed tiles a and b (K and V): a_ready and b_ready (a barrier a
         slot each) complete when a TMA copy lands, empty when every consumer is done with the slot. The number of
         slots (STAGES), the tiles' rows and the head dim are the buffers' shapes."""
+
         a: gl.shared_memory_descriptor
         b: gl.shared_memory_descriptor
         a_ready: gl.shared_memory_descriptor
@@ -139,6 +172,7 @@ if GLUON:
             self.a_ready = a_ready
             self.b_ready = b_ready
             self.empty = empty
+
     # --8<-- [end:hopper_state]
 
     # --8<-- [start:hopper_causal_order]
@@ -154,6 +188,7 @@ if GLUON:
         pairs = gl.minimum(section, n_pairs - first)  # the last section may be short
         j = i % per_section
         return j // pairs, first + j % pairs
+
     # --8<-- [end:hopper_causal_order]
 
     # The key ranges. A program of the forward or dQ kernel loads, for its ROWS query rows, the key tiles from the
@@ -161,13 +196,22 @@ if GLUON:
     # visits its own BLOCK_M rows' part (the core's ``key_block_range``) and releases the rest of the ring.
 
     @gluon.jit
-    def _key_range(first, seqlen_k, left_offset, right_offset, IS_CAUSAL: gl.constexpr, IS_LOCAL: gl.constexpr,
-                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    def _key_range(
+        first,
+        seqlen_k,
+        left_offset,
+        right_offset,
+        IS_CAUSAL: gl.constexpr,
+        IS_LOCAL: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+    ):
         """The keys the query rows [first, first + BLOCK_M) see: the core's ``key_block_range`` (lo, full_lo,
         full_hi, hi; masked [lo, full_lo), unmasked [full_lo, full_hi), masked [full_hi, hi)), with hi at least 0
         (under the bottom-right diagonal the first rows can see no key at all)."""
-        lo, full_lo, full_hi, hi = key_block_range(first, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N,
-                                                   IS_CAUSAL, IS_LOCAL)
+        lo, full_lo, full_hi, hi = key_block_range(
+            first, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N, IS_CAUSAL, IS_LOCAL
+        )
         if IS_CAUSAL:
             hi = gl.maximum(hi, 0)
         return lo, full_lo, full_hi, hi
@@ -179,13 +223,22 @@ if GLUON:
         return hi
 
     @gluon.jit
-    def _first_tile(row0, seqlen_k, left_offset, right_offset, n_tiles, IS_CAUSAL: gl.constexpr,
-                    IS_LOCAL: gl.constexpr, BLOCK_N: gl.constexpr):
+    def _first_tile(
+        row0,
+        seqlen_k,
+        left_offset,
+        right_offset,
+        n_tiles,
+        IS_CAUSAL: gl.constexpr,
+        IS_LOCAL: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+    ):
         """The first key tile (of BLOCK_N keys, at most n_tiles: none) that query rows from row0 on see: with a
         window's left edge, the tile of row0's first key (the core's lo); else 0."""
         if IS_LOCAL:
-            lo, _, _, _ = key_block_range(row0, seqlen_k, left_offset, right_offset, BLOCK_N, BLOCK_N, IS_CAUSAL,
-                                          IS_LOCAL)
+            lo, _, _, _ = key_block_range(
+                row0, seqlen_k, left_offset, right_offset, BLOCK_N, BLOCK_N, IS_CAUSAL, IS_LOCAL
+            )
             return gl.minimum(lo // BLOCK_N, n_tiles)
         else:
             return 0
@@ -204,14 +257,24 @@ if GLUON:
         return my_lo, full_lo, full_hi, my_hi, my_end
 
     @gluon.jit
-    def _query_end(start_n, KEYS: gl.constexpr, hi, seqlen_q, left_offset, right_offset, IS_CAUSAL: gl.constexpr,
-                   IS_LOCAL: gl.constexpr, BLOCK_M: gl.constexpr):
+    def _query_end(
+        start_n,
+        KEYS: gl.constexpr,
+        hi,
+        seqlen_q,
+        left_offset,
+        right_offset,
+        IS_CAUSAL: gl.constexpr,
+        IS_LOCAL: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+    ):
         """The end of the query tiles (of BLOCK_M, at most hi) that see any of the KEYS keys from start_n: with a
         window's left edge, where the rows' windows have left them (the core's ``query_block_range`` hi); else
         hi."""
         if IS_LOCAL:
-            _, _, _, end = query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M, KEYS, IS_CAUSAL,
-                                             IS_LOCAL)
+            _, _, _, end = query_block_range(
+                start_n, seqlen_q, left_offset, right_offset, BLOCK_M, KEYS, IS_CAUSAL, IS_LOCAL
+            )
             return gl.minimum(end, hi)
         else:
             return hi
@@ -242,4 +305,3 @@ if GLUON:
             it = it0 + t
             mbarrier.wait(ready.index(it % STAGES), (it // STAGES) & 1)
             mbarrier.arrive(empty.index(it % STAGES), count=1)
-

@@ -55,8 +55,12 @@ def set_block_shapes(nargs: dict):
 
 def tile_config(block_m, block_n, stages, warps, across_heads=False):
     """A tile config; across_heads: the causal launch order (see ``common.program_tile``)."""
-    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "ACROSS_HEADS": across_heads},
-                         num_stages=stages, num_warps=warps, pre_hook=set_block_shapes)
+    return triton.Config(
+        {"BLOCK_M": block_m, "BLOCK_N": block_n, "ACROSS_HEADS": across_heads},
+        num_stages=stages,
+        num_warps=warps,
+        pre_hook=set_block_shapes,
+    )
 
 
 # Under the interpreter every program instance runs one after another in numpy, so the cost is the number of
@@ -86,8 +90,14 @@ def head_tiles(t: torch.Tensor, block_rows: str) -> TensorDescriptor:
     seqlen and the columns that pad head_dim read as zeros and are never written. A kernel making its own
     descriptors (``common.head_desc``) pays for writing them to memory in every program, which shows on short
     sequences. block_rows: the meta-parameter ("BLOCK_M" or "BLOCK_N") that gives ``rows``."""
-    return unchecked_descriptor(TensorDescriptor, base=t, shape=list(t.shape), strides=list(t.stride()),
-                                block_shape=[1, 16, 1, 16], block_rows=block_rows)  # tile shape: set_block_shapes
+    return unchecked_descriptor(
+        TensorDescriptor,
+        base=t,
+        shape=list(t.shape),
+        strides=list(t.stride()),
+        block_shape=[1, 16, 1, 16],
+        block_rows=block_rows,
+    )  # tile shape: set_block_shapes
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -189,7 +199,7 @@ def _signature(arg):
     dtype and tile (its tile follows from the config, which the rest of the key fixes); a Gluon descriptor's
     dtype, tile, shared-memory layout and padding."""
     if type(arg) is int:  # most arguments (strides, lengths, counts): checked first, the cheapest test
-        return arg == 1, arg % 16 == 0, -2**31 <= arg < 2**31
+        return arg == 1, arg % 16 == 0, -(2**31) <= arg < 2**31
     if isinstance(arg, torch.Tensor):
         return arg.dtype, arg.data_ptr() % 16 == 0
     if GluonDescriptor is not None and isinstance(arg, GluonDescriptor):
@@ -199,10 +209,12 @@ def _signature(arg):
     if isinstance(arg, bool) or arg is None:
         return arg
     if isinstance(arg, int):
-        return arg == 1, arg % 16 == 0, -2**31 <= arg < 2**31
+        return arg == 1, arg % 16 == 0, -(2**31) <= arg < 2**31
     if isinstance(arg, float):
         return float
     raise TypeError(f"no launch signature for a {type(arg).__name__} argument")
+
+
 # --8<-- [end:signature]
 
 
@@ -219,7 +231,7 @@ class _Launcher:
         # a constexpr the call left out takes its default, as in Triton's own launch
         constexprs = {**constexpr_defaults(kernel), **meta, **config.kwargs}
         # Triton's launcher takes every parameter in order, constexprs included (it skips them)
-        self.tail = tuple(constexprs[name] for name in kernel.arg_names[len(args):])
+        self.tail = tuple(constexprs[name] for name in kernel.arg_names[len(args) :])
         self.config = constexprs
         self.tiles = [(i, _tile_shape(a, constexprs)) for i, a in enumerate(args) if isinstance(a, TensorDescriptor)]
         self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
@@ -231,8 +243,19 @@ class _Launcher:
         g = grid(self.config) if callable(grid) else grid
         stream = _current_stream(device)
         # (launch metadata, enter hook, exit hook): none, as there are no launch hooks (see launch)
-        self.run(g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1, stream, self.function, self.packed,
-                 None, None, None, *args, *self.tail)
+        self.run(
+            g[0],
+            g[1] if len(g) > 1 else 1,
+            g[2] if len(g) > 2 else 1,
+            stream,
+            self.function,
+            self.packed,
+            None,
+            None,
+            None,
+            *args,
+            *self.tail,
+        )
 
 
 _launchers: dict = {}
@@ -269,7 +292,8 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
             "flashdoc's kernels run in Triton's interpreter here (no CUDA GPU), but triton was imported before "
             "flashdoc with the interpreter off, and Triton's own library functions cannot be interpreted that "
             "way. Import flashdoc before triton (and before anything that imports it, such as torch.compile), "
-            "or set TRITON_INTERPRET=1 in the environment before starting Python")
+            "or set TRITON_INTERPRET=1 in the environment before starting Python"
+        )
     if config is None and INTERPRET:
         config = CPU_CONFIG
     if config is None and not AUTOTUNE:
@@ -278,8 +302,11 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
     if LAUNCH_CACHE and not INTERPRET and _no_launch_hooks():
         device = torch.cuda.current_device()
         # the autotuner's choice depends on its key (sequence bucket, head dim, causal; dtypes are in the rest)
-        tuned_key = () if config is not None else tuple(meta[k] if i is None else args[i]
-                                                        for k, i in _key_positions(kernel, tuned_kernel, len(args)))
+        tuned_key = (
+            ()
+            if config is not None
+            else tuple(meta[k] if i is None else args[i] for k, i in _key_positions(kernel, tuned_kernel, len(args)))
+        )
         chosen = () if config is None else (tuple(config.kwargs.items()), config.num_warps, config.num_stages)
         key = (kernel, chosen, device, *meta.values(), *tuned_key, *map(_signature, args))
         launcher = _launchers.get(key)
@@ -292,8 +319,9 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
     else:
         constexprs = {**meta, **config.kwargs}
         set_block_shapes({**dict(enumerate(args)), **constexprs})
-        compiled = kernel[grid(constexprs)](*args, **constexprs, num_warps=config.num_warps,
-                                            num_stages=config.num_stages)
+        compiled = kernel[grid(constexprs)](
+            *args, **constexprs, num_warps=config.num_warps, num_stages=config.num_stages
+        )
     if key is not None and compiled is not None:
         _launchers[key] = _Launcher(kernel, compiled, config, args, meta)
 

@@ -66,6 +66,7 @@ class Variant(NamedTuple):
     dropout_p: the probability of dropping. rng: the (seed, offset) int64 tensor on the device that dropout's
     Philox stream starts from (``draw_rng``), None without dropout.
     """
+
     window_size: tuple = (-1, -1)
     softcap: float = 0.0
     alibi_slopes: Optional[torch.Tensor] = None
@@ -73,8 +74,12 @@ class Variant(NamedTuple):
     rng: Optional[torch.Tensor] = None
 
     def is_plain(self) -> bool:
-        return (tuple(self.window_size) == (-1, -1) and self.softcap == 0.0 and self.alibi_slopes is None
-                and self.dropout_p == 0.0)
+        return (
+            tuple(self.window_size) == (-1, -1)
+            and self.softcap == 0.0
+            and self.alibi_slopes is None
+            and self.dropout_p == 0.0
+        )
 
     def hopper_kwargs(self) -> dict:
         """The keyword arguments a Hopper launcher gets for this variant (none for a plain call)."""
@@ -102,8 +107,13 @@ def hopper_supports(supports, q: torch.Tensor, causal: bool, variant: Variant) -
         return supports(q, causal)
     if not HOPPER_VARIANTS or variant.dropout_p > 0.0 or not _takes_variants(supports):
         return False
-    return supports(q, causal, window_size=tuple(variant.window_size), softcap=variant.softcap,
-                    alibi=variant.alibi_slopes is not None)
+    return supports(
+        q,
+        causal,
+        window_size=tuple(variant.window_size),
+        softcap=variant.softcap,
+        alibi=variant.alibi_slopes is not None,
+    )
 
 
 def draw_rng(device: torch.device) -> torch.Tensor:
@@ -116,6 +126,7 @@ def draw_rng(device: torch.device) -> torch.Tensor:
 class VariantArgs(NamedTuple):
     """The kernels' runtime arguments for a variant, in their parameter order (None where a feature is off: Triton
     compiles a None argument as a constant, so a kernel without the feature keeps its old parameters)."""
+
     right_offset: int
     left_offset: Optional[int]
     cap_in: Optional[float]
@@ -127,22 +138,29 @@ class VariantArgs(NamedTuple):
     drop_scale: Optional[float]
 
 
-def variant_args(variant: Variant, q: torch.Tensor, seqlen_k: int, softmax_scale: float, causal: bool,
-                 bottom_right: bool) -> tuple:
+def variant_args(
+    variant: Variant, q: torch.Tensor, seqlen_k: int, softmax_scale: float, causal: bool, bottom_right: bool
+) -> tuple:
     """(``VariantArgs``, compile-time flags ``VARIANT_FLAGS``) for a call with q: (B, Sq, H, D)."""
     batch, seqlen_q, n_heads = q.shape[0], q.shape[1], q.shape[2]
-    is_causal, is_local, left_offset, right_offset = band(seqlen_q, seqlen_k, causal, variant.window_size,
-                                                          bottom_right)
+    is_causal, is_local, left_offset, right_offset = band(seqlen_q, seqlen_k, causal, variant.window_size, bottom_right)
     softcap, slopes, p_drop = variant.softcap, variant.alibi_slopes, variant.dropout_p
     if slopes is not None:  # divided by the scale, like the scores the kernels hold (see mod_scores)
         slopes = (slopes.float() / softmax_scale).expand(batch, n_heads).contiguous()
-    args = VariantArgs(right_offset, left_offset if is_local else None,
-                       softmax_scale / softcap if softcap else None, softcap / softmax_scale if softcap else None,
-                       slopes, (seqlen_k - seqlen_q if bottom_right else 0) if slopes is not None else None,
-                       variant.rng if p_drop else None, p_drop if p_drop else None,
-                       1.0 / (1.0 - p_drop) if p_drop else None)
-    flags = dict(IS_CAUSAL=is_causal, IS_LOCAL=is_local, SOFTCAP=bool(softcap), ALIBI=slopes is not None,
-                 DROPOUT=bool(p_drop))
+    args = VariantArgs(
+        right_offset,
+        left_offset if is_local else None,
+        softmax_scale / softcap if softcap else None,
+        softcap / softmax_scale if softcap else None,
+        slopes,
+        (seqlen_k - seqlen_q if bottom_right else 0) if slopes is not None else None,
+        variant.rng if p_drop else None,
+        p_drop if p_drop else None,
+        1.0 / (1.0 - p_drop) if p_drop else None,
+    )
+    flags = dict(
+        IS_CAUSAL=is_causal, IS_LOCAL=is_local, SOFTCAP=bool(softcap), ALIBI=slopes is not None, DROPOUT=bool(p_drop)
+    )
     return args, flags
 
 
@@ -169,12 +187,23 @@ def band(seqlen_q: int, seqlen_k: int, causal: bool, window_size=(-1, -1), botto
     is_causal, is_local = right >= 0, left >= 0
     return (is_causal, is_local, diag_offset - left if is_local else 0, diag_offset + right if is_causal else 0)
 
+
 # --8<-- [end:band]
+
 
 # --8<-- [start:key_block_range]
 @triton.jit
-def key_block_range(start_m, seqlen_k, left_offset, right_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr, tile=None):
+def key_block_range(
+    start_m,
+    seqlen_k,
+    left_offset,
+    right_offset,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_LOCAL: tl.constexpr,
+    tile=None,
+):
     """(lo, full_lo, full_hi, hi): the keys rows [start_m, start_m + BLOCK_M) visit, and the whole tiles among
     them that every row sees (no element mask). See the module docstring.
 
@@ -200,11 +229,22 @@ def key_block_range(start_m, seqlen_k, left_offset, right_offset, BLOCK_M: tl.co
         lo = 0
         full_lo = 0
     return lo, full_lo, full_hi, hi
+
+
 # --8<-- [end:key_block_range]
 
+
 @triton.jit
-def query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr):
+def query_block_range(
+    start_n,
+    seqlen_q,
+    left_offset,
+    right_offset,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_LOCAL: tl.constexpr,
+):
     """(lo, full_lo, full_hi, hi): the query rows that see keys [start_n, start_n + BLOCK_N), in BLOCK_M tiles,
     and the tiles among them whose rows all see every one of these keys and lie below seqlen_q (no mask)."""
     q_even_hi = seqlen_q // BLOCK_M * BLOCK_M
@@ -233,8 +273,18 @@ def query_block_range(start_n, seqlen_q, left_offset, right_offset, BLOCK_M: tl.
 
 # --8<-- [start:mask_scores]
 @triton.jit
-def mask_scores(s, rows, cols, seqlen_k, left_offset, right_offset, fill: tl.constexpr, KEY_END: tl.constexpr,
-                IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr):
+def mask_scores(
+    s,
+    rows,
+    cols,
+    seqlen_k,
+    left_offset,
+    right_offset,
+    fill: tl.constexpr,
+    KEY_END: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_LOCAL: tl.constexpr,
+):
     """s with ``fill`` where query ``rows`` does not see key ``cols`` (both broadcast against s); KEY_END also
     masks keys past seqlen_k. Only boundary tiles call this (see ``key_block_range``)."""
     if KEY_END:
@@ -253,6 +303,7 @@ def mask_scores(s, rows, cols, seqlen_k, left_offset, right_offset, fill: tl.con
         s = tl.where(cols >= rows + left_offset, s, fill)
     return s
 
+
 # --8<-- [end:mask_scores]
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -270,8 +321,7 @@ def _tanh(x, PRECISE: tl.constexpr):
         return libdevice.tanh(x)
     else:
         # one MUFU instruction, relative error about 2^-11 (what flash-attn uses): far below bf16/fp16 rounding
-        return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
-                                         is_pure=True, pack=1)
+        return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
 
 
 # --8<-- [start:softcap]
@@ -288,7 +338,9 @@ def softcap_grad(capped, cap_in):
     t = capped * cap_in
     return 1.0 - t * t
 
+
 # --8<-- [end:softcap]
+
 
 # --8<-- [start:mod_scores]
 @triton.jit
@@ -298,14 +350,25 @@ def alibi(qk, rows, cols, slope, alibi_offset):
 
 
 @triton.jit
-def mod_scores(qk, rows, cols, cap_in, cap_out, slope, alibi_offset, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
-               PRECISE: tl.constexpr):
+def mod_scores(
+    qk,
+    rows,
+    cols,
+    cap_in,
+    cap_out,
+    slope,
+    alibi_offset,
+    SOFTCAP: tl.constexpr,
+    ALIBI: tl.constexpr,
+    PRECISE: tl.constexpr,
+):
     """Softcap, then the ALiBi bias, as flash-attn orders them (see the module docstring)."""
     if SOFTCAP:
         qk = softcap(qk, cap_in, cap_out, PRECISE)
     if ALIBI:
         qk = alibi(qk, rows, cols, slope, alibi_offset)
     return qk
+
 
 # --8<-- [end:mod_scores]
 
@@ -320,9 +383,15 @@ def dropout_keep(seed, rng_offset, head, rows, cols, p_drop):
     """True where dropout keeps P[row, col] of (batch * heads + head) ``head``: one Philox draw per element
     from the counter (col, row, head, rng_offset) under ``seed``. The counter names the element, so any program,
     forward or backward, in any tile order, regenerates the same mask without storing it."""
-    r, _, _, _ = tl.philox(seed, cols.to(tl.uint32, bitcast=True), rows.to(tl.uint32, bitcast=True),
-                           head.to(tl.uint32, bitcast=True), rng_offset.to(tl.uint32))
+    r, _, _, _ = tl.philox(
+        seed,
+        cols.to(tl.uint32, bitcast=True),
+        rows.to(tl.uint32, bitcast=True),
+        head.to(tl.uint32, bitcast=True),
+        rng_offset.to(tl.uint32),
+    )
     return tl.uint_to_uniform_float(r) >= p_drop
+
 
 # --8<-- [end:dropout_keep]
 
@@ -332,19 +401,36 @@ def dropout_keep(seed, rng_offset, head, rows, cols, p_drop):
 
 
 @triton.jit
-def _block_ranges_kernel(OUT, seqlen_k, left_offset, right_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         IS_CAUSAL: tl.constexpr, IS_LOCAL: tl.constexpr):
+def _block_ranges_kernel(
+    OUT,
+    seqlen_k,
+    left_offset,
+    right_offset,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_LOCAL: tl.constexpr,
+):
     pid = tl.program_id(0)
-    lo, full_lo, full_hi, hi = key_block_range(pid * BLOCK_M, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N,
-                                               IS_CAUSAL, IS_LOCAL)
+    lo, full_lo, full_hi, hi = key_block_range(
+        pid * BLOCK_M, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N, IS_CAUSAL, IS_LOCAL
+    )
     tl.store(OUT + pid * 4, lo)
     tl.store(OUT + pid * 4 + 1, full_lo)
     tl.store(OUT + pid * 4 + 2, full_hi)
     tl.store(OUT + pid * 4 + 3, hi)
 
 
-def block_ranges(seqlen_q: int, seqlen_k: int, block_m: int, block_n: int, causal: bool = False,
-                 window_size=(-1, -1), bottom_right: bool = True, device="cpu") -> torch.Tensor:
+def block_ranges(
+    seqlen_q: int,
+    seqlen_k: int,
+    block_m: int,
+    block_n: int,
+    causal: bool = False,
+    window_size=(-1, -1),
+    bottom_right: bool = True,
+    device="cpu",
+) -> torch.Tensor:
     """(query tiles, 4) int32: ``key_block_range``'s (lo, full_lo, full_hi, hi) for every tile of block_m query
     rows, computed by a kernel that calls it (so a figure or test shows the rule the kernels run)."""
     is_causal, is_local, left_offset, right_offset = band(seqlen_q, seqlen_k, causal, window_size, bottom_right)
@@ -360,12 +446,16 @@ def _dropout_mask_kernel(OUT, RNG, seqlen_q, seqlen_k, p_drop, BLOCK_M: tl.const
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     keep = dropout_keep(tl.load(RNG), tl.load(RNG + 1), head, rows, cols, p_drop)
-    tl.store(OUT + (head.to(tl.int64) * seqlen_q + rows) * seqlen_k + cols, keep.to(tl.int8),
-             mask=(rows < seqlen_q) & (cols < seqlen_k))
+    tl.store(
+        OUT + (head.to(tl.int64) * seqlen_q + rows) * seqlen_k + cols,
+        keep.to(tl.int8),
+        mask=(rows < seqlen_q) & (cols < seqlen_k),
+    )
 
 
-def dropout_mask(rng: torch.Tensor, batch: int, nheads: int, seqlen_q: int, seqlen_k: int,
-                 dropout_p: float) -> torch.Tensor:
+def dropout_mask(
+    rng: torch.Tensor, batch: int, nheads: int, seqlen_q: int, seqlen_k: int, dropout_p: float
+) -> torch.Tensor:
     """(batch, nheads, seqlen_q, seqlen_k) bool: the elements a call with this ``rng`` (``draw_rng``) and
     dropout_p keeps, regenerated by the kernels' own ``dropout_keep``. For tests and figures: to reproduce a
     call's mask, ``torch.manual_seed(s)`` before the call and again before ``draw_rng(device)``."""

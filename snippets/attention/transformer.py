@@ -38,9 +38,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         assert d_model % n_heads == 0, "d_model must split evenly into heads"
         self.d_k, self.n_heads = d_model // n_heads, n_heads
-        self.W_q, self.W_k, self.W_v, self.W_o = (
-            nn.Linear(d_model, d_model) for _ in range(4)
-        )
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
         self.attention = ScaledDotProductAttention(self.d_k, dropout)
 
     def split_heads(self, x):  # (batch, seq, d_model) -> (batch, heads, seq, d_k)
@@ -95,14 +93,12 @@ torch.manual_seed(0)
 batch, seq, d_model, n_heads = 2, 10, 64, 8
 x = torch.randn(batch, seq, d_model)
 # True on and below the diagonal: query i sees keys 0..i
-causal = (torch.ones(seq, seq).tril().bool())
+causal = torch.ones(seq, seq).tril().bool()
 
 # --8<-- [start:check_sdpa]
 sdpa = ScaledDotProductAttention(d_k=d_model)
 out, weights = sdpa(x, x, x, causal)
-print(
-    "SDPA:", tuple(x.shape), "->", tuple(out.shape), "weights", tuple(weights.shape)
-)
+print("SDPA:", tuple(x.shape), "->", tuple(out.shape), "weights", tuple(weights.shape))
 print(
     "  rows of weights sum to 1:",
     torch.allclose(weights.sum(-1), torch.ones(batch, seq)),
@@ -111,9 +107,7 @@ print(
 # boolean attn_mask ...
 print(
     "  same as F.scaled_dot_product_attention(attn_mask=mask):",
-    torch.allclose(
-        out, F.scaled_dot_product_attention(x, x, x, attn_mask=causal), atol=1e-6
-    ),
+    torch.allclose(out, F.scaled_dot_product_attention(x, x, x, attn_mask=causal), atol=1e-6),
 )
 # ... and the opposite of nn.MultiheadAttention's boolean attn_mask, where True means
 # "may NOT attend".
@@ -133,9 +127,7 @@ print(
 )
 ref = nn.MultiheadAttention(d_model, n_heads, batch_first=True).eval()
 with torch.no_grad():  # give PyTorch's module the same weights
-    ref.in_proj_weight.copy_(
-        torch.cat([mha.W_q.weight, mha.W_k.weight, mha.W_v.weight])
-    )
+    ref.in_proj_weight.copy_(torch.cat([mha.W_q.weight, mha.W_k.weight, mha.W_v.weight]))
     ref.in_proj_bias.copy_(torch.cat([mha.W_q.bias, mha.W_k.bias, mha.W_v.bias]))
     ref.out_proj.weight.copy_(mha.W_o.weight)
     ref.out_proj.bias.copy_(mha.W_o.bias)

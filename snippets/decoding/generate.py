@@ -59,24 +59,33 @@ class Attention(nn.Module):
         cos, sin = ROTARY
         if impl == "flashdoc":  # appends k, v at pos (rotating k and q), then attends
             out = flashdoc.flash_attn_with_kvcache(
-                q, k_cache, v_cache, k, v, rotary_cos=cos, rotary_sin=sin,
-                cache_seqlens=pos, causal=True, rotary_interleaved=False)
+                q,
+                k_cache,
+                v_cache,
+                k,
+                v,
+                rotary_cos=cos,
+                rotary_sin=sin,
+                cache_seqlens=pos,
+                causal=True,
+                rotary_interleaved=False,
+            )
         else:  # SDPA: rotate in PyTorch, write the cache, attend over its first keys
-            q = rotate(q, cos[start:start + S], sin[start:start + S])
-            k_cache[:, start:start + S] = rotate(k, cos[start:start + S],
-                                                 sin[start:start + S])
-            v_cache[:, start:start + S] = v
-            keys, vals = (c[:, :start + S].transpose(1, 2) for c in (k_cache, v_cache))
+            q = rotate(q, cos[start : start + S], sin[start : start + S])
+            k_cache[:, start : start + S] = rotate(k, cos[start : start + S], sin[start : start + S])
+            v_cache[:, start : start + S] = v
+            keys, vals = (c[:, : start + S].transpose(1, 2) for c in (k_cache, v_cache))
             # S queries at the end of start + S keys: the causal mask's bottom-right
             # corner (for a prompt, start = 0 and the two corners coincide)
             mask = None
             if S > 1:
                 mask = torch.ones(S, start + S, dtype=torch.bool, device=x.device)
                 mask = mask.tril(diagonal=start)
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, vals,
-                                                 attn_mask=mask, enable_gqa=True)
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, vals, attn_mask=mask, enable_gqa=True)
             out = out.transpose(1, 2)
         return self.o(out.reshape(B, S, heads * head_dim))
+
+
 # --8<-- [end:attention]
 
 
@@ -113,8 +122,10 @@ class Model(nn.Module):
 @torch.no_grad()
 def generate(model, prompt, impl, dtype):
     """Greedy decoding: the prompt in one call (prefill), then one token per call."""
-    caches = [tuple(torch.zeros(batch, max_len, kv_heads, head_dim, device=device,
-                                dtype=dtype) for _ in range(2)) for _ in range(layers)]
+    caches = [
+        tuple(torch.zeros(batch, max_len, kv_heads, head_dim, device=device, dtype=dtype) for _ in range(2))
+        for _ in range(layers)
+    ]
     pos = torch.zeros(batch, dtype=torch.int32, device=device)
     start, tokens = 0, prompt
     out = []
@@ -125,6 +136,8 @@ def generate(model, prompt, impl, dtype):
         tokens = logits.argmax(-1, keepdim=True)
         out.append(tokens)
     return torch.cat(out, dim=1)
+
+
 # --8<-- [end:generate]
 
 
@@ -132,7 +145,7 @@ torch.manual_seed(0)
 model = Model().to(device)
 for p in model.parameters():  # wider than the usual 0.02: logits far apart, no ties
     if p.dim() > 1:
-        nn.init.normal_(p, std=hidden ** -0.5)
+        nn.init.normal_(p, std=hidden**-0.5)
 prompt = torch.randint(0, vocab, (batch, prompt_len), device=device)
 
 results = {}
@@ -151,8 +164,10 @@ for dtype in (torch.float32, torch.bfloat16) if gpu else (torch.float32,):
         seconds = time.perf_counter() - start
         results[dtype, impl] = tokens
         name = str(dtype).removeprefix("torch.")
-        print(f"{name:8s} {impl:8s}: {batch * new_tokens / seconds:8.0f} tokens/s "
-              f"({batch} sequences x {new_tokens} new tokens after {prompt_len})")
+        print(
+            f"{name:8s} {impl:8s}: {batch * new_tokens / seconds:8.0f} tokens/s "
+            f"({batch} sequences x {new_tokens} new tokens after {prompt_len})"
+        )
     same = (results[dtype, "sdpa"] == results[dtype, "flashdoc"]).float().mean()
     print(f"{name}: {same:.1%} of the generated tokens are the same in both\n")
 if not gpu:

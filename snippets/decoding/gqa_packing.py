@@ -12,8 +12,10 @@ group = heads // kv_heads  # query heads per KV head
 # adjacent in memory, in the (batch, seqlen, heads, head_dim) layout).
 kv_head = 1
 rows = group * seqlen_q
-print(f"{heads} query heads over {kv_heads} KV heads (groups of {group}), "
-      f"{seqlen_q} queries, {seqlen_k} keys in the cache")
+print(
+    f"{heads} query heads over {kv_heads} KV heads (groups of {group}), "
+    f"{seqlen_q} queries, {seqlen_k} keys in the cache"
+)
 print(f"tile of KV head {kv_head}: {rows} rows (padded to 16 for the tensor cores)")
 for r in range(rows):
     position, head = r // group, kv_head * group + r % group
@@ -25,8 +27,6 @@ for r in range(rows):
 # Without packing, each query head's program loads its group's K and V itself.
 head_dim, cache, bytes_per = 128, 32768, 2
 kv = 2 * cache * head_dim * bytes_per  # K and V of one KV head, one sequence
-print(f"\nK+V of one KV head at {cache} tokens, d = {head_dim}, bf16: "
-      f"{kv / 2**20:.0f} MiB")
-print(f"loaded once per query head: {group * kv / 2**20:.0f} MiB per group; "
-      f"packed: {kv / 2**20:.0f} MiB")
+print(f"\nK+V of one KV head at {cache} tokens, d = {head_dim}, bf16: {kv / 2**20:.0f} MiB")
+print(f"loaded once per query head: {group * kv / 2**20:.0f} MiB per group; packed: {kv / 2**20:.0f} MiB")
 # --8<-- [end:traffic]

@@ -6,8 +6,7 @@ shape (32 query heads over 8 KV heads, head dim 128, bf16)."""
 import torch
 import triton
 
-from flashdoc.kernels.decode import (DECODE_CONFIGS, num_splits_heuristic,
-                                     query_tiles)
+from flashdoc.kernels.decode import DECODE_CONFIGS, num_splits_heuristic, query_tiles
 from flashdoc.kernels.forward import FWD_CONFIGS
 
 if torch.cuda.is_available():
@@ -28,6 +27,8 @@ train_block_m = FWD_CONFIGS[(128, False)][0].kwargs["BLOCK_M"]
 
 def training_programs(batch):
     return triton.cdiv(seqlen_q, train_block_m) * batch * heads
+
+
 # --8<-- [end:training]
 
 
@@ -41,9 +42,10 @@ block_m, query_tiles_per_head = query_tiles(group, seqlen_q)  # 16 rows, 1 tile
 
 def decode_programs(batch, cache):
     programs = batch * kv_heads * query_tiles_per_head
-    splits = num_splits_heuristic(programs, sms * config.programs_per_sm,
-                                  triton.cdiv(cache, config.block_n))
+    splits = num_splits_heuristic(programs, sms * config.programs_per_sm, triton.cdiv(cache, config.block_n))
     return programs * splits, splits
+
+
 # --8<-- [end:decode]
 
 
@@ -65,7 +67,8 @@ for batch in (1, 8, 64):
         lines.append(
             f"| {batch} x {cache // 1024}k | {train} | {train / sms:.2f} "
             f"| {group * size:,.0f} MiB | {splits} | {dec} | {dec / sms:.2f} "
-            f"| {size:,.0f} MiB |")
+            f"| {size:,.0f} MiB |"
+        )
 table = "\n".join(lines) + "\n"
 print(table)
 with open("occupancy.md", "w") as f:

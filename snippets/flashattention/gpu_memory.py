@@ -67,8 +67,9 @@ for name, marker in (("naive", "o-"), ("flashdoc", "s-")):
         ax.axvline(oom[0], color="grey", ls=":", label=f"{name}: out of memory at N = {oom[0]:,}")
 if device == "cuda":
     ax.axhline(torch.cuda.get_device_properties(0).total_memory / 2**30, color="red", lw=1, label=f"{gpu} memory")
-ax.set(xlabel="sequence length N", ylabel="peak extra memory (GiB)",
-       title=f"One causal forward, {heads} heads, d = {d}")
+ax.set(
+    xlabel="sequence length N", ylabel="peak extra memory (GiB)", title=f"One causal forward, {heads} heads, d = {d}"
+)
 ax.grid(True, which="both", alpha=0.3)
 ax.legend(fontsize=8)
 fig.tight_layout()

@@ -88,8 +88,11 @@ steps = {  # name: (function, FLOPs, the fewest bytes it must move to and from H
     "P = softmax(S)": (lambda: torch.softmax(s, dim=-1), 5 * bh * seq * seq, e * bh * 2 * seq * seq),
     "O = P V": (lambda: p @ v, 2 * bh * seq * seq * d, e * bh * (seq * seq + 2 * seq * d)),
     # one kernel: reads Q, K, V once and writes O; the N x N scores never leave the chip
-    "fused (flashdoc)": (lambda: flashdoc.scaled_dot_product_attention(q, k, v), 4 * bh * seq * seq * d,
-                         e * bh * 4 * seq * d),
+    "fused (flashdoc)": (
+        lambda: flashdoc.scaled_dot_product_attention(q, k, v),
+        4 * bh * seq * seq * d,
+        e * bh * 4 * seq * d,
+    ),
 }
 # --8<-- [end:attention]
 points = []
@@ -99,8 +102,9 @@ for name, (fn, flops, moved) in steps.items():
     intensity = flops / moved
     points.append((name, intensity, flops / t))
     bound = "memory" if intensity < ridge else "compute"
-    table.append(f"| {name} | {t * 1e3:.2f} | {intensity:.0f} | {flops / t / 1e12:.1f} | {moved / t / 1e12:.2f} | "
-                 f"{bound} |")
+    table.append(
+        f"| {name} | {t * 1e3:.2f} | {intensity:.0f} | {flops / t / 1e12:.1f} | {moved / t / 1e12:.2f} | {bound} |"
+    )
 table = "\n".join(table) + "\n"
 print(f"batch x heads = {bh}, N = {seq}, head dim = {d}, bf16\n")
 print(table)

@@ -7,11 +7,16 @@ import transformers
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 # --8<-- [start:default]
-config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                     num_attention_heads=4, num_key_value_heads=4, vocab_size=100)
+config = LlamaConfig(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    vocab_size=100,
+)
 model = AutoModelForCausalLM.from_config(config)  # no attn_implementation given
-print(f"transformers {transformers.__version__}: the default attention is "
-      f"{model.config._attn_implementation!r}")
+print(f"transformers {transformers.__version__}: the default attention is {model.config._attn_implementation!r}")
 
 has_flash_attn = importlib.util.find_spec("flash_attn") is not None
 print(f"flash-attn installed: {has_flash_attn}")
@@ -19,6 +24,5 @@ try:
     AutoModelForCausalLM.from_config(config, attn_implementation="flash_attention_2")
     print('attn_implementation="flash_attention_2": accepted')
 except (ImportError, ValueError) as err:
-    print(f'attn_implementation="flash_attention_2": {type(err).__name__}:\n'
-          f"  {str(err).splitlines()[0][:70]}...")
+    print(f'attn_implementation="flash_attention_2": {type(err).__name__}:\n  {str(err).splitlines()[0][:70]}...')
 # --8<-- [end:default]

@@ -17,16 +17,16 @@ def flash_attention(Q, K, V, block_size=64):
 
     # Process in blocks
     for i in range(0, n, block_size):
-        q_block = Q[:, i:i+block_size]
+        q_block = Q[:, i : i + block_size]
 
         # Track running max and normalizer for numerical stability
-        m_i = torch.full((q_block.shape[0], block_size), float('-inf'))
+        m_i = torch.full((q_block.shape[0], block_size), float("-inf"))
         l_i = torch.zeros((q_block.shape[0], block_size))
         o_i = torch.zeros_like(q_block)
 
         for j in range(0, n, block_size):
-            k_block = K[:, j:j+block_size]
-            v_block = V[:, j:j+block_size]
+            k_block = K[:, j : j + block_size]
+            v_block = V[:, j : j + block_size]
 
             # Compute attention scores for this tile
             scores = q_block @ k_block.transpose(-1, -2) / math.sqrt(d_k)
@@ -44,9 +44,11 @@ def flash_attention(Q, K, V, block_size=64):
             m_i = m_new
 
         # Final normalization
-        output[:, i:i+block_size] = o_i / l_i.unsqueeze(-1)
+        output[:, i : i + block_size] = o_i / l_i.unsqueeze(-1)
 
     return output
+
+
 # --8<-- [end:seed]
 
 
@@ -74,8 +76,7 @@ report("3. batch 1, n 128, d 64 = block_size", lambda: error_vs_naive(1, 128, 64
 # with block_size columns:
 m_i = torch.full((1, 64), float("-inf"))
 m_ij = torch.randn(1, 100 - 64, 64).max(dim=-1).values  # one max per row: shape (1, 36)
-report("4. last block, torch.maximum(m_i, m_ij)",
-       lambda: torch.maximum(m_i, m_ij).shape)
+report("4. last block, torch.maximum(m_i, m_ij)", lambda: torch.maximum(m_i, m_ij).shape)
 
 # --8<-- [start:beta]
 # The seed's beta form (FlashAttention-1's update) vs the standard one, on a tile row
@@ -86,8 +87,7 @@ m_ij = scores.max(dim=-1).values  # -inf
 m_new = torch.maximum(m_i, m_ij)
 beta_form = torch.exp(m_ij - m_new) * torch.exp(scores - m_ij[:, None]).sum(dim=-1)
 standard = torch.exp(scores - m_new[:, None]).sum(dim=-1)
-print(f"5. fully masked tile row: beta form adds {beta_form.item()}, "
-      f"the standard form adds {standard.item()}")
+print(f"5. fully masked tile row: beta form adds {beta_form.item()}, the standard form adds {standard.item()}")
 
 # The same row with one visible key: every term is finite, and the two forms agree.
 scores[0, 0] = 0.5
@@ -95,6 +95,5 @@ m_ij = scores.max(dim=-1).values
 m_new = torch.maximum(m_i, m_ij)
 beta_form = torch.exp(m_ij - m_new) * torch.exp(scores - m_ij[:, None]).sum(dim=-1)
 standard = torch.exp(scores - m_new[:, None]).sum(dim=-1)
-print(f"6. one visible key: beta form adds {beta_form.item():.4f}, "
-      f"the standard form adds {standard.item():.4f}")
+print(f"6. one visible key: beta form adds {beta_form.item():.4f}, the standard form adds {standard.item():.4f}")
 # --8<-- [end:beta]

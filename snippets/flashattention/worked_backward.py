@@ -16,10 +16,7 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # --8<-- [start:setup]
 scale = 1 / math.sqrt(4)  # d_k = 4
 block = 2
-Q = torch.tensor([[1.0, 2.0, 3.0, 4.0],
-                  [2.0, 1.0, 0.0, -1.0],
-                  [4.0, 3.0, 2.0, 1.0],
-                  [-1.0, 0.0, 1.0, 2.0]])
+Q = torch.tensor([[1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 0.0, -1.0], [4.0, 3.0, 2.0, 1.0], [-1.0, 0.0, 1.0, 2.0]])
 K, V = 2 * torch.eye(4), torch.eye(4)
 dO = torch.eye(4)  # the gradient arriving at O
 
@@ -39,8 +36,7 @@ def emit(filename, text):
         f.write(text)
 
 
-emit("setup.txt", show("dO", dO) + show("O (= P, since V = I)", O)
-     + f"LSE = {lse}\ndelta = rowsum(dO * O) = {delta}\n")
+emit("setup.txt", show("dO", dO) + show("O (= P, since V = I)", O) + f"LSE = {lse}\ndelta = rowsum(dO * O) = {delta}\n")
 
 
 # --8<-- [start:key_block]
@@ -59,11 +55,16 @@ def run_key_block(j):
         dV += P.T @ do_blk
         dK += dS.T @ q_blk * scale
         tile = f"{i // block + 1}{j // block + 1}"
-        text += (f"Tile {tile}: query rows {i + 1}-{i + 2}, key rows {j + 1}-{j + 2}\n"
-                 + show(f"P{tile} = exp(S{tile} - LSE)", P) + show(f"dP{tile}", dP)
-                 + show(f"dS{tile} = P * (dP - delta)", dS)
-                 + show("its part of dQ, scale * dS K", dQ_part))
+        text += (
+            f"Tile {tile}: query rows {i + 1}-{i + 2}, key rows {j + 1}-{j + 2}\n"
+            + show(f"P{tile} = exp(S{tile} - LSE)", P)
+            + show(f"dP{tile}", dP)
+            + show(f"dS{tile} = P * (dP - delta)", dS)
+            + show("its part of dQ, scale * dS K", dQ_part)
+        )
     return text + show("dK of these keys", dK) + show("dV of these keys", dV)
+
+
 # --8<-- [end:key_block]
 
 
@@ -75,7 +76,9 @@ dQ, dK, dV = tiled_attention_backward(Q, K, V, O, lse, dO, block, block)
 q, k, v = (t.clone().requires_grad_() for t in (Q, K, V))
 torch.trace(torch.softmax(q @ k.T * scale, dim=-1) @ v).backward()  # autograd
 error = max((a - b.grad).abs().max().item() for a, b in zip((dQ, dK, dV), (q, k, v)))
-emit("result.txt", show("dQ", dQ) + show("dK", dK) + show("dV", dV)
-     + f"max |tiled - autograd| over dQ, dK, dV = {error:.1e}\n")
+emit(
+    "result.txt",
+    show("dQ", dQ) + show("dK", dK) + show("dV", dV) + f"max |tiled - autograd| over dQ, dK, dV = {error:.1e}\n",
+)
 # --8<-- [end:check]
 assert error < 1e-12

@@ -20,21 +20,23 @@ def naive_attention(Q, K, V, scale):
 def flash_attention(Q, K, V, scale, block):
     out = []
     for i in range(0, len(Q), block):  # one worker per block of query rows
-        q_blk = Q[i:i + block]
+        q_blk = Q[i : i + block]
         m = [-math.inf] * len(q_blk)
         l = [0.0] * len(q_blk)
         O = [[0.0] * len(V[0]) for _ in q_blk]
         for j in range(0, len(K), block):  # the key/value blocks stream past
-            S = [[scale * s for s in row] for row in matmul_t(q_blk, K[j:j + block])]
+            S = [[scale * s for s in row] for row in matmul_t(q_blk, K[j : j + block])]
             for r, row in enumerate(S):
                 m_new = max(m[r], *row)
                 alpha = math.exp(m[r] - m_new)  # rescales what was accumulated under the old max
                 P = [math.exp(s - m_new) for s in row]
                 l[r] = alpha * l[r] + sum(P)
-                O[r] = [alpha * o + sum(p * v[c] for p, v in zip(P, V[j:j + block])) for c, o in enumerate(O[r])]
+                O[r] = [alpha * o + sum(p * v[c] for p, v in zip(P, V[j : j + block])) for c, o in enumerate(O[r])]
                 m[r] = m_new
-            print(f"worker {i // block + 1}, keys {j + 1}-{min(j + block, len(K))}: "
-                  f"m = {[round(x, 4) for x in m]}, l = {[round(x, 4) for x in l]}")
+            print(
+                f"worker {i // block + 1}, keys {j + 1}-{min(j + block, len(K))}: "
+                f"m = {[round(x, 4) for x in m]}, l = {[round(x, 4) for x in l]}"
+            )
         out += [[o / l[r] for o in O[r]] for r in range(len(q_blk))]  # normalise once, at the end
     return out
 

@@ -25,9 +25,7 @@ torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
 batch, seqlen, heads, head_dim = 2, 40, 4, 32
 q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device=device) for _ in range(3))
-slopes = torch.tensor(
-    [2 ** (-8 * (h + 1) / heads) for h in range(heads)], device=device
-)  # (heads,), fp32
+slopes = torch.tensor([2 ** (-8 * (h + 1) / heads) for h in range(heads)], device=device)  # (heads,), fp32
 out = flashdoc.flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes)
 
 # the bias spelled out as a (heads, N, N) matrix, which flashdoc never builds
@@ -35,12 +33,7 @@ pos = torch.arange(seqlen, device=device)
 bias = -slopes[:, None, None] * (pos[:, None] - pos[None, :]).abs()
 causal = pos[None, :] <= pos[:, None]
 scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * head_dim**-0.5 + bias
-ref = torch.einsum(
-    "bhqk,bkhd->bqhd", scores.masked_fill(~causal, float("-inf")).softmax(-1), v
-)
+ref = torch.einsum("bhqk,bkhd->bqhd", scores.masked_fill(~causal, float("-inf")).softmax(-1), v)
 # --8<-- [end:kernel]
 print(f"\nslopes {[round(x, 4) for x in slopes.tolist()]}")
-print(
-    "flashdoc vs the explicit bias, fp32: max difference "
-    f"{(out - ref).abs().max().item():.1e}"
-)
+print(f"flashdoc vs the explicit bias, fp32: max difference {(out - ref).abs().max().item():.1e}")

@@ -31,10 +31,7 @@ from flashdoc.reference import naive_attention, online_softmax_update, tiled_att
 torch.set_default_dtype(torch.float64)
 torch.set_printoptions(precision=4, sci_mode=False)
 
-Q = torch.tensor([[1.0, 2.0, 3.0, 4.0],
-                  [2.0, 1.0, 0.0, -1.0],
-                  [4.0, 3.0, 2.0, 1.0],
-                  [-1.0, 0.0, 1.0, 2.0]])
+Q = torch.tensor([[1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 0.0, -1.0], [4.0, 3.0, 2.0, 1.0], [-1.0, 0.0, 1.0, 2.0]])
 K = 2 * torch.eye(4)
 V = torch.eye(4)
 scale, block = 0.5, 2
@@ -81,7 +78,11 @@ torch.manual_seed(0)
 n, d = 7, 8
 q, k, v = torch.randn(n, d), torch.randn(n, d), torch.randn(n, d)
 for causal in (False, True):
-    error = (tiled_attention(q, k, v, block_q=3, block_k=3, causal=causal)
-             - naive_attention(q, k, v, causal=causal)).abs().max().item()
+    error = (
+        (tiled_attention(q, k, v, block_q=3, block_k=3, causal=causal) - naive_attention(q, k, v, causal=causal))
+        .abs()
+        .max()
+        .item()
+    )
     print(f"causal={causal}: max |tiled - naive| = {error:.1e}")
     assert error < 1e-12

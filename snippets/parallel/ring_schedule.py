@@ -33,6 +33,8 @@ def paint(layout, step):
                 if k <= q:  # causal; only the diagonal block (step 0) has masked pairs
                     image[q, k] = rank
     return image
+
+
 # --8<-- [end:paint]
 
 
@@ -51,13 +53,11 @@ for row, layout in enumerate(("contiguous", "zigzag")):
             ax.set_ylabel(f"{layout}\nquery position", fontsize=10)
         if row == 1:
             ax.set_xlabel("key position", fontsize=9)
-handles = [plt.matplotlib.patches.Patch(color=c, label=f"rank {r}")
-           for r, c in enumerate(colors)]
+handles = [plt.matplotlib.patches.Patch(color=c, label=f"rank {r}") for r, c in enumerate(colors)]
 fig.legend(handles=handles, loc="outside lower center", ncol=W, frameon=False)
 fig.savefig("ring_schedule.png", dpi=150)
 
-print(f"{W} ranks, {N_LOCAL} tokens each. At step s, rank r holds the keys and values "
-      "of rank (r - s) mod W:")
+print(f"{W} ranks, {N_LOCAL} tokens each. At step s, rank r holds the keys and values of rank (r - s) mod W:")
 print("step | " + " | ".join(f"rank {r}" for r in range(W)))
 for step in range(W):
     held = [f"K/V {(r - step) % W}".ljust(6) for r in range(W)]
@@ -66,5 +66,7 @@ for layout in ("contiguous", "zigzag"):
     images = [paint(layout, s) for s in range(W)]
     per_step = [[int((image == r).sum()) for r in range(W)] for image in images]
     total = [sum(col) for col in zip(*per_step)]
-    print(f"{layout:>10}: causal pairs per rank over the ring = {total}; "
-          f"the slowest rank at each step = {[max(p) for p in per_step]}")
+    print(
+        f"{layout:>10}: causal pairs per rank over the ring = {total}; "
+        f"the slowest rank at each step = {[max(p) for p in per_step]}"
+    )

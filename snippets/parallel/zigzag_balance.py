@@ -29,15 +29,18 @@ def work(layout, world_size, n_local):
             row.append(int((k[None, :] <= q[:, None]).sum()))
         pairs.append(row)
     return pairs
+
+
 # --8<-- [end:work]
 
 
 N_LOCAL = 512  # tokens per rank (the shares do not depend on it, up to the diagonal)
-print(f"{N_LOCAL} tokens per rank, causal. Work in units of one full block "
-      f"({N_LOCAL} x {N_LOCAL} pairs).")
-lines = ["| ranks | layout | work per rank (min - max) | ring time: the slowest rank "
-         "at each step, summed | even split (total / ranks) | efficiency bound |",
-         "|---|---|---|---|---|---|"]
+print(f"{N_LOCAL} tokens per rank, causal. Work in units of one full block ({N_LOCAL} x {N_LOCAL} pairs).")
+lines = [
+    "| ranks | layout | work per rank (min - max) | ring time: the slowest rank "
+    "at each step, summed | even split (total / ranks) | efficiency bound |",
+    "|---|---|---|---|---|---|",
+]
 for world_size in (2, 4, 8):
     for layout in ("contiguous", "zigzag"):
         pairs = work(layout, world_size, N_LOCAL)
@@ -45,8 +48,9 @@ for world_size in (2, 4, 8):
         ring_time = sum(max(p) for p in pairs) / N_LOCAL**2
         ideal = sum(per_rank) / world_size
         spread = f"{min(per_rank):.2f} - {max(per_rank):.2f}"
-        lines.append(f"| {world_size} | {layout} | {spread} | {ring_time:.2f} | "
-                     f"{ideal:.2f} | {ideal / ring_time:.2f} |")
+        lines.append(
+            f"| {world_size} | {layout} | {spread} | {ring_time:.2f} | {ideal:.2f} | {ideal / ring_time:.2f} |"
+        )
 table = "\n".join(lines) + "\n"
 print(table)
 with open("balance.md", "w") as f:
@@ -60,8 +64,15 @@ for ax, layout in zip(axes, ("contiguous", "zigzag")):
     cmap = plt.get_cmap("viridis")
     for step, row in enumerate(pairs):
         heights = [p / N_LOCAL**2 for p in row]
-        ax.bar(range(world_size), heights, bottom=bottom, color=cmap(step / world_size),
-               edgecolor="white", linewidth=0.5, label=f"step {step}")
+        ax.bar(
+            range(world_size),
+            heights,
+            bottom=bottom,
+            color=cmap(step / world_size),
+            edgecolor="white",
+            linewidth=0.5,
+            label=f"step {step}",
+        )
         bottom = [b + h for b, h in zip(bottom, heights)]
     ax.set_title(f"{layout}: causal work per rank, {world_size} ranks")
     ax.set_xlabel("rank")

@@ -72,18 +72,7 @@ heatmap(
 )
 
 print(f"scores range from {scores.min():.2f} to {scores.max():.2f}")
-print(
-    "every row of weights sums to 1:", torch.allclose(weights.sum(-1), torch.ones(N))
-)
-print(
-    f"mean weight on the diagonal: {weights.diagonal().mean():.3f} "
-    f"(uniform would be {1 / N:.3f})"
-)
-print(
-    "causal weights above the diagonal are exactly 0: "
-    f"{bool((causal_weights[~causal] == 0).all())}"
-)
-print(
-    f"query 0 under the causal mask puts weight {causal_weights[0, 0]:.1f} on key 0, "
-    "its only visible key"
-)
+print("every row of weights sums to 1:", torch.allclose(weights.sum(-1), torch.ones(N)))
+print(f"mean weight on the diagonal: {weights.diagonal().mean():.3f} (uniform would be {1 / N:.3f})")
+print(f"causal weights above the diagonal are exactly 0: {bool((causal_weights[~causal] == 0).all())}")
+print(f"query 0 under the causal mask puts weight {causal_weights[0, 0]:.1f} on key 0, its only visible key")

@@ -38,16 +38,31 @@ def draw(ax_grid, ax_rows, k, state, causal):
     ax_grid.clear()
     ax_rows.clear()
     for (i, j), s in np.ndenumerate(state):
-        ax_grid.add_patch(Rectangle((j, i), 1, 1, facecolor=COLORS[s], edgecolor="#607d8b", linewidth=0.8,
-                                    hatch="//" if causal and i == j and s != "todo" else None))
-    ax_grid.set(xlim=(0, T), ylim=(T, 0), aspect="equal", xticks=np.arange(T) + 0.5, yticks=np.arange(T) + 0.5,
-                xticklabels=[f"K{j}" for j in range(T)], yticklabels=[f"Q{i}" for i in range(T)])
+        ax_grid.add_patch(
+            Rectangle(
+                (j, i),
+                1,
+                1,
+                facecolor=COLORS[s],
+                edgecolor="#607d8b",
+                linewidth=0.8,
+                hatch="//" if causal and i == j and s != "todo" else None,
+            )
+        )
+    ax_grid.set(
+        xlim=(0, T),
+        ylim=(T, 0),
+        aspect="equal",
+        xticks=np.arange(T) + 0.5,
+        yticks=np.arange(T) + 0.5,
+        xticklabels=[f"K{j}" for j in range(T)],
+        yticklabels=[f"Q{i}" for i in range(T)],
+    )
     ax_grid.tick_params(length=0)
     handles = [Patch(facecolor=COLORS[s], edgecolor="#607d8b", label=label) for s, label in LEGEND.items()]
     if causal:
         handles.append(Patch(facecolor="white", edgecolor="#607d8b", hatch="//", label="mask applied"))
-    ax_grid.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.06), ncols=3, fontsize=8,
-                   frameon=False)
+    ax_grid.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.06), ncols=3, fontsize=8, frameon=False)
     ax_grid.set_title(("Causal" if causal else "No mask") + f" — step {min(k, T - 1) + 1} of {T}")
 
     finished = [k > (i if causal else T - 1) for i in range(T)]
@@ -58,19 +73,28 @@ def draw(ax_grid, ax_rows, k, state, causal):
     for i in range(T):
         label = "O written" if finished[i] else f"{visited[i]}/{total[i]} tiles"
         ax_rows.text(T + 0.2, i, label, va="center", fontsize=9)
-    ax_rows.set(xlim=(0, T + 3), ylim=(T - 0.5, -0.5), yticks=range(T), yticklabels=[f"program {i}" for i in range(T)],
-                xticks=[], title="Each program's row")
+    ax_rows.set(
+        xlim=(0, T + 3),
+        ylim=(T - 0.5, -0.5),
+        yticks=range(T),
+        yticklabels=[f"program {i}" for i in range(T)],
+        xticks=[],
+        title="Each program's row",
+    )
     for side in ("top", "right", "bottom"):
         ax_rows.spines[side].set_visible(False)
 
 
-fig, (ax_grid, ax_rows) = plt.subplots(1, 2, figsize=(9.6, 5.4), dpi=100, width_ratios=(1, 0.8),
-                                       layout="constrained")
+fig, (ax_grid, ax_rows) = plt.subplots(1, 2, figsize=(9.6, 5.4), dpi=100, width_ratios=(1, 0.8), layout="constrained")
 fig.get_layout_engine().set(w_pad=0.3)
 fig.suptitle("FlashAttention forward: one program per block of queries, one tile of scores at a time")
 width, height = fig.canvas.get_width_height()
 writer = imageio_ffmpeg.write_frames(
-    "tile_sweep.mp4", (width, height), fps=FPS, codec="libx264", pix_fmt_out="yuv420p",
+    "tile_sweep.mp4",
+    (width, height),
+    fps=FPS,
+    codec="libx264",
+    pix_fmt_out="yuv420p",
     macro_block_size=2,  # 960x540 is even, which is all yuv420p needs
     output_params=["-movflags", "+faststart"],  # metadata first, so a browser can show it before downloading
 )
@@ -91,5 +115,7 @@ writer.close()
 plt.close(fig)
 
 print(f"{T}x{T} tiles; tiles computed without a mask: {computed[False]}, with a causal mask: {computed[True]}")
-print(f"the causal kernel computes {computed[True] / computed[False]:.0%} of the tiles "
-      f"(the limit for large T is 50%); only the {T} diagonal tiles need the mask applied")
+print(
+    f"the causal kernel computes {computed[True] / computed[False]:.0%} of the tiles "
+    f"(the limit for large T is 50%); only the {T} diagonal tiles need the mask applied"
+)

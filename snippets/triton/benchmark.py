@@ -3,7 +3,8 @@
 
 import torch
 
-from flashdoc.bench import run_benchmark
+# The benchmark is not part of the installed package: run this from a checkout of the repository.
+from benchmarks.run import run_benchmark
 
 # On a GPU (about 8 minutes on an H200): every peer that is installed, forward and forward+backward,
 # bf16 and fp16, head dims 64/128/256, causal and not, N = 512 ... 16k with 16k tokens per batch;

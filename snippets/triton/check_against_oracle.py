@@ -40,19 +40,19 @@ def outputs_and_grads(fn, q, k, v, dout):
 torch.manual_seed(0)
 for dtype in (torch.float16, torch.bfloat16):
     q = torch.randn(batch, seqlen_q, heads, head_dim, device=device, dtype=dtype)
-    k, v = (torch.randn(batch, seqlen_k, heads, head_dim, device=device, dtype=dtype)
-            for _ in range(2))
+    k, v = (torch.randn(batch, seqlen_k, heads, head_dim, device=device, dtype=dtype) for _ in range(2))
     dout = torch.randn_like(q)
     same_dtype = outputs_and_grads(lambda *x: attention(*x, dtype), q, k, v, dout)
-    flash = outputs_and_grads(lambda *x: flashdoc.flash_attn_func(*x, causal=True),
-                              q, k, v, dout)
+    flash = outputs_and_grads(lambda *x: flashdoc.flash_attn_func(*x, causal=True), q, k, v, dout)
     for ref_dtype in (torch.float32, torch.float64):  # flash-attn's, flashdoc's
         ref = outputs_and_grads(lambda *x: attention(*x, ref_dtype), q, k, v, dout)
         for name, r, p, f in zip(("out", "dq", "dk", "dv"), ref, same_dtype, flash):
             err_flash = (f - r).abs().max().item()
             err_torch = (p - r).abs().max().item()
-            print(f"{str(dtype)[6:]:8} vs {str(ref_dtype)[6:]:7} {name:3}  "
-                  f"flashdoc {err_flash:.2e}  PyTorch {err_torch:.2e}  "
-                  f"ratio {err_flash / err_torch:.2f}")
+            print(
+                f"{str(dtype)[6:]:8} vs {str(ref_dtype)[6:]:7} {name:3}  "
+                f"flashdoc {err_flash:.2e}  PyTorch {err_torch:.2e}  "
+                f"ratio {err_flash / err_torch:.2f}"
+            )
             assert err_flash <= 2 * err_torch + 1e-5, (name, dtype, ref_dtype)
 # --8<-- [end:criterion]

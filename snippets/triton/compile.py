@@ -24,7 +24,7 @@ class SelfAttention(torch.nn.Module):
     def forward(self, x):  # x: (batch, seqlen, dim)
         b, s, dim = x.shape
         # views, no copies
-        q, k, v = (self.qkv(x).view(b, s, 3, self.heads, dim // self.heads).unbind(2))
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, dim // self.heads).unbind(2)
         # (batch, seqlen, heads, head_dim)
         o = flashdoc.flash_attn_func(q, k, v, causal=True)
         return self.out(o.reshape(b, s, dim))
@@ -39,8 +39,5 @@ y = compiled(x)
 y.float().square().mean().backward()
 # --8<-- [end:compile]
 eager = model(x)
-print(
-    f"compiled with backend={backend!r}, fullgraph=True: output {tuple(y.shape)}, "
-    f"x.grad {tuple(x.grad.shape)}"
-)
+print(f"compiled with backend={backend!r}, fullgraph=True: output {tuple(y.shape)}, x.grad {tuple(x.grad.shape)}")
 print(f"max |compiled - eager| = {(y - eager).abs().max().item():.1e}")

@@ -16,8 +16,7 @@ batch, seqlen, heads, head_dim = (1, 16384, 32, 64) if cuda else (1, 64, 2, 32)
 
 # --8<-- [start:inputs]
 shape = (batch, seqlen, heads, head_dim)
-bf16 = [torch.randn(shape, device=device, dtype=torch.bfloat16)
-        for _ in range(4)]  # q, k, v, dout
+bf16 = [torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in range(4)]  # q, k, v, dout
 inputs = {
     "bfloat16": bf16,
     "float16": [torch.randn_like(x, dtype=torch.float16) for x in bf16],
@@ -47,6 +46,7 @@ def milliseconds(fn, tensors):
         fn(*tensors)
         return (time.perf_counter() - start) * 1e3
     from triton.testing import do_bench
+
     return do_bench(lambda: fn(*tensors), warmup=25, rep=200)
 
 
@@ -54,14 +54,16 @@ flops = 4 * batch * heads * seqlen**2 * head_dim
 times = {(name, fn): [] for name in inputs for fn in (forward, forward_backward)}
 cases = list(times)
 for r in range(5):  # five rounds through every case, each starting one case later (the GPU's clock drifts)
-    for name, fn in cases[r % len(cases):] + cases[:r % len(cases)]:
+    for name, fn in cases[r % len(cases) :] + cases[: r % len(cases)]:
         times[name, fn].append(milliseconds(fn, inputs[name]))
 rows = ["| inputs | forward, TFLOP/s | forward + backward, TFLOP/s |", "|---|---|---|"]
 for name in inputs:
     fwd, fwd_bwd = (sorted(times[name, fn])[2] for fn in (forward, forward_backward))  # the median round
     rows.append(f"| {name} | {flops / fwd / 1e9:.0f} | {3.5 * flops / fwd_bwd / 1e9:.0f} |")
-print(f"flash_attn_func, batch {batch}, {seqlen} tokens, {heads} heads, head dim {head_dim}, no mask, "
-      f"on {torch.cuda.get_device_name() if cuda else 'the CPU'}")
+print(
+    f"flash_attn_func, batch {batch}, {seqlen} tokens, {heads} heads, head dim {head_dim}, no mask, "
+    f"on {torch.cuda.get_device_name() if cuda else 'the CPU'}"
+)
 print("\n".join(rows))
 with open("dtype_bits.md", "w") as f:
     f.write("\n".join(rows) + "\n")

@@ -14,24 +14,16 @@ calls = {
     "head_dim 300 (more than 256)": lambda: flashdoc.flash_attn_func(
         *(torch.randn(1, 16, 2, 300, device=device, dtype=torch.float16),) * 3
     ),
-    "float64 inputs": lambda: flashdoc.flash_attn_func(
-        q.double(), k.double(), v.double()
-    ),
+    "float64 inputs": lambda: flashdoc.flash_attn_func(q.double(), k.double(), v.double()),
     "q and k of different dtypes": lambda: flashdoc.flash_attn_func(q, k.float(), v),
     "3 query heads over 2 key/value heads": lambda: flashdoc.flash_attn_func(
         torch.randn(1, 16, 3, 64, device=device, dtype=torch.float16), k, v
     ),
-    "an arbitrary attention mask (SDPA API)": lambda: (
-        flashdoc.scaled_dot_product_attention(
-            q, k, v, attn_mask=torch.ones(2, 2, dtype=torch.bool)
-        )
+    "an arbitrary attention mask (SDPA API)": lambda: flashdoc.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.ones(2, 2, dtype=torch.bool)
     ),
-    "dropout_p = 1 (SDPA API)": lambda: flashdoc.scaled_dot_product_attention(
-        q, k, v, dropout_p=1.0
-    ),
-    "a window side below -1": lambda: flashdoc.flash_attn_func(
-        q, k, v, window_size=(256, -2)
-    ),
+    "dropout_p = 1 (SDPA API)": lambda: flashdoc.scaled_dot_product_attention(q, k, v, dropout_p=1.0),
+    "a window side below -1": lambda: flashdoc.flash_attn_func(q, k, v, window_size=(256, -2)),
 }
 for what, call in calls.items():
     try:

@@ -18,9 +18,11 @@ def serial():
     """One warpgroup, one step after the other: QK^T, softmax, PV."""
     bars, t = [], 0.0
     for j in range(TILES):
-        bars += [("tensor cores", t, 1, "QK", j),
-                 ("WG 1", t + 1, softmax, "softmax", j),
-                 ("tensor cores", t + 1 + softmax, 1, "PV", j)]
+        bars += [
+            ("tensor cores", t, 1, "QK", j),
+            ("WG 1", t + 1, softmax, "softmax", j),
+            ("tensor cores", t + 1 + softmax, 1, "PV", j),
+        ]
         t += 2 + softmax
     return bars
 
@@ -72,8 +74,7 @@ def draw(bars, rows, title, filename):
     for row, start, length, kind, j in bars:
         y = len(rows) - 1 - rows.index(row)
         ax.barh(y, length, left=start, color=COLOURS[kind], edgecolor="white")
-        ax.text(start + length / 2, y, f"{kind} {j}", ha="center", va="center",
-                color="white", fontsize=7)
+        ax.text(start + length / 2, y, f"{kind} {j}", ha="center", va="center", color="white", fontsize=7)
     ax.set_yticks(range(len(rows)), rows[::-1])
     ax.set_xlabel("time (one unit = one product of one tile)")
     ax.set_title(title, fontsize=10)
@@ -83,9 +84,11 @@ def draw(bars, rows, title, filename):
 
 
 table = ["| schedule | tensor cores busy | time per tile |", "|---|---|---|"]
-for name, bars, tiles in [("serial, one warpgroup", serial(), TILES),
-                          ("intra-warpgroup pipelining", intra_warpgroup(), TILES),
-                          ("ping-pong, two warpgroups", ping_pong(), 2 * TILES)]:
+for name, bars, tiles in [
+    ("serial, one warpgroup", serial(), TILES),
+    ("intra-warpgroup pipelining", intra_warpgroup(), TILES),
+    ("ping-pong, two warpgroups", ping_pong(), 2 * TILES),
+]:
     share, per_tile = busy(bars, tiles)
     table.append(f"| {name} | {share:.0%} | {per_tile:.2f} units |")
 print(f"softmax = {softmax} units per tile, each product 1 unit\n")
@@ -93,13 +96,19 @@ print("\n".join(table))
 with open("schedules.md", "w") as f:
     f.write("\n".join(table) + "\n")
 
-draw(serial(), ["tensor cores", "WG 1"],
-     "Serial: the tensor cores wait for each softmax", "serial.png")
-draw(intra_warpgroup(), ["tensor cores", "WG 1"],
-     "Intra-warpgroup pipelining: softmax j overlaps PV j-1", "intra_warpgroup.png")
-draw(ping_pong(), ["tensor cores", "WG 1", "WG 2"],
-     "Ping-pong: one warpgroup's softmax overlaps the other's products",
-     "ping_pong.png")
+draw(serial(), ["tensor cores", "WG 1"], "Serial: the tensor cores wait for each softmax", "serial.png")
+draw(
+    intra_warpgroup(),
+    ["tensor cores", "WG 1"],
+    "Intra-warpgroup pipelining: softmax j overlaps PV j-1",
+    "intra_warpgroup.png",
+)
+draw(
+    ping_pong(),
+    ["tensor cores", "WG 1", "WG 2"],
+    "Ping-pong: one warpgroup's softmax overlaps the other's products",
+    "ping_pong.png",
+)
 
 
 # --8<-- [start:ring]
@@ -122,6 +131,8 @@ def ring(slots=2, load=1.0, compute=1.5):
             done.append(begin + compute)
         freed[s] = max(done)  # both consumers arrive on "empty"
     return bars
+
+
 # --8<-- [end:ring]
 
 
@@ -133,11 +144,9 @@ for row, start, length, kind, j in bars:
     colour = COLOURS["load"] if kind == "load" else ("#3f51b5", "#ff9800")[j % 2]
     ax.barh(y, length, left=start, color=colour, edgecolor="white")
     label = f"K, V {j}\nslot {j % 2}" if kind == "load" else f"tile {j}, slot {j % 2}"
-    ax.text(start + length / 2, y, label, ha="center", va="center", color="white",
-            fontsize=6)
+    ax.text(start + length / 2, y, label, ha="center", va="center", color="white", fontsize=6)
 ax.set_yticks(range(3), rows[::-1])
 ax.set_xlabel("time")
-ax.set_title("A ring of two slots: loads of the next tiles overlap the consumers' work",
-             fontsize=10)
+ax.set_title("A ring of two slots: loads of the next tiles overlap the consumers' work", fontsize=10)
 fig.tight_layout()
 fig.savefig("ring.png", dpi=150)

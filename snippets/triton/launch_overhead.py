@@ -57,8 +57,7 @@ def flashdoc_step():  # forward + backward, as in training
 
 def sdpa(backward):
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION), torch.set_grad_enabled(backward):
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             is_causal=True)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
         if backward:
             out.sum().backward()
 
@@ -66,18 +65,27 @@ def sdpa(backward):
 def on_calling_thread(fn):
     """fn with autograd running the backward on the calling thread (for CUDA tensors it runs on a worker
     thread of its own otherwise), to see what that hand-over costs."""
+
     def wrapped():
         with torch.autograd.set_multithreading_enabled(False):
             fn()
+
     return wrapped
 
 
-rows = ["| call | flashdoc, launch cache off | flashdoc, launch cache on | SDPA, FlashAttention-2 backend |",
-        "|---|---|---|---|"]
-cases = [("forward", flashdoc_forward, lambda: sdpa(backward=False)),
-         ("forward + backward", flashdoc_step, lambda: sdpa(backward=True)),
-         ("forward + backward, backward on the calling thread", on_calling_thread(flashdoc_step),
-          on_calling_thread(lambda: sdpa(backward=True)))]
+rows = [
+    "| call | flashdoc, launch cache off | flashdoc, launch cache on | SDPA, FlashAttention-2 backend |",
+    "|---|---|---|---|",
+]
+cases = [
+    ("forward", flashdoc_forward, lambda: sdpa(backward=False)),
+    ("forward + backward", flashdoc_step, lambda: sdpa(backward=True)),
+    (
+        "forward + backward, backward on the calling thread",
+        on_calling_thread(flashdoc_step),
+        on_calling_thread(lambda: sdpa(backward=True)),
+    ),
+]
 for name, fn, peer_fn in cases:
     launch.LAUNCH_CACHE = False  # what FLASHDOC_LAUNCH_CACHE=0 sets at import: Triton's launch path every time
     off = host_us(fn)

@@ -15,15 +15,13 @@ import triton.language as tl
 
 # --8<-- [start:kernel]
 @triton.jit
-def attention_fwd(Q, K, V, Out, n, scale,
-                  D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def attention_fwd(Q, K, V, Out, n, scale, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     block = tl.program_id(0)  # which block of queries this program owns
     head = tl.program_id(1)  # which (batch, head) pair
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, D)
     base = head * n * D  # Q, K, V, Out: contiguous (batch * heads, n, D)
-    q = tl.load(Q + base + rows[:, None] * D + cols[None, :],
-                mask=rows[:, None] < n, other=0.0)
+    q = tl.load(Q + base + rows[:, None] * D + cols[None, :], mask=rows[:, None] < n, other=0.0)
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max
     l = tl.zeros([BLOCK_M], tl.float32)  # running denominator
     acc = tl.zeros([BLOCK_M, D], tl.float32)  # unnormalised output
@@ -40,8 +38,9 @@ def attention_fwd(Q, K, V, Out, n, scale,
         l = alpha * l + tl.sum(p, axis=1)
         acc = alpha[:, None] * acc + tl.dot(p, v)
         m = m_new
-    tl.store(Out + base + rows[:, None] * D + cols[None, :], acc / l[:, None],
-             mask=rows[:, None] < n)
+    tl.store(Out + base + rows[:, None] * D + cols[None, :], acc / l[:, None], mask=rows[:, None] < n)
+
+
 # --8<-- [end:kernel]
 
 
@@ -53,6 +52,8 @@ def attention(q, k, v, block_m=16, block_n=16):
     grid = (triton.cdiv(n, block_m), batch * heads)  # programs along each axis
     attention_fwd[grid](q, k, v, out, n, d**-0.5, D=d, BLOCK_M=block_m, BLOCK_N=block_n)
     return out
+
+
 # --8<-- [end:launch]
 
 

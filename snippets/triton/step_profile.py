@@ -16,8 +16,9 @@ batch, seqlen, heads, head_dim = (4, 4096, 16, 128) if cuda else (1, 64, 2, 32)
 calls = 20 if cuda else 1
 
 # --8<-- [start:profile]
-q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device=device, dtype=dtype, requires_grad=True)
-           for _ in range(3))
+q, k, v = (
+    torch.randn(batch, seqlen, heads, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3)
+)
 dout = torch.randn_like(q)
 
 
@@ -33,8 +34,9 @@ with profile(activities=[ProfilerActivity.CUDA] if cuda else [ProfilerActivity.C
         step()
     if cuda:
         torch.cuda.synchronize()
-kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
-                 key=lambda e: e.time_range.start)
+kernels = sorted(
+    (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda e: e.time_range.start
+)
 per_kernel = collections.defaultdict(float)  # microseconds per call
 for e in kernels:
     per_kernel[e.name] += e.time_range.elapsed_us() / calls
@@ -42,7 +44,7 @@ for e in kernels:
 spans = []
 for i, e in enumerate(kernels):
     if e.name.startswith("_attn_bwd_preprocess"):
-        rest = [x for x in kernels[i + 1:i + 3] if x.name.startswith(("_attn_bwd_dkdv", "_attn_bwd_dq"))]
+        rest = [x for x in kernels[i + 1 : i + 3] if x.name.startswith(("_attn_bwd_dkdv", "_attn_bwd_dq"))]
         spans.append(max(x.time_range.end for x in rest) - e.time_range.start)
 # --8<-- [end:profile]
 
@@ -51,13 +53,19 @@ rows += [f"| `{name}` | {us / 1e3:.3f} ms |" for name, us in sorted(per_kernel.i
 if spans:
     backward_sum = sum(us for name, us in per_kernel.items() if name.startswith("_attn_bwd"))
     span = sorted(spans)[len(spans) // 2]
-    rows += [f"| the backward's three kernels, one after the other | {backward_sum / 1e3:.3f} ms |",
-             f"| the backward, first kernel's start to last kernel's end (median) | {span / 1e3:.3f} ms |"]
+    rows += [
+        f"| the backward's three kernels, one after the other | {backward_sum / 1e3:.3f} ms |",
+        f"| the backward, first kernel's start to last kernel's end (median) | {span / 1e3:.3f} ms |",
+    ]
 else:
-    rows = ["On the CPU the kernels run in Triton's interpreter and the profiler sees no GPU kernel: "
-            "run this on a CUDA GPU."]
-print(f"flash_attn_func(...).backward(), batch {batch}, {seqlen} tokens, {heads} heads, head dim {head_dim}, "
-      f"{str(dtype).removeprefix('torch.')}, {calls} calls")
+    rows = [
+        "On the CPU the kernels run in Triton's interpreter and the profiler sees no GPU kernel: "
+        "run this on a CUDA GPU."
+    ]
+print(
+    f"flash_attn_func(...).backward(), batch {batch}, {seqlen} tokens, {heads} heads, head dim {head_dim}, "
+    f"{str(dtype).removeprefix('torch.')}, {calls} calls"
+)
 print("\n".join(rows))
 with open("step_profile.md", "w") as f:
     f.write("\n".join(rows) + "\n")

@@ -24,29 +24,34 @@ rows = []
 for (head_dim, fp32), candidates in forward.FWD_CONFIGS.items():
     for c in candidates:  # the autotuner times them all, the first is the default
         kw = c.kwargs
-        rows.append(f"| {head_dim} | {'fp32' if fp32 else 'fp16, bf16'} "
-                    f"| {kw['BLOCK_M']} | {kw['BLOCK_N']} | {c.num_stages} "
-                    f"| {c.num_warps} | {yes(kw['ACROSS_HEADS'])} |")
-write("forward.md", "| head dim | inputs | BLOCK_M | BLOCK_N | num_stages | num_warps "
-      "| causal order across heads |", rows)
+        rows.append(
+            f"| {head_dim} | {'fp32' if fp32 else 'fp16, bf16'} "
+            f"| {kw['BLOCK_M']} | {kw['BLOCK_N']} | {c.num_stages} "
+            f"| {c.num_warps} | {yes(kw['ACROSS_HEADS'])} |"
+        )
+write(
+    "forward.md", "| head dim | inputs | BLOCK_M | BLOCK_N | num_stages | num_warps | causal order across heads |", rows
+)
 # --8<-- [end:portable]
 
-rows = [f"| {hd} | {yes(causal)} | {m} | {n} | {stages} | {consumers} "
-        f"| {yes(persist)} |"
-        for (hd, causal), (m, n, stages, consumers, persist)
-        in forward_hopper.HOPPER_CONFIGS.items()]
-write("hopper_forward.md", "| head dim | causal | rows per consumer | keys per tile "
-      "| ring slots | consumers | persistent |", rows)
+rows = [
+    f"| {hd} | {yes(causal)} | {m} | {n} | {stages} | {consumers} | {yes(persist)} |"
+    for (hd, causal), (m, n, stages, consumers, persist) in forward_hopper.HOPPER_CONFIGS.items()
+]
+write(
+    "hopper_forward.md",
+    "| head dim | causal | rows per consumer | keys per tile | ring slots | consumers | persistent |",
+    rows,
+)
 
 rows = []
-for kernel, table in [("dK/dV", backward_hopper.HOPPER_DKDV_CONFIGS),
-                      ("dQ", backward_hopper.HOPPER_DQ_CONFIGS),
-                      ("fused dK, dV, dQ", backward_hopper.FUSED_DQ_CONFIGS)]:
+for kernel, table in [
+    ("dK/dV", backward_hopper.HOPPER_DKDV_CONFIGS),
+    ("dQ", backward_hopper.HOPPER_DQ_CONFIGS),
+    ("fused dK, dV, dQ", backward_hopper.FUSED_DQ_CONFIGS),
+]:
     for (hd, causal), (m, n, stages, consumers) in table.items():
-        rows.append(f"| {kernel} | {hd} | {yes(causal)} | {m} | {n} | {stages} "
-                    f"| {consumers} |")
-write("hopper_backward.md", "| kernel | head dim | causal | BLOCK_M | BLOCK_N "
-      "| ring slots | consumers |", rows)
-(key, tokens), = backward_hopper.FUSED_DQ_MIN_SEQLEN.items()
-print(f"Causal calls at head dim {key[0]} take the fused kernel from {tokens:,} "
-      "tokens.")
+        rows.append(f"| {kernel} | {hd} | {yes(causal)} | {m} | {n} | {stages} | {consumers} |")
+write("hopper_backward.md", "| kernel | head dim | causal | BLOCK_M | BLOCK_N | ring slots | consumers |", rows)
+((key, tokens),) = backward_hopper.FUSED_DQ_MIN_SEQLEN.items()
+print(f"Causal calls at head dim {key[0]} take the fused kernel from {tokens:,} tokens.")

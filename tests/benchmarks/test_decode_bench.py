@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 # loaded by path: a package named ``benchmarks`` elsewhere on sys.path (this test folder's) cannot shadow it
-_spec = importlib.util.spec_from_file_location("decode_benchmark",
-                                               Path(__file__).resolve().parents[2] / "benchmarks" / "decode.py")
+_spec = importlib.util.spec_from_file_location(
+    "decode_benchmark", Path(__file__).resolve().parents[2] / "benchmarks" / "decode.py"
+)
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
@@ -20,8 +21,13 @@ def rows(flashdoc=3.6, cudnn=3.0, flash=3.0, paged=3.5, slow_point=None):
     out = []
     for b, c in bench.points(False):
         ours = flashdoc / 2 if (b, c) == slow_point else flashdoc
-        values = {"flashdoc": ours, "sdpa-cudnn": cudnn, "sdpa-flash": flash, "flex": 2.0,
-                  **{f"flashdoc-paged{p}": paged for p in bench.PAGE_SIZES}}
+        values = {
+            "flashdoc": ours,
+            "sdpa-cudnn": cudnn,
+            "sdpa-flash": flash,
+            "flex": 2.0,
+            **{f"flashdoc-paged{p}": paged for p in bench.PAGE_SIZES},
+        }
         for method, tbps in values.items():
             out.append(dict(batch=b, cache=c, method=method, ms=1.0, graph_ms=1.0, tbps=tbps, graph_tbps=tbps))
     return out

@@ -18,14 +18,37 @@ from benchmarks.run import main, run_benchmark
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # The smallest sweep: one tiny shape, both modes and both maskings (about a second of interpreted flashdoc).
 # On a GPU machine the same tiny sweep runs on the GPU, without FlexAttention (its compiles take a minute).
-TINY = dict(seqlens=(32,), total_tokens=64, hidden=32, head_dims=(32,), dtypes=("fp16",), memory_seqlens=(256,),
-            first_call=False, passes=2)
+TINY = dict(
+    seqlens=(32,),
+    total_tokens=64,
+    hidden=32,
+    head_dims=(32,),
+    dtypes=("fp16",),
+    memory_seqlens=(256,),
+    first_call=False,
+    passes=2,
+)
 # This process's CPUs before any benchmark ran (the GPU run pins itself to one of them while it times).
 ALL_CPUS = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
 PEERS = None if DEVICE == "cpu" else ["naive", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "flashdoc"]
 
-RECORD_KEYS = {"kind", "peer", "mode", "dtype", "head_dim", "causal", "seqlen", "batch", "heads", "status",
-               "gpu", "timestamp", "torch", "triton", "flashdoc"}
+RECORD_KEYS = {
+    "kind",
+    "peer",
+    "mode",
+    "dtype",
+    "head_dim",
+    "causal",
+    "seqlen",
+    "batch",
+    "heads",
+    "status",
+    "gpu",
+    "timestamp",
+    "torch",
+    "triton",
+    "flashdoc",
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,19 +62,35 @@ def test_results_json_schema(run):
     out, results = run
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk == json.loads(json.dumps(results))  # what was returned is what was written
-    for key in ("schema", "date", "gpu", "torch", "triton", "flashdoc", "device", "note", "sweep", "peers",
-                "records", "quantiles"):
+    for key in (
+        "schema",
+        "date",
+        "gpu",
+        "torch",
+        "triton",
+        "flashdoc",
+        "device",
+        "note",
+        "sweep",
+        "peers",
+        "records",
+        "quantiles",
+    ):
         assert key in on_disk, key
     assert on_disk["schema"] == schema.SCHEMA
     if DEVICE == "cpu":  # no pinning and, under the interpreter, no autotuner
         assert on_disk["pinned_cpu"] is None and on_disk["flashdoc_autotuned"] == []
     else:  # timed on one CPU, and every (length bucket, head dim, masking) that flashdoc ran has its picks
         assert on_disk["pinned_cpu"] == min(os.sched_getaffinity(0))
-        ran = {(r["head_dim"], r["causal"]) for r in on_disk["records"] if r["kind"] == "speed"
-               and r["peer"] == "flashdoc" and r["status"] == "ok"}
+        ran = {
+            (r["head_dim"], r["causal"])
+            for r in on_disk["records"]
+            if r["kind"] == "speed" and r["peer"] == "flashdoc" and r["status"] == "ok"
+        }
         for kernel in ("fwd", "dkdv", "dq"):
-            assert ran <= {(p["head_dim"], p["causal"]) for p in on_disk["flashdoc_autotuned"]
-                           if p["kernel"] == kernel}, kernel
+            assert ran <= {
+                (p["head_dim"], p["causal"]) for p in on_disk["flashdoc_autotuned"] if p["kernel"] == kernel
+            }, kernel
     assert on_disk["device"] == DEVICE
     if DEVICE == "cpu":
         assert "not meaningful" in on_disk["note"].lower()
@@ -66,8 +105,9 @@ def test_results_json_schema(run):
         assert r["status"] in ("ok", "skipped")
         if r["status"] == "ok":
             assert r["ms"] > 0 and r["tflops"] > 0 and r["first_call_s"] > 0
-            assert r["flops"] == schema.flops(r["mode"], r["batch"], r["heads"], r["seqlen"], r["head_dim"],
-                                             r["causal"])
+            assert r["flops"] == schema.flops(
+                r["mode"], r["batch"], r["heads"], r["seqlen"], r["head_dim"], r["causal"]
+            )
         else:
             assert r["reason"]
     assert {r["peer"] for r in speed if r["status"] == "ok"} >= {"naive", "flashdoc"}
@@ -114,8 +154,7 @@ def test_an_interrupted_run_keeps_what_it_timed(tmp_path, monkeypatch, stop_at, 
         return measure(*args, **kwargs)
 
     monkeypatch.setattr(timing, "measure_speed", measure_then_stop)
-    results = run_benchmark(out_dir=tmp_path, device="cpu", peers=["naive"], progress=False, verbose=False,
-                                  **TINY)
+    results = run_benchmark(out_dir=tmp_path, device="cpu", peers=["naive"], progress=False, verbose=False, **TINY)
     assert results["interrupted"]
     timed = [r for r in results["records"] if r["kind"] == "speed" and r["status"] == "ok"]
     assert sorted(len(r["ms_passes"]) for r in timed) == passes_kept
@@ -125,8 +164,9 @@ def test_an_interrupted_run_keeps_what_it_timed(tmp_path, monkeypatch, stop_at, 
 
 def test_passes_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="passes must be"):
-        run_benchmark(out_dir=tmp_path, device="cpu", peers=["naive"], progress=False, verbose=False,
-                            **dict(TINY, passes=0))
+        run_benchmark(
+            out_dir=tmp_path, device="cpu", peers=["naive"], progress=False, verbose=False, **dict(TINY, passes=0)
+        )
 
 
 def test_each_row_starts_at_another_peer(run):
@@ -141,7 +181,7 @@ def test_each_row_starts_at_another_peer(run):
             rows[-1][1].append(r["peer"])
     names = [p.name for p in peers.PEERS]
     for i, (_, order) in enumerate(rows):
-        rotated = names[i % len(names):] + names[:i % len(names)]
+        rotated = names[i % len(names) :] + names[: i % len(names)]
         assert order == [name for name in rotated if name in order]
     assert len({order[0] for _, order in rows}) > 1
 
@@ -196,10 +236,14 @@ def test_plots_and_tables_are_written(run):
 
 
 def test_autotuned_table_has_one_row_per_shape_and_a_column_per_kernel():
-    pick = dict(dtype="bf16", head_dim=128, causal=False, seq_bucket=4096, block_m=128, block_n=64, num_stages=2,
-                num_warps=4)
-    picks = [dict(pick, kernel="fwd"), dict(pick, kernel="dq", block_n=32),
-             dict(pick, kernel="fwd", causal=True, seq_bucket=2048)]
+    pick = dict(
+        dtype="bf16", head_dim=128, causal=False, seq_bucket=4096, block_m=128, block_n=64, num_stages=2, num_warps=4
+    )
+    picks = [
+        dict(pick, kernel="fwd"),
+        dict(pick, kernel="dq", block_n=32),
+        dict(pick, kernel="fwd", causal=True, seq_bucket=2048),
+    ]
     lines = report.autotuned_table({"flashdoc_autotuned": picks}).splitlines()
     lines = [line.replace("\u00a0", " ") for line in lines]  # non-breaking spaces keep cells on one line
     assert lines[0] == "| configuration (N: its length bucket) | forward | dK/dV | dQ |"
@@ -218,15 +262,22 @@ def test_hopper_kernels_are_listed_with_their_fixed_configs(monkeypatch):
     monkeypatch.setattr(forward_hopper, "supports", lambda q, causal: q.shape[3] == 128)
     monkeypatch.setattr(backward_hopper, "supports_dkdv", lambda q, causal: causal)
     monkeypatch.setattr(backward_hopper, "supports_dq", lambda q, causal: False)
-    sweep = dataclasses.replace(schema.SWEEPS["cpu"], head_dims=(64, 128), seqlens=(2048,), total_tokens=2048,
-                                hidden=256)
+    sweep = dataclasses.replace(
+        schema.SWEEPS["cpu"], head_dims=(64, 128), seqlens=(2048,), total_tokens=2048, hidden=256
+    )
     picks = kernel_configs.hopper_configs(sweep)
     assert sorted((p["kernel"], p["head_dim"], p["causal"]) for p in picks) == [
-        ("dkdv", 64, True), ("dkdv", 128, True), ("fwd", 128, False), ("fwd", 128, True)]
+        ("dkdv", 64, True),
+        ("dkdv", 128, True),
+        ("fwd", 128, False),
+        ("fwd", 128, True),
+    ]
     lines = [line.replace("\u00a0", " ") for line in report.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
     block_m, block_n, stages, consumers = forward_hopper.HOPPER_CONFIGS[128, False][:4]
-    assert lines[2] == (f"| fp16 d=64 causal N=2k | — | "
-                        f"{'%d×%d s%d c%d' % backward_hopper.HOPPER_DKDV_CONFIGS[64, True][:4]} (Gluon) | — |")
+    assert lines[2] == (
+        f"| fp16 d=64 causal N=2k | — | "
+        f"{'%d×%d s%d c%d' % backward_hopper.HOPPER_DKDV_CONFIGS[64, True][:4]} (Gluon) | — |"
+    )
     assert lines[3] == f"| fp16 d=128 full N=2k | {block_m}×{block_n} s{stages} c{consumers} (Gluon) | — | — |"
     assert "(Gluon): the Hopper kernel" in lines[-1]
 
@@ -234,12 +285,47 @@ def test_hopper_kernels_are_listed_with_their_fixed_configs(monkeypatch):
 def test_hopper_config_cells_name_their_variants():
     """A Gluon cell says which variant of its kernel ran: the forward's output staged in the query tiles, the wide
     dK/dV kernel."""
-    picks = [dict(kernel="fwd", gluon=True, dtype="bf16", seq_bucket=4096, head_dim=256, causal=False, block_m=64,
-                  block_n=64, num_stages=2, consumers=2, o_in_q=True),
-             dict(kernel="dkdv", gluon=True, dtype="bf16", seq_bucket=4096, head_dim=256, causal=False, block_m=64,
-                  block_n=64, num_stages=2, consumers=2, wide=True),
-             dict(kernel="dkdv", gluon=True, dtype="bf16", seq_bucket=4096, head_dim=128, causal=False, block_m=64,
-                  block_n=64, num_stages=2, consumers=2, wide=False)]
+    picks = [
+        dict(
+            kernel="fwd",
+            gluon=True,
+            dtype="bf16",
+            seq_bucket=4096,
+            head_dim=256,
+            causal=False,
+            block_m=64,
+            block_n=64,
+            num_stages=2,
+            consumers=2,
+            o_in_q=True,
+        ),
+        dict(
+            kernel="dkdv",
+            gluon=True,
+            dtype="bf16",
+            seq_bucket=4096,
+            head_dim=256,
+            causal=False,
+            block_m=64,
+            block_n=64,
+            num_stages=2,
+            consumers=2,
+            wide=True,
+        ),
+        dict(
+            kernel="dkdv",
+            gluon=True,
+            dtype="bf16",
+            seq_bucket=4096,
+            head_dim=128,
+            causal=False,
+            block_m=64,
+            block_n=64,
+            num_stages=2,
+            consumers=2,
+            wide=False,
+        ),
+    ]
     lines = [line.replace("\u00a0", " ") for line in report.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
     assert lines[2] == "| bf16 d=128 full N=4k | — | 64×64 s2 c2 (Gluon) | — |"
     assert lines[3] == "| bf16 d=256 full N=4k | 64×64 s2 c2 O in Q (Gluon) | 64×64 s2 c2 wide (Gluon) | — |"
@@ -256,11 +342,13 @@ def test_fused_backward_is_listed_in_the_dkdv_column(monkeypatch):
     monkeypatch.setattr(backward_hopper, "supports_fused_dq", lambda q, k, causal: (q.shape[3], causal) == (64, False))
     monkeypatch.setattr(backward_hopper, "supports_dkdv", lambda q, causal: True)
     monkeypatch.setattr(backward_hopper, "supports_dq", lambda q, causal: True)
-    sweep = dataclasses.replace(schema.SWEEPS["cpu"], head_dims=(64,), seqlens=(2048,), total_tokens=2048,
-                                hidden=256)
+    sweep = dataclasses.replace(schema.SWEEPS["cpu"], head_dims=(64,), seqlens=(2048,), total_tokens=2048, hidden=256)
     picks = kernel_configs.hopper_configs(sweep)
     assert sorted((p["kernel"], p["causal"], p.get("fused_dq")) for p in picks) == [
-        ("dkdv", False, True), ("dkdv", True, False), ("dq", True, None)]
+        ("dkdv", False, True),
+        ("dkdv", True, False),
+        ("dq", True, None),
+    ]
     lines = [line.replace("\u00a0", " ") for line in report.autotuned_table({"flashdoc_autotuned": picks}).splitlines()]
     fused = "%d×%d s%d c%d" % backward_hopper.FUSED_DQ_CONFIGS[64, False][:4]
     assert lines[2] == f"| fp16 d=64 full N=2k | — | {fused} + dQ (Gluon) | in dK/dV |"
@@ -268,9 +356,31 @@ def test_fused_backward_is_listed_in_the_dkdv_column(monkeypatch):
 
 
 def test_ratio_table_is_printed(tmp_path, capsys):
-    main(["--device", DEVICE, "--out", str(tmp_path), "--no-progress", "--peers", "naive,flashdoc",
-                "--modes", "fwd", "--causal", "no", "--seqlens", "32", "--dtypes", "fp16", "--head-dims", "32",
-                "--memory-seqlens", "256", "--no-first-call", "--no-pin-cpu"])
+    main(
+        [
+            "--device",
+            DEVICE,
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            "--peers",
+            "naive,flashdoc",
+            "--modes",
+            "fwd",
+            "--causal",
+            "no",
+            "--seqlens",
+            "32",
+            "--dtypes",
+            "fp16",
+            "--head-dims",
+            "32",
+            "--memory-seqlens",
+            "256",
+            "--no-first-call",
+            "--no-pin-cpu",
+        ]
+    )
     printed = capsys.readouterr().out
     assert json.loads((tmp_path / "results.json").read_text())["pinned_cpu"] is None  # --no-pin-cpu
     if DEVICE == "cpu":
@@ -287,15 +397,23 @@ def test_failing_peers_do_not_stop_the_run(tmp_path, monkeypatch):
     def runs_out_of_memory(device):
         def attn(q, k, v, causal):
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
         return attn
 
     kept = [p for p in peers.PEERS if p.name in ("naive", "flashdoc")]
     kept += [peers.Peer("missing", "bhnd", missing), peers.Peer("oom", "bhnd", runs_out_of_memory)]
     monkeypatch.setattr(peers, "PEERS", kept)
-    results = run_benchmark(out_dir=tmp_path, device=DEVICE, progress=False, verbose=False,
-                                  **dict(TINY, seqlens=(32, 64), modes=("fwd",), causals=(True,)))
-    assert results["peers"]["missing"] == {"available": False, "reason": "not installed (No module named "
-                                                                          "'not_a_kernel')"}
+    results = run_benchmark(
+        out_dir=tmp_path,
+        device=DEVICE,
+        progress=False,
+        verbose=False,
+        **dict(TINY, seqlens=(32, 64), modes=("fwd",), causals=(True,)),
+    )
+    assert results["peers"]["missing"] == {
+        "available": False,
+        "reason": "not installed (No module named 'not_a_kernel')",
+    }
     oom = [r for r in results["records"] if r.get("peer") == "oom"]
     assert [r["status"] for r in oom] == ["skipped", "skipped"]
     assert oom[0]["reason"] == "out of memory" and oom[1]["reason"] == "out of memory at N=32"
@@ -306,18 +424,42 @@ def test_failing_peers_do_not_stop_the_run(tmp_path, monkeypatch):
 def test_dtype_twins_and_causal_ratios_from_records():
     """The numbers the post's prose quotes (tools/site_macros/benchmark.py): bf16/fp16 rows of flashdoc that
     disagree beyond the threshold, and causal over full forward TFLOP/s."""
+
     def rec(dtype, causal, tflops, mode="fwd", n=512):
-        return dict(kind="speed", status="ok", peer="flashdoc", mode=mode, dtype=dtype, head_dim=64, causal=causal,
-                    seqlen=n, tflops=tflops, ms_p20=1.0, ms_p80=1.5)
-    results = {"records": [rec("bf16", False, 300), rec("fp16", False, 240), rec("bf16", True, 270),
-                           rec("fp16", True, 250), rec("bf16", False, 100, n=4096), rec("bf16", True, 90, n=4096)]}
+        return dict(
+            kind="speed",
+            status="ok",
+            peer="flashdoc",
+            mode=mode,
+            dtype=dtype,
+            head_dim=64,
+            causal=causal,
+            seqlen=n,
+            tflops=tflops,
+            ms_p20=1.0,
+            ms_p80=1.5,
+        )
+
+    results = {
+        "records": [
+            rec("bf16", False, 300),
+            rec("fp16", False, 240),
+            rec("bf16", True, 270),
+            rec("fp16", True, 250),
+            rec("bf16", False, 100, n=4096),
+            rec("bf16", True, 90, n=4096),
+        ]
+    }
     twins = report.dtype_twins(results, 0.15)
     assert [key for key, _ in twins] == [("fwd", 64, False, 512)]  # 300 vs 240 is 25% apart; 270 vs 250 is 8%
     table = report.twins_table(results, 0.15)
     assert "| fwd d=64 full | 512 | 300 (1.00–1.50 ms) | 240 (1.00–1.50 ms) |" in table
     assert "No row" in report.twins_table(results, 0.5)
-    assert report.causal_full_ratios(results) == {("bf16", 64, 512): 0.9, ("fp16", 64, 512): 250 / 240,
-                                                 ("bf16", 64, 4096): 0.9}
+    assert report.causal_full_ratios(results) == {
+        ("bf16", 64, 512): 0.9,
+        ("fp16", 64, 512): 250 / 240,
+        ("bf16", 64, 4096): 0.9,
+    }
     assert report.causal_full_ratios(results, min_n=1024) == {("bf16", 64, 4096): 0.9}
 
 
@@ -331,10 +473,39 @@ def test_the_command_line_runs_in_a_fresh_process(tmp_path):
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # (this process's flashdoc set it)
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--device", DEVICE, "--out", str(tmp_path), "--no-progress",
-         "--peers", "naive,flashdoc", "--modes", "fwd", "--causal", "no", "--seqlens", "32", "--dtypes", "fp16",
-         "--head-dims", "32", "--memory-seqlens", "256", "--no-first-call", "--precompile-workers", "0"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=240)
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--device",
+            DEVICE,
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            "--peers",
+            "naive,flashdoc",
+            "--modes",
+            "fwd",
+            "--causal",
+            "no",
+            "--seqlens",
+            "32",
+            "--dtypes",
+            "fp16",
+            "--head-dims",
+            "32",
+            "--memory-seqlens",
+            "256",
+            "--no-first-call",
+            "--precompile-workers",
+            "0",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = json.loads((tmp_path / "results.json").read_text())["records"]
     assert [r["status"] for r in records if r["kind"] == "speed" and r["peer"] == "flashdoc"] == ["ok"]

@@ -61,8 +61,9 @@ def claim(post, sentence):
 
 
 def test_recording_backs_faster_than_both_pytorch_backends_in_every_row(results, post):
-    said = claim(post, "Against PyTorch's FlashAttention-2 and memory-efficient backends, flashdoc is faster in "
-                       "every row.")
+    said = claim(
+        post, "Against PyTorch's FlashAttention-2 and memory-efficient backends, flashdoc is faster in every row."
+    )
     for peer in ("sdpa-flash", "sdpa-efficient"):
         for mode in schema.MODES:
             assert min(c["min"] for c in rows(results, mode, peer)) > 1, (said, peer, mode)
@@ -74,8 +75,11 @@ def test_recording_backs_forward_backward_clears_one_and_a_half_flash_backend_ev
 
 
 def test_recording_backs_ahead_of_flex_in_every_row(results, post):
-    said = claim(post, "Against FlexAttention (another Triton kernel), flashdoc is ahead in every row, forward and "
-                       "forward plus backward")
+    said = claim(
+        post,
+        "Against FlexAttention (another Triton kernel), flashdoc is ahead in every row, forward and "
+        "forward plus backward",
+    )
     for mode in schema.MODES:
         assert min(c["min"] for c in rows(results, mode, "flex")) > 1, (said, mode)
 
@@ -114,8 +118,11 @@ def test_recording_backs_hopper_forward_runs_every_row(results):
 def test_recording_backs_most_dtype_twins_agree(results, post):
     said = claim(post, "Most twins agree within a few percent")
     speed = report.speed_table(results)
-    gaps = [speed[k]["flashdoc"] / speed[(k[0], "fp16", *k[2:])]["flashdoc"] for k in speed
-            if k[1] == "bf16" and "flashdoc" in speed[k] and "flashdoc" in speed.get((k[0], "fp16", *k[2:]), {})]
+    gaps = [
+        speed[k]["flashdoc"] / speed[(k[0], "fp16", *k[2:])]["flashdoc"]
+        for k in speed
+        if k[1] == "bf16" and "flashdoc" in speed[k] and "flashdoc" in speed.get((k[0], "fp16", *k[2:]), {})
+    ]
     assert sum(abs(g - 1) <= 0.05 for g in gaps) > len(gaps) / 2, said
 
 
@@ -128,9 +135,11 @@ def test_recording_backs_causal_forward_is_lowest_at_2k(results, post):
 
 def test_recording_backs_float16_rows_mostly_trail_their_bfloat16_twins(results, post):
     said = claim(post, "From 2k tokens up, most float16 rows also read a few percent below their bfloat16 twins.")
-    speed = {(r["mode"], r["dtype"], r["head_dim"], r["causal"], r["seqlen"]): r["tflops"]
-             for r in results["records"]
-             if r["kind"] == "speed" and r["status"] == "ok" and r["peer"] == "flashdoc" and r["seqlen"] >= 2048}
+    speed = {
+        (r["mode"], r["dtype"], r["head_dim"], r["causal"], r["seqlen"]): r["tflops"]
+        for r in results["records"]
+        if r["kind"] == "speed" and r["status"] == "ok" and r["peer"] == "flashdoc" and r["seqlen"] >= 2048
+    }
     ratios = [speed[key] / speed[(key[0], "bf16", *key[2:])] for key in speed if key[1] == "fp16"]
     assert sum(0.9 < r < 1 for r in ratios) > 0.75 * len(ratios), said
 
@@ -139,8 +148,10 @@ def test_recording_backs_float16_holding_bfloat16_values_keeps_pace():
     """The dtype_bits snippet's table: float16 inputs with bfloat16's values run within 2% of bfloat16 in both
     columns, and random float16 inputs run slower than both."""
     table = (ROOT / "docs/generated/triton/dtype_bits/dtype_bits.md").read_text().splitlines()[2:]
-    speed = {cells[0]: [float(x) for x in cells[1:]]
-             for cells in ([c.strip() for c in line.strip("|").split("|")] for line in table)}
+    speed = {
+        cells[0]: [float(x) for x in cells[1:]]
+        for cells in ([c.strip() for c in line.strip("|").split("|")] for line in table)
+    }
     bf16, fp16, held = speed["bfloat16"], speed["float16"], speed["float16 holding the bfloat16 values"]
     for column in range(2):
         assert abs(held[column] / bf16[column] - 1) <= 0.02, (column, bf16, held)
@@ -151,9 +162,11 @@ def test_recording_backs_float16_holding_bfloat16_values_keeps_pace():
 
 
 def test_recording_backs_softmax_moves_its_bytes_at_a_quarter_of_copy_speed():
-    said = claim(read_post("flashattention-explained.md"),
-                 "it moves the fewest bytes it must (the scores in, the weights out) at about a quarter of the "
-                 "speed of a plain copy")
+    said = claim(
+        read_post("flashattention-explained.md"),
+        "it moves the fewest bytes it must (the scores in, the weights out) at about a quarter of the "
+        "speed of a plain copy",
+    )
     copy = number(table("flashattention/gpu_roofline/hardware.md")["measured HBM bandwidth (copy)"][0])
     softmax = number(table("flashattention/gpu_roofline/roofline.md")["P = softmax(S)"][3])
     assert 0.18 <= softmax / copy <= 0.35, (said, softmax, copy)
@@ -163,18 +176,30 @@ def test_recording_backs_roofline_times_the_fused_kernel_slower_than_the_benchma
     """Part 6 explains why the roofline's fused point lies far below the benchmark's row for the same N, d and
     dtype: one call at a time from an idle GPU (a synchronisation after each), on half the (batch, head)
     pairs. Each of those facts is read from the two programs and the two recordings."""
-    said = claim(read_post("benchmarking-attention.md"),
-                 "and put it far below the benchmark's row for the same $N$, $d$ and dtype")
+    said = claim(
+        read_post("benchmarking-attention.md"),
+        "and put it far below the benchmark's row for the same $N$, $d$ and dtype",
+    )
     roofline = number(table("flashattention/gpu_roofline/roofline.md")["fused (flashdoc)"][2])
-    row, = [r for r in results["records"] if r["kind"] == "speed" and r["peer"] == "flashdoc" and r["mode"] == "fwd"
-            and r["dtype"] == "bf16" and r["head_dim"] == 128 and not r["causal"] and r["seqlen"] == 4096]
+    (row,) = [
+        r
+        for r in results["records"]
+        if r["kind"] == "speed"
+        and r["peer"] == "flashdoc"
+        and r["mode"] == "fwd"
+        and r["dtype"] == "bf16"
+        and r["head_dim"] == 128
+        and not r["causal"]
+        and r["seqlen"] == 4096
+    ]
     assert roofline < 0.75 * row["tflops"], (said, roofline, row["tflops"])
     source = (ROOT / "snippets/flashattention/gpu_roofline.py").read_text()
-    timer = source[source.index("def median_seconds"):source.index("return sorted(times)")]
+    timer = source[source.index("def median_seconds") : source.index("return sorted(times)")]
     assert "torch.cuda.synchronize()" in timer, "the roofline no longer synchronises after every call"
     bh = int(re.search(r"bh, seq, d = \((\d+), 4096, 128\)", source).group(1))
-    assert 2 * bh == row["batch"] * row["heads"], claim(read_post("benchmarking-attention.md"),
-                                                        "64 (batch, head) pairs")
+    assert 2 * bh == row["batch"] * row["heads"], claim(
+        read_post("benchmarking-attention.md"), "64 (batch, head) pairs"
+    )
 
 
 # Part 3: host time, the reference of the tests, automatic warp specialisation
@@ -192,8 +217,11 @@ def test_recording_backs_launch_cache_host_time_as_the_post_reads_it():
 
 
 def test_recording_backs_both_references_give_the_same_verdict():
-    said = claim(read_post("flashattention-in-triton.md"), "flash-attn's own tests take that reference in float32, "
-                 "from inputs upcast to float32; flashdoc's tests go one step further and take it in float64")
+    said = claim(
+        read_post("flashattention-in-triton.md"),
+        "flash-attn's own tests take that reference in float32, "
+        "from inputs upcast to float32; flashdoc's tests go one step further and take it in float64",
+    )
     out = (GENERATED / "triton/check_against_oracle/stdout.txt").read_text()
     for ref in ("float32", "float64"):
         ratios = [float(r) for r in re.findall(rf"vs {ref} .*ratio ([\d.]+)", out)]
@@ -209,8 +237,11 @@ def test_recording_backs_tl_offers_automatic_warp_specialisation():
 
 
 def test_recording_backs_heads_cost_the_flops_of_one_and_h_times_the_score_memory():
-    said = claim(read_post("attention-deep-dive.md"), "each head has its own $N \\times N$ matrix of scores, so the "
-                 "scores take $h$ times the memory of a single head")
+    said = claim(
+        read_post("attention-deep-dive.md"),
+        "each head has its own $N \\times N$ matrix of scores, so the "
+        "scores take $h$ times the memory of a single head",
+    )
     text = (GENERATED / "attention/score_memory/heads.txt").read_text()
     h = int(re.match(r"(\d+) heads", text).group(1))
     flops = [int(x.replace(",", "")) for x in re.search(r"FLOPs of QK\^T: ([\d,]+) vs ([\d,]+)", text).groups()]
@@ -219,33 +250,40 @@ def test_recording_backs_heads_cost_the_flops_of_one_and_h_times_the_score_memor
 
 
 def test_recording_backs_gpt3_scores_against_weights():
-    said = claim(read_post("attention-deep-dive.md"), "Inference needs one layer's scores at a time, a small fraction "
-                 "of the weights' memory")
+    said = claim(
+        read_post("attention-deep-dive.md"),
+        "Inference needs one layer's scores at a time, a small fraction of the weights' memory",
+    )
     text = (GENERATED / "attention/score_memory/gpt3.txt").read_text()
     weights = number(re.search(r"weights: +(.*)GiB", text).group(1))
     layer = number(re.search(r"one layer, one sequence: +(.*)MiB", text).group(1)) / 1024
     every_layer = number(re.search(r"layers, one sequence: +(.*)GiB", text).group(1))
     assert layer < 0.01 * weights, (said, layer, weights)
-    assert every_layer > 50 * layer, claim(read_post("attention-deep-dive.md"),
-                                           "Training that keeps $P$ for every layer needs far more per sequence")
+    assert every_layer > 50 * layer, claim(
+        read_post("attention-deep-dive.md"), "Training that keeps $P$ for every layer needs far more per sequence"
+    )
 
 
 # Part 2: the seed post's beta form and its Hugging Face example
 
 
 def test_recording_backs_beta_form_fails_only_on_fully_masked_tile_rows():
-    said = claim(read_post("flashattention-explained.md"), "A tile row with even one visible key has a finite "
-                 "`m_ij`, and there the two forms agree (line 6)")
+    said = claim(
+        read_post("flashattention-explained.md"),
+        "A tile row with even one visible key has a finite `m_ij`, and there the two forms agree (line 6)",
+    )
     out = (GENERATED / "flashattention/seed_pseudocode/stdout.txt").read_text()
     assert re.search(r"^5\. fully masked tile row: beta form adds nan, the standard form adds 0\.0$", out, re.M)
-    beta, standard = re.search(r"^6\. one visible key: beta form adds ([\d.]+), the standard form adds ([\d.]+)$",
-                               out, re.M).groups()
+    beta, standard = re.search(
+        r"^6\. one visible key: beta form adds ([\d.]+), the standard form adds ([\d.]+)$", out, re.M
+    ).groups()
     assert beta == standard, (said, beta, standard)
 
 
 def test_recording_backs_transformers_defaults_to_sdpa():
-    said = claim(read_post("flashattention-explained.md"), "transformers uses its `\"sdpa\"` implementation unless "
-                 "told otherwise")
+    said = claim(
+        read_post("flashattention-explained.md"), 'transformers uses its `"sdpa"` implementation unless told otherwise'
+    )
     out = (GENERATED / "flashattention/hf_default/stdout.txt").read_text()
     assert "the default attention is 'sdpa'" in out, said
     assert "flash-attn installed: False" in out and '"flash_attention_2": accepted' not in out, said
@@ -265,18 +303,25 @@ def test_recording_backs_worked_backward_numbers_in_the_prose():
 
 
 def test_recording_backs_overlaps_rank_as_the_post_says():
-    said = claim(read_post("flashattention-on-hopper.md"), "pipelining inside one warpgroup can hide only as much "
-                 "softmax as one product lasts, while two warpgroups can hide all of it")
+    said = claim(
+        read_post("flashattention-on-hopper.md"),
+        "pipelining inside one warpgroup can hide only as much "
+        "softmax as one product lasts, while two warpgroups can hide all of it",
+    )
     busy = {name: number(cells[0]) for name, cells in table("triton/hopper_schedules/schedules.md").items()}
     assert busy["serial, one warpgroup"] < busy["intra-warpgroup pipelining"] < busy["ping-pong, two warpgroups"], (
-        said, busy)
+        said,
+        busy,
+    )
 
 
 @pytest.mark.parametrize("capability,hopper", [((8, 0), False), ((8, 9), False), ((9, 0), True), ((10, 0), False)])
 def test_recording_backs_gluon_kernels_need_compute_capability_9(monkeypatch, capability, hopper):
     from flashdoc.kernels import forward_hopper
 
-    claim(read_post("flashattention-on-hopper.md"), "its Gluon kernels, the ones on this page, only on compute "
-          "capability 9.0")
+    claim(
+        read_post("flashattention-on-hopper.md"),
+        "its Gluon kernels, the ones on this page, only on compute capability 9.0",
+    )
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     assert forward_hopper._is_hopper.__wrapped__(0) is hopper

@@ -29,8 +29,9 @@ class Block(torch.nn.Module):
             slopes = torch.linspace(0.05, 0.3, self.heads, device=x.device)
             o = flashdoc.flash_attn_func(q, k, v, 0.1, None, True, (7, 0), 20.0, slopes)
         else:
-            o = flashdoc.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                      is_causal=True, enable_gqa=True).transpose(1, 2)
+            o = flashdoc.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True
+            ).transpose(1, 2)
         return self.proj(o.reshape(b, s, -1))
 
 
@@ -71,14 +72,20 @@ def test_opcheck_custom_ops():
     out, lse = torch.ops.flashdoc.fwd(q, k, v, 0.25, True, True)
     dout = torch.randn_like(out)
     for dlse, deterministic in ((None, True), (torch.randn_like(lse), False)):
-        torch.library.opcheck(torch.ops.flashdoc.bwd.default,
-                              (dout, q, k, v, out, lse, dlse, 0.25, True, True, deterministic), test_utils=checks)
+        torch.library.opcheck(
+            torch.ops.flashdoc.bwd.default,
+            (dout, q, k, v, out, lse, dlse, 0.25, True, True, deterministic),
+            test_utils=checks,
+        )
     # the variants' flat arguments: window (left, right), softcap, ALiBi slopes, dropout_p and its (seed, offset)
     variant = (5, 0, 10.0, torch.full((2,), 0.1), 0.2, torch.tensor([123, 4], dtype=torch.int64))
     torch.library.opcheck(torch.ops.flashdoc.fwd.default, (q, k, v, 0.25, True, True, *variant), test_utils=checks)
     out, lse = torch.ops.flashdoc.fwd(q, k, v, 0.25, True, True, *variant)
-    torch.library.opcheck(torch.ops.flashdoc.bwd.default,
-                          (dout, q, k, v, out, lse, None, 0.25, True, True, True, *variant), test_utils=checks)
+    torch.library.opcheck(
+        torch.ops.flashdoc.bwd.default,
+        (dout, q, k, v, out, lse, None, 0.25, True, True, True, *variant),
+        test_utils=checks,
+    )
 
 
 @pytest.mark.gpu

@@ -72,8 +72,9 @@ def test_gpu_deterministic_many_repeats(causal):
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(2, 2048, 2048, 8, 2, 64), (1, 1000, 777, 3, 1, 64), (1, 777, 1000, 2, 2, 64),
-                                   (3, 1000, 1000, 4, 2, 64)])
+@pytest.mark.parametrize(
+    "shape", [(2, 2048, 2048, 8, 2, 64), (1, 1000, 777, 3, 1, 64), (1, 777, 1000, 2, 2, 64), (3, 1000, 1000, 4, 2, 64)]
+)
 def test_gpu_fused_backward(shape, dtype, causal, monkeypatch):
     """The fused backward against float64: as accurate as the split kernels (deterministic=True) in every
     gradient, with dk and dv bit-identical from run to run. Short causal calls are routed to it here (without its
@@ -89,7 +90,7 @@ def test_gpu_fused_backward(shape, dtype, causal, monkeypatch):
     fused = _grads(q, k, v, dout, causal, deterministic=False)
     split = _grads(q, k, v, dout, causal, deterministic=True)
     ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    out_ref, _ = attention_math(*ref_in, d ** -0.5, causal, True, torch.float64)
+    out_ref, _ = attention_math(*ref_in, d**-0.5, causal, True, torch.float64)
     refs = torch.autograd.grad(out_ref, ref_in, dout.double())
     for name, ours, ref, theirs in zip(("dq", "dk", "dv"), fused, refs, split):
         assert_close_like_flash_attn(name, ours, ref, theirs, dtype, mult=1.5)
@@ -101,7 +102,7 @@ def _opposed(batch, seqlen_q, seqlen_k, heads, d, dtype, score=-150.0):
     """q and k pointing nearly opposite ways, so that every score lies near ``score`` and every row's LSE far below
     -88, where exp(0 - LSE) overflows float32 (v and the gradient of the output: random)."""
     g = torch.Generator(device="cpu").manual_seed(0)
-    size = (-score / d ** 0.5) ** 0.5  # score = -size^2 * d * d^-0.5
+    size = (-score / d**0.5) ** 0.5  # score = -size^2 * d * d^-0.5
 
     def one(seqlen, sign):
         t = sign * size * (1 + 0.05 * torch.randn(batch, seqlen, heads, d, generator=g))
@@ -111,24 +112,34 @@ def _opposed(batch, seqlen_q, seqlen_k, heads, d, dtype, score=-150.0):
     return one(seqlen_q, -1), one(seqlen_k, 1), v
 
 
-@pytest.mark.parametrize("seqlen_k, fused, causal, ragged", [
-    (1000, True, False, True), (960, True, False, True), (1024, True, False, False), (1000, True, True, True),
-    (1024, True, True, False), (1000, False, True, False)])  # (d = 64 runs split dK/dV on Hopper causal only)
+@pytest.mark.parametrize(
+    "seqlen_k, fused, causal, ragged",
+    [
+        (1000, True, False, True),
+        (960, True, False, True),
+        (1024, True, False, False),
+        (1000, True, True, True),
+        (1024, True, True, False),
+        (1000, False, True, False),
+    ],
+)  # (d = 64 runs split dK/dV on Hopper causal only)
 def test_fused_kernel_masks_only_ragged_key_lengths(seqlen_k, fused, causal, ragged, monkeypatch):
     """The launcher compiles the fused kernel's ragged-keys mask (RAGGED_KEYS) exactly when the key length leaves a
     program with keys past the end (not a multiple of its N_CONSUMERS * BLOCK_N = 128 keys; 960 = 15 x 64 is
     one). The mask costs speed where it is compiled in, and NaN where it is left out (the test below). Checked
     on the launch itself, so it runs on the CPU too."""
     launches = []
-    monkeypatch.setattr(backward_hopper, "launch_gluon", lambda kernel, grid, args, constexprs, num_warps:
-                        launches.append(constexprs))
+    monkeypatch.setattr(
+        backward_hopper, "launch_gluon", lambda kernel, grid, args, constexprs, num_warps: launches.append(constexprs)
+    )
     monkeypatch.setattr(backward_hopper, "_attn_bwd_dkdv_hopper", "the kernel", raising=False)
     q = torch.zeros(1, 1000, 2, 64, dtype=torch.bfloat16)
     k = torch.zeros(1, seqlen_k, 2, 64, dtype=torch.bfloat16)
     stats = torch.zeros(1, 2, 1000)
     dq_acc = torch.zeros(q.shape) if fused else None
-    backward_hopper.bwd_dkdv_hopper(q, k, k, q, torch.empty_like(k), torch.empty_like(k), stats, stats, 0.125,
-                                    causal, True, dq_acc=dq_acc)
+    backward_hopper.bwd_dkdv_hopper(
+        q, k, k, q, torch.empty_like(k), torch.empty_like(k), stats, stats, 0.125, causal, True, dq_acc=dq_acc
+    )
     (constexprs,) = launches
     assert constexprs["FUSED_DQ"] is fused and constexprs["RAGGED_KEYS"] is ragged, constexprs
 
@@ -160,11 +171,11 @@ def test_backward_with_every_score_far_below_zero(causal, deterministic, monkeyp
     dout = torch.randn(q.shape, device=q.device, dtype=dtype)
     ours = _grads(q, k, v, dout, causal, deterministic=deterministic)
     ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    out_ref, lse_ref = attention_math(*ref_in, d ** -0.5, causal, True, torch.float64)
+    out_ref, lse_ref = attention_math(*ref_in, d**-0.5, causal, True, torch.float64)
     assert lse_ref[:, :, -1].max() < -100  # the premise: the last rows' LSE (which see every key) far below -88
     refs = torch.autograd.grad(out_ref, ref_in, dout.double())
     pt_in = [t.detach().requires_grad_() for t in (q, k, v)]
-    out_pt, _ = attention_math(*pt_in, d ** -0.5, causal, True, dtype)
+    out_pt, _ = attention_math(*pt_in, d**-0.5, causal, True, dtype)
     theirs = torch.autograd.grad(out_pt, pt_in, dout)
     for name, a, ref, pt in zip(("dq", "dk", "dv"), ours, refs, theirs):
         assert_close_like_flash_attn(name, a, ref, pt, dtype)

@@ -55,8 +55,12 @@ def test_an_unverified_triton_warns_once_and_runs_portable(monkeypatch):
     with pytest.warns(RuntimeWarning) as caught:
         assert _hopper_call(monkeypatch, gluon_allowed=False) is False
         monkeypatch.setattr(forward_hopper, "GLUON", False)
-        assert forward_hopper.gluon_runs(types.SimpleNamespace(
-            is_cuda=True, dtype=torch.float16, device=types.SimpleNamespace(index=0))) is False
+        assert (
+            forward_hopper.gluon_runs(
+                types.SimpleNamespace(is_cuda=True, dtype=torch.float16, device=types.SimpleNamespace(index=0))
+            )
+            is False
+        )
     assert len(caught) == 1
     message = str(caught[0].message)
     assert "Triton 3.10.0" in message  # the version and the reason

@@ -7,8 +7,15 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from attention_oracle import (DEVICE, assert_close_like_flash_attn, attention_math, check_against_oracle, cpu_sweep,
-                              forward_backward, make_qkv)
+from attention_oracle import (
+    DEVICE,
+    assert_close_like_flash_attn,
+    attention_math,
+    check_against_oracle,
+    cpu_sweep,
+    forward_backward,
+    make_qkv,
+)
 
 import flashdoc
 from flashdoc.kernels.common import MAX_GRID_Y, MIN_BLOCK, one_axis, program_tile, tile_grid
@@ -19,6 +26,7 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 def _flash(causal, scale=None):
     def fn(q, k, v):
         return flashdoc.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, return_lse=True)
+
     return fn
 
 
@@ -32,7 +40,7 @@ def _flash(causal, scale=None):
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(1, 17), (45, 20), (20, 45)])
 def test_flash_attn(seqlen_q, seqlen_k, head_dim, causal, dtype):
     q, k, v = make_qkv(2, seqlen_q, seqlen_k, 2, 2, head_dim, dtype)
-    check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, bottom_right=True)
+    check_against_oracle(_flash(causal), q, k, v, head_dim**-0.5, causal, bottom_right=True)
 
 
 @cpu_sweep
@@ -41,14 +49,14 @@ def test_flash_attn(seqlen_q, seqlen_k, head_dim, causal, dtype):
 @pytest.mark.parametrize("n_heads,n_kv_heads", [(4, 2), (3, 1)], ids=["gqa", "mqa"])
 def test_flash_attn_gqa(n_heads, n_kv_heads, causal, dtype):
     q, k, v = make_qkv(1, 33, 50, n_heads, n_kv_heads, 32, dtype)
-    check_against_oracle(_flash(causal), q, k, v, 32 ** -0.5, causal, bottom_right=True)
+    check_against_oracle(_flash(causal), q, k, v, 32**-0.5, causal, bottom_right=True)
 
 
 @cpu_sweep
 @pytest.mark.parametrize("head_dim", [8, 16, 72, 128])
 def test_flash_attn_head_dims(head_dim):
     q, k, v = make_qkv(1, 37, 37, 2, 1, head_dim, torch.float16)
-    check_against_oracle(_flash(True), q, k, v, head_dim ** -0.5, True, bottom_right=True)
+    check_against_oracle(_flash(True), q, k, v, head_dim**-0.5, True, bottom_right=True)
 
 
 @pytest.mark.parametrize("scale", [0.05, 1.0])
@@ -85,7 +93,7 @@ def test_huge_logits_stay_finite(dtype):
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
     # PyTorch's own fp16 math overflows here, so compare to the oracle directly: logits ~1e4 make softmax
     # nearly one-hot, and the output must pick the right value rows
-    out_ref, lse_ref = attention_math(q.detach(), k.detach(), v.detach(), 32 ** -0.5, True, True)
+    out_ref, lse_ref = attention_math(q.detach(), k.detach(), v.detach(), 32**-0.5, True, True)
     err = (out.double() - out_ref).abs().max().item() / out_ref.abs().max().item()
     lse_err = (lse.double() - lse_ref.double()).abs().max().item() / lse_ref.abs().max().item()
     print(f"relative error: out {err:.2e}, lse {lse_err:.2e}")
@@ -104,7 +112,7 @@ def test_non_contiguous_inputs():
     v = v.transpose(-1, -2).requires_grad_()
     q, k = qkv[:, :, 0].detach().requires_grad_(), qkv[:, :, 1].detach().requires_grad_()
     assert not q.is_contiguous() and v.stride(-1) != 1
-    check_against_oracle(_flash(True), q, k, v, 32 ** -0.5, True, True)
+    check_against_oracle(_flash(True), q, k, v, 32**-0.5, True, True)
 
 
 @pytest.mark.parametrize("uses_out", [True, False], ids=["out_and_lse", "lse_only"])
@@ -116,7 +124,7 @@ def test_lse_gradient_flows(uses_out):
     loss = (lse * w).sum() + (out.sum() if uses_out else 0)
     grads = torch.autograd.grad(loss, (q, k, v), allow_unused=True)
     qr, kr, vr = (t.detach().double().requires_grad_() for t in (q, k, v))
-    s = torch.einsum("bqhd,bkhd->bhqk", qr, kr) * 16 ** -0.5
+    s = torch.einsum("bqhd,bkhd->bhqk", qr, kr) * 16**-0.5
     lse_r = torch.logsumexp(s, -1)
     out_r = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), vr)
     loss_r = (lse_r * w.double()).sum() + (out_r.sum() if uses_out else 0)
@@ -147,17 +155,24 @@ def test_causal_launch_order_changes_nothing_but_speed():
     for across_heads in (False, True):
         config = tile_config(32, 32, 1, 4, across_heads) if DEVICE == "cpu" else tile_config(64, 64, 2, 4, across_heads)
         out, lse = torch.empty_like(q), torch.empty(2, 4, 70, device=q.device, dtype=torch.float32)
-        attn_fwd(q, k, v, out, lse, 32 ** -0.5, True, True, config=config)
+        attn_fwd(q, k, v, out, lse, 32**-0.5, True, True, config=config)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        attn_bwd(dout, q, k, v, out, lse, None, dq, dk, dv, 32 ** -0.5, True, True, config=(config, config))
+        attn_bwd(dout, q, k, v, out, lse, None, dq, dk, dv, 32**-0.5, True, True, config=(config, config))
         results.append((out, lse, dq, dk, dv))
     for a, b in zip(*results):
         assert torch.equal(a, b)
 
 
 @triton.jit
-def _record_program_tiles(TILE, HEAD, n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST_LAST: tl.constexpr,
-                          ACROSS_HEADS: tl.constexpr, ONE_AXIS: tl.constexpr):
+def _record_program_tiles(
+    TILE,
+    HEAD,
+    n_tiles,
+    IS_CAUSAL: tl.constexpr,
+    HEAVIEST_LAST: tl.constexpr,
+    ACROSS_HEADS: tl.constexpr,
+    ONE_AXIS: tl.constexpr,
+):
     tile, head = program_tile(n_tiles, IS_CAUSAL, HEAVIEST_LAST, ACROSS_HEADS, ONE_AXIS)
     pid = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)  # launch order
     tl.store(TILE + pid, tile)
@@ -165,15 +180,19 @@ def _record_program_tiles(TILE, HEAD, n_tiles, IS_CAUSAL: tl.constexpr, HEAVIEST
 
 
 @pytest.mark.parametrize("one_axis", [False, True], ids=["2d", "1d"])
-@pytest.mark.parametrize("causal,heaviest_last,across_heads", [(False, True, True), (True, False, False),
-                                                                (True, True, False), (True, True, True)])
+@pytest.mark.parametrize(
+    "causal,heaviest_last,across_heads",
+    [(False, True, True), (True, False, False), (True, True, False), (True, True, True)],
+)
 def test_program_tile_order(causal, heaviest_last, across_heads, one_axis):
     """Every (tile, head) exactly once, in the order each launch mode promises, on two grid axes or one."""
     n_tiles, n_heads = 5, 3
-    grid = tile_grid(n_tiles * 16, "BLOCK", n_heads, causal)({"BLOCK": 16, "ACROSS_HEADS": across_heads,
-                                                              "ONE_AXIS": one_axis})
-    assert grid == ((n_tiles * n_heads,) if one_axis else (n_heads, n_tiles) if causal and across_heads else
-                    (n_tiles, n_heads))
+    grid = tile_grid(n_tiles * 16, "BLOCK", n_heads, causal)(
+        {"BLOCK": 16, "ACROSS_HEADS": across_heads, "ONE_AXIS": one_axis}
+    )
+    assert grid == (
+        (n_tiles * n_heads,) if one_axis else (n_heads, n_tiles) if causal and across_heads else (n_tiles, n_heads)
+    )
     tile, head = (torch.full((n_tiles * n_heads,), -1, dtype=torch.int32, device=DEVICE) for _ in range(2))
     _record_program_tiles[grid](tile, head, n_tiles, causal, heaviest_last, across_heads, one_axis)
     tile, head = tile.tolist(), head.tolist()
@@ -268,8 +287,19 @@ def test_hopper_backward_grid_order(monkeypatch):
 
 # --- GPU sweeps ------------------------------------------------------------------------------------------------
 
-ODD_SEQLENS = [(1, 1), (1, 17), (17, 1), (113, 203), (203, 113), (127, 127), (128, 217), (1000, 1000),
-               (1023, 1024), (1024, 1023), (4097, 4097)]
+ODD_SEQLENS = [
+    (1, 1),
+    (1, 17),
+    (17, 1),
+    (113, 203),
+    (203, 113),
+    (127, 127),
+    (128, 217),
+    (1000, 1000),
+    (1023, 1024),
+    (1024, 1023),
+    (4097, 4097),
+]
 
 
 @pytest.mark.gpu
@@ -280,7 +310,7 @@ ODD_SEQLENS = [(1, 1), (1, 17), (17, 1), (113, 203), (203, 113), (127, 127), (12
 def test_gpu_seqlens(seqlen_q, seqlen_k, head_dim, causal, dtype):
     batch = 1 if max(seqlen_q, seqlen_k) > 2000 else 2
     q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 2, 2, head_dim, dtype)
-    check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, True)
+    check_against_oracle(_flash(causal), q, k, v, head_dim**-0.5, causal, True)
 
 
 @pytest.mark.gpu
@@ -290,7 +320,7 @@ def test_gpu_seqlens(seqlen_q, seqlen_k, head_dim, causal, dtype):
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(113, 203), (1023, 1024)])
 def test_gpu_head_dims(seqlen_q, seqlen_k, head_dim, causal, dtype):
     q, k, v = make_qkv(2, seqlen_q, seqlen_k, 2, 2, head_dim, dtype)
-    check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, True)
+    check_against_oracle(_flash(causal), q, k, v, head_dim**-0.5, causal, True)
 
 
 @pytest.mark.gpu
@@ -300,7 +330,7 @@ def test_gpu_head_dims(seqlen_q, seqlen_k, head_dim, causal, dtype):
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(203, 113), (1000, 1000), (17, 1024)])
 def test_gpu_gqa(seqlen_q, seqlen_k, n_heads, n_kv_heads, causal, dtype):
     q, k, v = make_qkv(2, seqlen_q, seqlen_k, n_heads, n_kv_heads, 128, dtype)
-    check_against_oracle(_flash(causal), q, k, v, 128 ** -0.5, causal, True)
+    check_against_oracle(_flash(causal), q, k, v, 128**-0.5, causal, True)
 
 
 @pytest.mark.gpu
@@ -309,7 +339,7 @@ def test_gpu_gqa(seqlen_q, seqlen_k, n_heads, n_kv_heads, causal, dtype):
 def test_gpu_non_contiguous_packed_qkv(head_dim, dtype):
     qkv = torch.randn(2, 1000, 3, 4, head_dim, device="cuda", dtype=dtype)
     q, k, v = (qkv[:, :, i].detach().requires_grad_() for i in range(3))
-    check_against_oracle(_flash(True), q, k, v, head_dim ** -0.5, True, True)
+    check_against_oracle(_flash(True), q, k, v, head_dim**-0.5, True, True)
 
 
 @pytest.mark.gpu
@@ -327,7 +357,7 @@ def test_gpu_more_batch_heads_than_a_grid_axis(head_dim, causal):
     """66,000 (batch, head) pairs: more than CUDA's grid axis 1 holds (65,535), so the kernels launch on a 1-D
     grid. d = 256 causal launches its tiles across heads (the other order)."""
     q, k, v = make_qkv(4125, 24, 24, 16, 16, head_dim, torch.bfloat16)
-    check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, bottom_right=True)
+    check_against_oracle(_flash(causal), q, k, v, head_dim**-0.5, causal, bottom_right=True)
 
 
 @pytest.mark.gpu
@@ -425,7 +455,7 @@ def test_gpu_autotuned(head_dim, causal, dtype, monkeypatch):
 
     monkeypatch.setattr(flashdoc.kernels.launch, "AUTOTUNE", True)
     q, k, v = make_qkv(2, 1000, 1203, 4, 2, head_dim, dtype)
-    check_against_oracle(_flash(causal), q, k, v, head_dim ** -0.5, causal, bottom_right=True)
+    check_against_oracle(_flash(causal), q, k, v, head_dim**-0.5, causal, bottom_right=True)
 
 
 @pytest.mark.gpu
@@ -438,7 +468,7 @@ def test_gpu_every_autotune_config(head_dim, causal):
 
     dtype = torch.bfloat16
     q, k, v = make_qkv(2, 1000, 1203, 4, 2, head_dim, dtype, requires_grad=False)
-    scale = head_dim ** -0.5
+    scale = head_dim**-0.5
     ref_in = [t.double().requires_grad_() for t in (q, k, v)]
     out_ref, lse_ref = attention_math(*ref_in, scale, causal, True)
     dout = torch.randn_like(q)
@@ -478,7 +508,8 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
     Causal work items end at the last query row, so where an item's rows do not divide the length (every length
     here with three consumers) the first item's leading consumers have only rows before row 0: out and lse start
     as NaN, and every row must still be written."""
-    from flashdoc.kernels import forward_hopper as fh, gluon_support
+    from flashdoc.kernels import forward_hopper as fh
+    from flashdoc.kernels import gluon_support
     from flashdoc.kernels.launch import on_device
 
     assert fh.GLUON, f"Gluon should be available here (triton {triton.__version__}: {gluon_support.REASON})"
@@ -489,7 +520,7 @@ def test_gpu_hopper_every_config(head_dim, causal, dtype, monkeypatch):
     monkeypatch.setattr(fh, "heads_per_section", lambda k, n_pairs: min(3, n_pairs))
     for shape in [(2, 1000, 1203, 4, 2), (1, 777, 333, 2, 1), (3, 64, 64, 2, 2)]:
         q, k, v = make_qkv(*shape, head_dim, dtype, requires_grad=False)
-        scale = head_dim ** -0.5
+        scale = head_dim**-0.5
         for bottom_right in (False, True):
             out_ref, lse_ref = attention_math(q.double(), k.double(), v.double(), scale, causal, bottom_right)
             out_pt, _ = attention_math(q, k, v, scale, causal, bottom_right, dtype)
@@ -529,7 +560,7 @@ def test_gpu_hopper_backward_every_config(head_dim, causal, dtype, monkeypatch):
 
     monkeypatch.setattr(fh, "heads_per_section", lambda k, n_pairs: min(3, n_pairs))
 
-    scale = head_dim ** -0.5
+    scale = head_dim**-0.5
     for shape in [(2, 1000, 1203, 4, 2), (1, 777, 333, 2, 1), (3, 64, 64, 2, 2)]:
         q, k, v = make_qkv(*shape, head_dim, dtype, requires_grad=False)
         dout = torch.randn_like(q)
@@ -572,10 +603,15 @@ def test_gpu_hopper_takes_the_calls_it_supports(monkeypatch):
     calls = []
     real = fh.attn_fwd_hopper
     monkeypatch.setattr(fh, "attn_fwd_hopper", lambda *a, **kw: calls.append(a[0].shape) or real(*a, **kw))
-    for head_dim, dtype, causal, taken in [(64, torch.bfloat16, False, True), (128, torch.float16, True, True),
-                                           (64, torch.bfloat16, True, True), (256, torch.float16, True, True),
-                                           (96, torch.bfloat16, False, False), (256, torch.bfloat16, False, True),
-                                           (128, torch.float32, False, False)]:
+    for head_dim, dtype, causal, taken in [
+        (64, torch.bfloat16, False, True),
+        (128, torch.float16, True, True),
+        (64, torch.bfloat16, True, True),
+        (256, torch.float16, True, True),
+        (96, torch.bfloat16, False, False),
+        (256, torch.bfloat16, False, True),
+        (128, torch.float32, False, False),
+    ]:
         q, k, v = make_qkv(1, 200, 200, 2, 2, head_dim, dtype, requires_grad=False)
         calls.clear()
         flashdoc.flash_attn_func(q, k, v, causal=causal)
@@ -612,8 +648,15 @@ def test_gpu_hopper_backward_takes_the_calls_it_supports(monkeypatch):
         flashdoc.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic).sum().backward()
         return set(calls)
 
-    for head_dim, dtype in [(64, torch.bfloat16), (64, torch.float16), (128, torch.float16), (128, torch.bfloat16),
-                            (96, torch.bfloat16), (256, torch.bfloat16), (128, torch.float32)]:
+    for head_dim, dtype in [
+        (64, torch.bfloat16),
+        (64, torch.float16),
+        (128, torch.float16),
+        (128, torch.bfloat16),
+        (96, torch.bfloat16),
+        (256, torch.bfloat16),
+        (128, torch.float32),
+    ]:
         for causal in (False, True):
             for deterministic in (True, False):
                 expected = set()
@@ -622,17 +665,34 @@ def test_gpu_hopper_backward_takes_the_calls_it_supports(monkeypatch):
                 elif dtype != torch.float32:
                     expected |= {"bwd_dkdv_hopper"} if (head_dim, causal) in bh.HOPPER_DKDV_CONFIGS else set()
                     expected |= {"bwd_dq_hopper"} if (head_dim, causal) in bh.HOPPER_DQ_CONFIGS else set()
-                assert backward_calls(head_dim, dtype, causal, deterministic) == expected, \
-                    (head_dim, dtype, causal, deterministic)
+                assert backward_calls(head_dim, dtype, causal, deterministic) == expected, (
+                    head_dim,
+                    dtype,
+                    causal,
+                    deterministic,
+                )
     assert (64, False) in bh.FUSED_DQ_CONFIGS and (64, False) not in bh.HOPPER_DKDV_CONFIGS
     assert (128, False) in bh.HOPPER_DKDV_CONFIGS and (128, False) in bh.HOPPER_DQ_CONFIGS
     # an explicit config pair keeps both kernels portable
     q, k, v = make_qkv(1, 300, 300, 2, 2, 128, torch.bfloat16, requires_grad=False)
     out, lse, dout = torch.randn_like(q), torch.zeros(1, 2, 300, device="cuda"), torch.randn_like(q)
     calls.clear()
-    attn_bwd(dout, q, k, v, out, lse, None, torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), 0.1,
-             False, False, config=bwd_configs_for(128, q.dtype)[0])
+    attn_bwd(
+        dout,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        None,
+        torch.empty_like(q),
+        torch.empty_like(k),
+        torch.empty_like(v),
+        0.1,
+        False,
+        False,
+        config=bwd_configs_for(128, q.dtype)[0],
+    )
     assert not calls
     monkeypatch.setattr(fh, "ENABLED", False)
     assert backward_calls(128, torch.bfloat16, False) == set()
-

@@ -64,9 +64,20 @@ def reference(q, k, v, scale, causal, window_size, softcap, bottom_right, dtype=
     return torch.einsum("bhqk,bkhd->bqhd", p.to(dtype), v), lse
 
 
-@pytest.mark.parametrize("causal, window_size", [(False, (-1, -1)), (True, (-1, -1)), (False, (128, 0)),
-                                                  (True, (100, -1)), (False, (57, 33)), (False, (300, -1)),
-                                                  (False, (-1, 20)), (False, (0, 0)), (True, (5, 7))])
+@pytest.mark.parametrize(
+    "causal, window_size",
+    [
+        (False, (-1, -1)),
+        (True, (-1, -1)),
+        (False, (128, 0)),
+        (True, (100, -1)),
+        (False, (57, 33)),
+        (False, (300, -1)),
+        (False, (-1, 20)),
+        (False, (0, 0)),
+        (True, (5, 7)),
+    ],
+)
 @pytest.mark.parametrize("seqlen_q, seqlen_k", [(113, 203), (203, 113), (64, 64)])
 @pytest.mark.parametrize("bottom_right", [False, True])
 def test_mask_rule_matches_flash_attn(causal, window_size, seqlen_q, seqlen_k, bottom_right):
@@ -105,8 +116,11 @@ def _inputs(shape, head_dim, dtype, softcap):
     return q, k, v
 
 
-@pytest.mark.xfail(reason="the Gluon window/softcap paths miss flash-attn's error rule on the H200 "
-                          "(mask.HOPPER_VARIANTS keeps those calls on the portable kernels)", strict=False)
+@pytest.mark.xfail(
+    reason="the Gluon window/softcap paths miss flash-attn's error rule on the H200 "
+    "(mask.HOPPER_VARIANTS keeps those calls on the portable kernels)",
+    strict=False,
+)
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -128,7 +142,7 @@ def test_gpu_hopper_forward_variants(causal, window_size, softcap, head_dim, dty
         others = [(64, 128, 2, 3, True), (64, 64, 4, 3, False)]
     for shape in SHAPES:
         q, k, v = _inputs(shape, head_dim, dtype, softcap)
-        scale = head_dim ** -0.5
+        scale = head_dim**-0.5
         for bottom_right in (False, True):
             out_ref, lse_ref = reference(q, k, v, scale, causal, window_size, softcap, bottom_right)
             out_pt, _ = reference(q, k, v, scale, causal, window_size, softcap, bottom_right, dtype)
@@ -136,15 +150,19 @@ def test_gpu_hopper_forward_variants(causal, window_size, softcap, head_dim, dty
                 out = torch.full_like(q, float("nan"))
                 lse = torch.full((shape[0], shape[3], shape[1]), float("nan"), device="cuda")
                 with on_device(q.device):
-                    fh.attn_fwd_hopper(q, k, v, out, lse, scale, causal, bottom_right, config,
-                                       window_size=window_size, softcap=softcap)
+                    fh.attn_fwd_hopper(
+                        q, k, v, out, lse, scale, causal, bottom_right, config, window_size=window_size, softcap=softcap
+                    )
                 where = f"out {shape} bottom_right={bottom_right} {config}"
                 assert_close_like_flash_attn(where, out, out_ref, out_pt, dtype)
                 torch.testing.assert_close(lse, lse_ref.float(), atol=1e-3, rtol=1e-4)
 
 
-@pytest.mark.xfail(reason="the Gluon window/softcap paths miss flash-attn's error rule on the H200 "
-                          "(mask.HOPPER_VARIANTS keeps those calls on the portable kernels)", strict=False)
+@pytest.mark.xfail(
+    reason="the Gluon window/softcap paths miss flash-attn's error rule on the H200 "
+    "(mask.HOPPER_VARIANTS keeps those calls on the portable kernels)",
+    strict=False,
+)
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -169,7 +187,7 @@ def test_gpu_hopper_backward_variants(causal, window_size, softcap, head_dim, dt
         dkdv_configs, dq_configs = [dkdv_config], [dq_config, (64, 32, 3, 2)]
     else:
         dkdv_configs, dq_configs = [dkdv_config, (64, 64, 3, 2)], [dq_config, (64, 64, 2, 2)]
-    scale = head_dim ** -0.5
+    scale = head_dim**-0.5
     for shape in SHAPES:
         q, k, v = _inputs(shape, head_dim, dtype, softcap)
         dout = torch.randn_like(q)
@@ -187,8 +205,9 @@ def test_gpu_hopper_backward_variants(causal, window_size, softcap, head_dim, dt
             for config in set(dkdv_configs) - {None}:
                 dk, dv = torch.empty_like(k), torch.empty_like(v)
                 with on_device(q.device):
-                    bh.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, scale, causal, bottom_right, config,
-                                       **variant)
+                    bh.bwd_dkdv_hopper(
+                        q, k, v, dout, dk, dv, lse2, delta, scale, causal, bottom_right, config, **variant
+                    )
                 assert_close_like_flash_attn(f"dk {where} {config}", dk, dk_ref, dk_pt, dtype, mult=3.0)
                 assert_close_like_flash_attn(f"dv {where} {config}", dv, dv_ref, dv_pt, dtype, mult=3.0)
             for config in set(dq_configs) - {None}:
@@ -216,12 +235,16 @@ def test_gpu_hopper_supports_the_variants_it_has():
     assert not bh.supports_dkdv(q, False, alibi=True) and not bh.supports_dq(q, True, alibi=True)
 
 
-@pytest.mark.xfail(reason="the Gluon window/softcap paths miss flash-attn's error rule on the H200 "
-                          "(mask.HOPPER_VARIANTS keeps those calls on the portable kernels)", strict=False)
+@pytest.mark.xfail(
+    reason="the Gluon window/softcap paths miss flash-attn's error rule on the H200 "
+    "(mask.HOPPER_VARIANTS keeps those calls on the portable kernels)",
+    strict=False,
+)
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
-@pytest.mark.parametrize("causal, window_size, softcap", [(False, (256, 0), 0.0), (True, (-1, -1), 30.0),
-                                                          (False, (100, 50), 20.0)])
+@pytest.mark.parametrize(
+    "causal, window_size, softcap", [(False, (256, 0), 0.0), (True, (-1, -1), 30.0), (False, (100, 50), 20.0)]
+)
 def test_gpu_flash_attn_func_runs_the_variants_on_hopper(causal, window_size, softcap, monkeypatch):
     """Through the public flash_attn_func, a window or softcap call at d = 128 runs the Hopper forward and the
     Hopper dK/dV and dQ kernels (the dispatcher asks the predicates), and its output and gradients match the
@@ -237,22 +260,24 @@ def test_gpu_flash_attn_func_runs_the_variants_on_hopper(causal, window_size, so
     calls = []
     for module, name in ((fh, "attn_fwd_hopper"), (bh, "bwd_dkdv_hopper"), (bh, "bwd_dq_hopper")):
         real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **kw: calls.append(_name)
-                            or _real(*a, **kw))
+        monkeypatch.setattr(
+            module, name, lambda *a, _real=real, _name=name, **kw: calls.append(_name) or _real(*a, **kw)
+        )
     q, k, v = _inputs((2, 1000, 1203, 4, 2), 128, torch.bfloat16, softcap)
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     out = flashdoc.flash_attn_func(q, k, v, causal=causal, window_size=window_size, softcap=softcap)
     dout = torch.randn_like(out)
     grads = torch.autograd.grad(out, (q, k, v), dout)
     assert set(calls) == {"attn_fwd_hopper", "bwd_dkdv_hopper", "bwd_dq_hopper"}, calls
-    scale = 128 ** -0.5
+    scale = 128**-0.5
     ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
     pt_in = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     out_ref, _ = reference(*ref_in, scale, causal, window_size, softcap, True)
     out_pt, _ = reference(*pt_in, scale, causal, window_size, softcap, True, torch.bfloat16)
     assert_close_like_flash_attn("out", out, out_ref, out_pt, torch.bfloat16)
-    for name, g, g_ref, g_pt in zip("qkv", grads, torch.autograd.grad(out_ref, ref_in, dout.double()),
-                                    torch.autograd.grad(out_pt, pt_in, dout)):
+    for name, g, g_ref, g_pt in zip(
+        "qkv", grads, torch.autograd.grad(out_ref, ref_in, dout.double()), torch.autograd.grad(out_pt, pt_in, dout)
+    ):
         assert_close_like_flash_attn(f"d{name}", g, g_ref, g_pt, torch.bfloat16, mult=3.0)
 
 
@@ -265,5 +290,6 @@ def test_variants_stay_on_the_portable_kernels_until_the_hopper_paths_pass():
     willing = lambda q, causal, window_size=(-1, -1), softcap=0.0, alibi=False: True  # noqa: E731
     window = mask.Variant(window_size=(16, 0), softcap=0.0, alibi_slopes=None, dropout_p=0.0)
     assert mask.hopper_supports(willing, q, True, window) is mask.HOPPER_VARIANTS
-    assert mask.hopper_supports(willing, q, True, mask.Variant(window_size=(-1, -1), softcap=0.0,
-                                                               alibi_slopes=None, dropout_p=0.0))
+    assert mask.hopper_supports(
+        willing, q, True, mask.Variant(window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0)
+    )

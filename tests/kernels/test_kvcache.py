@@ -30,7 +30,7 @@ def rotate(x, cos, sin, positions, interleaved):
         partner = torch.stack((-x1[..., 1::2], x1[..., 0::2]), -1).flatten(-2)
     else:
         c, s = torch.cat((c, c), -1), torch.cat((s, s), -1)
-        partner = torch.cat((-x1[..., rd // 2:], x1[..., :rd // 2]), -1)
+        partner = torch.cat((-x1[..., rd // 2 :], x1[..., : rd // 2]), -1)
     return torch.cat((x1 * c[:, :, None] + partner * s[:, :, None], x[..., rd:]), -1)
 
 
@@ -43,9 +43,24 @@ def cache_rows(b, n, cache_batch_idx, block_table, page_size):
     return block_table[b].cpu().long()[pos // page_size], pos % page_size
 
 
-def reference(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
-              cache_batch_idx=None, block_table=None, causal=False, window_size=(-1, -1), softcap=0.0,
-              rotary_interleaved=True, alibi_slopes=None, dtype=torch.float64):
+def reference(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    block_table=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    dtype=torch.float64,
+):
     """(out, lse, k_cache after, v_cache after), attention computed in ``dtype`` (float64: the oracle)."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     n_kv = k_cache.shape[2]
@@ -65,12 +80,12 @@ def reference(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=N
     for b in range(batch):
         if seqlen_new:
             page, row = cache_rows(b, int(lens[b]) + seqlen_new, cache_batch_idx, block_table, page_size)
-            page, row = page[int(lens[b]):], row[int(lens[b]):]
+            page, row = page[int(lens[b]) :], row[int(lens[b]) :]
             kc[page, row] = k[b].to(kc.dtype)
             vc[page, row] = v[b].to(vc.dtype)
     q_in = qd.to(dtype) if dtype == torch.float64 else qd.to(q.dtype)
     outs, lses = [], []
-    scale = head_dim ** -0.5
+    scale = head_dim**-0.5
     for b in range(batch):
         n = int(lens[b]) + seqlen_new
         page, row = cache_rows(b, n, cache_batch_idx, block_table, page_size)
@@ -102,9 +117,28 @@ def reference(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=N
     return torch.stack(outs), torch.stack(lses), kc, vc
 
 
-def check(dtype=torch.float16, batch=2, seqlen_q=1, n_heads=4, n_kv=2, head_dim=32, cache_len=96, lens=(37, 80),
-          seqlen_new=0, page_size=None, rotary_dim=None, interleaved=True, causal=False, window_size=(-1, -1),
-          softcap=0.0, alibi=None, num_splits=0, batch_idx=False, seqlens_as_int=False, seed=0):
+def check(
+    dtype=torch.float16,
+    batch=2,
+    seqlen_q=1,
+    n_heads=4,
+    n_kv=2,
+    head_dim=32,
+    cache_len=96,
+    lens=(37, 80),
+    seqlen_new=0,
+    page_size=None,
+    rotary_dim=None,
+    interleaved=True,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi=None,
+    num_splits=0,
+    batch_idx=False,
+    seqlens_as_int=False,
+    seed=0,
+):
     """Build a cache (paged when page_size is given: pages shuffled), call flash_attn_with_kvcache, and compare
     out, lse and the caches after the call with the oracle."""
     g = torch.Generator().manual_seed(seed)
@@ -123,7 +157,7 @@ def check(dtype=torch.float16, batch=2, seqlen_q=1, n_heads=4, n_kv=2, head_dim=
         pages_per_seq = -(-cache_len // page_size)
         n_pages = batch * pages_per_seq + 1
         k_cache, v_cache = randn(n_pages, page_size, n_kv, head_dim), randn(n_pages, page_size, n_kv, head_dim)
-        block_table = torch.randperm(n_pages, generator=g)[:batch * pages_per_seq].reshape(batch, pages_per_seq)
+        block_table = torch.randperm(n_pages, generator=g)[: batch * pages_per_seq].reshape(batch, pages_per_seq)
         block_table = block_table.to(DEVICE, torch.int32)
     k = v = cos = sin = None
     if seqlen_new:
@@ -141,12 +175,21 @@ def check(dtype=torch.float16, batch=2, seqlen_q=1, n_heads=4, n_kv=2, head_dim=
         slopes = torch.rand(n_heads, generator=g).to(DEVICE) * 0.5
     elif alibi == "batch_heads":
         slopes = torch.rand(batch, n_heads, generator=g).to(DEVICE) * 0.5
-    kw = dict(cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, block_table=block_table, causal=causal,
-              window_size=window_size, softcap=softcap, rotary_interleaved=interleaved, alibi_slopes=slopes)
+    kw = dict(
+        cache_seqlens=cache_seqlens,
+        cache_batch_idx=cache_batch_idx,
+        block_table=block_table,
+        causal=causal,
+        window_size=window_size,
+        softcap=softcap,
+        rotary_interleaved=interleaved,
+        alibi_slopes=slopes,
+    )
     ref = reference(q, k_cache, v_cache, k, v, cos, sin, dtype=torch.float64, **kw)
     pt = reference(q, k_cache, v_cache, k, v, cos, sin, dtype=dtype, **kw)
-    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cos, sin, num_splits=num_splits,
-                                       return_softmax_lse=True, **kw)
+    out, lse = flash_attn_with_kvcache(
+        q, k_cache, v_cache, k, v, cos, sin, num_splits=num_splits, return_softmax_lse=True, **kw
+    )
     assert out.shape == q.shape and out.dtype == dtype
     assert lse.shape == (batch, n_heads, seqlen_q) and lse.dtype == torch.float32
     assert_close_like_flash_attn("out", out, ref[0], pt[0], dtype)
@@ -214,8 +257,16 @@ def test_cache_batch_idx_and_int_seqlens():
 
 
 def test_window_and_softcap():
-    check(torch.float16, seqlen_q=3, seqlen_new=3, lens=(40, 70), causal=True, window_size=(20, -1), softcap=5.0,
-          num_splits=2)
+    check(
+        torch.float16,
+        seqlen_q=3,
+        seqlen_new=3,
+        lens=(40, 70),
+        causal=True,
+        window_size=(20, -1),
+        softcap=5.0,
+        num_splits=2,
+    )
 
 
 def test_window_both_sides_and_alibi():
@@ -242,8 +293,9 @@ def test_op_traces_under_fake_tensors():
     with FakeTensorMode():
         q = torch.empty(2, 3, 8, 64, dtype=torch.float16)
         kc = torch.empty(2, 128, 2, 64, dtype=torch.float16)
-        out, lse = flash_attn_with_kvcache(q, kc, kc.clone(), cache_seqlens=torch.zeros(2, dtype=torch.int32),
-                                           return_softmax_lse=True)
+        out, lse = flash_attn_with_kvcache(
+            q, kc, kc.clone(), cache_seqlens=torch.zeros(2, dtype=torch.int32), return_softmax_lse=True
+        )
     assert out.shape == (2, 3, 8, 64) and lse.shape == (2, 8, 3)
 
 
@@ -276,9 +328,12 @@ def test_compile_fullgraph_keeps_the_append(backend):
 
 def _args(**kw):
     f16 = dict(device=DEVICE, dtype=torch.float16)
-    args = dict(q=torch.randn(2, 1, 4, 32, **f16), k_cache=torch.randn(2, 64, 2, 32, **f16),
-                v_cache=torch.randn(2, 64, 2, 32, **f16), cache_seqlens=torch.zeros(2, dtype=torch.int32,
-                                                                                    device=DEVICE))
+    args = dict(
+        q=torch.randn(2, 1, 4, 32, **f16),
+        k_cache=torch.randn(2, 64, 2, 32, **f16),
+        v_cache=torch.randn(2, 64, 2, 32, **f16),
+        cache_seqlens=torch.zeros(2, dtype=torch.int32, device=DEVICE),
+    )
     args.update(kw)
     return args
 
@@ -294,51 +349,109 @@ def _paged(page=16):
 _TABLE = torch.arange(8, dtype=torch.int32, device=DEVICE).reshape(2, 4)
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(k=_new()), ValueError, "k was given without v"),
-    (dict(v=_new()), ValueError, "v was given without k"),
-    (dict(k=_new(65), v=_new(65)), ValueError, "k has 65 new tokens but the cache holds 64"),
-    (dict(k=_new(2), v=_new(2), cache_seqlens=63), ValueError, r"cache_seqlens \(63\) \+ new tokens \(2\) = 65 "
-     "exceeds the cache's 64"),
-    (dict(k=_new(), v=_new(), cache_seqlens=None), ValueError, "cache_seqlens is required"),
-    (dict(cache_seqlens=torch.zeros(2, device=DEVICE)), TypeError, "cache_seqlens has dtype torch.float32"),
-    (dict(cache_seqlens=torch.zeros(3, dtype=torch.int32, device=DEVICE)), ValueError,
-     r"cache_seqlens must have shape \(batch=2,\)"),
-    (dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE.long()), TypeError,
-     "block_table has dtype torch.int64; allowed: torch.int32"),
-    (dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE.reshape(4, 2)), ValueError,
-     r"block_table must have shape \(batch=2, max_blocks_per_seq\)"),
-    (dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE[0]), ValueError, "block_table must be a 2-D"),
-    (dict(k_cache=_paged(24), v_cache=_paged(24), block_table=_TABLE), ValueError,
-     "page_size .* is 24; allowed: a multiple of 16"),
-    (dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE,
-          cache_batch_idx=torch.zeros(2, dtype=torch.int32, device=DEVICE)), ValueError,
-     "cache_batch_idx cannot be combined with block_table"),
-    (dict(alibi_slopes=torch.ones(4, dtype=torch.float64, device=DEVICE)), TypeError,
-     "alibi_slopes must be a float32 tensor"),
-    (dict(alibi_slopes=torch.ones(3, device=DEVICE)), ValueError, r"alibi_slopes must have shape \(nheads=4,\)"),
-    (dict(cache_leftpad=torch.zeros(2, dtype=torch.int32)), NotImplementedError, "cache_leftpad is not supported"),
-    (dict(k_cache=torch.randn(2, 64, 3, 32, dtype=torch.float16, device=DEVICE),
-          v_cache=torch.randn(2, 64, 3, 32, dtype=torch.float16, device=DEVICE)), ValueError,
-     r"q heads \(4\) must be a multiple of k_cache heads \(3\)"),
-    (dict(v_cache=torch.randn(2, 32, 2, 32, dtype=torch.float16, device=DEVICE)), ValueError,
-     "k_cache and v_cache must have one shape"),
-    (dict(k_cache=torch.randn(1, 64, 2, 32, dtype=torch.float16, device=DEVICE),
-          v_cache=torch.randn(1, 64, 2, 32, dtype=torch.float16, device=DEVICE)), ValueError,
-     "k_cache holds 1 sequences but q has batch 2"),
-    (dict(rotary_cos=torch.ones(64, 8, dtype=torch.float16, device=DEVICE)), ValueError,
-     "rotary_cos and rotary_sin must be given together"),
-    (dict(rotary_cos=torch.ones(64, 8, dtype=torch.float16, device=DEVICE),
-          rotary_sin=torch.ones(64, 8, dtype=torch.float16, device=DEVICE)), ValueError, "they need k and v"),
-    (dict(k=_new(), v=_new(), rotary_cos=torch.ones(64, 4, dtype=torch.float16, device=DEVICE),
-          rotary_sin=torch.ones(64, 4, dtype=torch.float16, device=DEVICE)), ValueError,
-     "rotary_dim .* is 8; allowed: a multiple of 16"),
-    (dict(window_size=(4,)), ValueError, "window_size must be a pair"),
-    (dict(softcap=-1.0), ValueError, "softcap must be >= 0"),
-    (dict(num_splits=129), ValueError, "num_splits is 129; allowed: 0"),
-    (dict(num_splits=-1), ValueError, "num_splits must be >= 0"),
-    (dict(causal=1), TypeError, "causal must be a bool"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(k=_new()), ValueError, "k was given without v"),
+        (dict(v=_new()), ValueError, "v was given without k"),
+        (dict(k=_new(65), v=_new(65)), ValueError, "k has 65 new tokens but the cache holds 64"),
+        (
+            dict(k=_new(2), v=_new(2), cache_seqlens=63),
+            ValueError,
+            r"cache_seqlens \(63\) \+ new tokens \(2\) = 65 "
+            "exceeds the cache's 64",
+        ),
+        (dict(k=_new(), v=_new(), cache_seqlens=None), ValueError, "cache_seqlens is required"),
+        (dict(cache_seqlens=torch.zeros(2, device=DEVICE)), TypeError, "cache_seqlens has dtype torch.float32"),
+        (
+            dict(cache_seqlens=torch.zeros(3, dtype=torch.int32, device=DEVICE)),
+            ValueError,
+            r"cache_seqlens must have shape \(batch=2,\)",
+        ),
+        (
+            dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE.long()),
+            TypeError,
+            "block_table has dtype torch.int64; allowed: torch.int32",
+        ),
+        (
+            dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE.reshape(4, 2)),
+            ValueError,
+            r"block_table must have shape \(batch=2, max_blocks_per_seq\)",
+        ),
+        (dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE[0]), ValueError, "block_table must be a 2-D"),
+        (
+            dict(k_cache=_paged(24), v_cache=_paged(24), block_table=_TABLE),
+            ValueError,
+            "page_size .* is 24; allowed: a multiple of 16",
+        ),
+        (
+            dict(
+                k_cache=_paged(),
+                v_cache=_paged(),
+                block_table=_TABLE,
+                cache_batch_idx=torch.zeros(2, dtype=torch.int32, device=DEVICE),
+            ),
+            ValueError,
+            "cache_batch_idx cannot be combined with block_table",
+        ),
+        (
+            dict(alibi_slopes=torch.ones(4, dtype=torch.float64, device=DEVICE)),
+            TypeError,
+            "alibi_slopes must be a float32 tensor",
+        ),
+        (dict(alibi_slopes=torch.ones(3, device=DEVICE)), ValueError, r"alibi_slopes must have shape \(nheads=4,\)"),
+        (dict(cache_leftpad=torch.zeros(2, dtype=torch.int32)), NotImplementedError, "cache_leftpad is not supported"),
+        (
+            dict(
+                k_cache=torch.randn(2, 64, 3, 32, dtype=torch.float16, device=DEVICE),
+                v_cache=torch.randn(2, 64, 3, 32, dtype=torch.float16, device=DEVICE),
+            ),
+            ValueError,
+            r"q heads \(4\) must be a multiple of k_cache heads \(3\)",
+        ),
+        (
+            dict(v_cache=torch.randn(2, 32, 2, 32, dtype=torch.float16, device=DEVICE)),
+            ValueError,
+            "k_cache and v_cache must have one shape",
+        ),
+        (
+            dict(
+                k_cache=torch.randn(1, 64, 2, 32, dtype=torch.float16, device=DEVICE),
+                v_cache=torch.randn(1, 64, 2, 32, dtype=torch.float16, device=DEVICE),
+            ),
+            ValueError,
+            "k_cache holds 1 sequences but q has batch 2",
+        ),
+        (
+            dict(rotary_cos=torch.ones(64, 8, dtype=torch.float16, device=DEVICE)),
+            ValueError,
+            "rotary_cos and rotary_sin must be given together",
+        ),
+        (
+            dict(
+                rotary_cos=torch.ones(64, 8, dtype=torch.float16, device=DEVICE),
+                rotary_sin=torch.ones(64, 8, dtype=torch.float16, device=DEVICE),
+            ),
+            ValueError,
+            "they need k and v",
+        ),
+        (
+            dict(
+                k=_new(),
+                v=_new(),
+                rotary_cos=torch.ones(64, 4, dtype=torch.float16, device=DEVICE),
+                rotary_sin=torch.ones(64, 4, dtype=torch.float16, device=DEVICE),
+            ),
+            ValueError,
+            "rotary_dim .* is 8; allowed: a multiple of 16",
+        ),
+        (dict(window_size=(4,)), ValueError, "window_size must be a pair"),
+        (dict(softcap=-1.0), ValueError, "softcap must be >= 0"),
+        (dict(num_splits=129), ValueError, "num_splits is 129; allowed: 0"),
+        (dict(num_splits=-1), ValueError, "num_splits must be >= 0"),
+        (dict(causal=1), TypeError, "causal must be a bool"),
+    ],
+)
 def test_rejects(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         flash_attn_with_kvcache(**_args(**kwargs))
@@ -366,8 +479,19 @@ PAGES = pytest.mark.parametrize("page_size", [None, 16, 64, 256], ids=["contiguo
 @PAGES
 @pytest.mark.parametrize("seqlen_q,causal", [(1, False), (4, True), (16, True)])
 def test_gpu_sweep(head_dim, heads, page_size, seqlen_q, causal):
-    check(torch.bfloat16, batch=3, seqlen_q=seqlen_q, n_heads=heads[0], n_kv=heads[1], head_dim=head_dim,
-          cache_len=2048, lens=(0, 1000, 2048 - seqlen_q), seqlen_new=seqlen_q, page_size=page_size, causal=causal)
+    check(
+        torch.bfloat16,
+        batch=3,
+        seqlen_q=seqlen_q,
+        n_heads=heads[0],
+        n_kv=heads[1],
+        head_dim=head_dim,
+        cache_len=2048,
+        lens=(0, 1000, 2048 - seqlen_q),
+        seqlen_new=seqlen_q,
+        page_size=page_size,
+        causal=causal,
+    )
 
 
 @pytest.mark.gpu
@@ -375,54 +499,135 @@ def test_gpu_sweep(head_dim, heads, page_size, seqlen_q, causal):
 @pytest.mark.parametrize("head_dim", [96, 128])
 def test_gpu_fp16(page_size, head_dim):
     """fp16, and a head dim that is not a power of two (its tiles padded to 128 columns)."""
-    check(torch.float16, batch=3, seqlen_q=2, n_heads=32, n_kv=8, head_dim=head_dim, cache_len=2048,
-          lens=(5, 1000, 2046), seqlen_new=2, page_size=page_size, causal=True)
+    check(
+        torch.float16,
+        batch=3,
+        seqlen_q=2,
+        n_heads=32,
+        n_kv=8,
+        head_dim=head_dim,
+        cache_len=2048,
+        lens=(5, 1000, 2046),
+        seqlen_new=2,
+        page_size=page_size,
+        causal=True,
+    )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_splits", [0, 1, 2, 5, 16, 128])
 @pytest.mark.parametrize("page_size", [None, 64])
 def test_gpu_num_splits_agree(num_splits, page_size):
-    check(torch.bfloat16, batch=2, seqlen_q=2, n_heads=32, n_kv=8, head_dim=128, cache_len=8192,
-          lens=(8000, 333), seqlen_new=2, page_size=page_size, causal=True, num_splits=num_splits)
+    check(
+        torch.bfloat16,
+        batch=2,
+        seqlen_q=2,
+        n_heads=32,
+        n_kv=8,
+        head_dim=128,
+        cache_len=8192,
+        lens=(8000, 333),
+        seqlen_new=2,
+        page_size=page_size,
+        causal=True,
+        num_splits=num_splits,
+    )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("interleaved", [True, False])
 @pytest.mark.parametrize("rotary_dim", [64, 128])
 def test_gpu_rotary(interleaved, rotary_dim):
-    check(torch.bfloat16, batch=2, seqlen_q=4, n_heads=16, n_kv=4, head_dim=128, cache_len=1024, lens=(100, 900),
-          seqlen_new=4, rotary_dim=rotary_dim, interleaved=interleaved, causal=True, page_size=64)
+    check(
+        torch.bfloat16,
+        batch=2,
+        seqlen_q=4,
+        n_heads=16,
+        n_kv=4,
+        head_dim=128,
+        cache_len=1024,
+        lens=(100, 900),
+        seqlen_new=4,
+        rotary_dim=rotary_dim,
+        interleaved=interleaved,
+        causal=True,
+        page_size=64,
+    )
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("window_size,softcap", [((256, -1), 0.0), ((100, 30), 0.0), ((-1, -1), 20.0),
-                                                 ((500, 0), 30.0)])
+@pytest.mark.parametrize(
+    "window_size,softcap", [((256, -1), 0.0), ((100, 30), 0.0), ((-1, -1), 20.0), ((500, 0), 30.0)]
+)
 @pytest.mark.parametrize("page_size", [None, 16])
 def test_gpu_window_softcap(window_size, softcap, page_size):
-    check(torch.bfloat16, batch=2, seqlen_q=8, n_heads=32, n_kv=8, head_dim=128, cache_len=4096, lens=(4000, 1500),
-          seqlen_new=8, page_size=page_size, window_size=window_size, softcap=softcap)
+    check(
+        torch.bfloat16,
+        batch=2,
+        seqlen_q=8,
+        n_heads=32,
+        n_kv=8,
+        head_dim=128,
+        cache_len=4096,
+        lens=(4000, 1500),
+        seqlen_new=8,
+        page_size=page_size,
+        window_size=window_size,
+        softcap=softcap,
+    )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("alibi", ["heads", "batch_heads"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_alibi(alibi, causal):
-    check(torch.float16, batch=2, seqlen_q=4, n_heads=16, n_kv=4, head_dim=64, cache_len=3000, lens=(2990, 100),
-          seqlen_new=4, page_size=16, causal=causal, alibi=alibi)
+    check(
+        torch.float16,
+        batch=2,
+        seqlen_q=4,
+        n_heads=16,
+        n_kv=4,
+        head_dim=64,
+        cache_len=3000,
+        lens=(2990, 100),
+        seqlen_new=4,
+        page_size=16,
+        causal=causal,
+        alibi=alibi,
+    )
 
 
 @pytest.mark.gpu
 def test_gpu_group_not_a_power_of_two():
     """6 query heads per KV head: a tile holds whole groups (two query positions in 16 rows, 4 rows unused)."""
-    check(torch.bfloat16, batch=2, seqlen_q=5, n_heads=12, n_kv=2, head_dim=128, cache_len=1000, lens=(900, 10),
-          seqlen_new=5, causal=True, num_splits=3)
+    check(
+        torch.bfloat16,
+        batch=2,
+        seqlen_q=5,
+        n_heads=12,
+        n_kv=2,
+        head_dim=128,
+        cache_len=1000,
+        lens=(900, 10),
+        seqlen_new=5,
+        causal=True,
+        num_splits=3,
+    )
 
 
 @pytest.mark.gpu
 def test_gpu_fp32_and_batch_idx():
-    check(torch.float32, batch=3, n_heads=8, n_kv=2, head_dim=64, cache_len=700, lens=(699, 3, 300),
-          seqlen_new=1, batch_idx=True)
+    check(
+        torch.float32,
+        batch=3,
+        n_heads=8,
+        n_kv=2,
+        head_dim=64,
+        cache_len=700,
+        lens=(699, 3, 300),
+        seqlen_new=1,
+        batch_idx=True,
+    )
 
 
 @pytest.mark.gpu
@@ -440,8 +645,7 @@ def test_gpu_decode_step_in_a_cuda_graph():
     q, k, v = (torch.randn(batch, 1, h, head_dim, **kw) for h in (n_heads, n_kv, n_kv))
 
     def step():
-        return flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, block_table=table,
-                                       causal=True)
+        return flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, block_table=table, causal=True)
 
     k_eager, v_eager = k_cache.clone(), v_cache.clone()
     step()  # compile outside the capture (and warm the launch cache); undo its append
@@ -474,6 +678,4 @@ def test_gpu_decode_step_in_a_cuda_graph():
 @pytest.mark.gpu
 def test_gpu_long_cache_many_splits():
     """A 128k-token contiguous cache for one sequence (the heuristic splits it across the GPU)."""
-    check(torch.bfloat16, batch=1, n_heads=32, n_kv=8, head_dim=128, cache_len=131072, lens=(131071,),
-          seqlen_new=1)
-
+    check(torch.bfloat16, batch=1, n_heads=32, n_kv=8, head_dim=128, cache_len=131072, lens=(131071,), seqlen_new=1)

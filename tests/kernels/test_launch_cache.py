@@ -79,8 +79,10 @@ def test_second_launch_goes_straight_to_the_compiled_launcher(monkeypatch):
         args = (x, desc, 1000)
         launch.launch(kernel, None, grid, args, {"BLOCK_D": 16}, config, config)
     assert launched[0] == ("triton", (31, 3))
-    assert launched[1] == ("cached", (31, 3, 1, "stream", "function", "packed", None, None, None,
-                                      x, desc, 1000, 16, 32, 64, False))
+    assert launched[1] == (
+        "cached",
+        (31, 3, 1, "stream", "function", "packed", None, None, None, x, desc, 1000, 16, 32, 64, False),
+    )
     assert desc.block_shape == [1, 64, 1, 16]
 
 
@@ -99,8 +101,13 @@ def test_second_gluon_launch_goes_straight_to_the_compiled_launcher(monkeypatch)
 
     class Kernel:  # a @gluon.jit function's interface: kernel[grid](*args, **constexprs, num_warps=...)
         arg_names = ["X", "n", "IS_CAUSAL", "STAGES", "SECTION"]
-        params = [Param("X", False, False, None), Param("n", False, False, None), Param("IS_CAUSAL", True, False, None),
-                  Param("STAGES", True, False, None), Param("SECTION", True, True, 0)]
+        params = [
+            Param("X", False, False, None),
+            Param("n", False, False, None),
+            Param("IS_CAUSAL", True, False, None),
+            Param("STAGES", True, False, None),
+            Param("SECTION", True, True, 0),
+        ]
 
         def __getitem__(self, grid):
             return lambda *args, **kwargs: launched.append(("triton", grid, kwargs["num_warps"])) or Compiled()
@@ -112,16 +119,20 @@ def test_second_gluon_launch_goes_straight_to_the_compiled_launcher(monkeypatch)
     kernel, x = Kernel(), torch.zeros(16)
     for n, causal in [(1024, True), (2048, True), (2048, False), (1000, False)]:
         launch.launch_gluon(kernel, (7, 3), (x, n), dict(IS_CAUSAL=causal, STAGES=2), num_warps=4)
-    assert launched == [("triton", (7, 3), 4),
-                        ("cached", (7, 3, 1, "stream", "function", "packed", None, None, None, x, 2048, True, 2, 0)),
-                        ("triton", (7, 3), 4),  # IS_CAUSAL changed
-                        ("triton", (7, 3), 4)]  # 16 does not divide 1000
+    assert launched == [
+        ("triton", (7, 3), 4),
+        ("cached", (7, 3, 1, "stream", "function", "packed", None, None, None, x, 2048, True, 2, 0)),
+        ("triton", (7, 3), 4),  # IS_CAUSAL changed
+        ("triton", (7, 3), 4),
+    ]  # 16 does not divide 1000
     assert len(launch._launchers) == 3
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9),
-                    reason="the Gluon kernels run on Hopper GPUs only")
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9),
+    reason="the Gluon kernels run on Hopper GPUs only",
+)
 def test_gpu_launch_cache_gluon(monkeypatch):
     """The Hopper (Gluon) kernels: the same bits with and without the cache at every head dim they take (d = 256
     runs the wide dK/dV kernel), and a repeated call adds no entry. The fused backward (d = 64; causal from 4k tokens)
@@ -131,8 +142,12 @@ def test_gpu_launch_cache_gluon(monkeypatch):
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.backward import fused_dq_runs
 
-    gluon_kernels = {fh._attn_fwd_hopper, bh._attn_bwd_dkdv_hopper, bh._attn_bwd_dkdv_hopper_wide,
-                     bh._attn_bwd_dq_hopper}
+    gluon_kernels = {
+        fh._attn_fwd_hopper,
+        bh._attn_bwd_dkdv_hopper,
+        bh._attn_bwd_dkdv_hopper_wide,
+        bh._attn_bwd_dq_hopper,
+    }
 
     def step(q, k, v, dout, causal):
         q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
@@ -171,6 +186,7 @@ def test_unchecked_descriptor_equals_the_checked_one():
     try:
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+
         layout = gl.NVMMASharedLayout.get_default_for([1, 64, 1, 64], gl.bfloat16)
         classes.append((GluonDescriptor, {"layout": layout}))
     except ImportError:  # a Triton without Gluon
@@ -180,5 +196,6 @@ def test_unchecked_descriptor_equals_the_checked_one():
         fields = dict(base=t, shape=list(t.shape), strides=list(t.stride()), block_shape=[1, 64, 1, 64], **extra)
         checked, unchecked = cls(**fields), launch.unchecked_descriptor(cls, **fields)
         for f in dataclasses.fields(cls):
-            assert getattr(unchecked, f.name) is getattr(checked, f.name) or \
-                getattr(unchecked, f.name) == getattr(checked, f.name), (cls, f.name)
+            assert getattr(unchecked, f.name) is getattr(checked, f.name) or getattr(unchecked, f.name) == getattr(
+                checked, f.name
+            ), (cls, f.name)

@@ -46,14 +46,14 @@ def test_tiled_matches_naive_on_lengths_that_are_not_block_multiples(n_q, n_k, b
     q, k, v = qkv(2, 3, n_q, n_k, 16, d_v=24)
     expected = definition(q, k, v, causal=causal)
     torch.testing.assert_close(naive_attention(q, k, v, causal=causal), expected, rtol=0, atol=1e-12)
-    torch.testing.assert_close(tiled_attention(q, k, v, block_q, block_k, causal=causal), expected,
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(tiled_attention(q, k, v, block_q, block_k, causal=causal), expected, rtol=0, atol=1e-12)
 
 
 def test_tiled_honours_an_explicit_scale():
     q, k, v = qkv(1, 2, 37, 41, 8)
-    torch.testing.assert_close(tiled_attention(q, k, v, 16, 16, scale=0.3), definition(q, k, v, scale=0.3),
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        tiled_attention(q, k, v, 16, 16, scale=0.3), definition(q, k, v, scale=0.3), rtol=0, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("block_size", [1, 3, 8, 1000])
@@ -83,8 +83,13 @@ def test_the_worked_example_numbers():
     torch.testing.assert_close(out, torch.stack([row, row.flip(0), row.flip(0), row]), rtol=0, atol=5e-5)
 
     # Row 1 of tile S12 raises the running max from 2 to 4: the old state shrinks by exp(-2) = 0.1353.
-    m, l, acc, _, _ = online_softmax_update(torch.full((2,), -math.inf, dtype=F64), torch.zeros(2, dtype=F64),
-                                            torch.zeros(2, 4, dtype=F64), q[:2, :2], v[:2])
+    m, l, acc, _, _ = online_softmax_update(
+        torch.full((2,), -math.inf, dtype=F64),
+        torch.zeros(2, dtype=F64),
+        torch.zeros(2, 4, dtype=F64),
+        q[:2, :2],
+        v[:2],
+    )
     assert m.tolist() == [2.0, 2.0]
     m, l, acc, alpha, _ = online_softmax_update(m, l, acc, q[:2, 2:], v[2:])
     assert m.tolist() == [4.0, 2.0]
@@ -105,9 +110,12 @@ def test_worked_example_trace_follows_the_tile_stepper_contract():
         for step in w["steps"]:
             assert set(step) == {"k_block", "S", "m_old", "m_new", "alpha", "P", "l", "O"}
             p = torch.tensor(step["P"], dtype=F64)
-            torch.testing.assert_close(p, torch.exp(torch.tensor(step["S"], dtype=F64)
-                                                    - torch.tensor(step["m_new"], dtype=F64)[:, None]),
-                                       rtol=0, atol=1e-6)
+            torch.testing.assert_close(
+                p,
+                torch.exp(torch.tensor(step["S"], dtype=F64) - torch.tensor(step["m_new"], dtype=F64)[:, None]),
+                rtol=0,
+                atol=1e-6,
+            )
         o, l = torch.tensor(second["O"], dtype=F64), torch.tensor(second["l"], dtype=F64)
         torch.testing.assert_close(o / l[:, None], torch.tensor(w["output"], dtype=F64), rtol=0, atol=1e-5)
     assert trace["workers"][0]["steps"][1]["alpha"][0] == round(math.exp(-2), 6)
@@ -117,8 +125,7 @@ def test_worked_example_trace_follows_the_tile_stepper_contract():
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("n_q,n_k,block_q,block_k", [(1, 1, 16, 16), (7, 13, 32, 8), (65, 33, 16, 16),
-                                                     (33, 70, 5, 64)])
+@pytest.mark.parametrize("n_q,n_k,block_q,block_k", [(1, 1, 16, 16), (7, 13, 32, 8), (65, 33, 16, 16), (33, 70, 5, 64)])
 def test_tiled_backward_matches_autograd(n_q, n_k, block_q, block_k, causal):
     """The tiled backward's dQ, dK, dV equal autograd's through the definition, in float64."""
     q, k, v = qkv(2, 3, n_q, n_k, 16, d_v=24)

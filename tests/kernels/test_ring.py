@@ -42,8 +42,10 @@ class Case(NamedTuple):
     @property
     def name(self):
         dt = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
-        return (f"W{self.world_size}-N{self.seqlen}-H{self.heads}/{self.kv_heads}-"
-                f"{'causal' if self.causal else 'full'}-{self.layout}-{dt}-{self.group}")
+        return (
+            f"W{self.world_size}-N{self.seqlen}-H{self.heads}/{self.kv_heads}-"
+            f"{'causal' if self.causal else 'full'}-{self.layout}-{dt}-{self.group}"
+        )
 
     @property
     def ring_size(self):
@@ -68,8 +70,12 @@ HEAD_DIM = 16
 def _full_tensors(case, device="cpu", head_dim=HEAD_DIM):
     """q, k, v, dout on the full sequence; the same on every process (seeded by the case)."""
     gen = torch.Generator(device).manual_seed(zlib.crc32(case.name.encode()))  # same stream on every rank
-    shapes = [(1, case.seqlen, case.heads, head_dim), (1, case.seqlen, case.kv_heads, head_dim),
-              (1, case.seqlen, case.kv_heads, head_dim), (1, case.seqlen, case.heads, head_dim)]
+    shapes = [
+        (1, case.seqlen, case.heads, head_dim),
+        (1, case.seqlen, case.kv_heads, head_dim),
+        (1, case.seqlen, case.kv_heads, head_dim),
+        (1, case.seqlen, case.heads, head_dim),
+    ]
     return [torch.randn(s, generator=gen, device=device).to(case.dtype) for s in shapes]
 
 
@@ -130,8 +136,10 @@ def _worker(rank, world_size, port, backend, cases, result_dir):
     try:
         from torch.distributed.device_mesh import init_device_mesh
 
-        groups = {"mesh": init_device_mesh("cuda" if backend == "nccl" else "cpu", (world_size,)),
-                  "tail": dist.new_group(list(range(1, world_size)))}
+        groups = {
+            "mesh": init_device_mesh("cuda" if backend == "nccl" else "cpu", (world_size,)),
+            "tail": dist.new_group(list(range(1, world_size))),
+        }
         if backend == "nccl":
             results = {case.name: _errors_on_rank(case, rank, groups, device, 128) for case in cases}
         else:
@@ -150,10 +158,11 @@ def _worker(rank, world_size, port, backend, cases, result_dir):
         # a group of one rank: no ring, the same as flash_attn_func on that rank's tensors
         alone = [dist.new_group([r]) for r in range(world_size)][rank]
         q, k, v = (torch.randn(1, 8, 2, 16, device=device) for _ in range(3))
-        single = torch.equal(ring_flash_attn_func(q, k, v, causal=True, group=alone, layout="zigzag"),
-                             flash_attn_func(q, k, v, causal=True))
-        torch.save({"results": results, "errors": errors, "single": single},
-                   os.path.join(result_dir, f"rank{rank}.pt"))
+        single = torch.equal(
+            ring_flash_attn_func(q, k, v, causal=True, group=alone, layout="zigzag"),
+            flash_attn_func(q, k, v, causal=True),
+        )
+        torch.save({"results": results, "errors": errors, "single": single}, os.path.join(result_dir, f"rank{rank}.pt"))
         dist.barrier()  # rank 0 hosts the store: it must not leave while others still use it
     finally:
         dist.destroy_process_group()
@@ -217,6 +226,7 @@ def test_groups_of_one_and_bad_groups(gloo_ring):
 # The schedule and the sharding helpers, without processes
 # ---------------------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 @pytest.mark.parametrize("dim", [0, 1])
 def test_zigzag_round_trip(world_size, dim):
@@ -235,8 +245,9 @@ def test_schedule_covers_the_causal_mask_once(world_size, layout):
     the causal mask's kept pairs, each covered once; and zigzag gives every rank the same number of pairs."""
     n_local = 4
     full = world_size * n_local
-    positions = [_shard(torch.arange(full)[None], Case(world_size, full, 1, 1, True, layout), r)[0]
-                 for r in range(world_size)]
+    positions = [
+        _shard(torch.arange(full)[None], Case(world_size, full, 1, 1, True, layout), r)[0] for r in range(world_size)
+    ]
     covered = torch.zeros(full, full, dtype=torch.int64)
     work = []
     for rank in range(world_size):
@@ -271,19 +282,26 @@ def test_merge_of_two_halves_is_attention_over_both():
     torch.testing.assert_close(merged_lse, lse, atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: zigzag_shard(torch.zeros(1, 10, 1, 8), 2, 0), "multiple of 4"),
-    (lambda: zigzag_shard(torch.zeros(1, 8, 1, 8), 2, 2), r"rank must be an int in \[0, 2\)"),
-    (lambda: zigzag_shard(torch.zeros(1, 8, 1, 8), 0, 0), "world_size must be an int >= 1"),
-    (lambda: zigzag_unshard([torch.zeros(1, 4), torch.zeros(1, 6)]), "same shape"),
-    (lambda: zigzag_unshard([torch.zeros(1, 3), torch.zeros(1, 3)]), "odd"),
-    (lambda: ring_flash_attn_func(*(torch.zeros(1, 4, 1, 16) for _ in range(3)), layout="zig-zag"),
-     "layout must be one of"),
-    (lambda: ring_flash_attn_func(torch.zeros(1, 4, 1, 16), torch.zeros(1, 6, 1, 16), torch.zeros(1, 6, 1, 16)),
-     "same length"),
-    (lambda: ring_flash_attn_func(*(torch.zeros(1, 5, 1, 16) for _ in range(3)), layout="zigzag"), "odd"),
-    (lambda: ring_flash_attn_func(*(torch.zeros(1, 4, 1, 16) for _ in range(3)), causal=1), "causal must be"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: zigzag_shard(torch.zeros(1, 10, 1, 8), 2, 0), "multiple of 4"),
+        (lambda: zigzag_shard(torch.zeros(1, 8, 1, 8), 2, 2), r"rank must be an int in \[0, 2\)"),
+        (lambda: zigzag_shard(torch.zeros(1, 8, 1, 8), 0, 0), "world_size must be an int >= 1"),
+        (lambda: zigzag_unshard([torch.zeros(1, 4), torch.zeros(1, 6)]), "same shape"),
+        (lambda: zigzag_unshard([torch.zeros(1, 3), torch.zeros(1, 3)]), "odd"),
+        (
+            lambda: ring_flash_attn_func(*(torch.zeros(1, 4, 1, 16) for _ in range(3)), layout="zig-zag"),
+            "layout must be one of",
+        ),
+        (
+            lambda: ring_flash_attn_func(torch.zeros(1, 4, 1, 16), torch.zeros(1, 6, 1, 16), torch.zeros(1, 6, 1, 16)),
+            "same length",
+        ),
+        (lambda: ring_flash_attn_func(*(torch.zeros(1, 5, 1, 16) for _ in range(3)), layout="zigzag"), "odd"),
+        (lambda: ring_flash_attn_func(*(torch.zeros(1, 4, 1, 16) for _ in range(3)), causal=1), "causal must be"),
+    ],
+)
 def test_bad_input(call, match):
     with pytest.raises((ValueError, TypeError), match=match):
         call()
@@ -301,6 +319,7 @@ def test_needs_an_initialised_process_group():
 # GPU
 # ---------------------------------------------------------------------------------------------------------------
 
+
 def _simulated_ring(q_shards, k_shards, v_shards, dout_shards, causal, layout):
     """The ring schedule in one process: every rank's blocks, merges and gradient sums, with the real ops."""
     world_size, n = len(q_shards), q_shards[0].shape[1]
@@ -313,8 +332,14 @@ def _simulated_ring(q_shards, k_shards, v_shards, dout_shards, causal, layout):
             if block is None:
                 continue
             src = (rank - step) % world_size
-            o, l_ = torch.ops.flashdoc.fwd(q_shards[rank][:, block.q], k_shards[src][:, block.kv],
-                                           v_shards[src][:, block.kv], scale, block.causal, True)
+            o, l_ = torch.ops.flashdoc.fwd(
+                q_shards[rank][:, block.q],
+                k_shards[src][:, block.kv],
+                v_shards[src][:, block.kv],
+                scale,
+                block.causal,
+                True,
+            )
             if out is None:
                 out, lse = o.float(), l_
             else:
@@ -330,9 +355,19 @@ def _simulated_ring(q_shards, k_shards, v_shards, dout_shards, causal, layout):
             if block is None:
                 continue
             src, r = (rank - step) % world_size, block.q
-            g = torch.ops.flashdoc.bwd(dout_shards[rank][:, r], q_shards[rank][:, r], k_shards[src][:, block.kv],
-                                       v_shards[src][:, block.kv], outs[rank][:, r], lses[rank][:, :, r], None,
-                                       scale, block.causal, True, False)
+            g = torch.ops.flashdoc.bwd(
+                dout_shards[rank][:, r],
+                q_shards[rank][:, r],
+                k_shards[src][:, block.kv],
+                v_shards[src][:, block.kv],
+                outs[rank][:, r],
+                lses[rank][:, :, r],
+                None,
+                scale,
+                block.causal,
+                True,
+                False,
+            )
             dq[rank][:, r] += g[0]
             dk[src][:, block.kv] += g[1]
             dv[src][:, block.kv] += g[2]
@@ -359,8 +394,12 @@ def test_gpu_simulated_ring(world_size, causal, layout):
         assert err <= 2e-2 * max(1.0, ref.abs().max().item()), name
 
 
-GPU_CASES = [Case(2, n, 8, 2, causal, layout, torch.bfloat16)
-             for n in (4096, 65536, 262144) for causal in (False, True) for layout in LAYOUTS]
+GPU_CASES = [
+    Case(2, n, 8, 2, causal, layout, torch.bfloat16)
+    for n in (4096, 65536, 262144)
+    for causal in (False, True)
+    for layout in LAYOUTS
+]
 
 
 @pytest.mark.gpu

@@ -11,10 +11,17 @@ import flashdoc
 def _sdpa(causal, scale=None, enable_gqa=False):
     # adapt to the oracle's (B, S, H, D) layout: take and return transposed views
     def fn(q, k, v):
-        out = flashdoc.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                    is_causal=causal, scale=scale, enable_gqa=enable_gqa)
+        out = flashdoc.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            is_causal=causal,
+            scale=scale,
+            enable_gqa=enable_gqa,
+        )
         assert out.is_contiguous(), "SDPA-layout inputs should give an SDPA-layout (contiguous) output"
         return out.transpose(1, 2), None
+
     return fn
 
 
@@ -25,7 +32,7 @@ def _sdpa(causal, scale=None, enable_gqa=False):
 def test_sdpa_top_left(seqlen_q, seqlen_k, causal, dtype):
     q, k, v = make_qkv(2, seqlen_q, seqlen_k, 2, 2, 32, dtype, layout="bhsd")
     q, k, v = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))  # (B, S, H, D) views
-    check_against_oracle(_sdpa(causal), q, k, v, 32 ** -0.5, causal, bottom_right=False)
+    check_against_oracle(_sdpa(causal), q, k, v, 32**-0.5, causal, bottom_right=False)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -46,7 +53,7 @@ def test_sdpa_matches_torch(causal):
 def test_gpu_sdpa(seqlen_q, seqlen_k, head_dim, causal, dtype):
     q, k, v = make_qkv(1, seqlen_q, seqlen_k, 4, 2, head_dim, dtype, layout="bhsd")
     q, k, v = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
-    check_against_oracle(_sdpa(causal, enable_gqa=True), q, k, v, head_dim ** -0.5, causal, bottom_right=False)
+    check_against_oracle(_sdpa(causal, enable_gqa=True), q, k, v, head_dim**-0.5, causal, bottom_right=False)
 
 
 @pytest.mark.gpu

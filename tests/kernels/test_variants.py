@@ -17,8 +17,20 @@ from flashdoc.kernels import mask
 from flashdoc.kernels.mask import band, block_ranges, draw_rng, dropout_mask
 
 
-def variant_math(q, k, v, scale, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                 keep=None, dropout_p=0.0, bottom_right=True, dtype=torch.float64):
+def variant_math(
+    q,
+    k,
+    v,
+    scale,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    keep=None,
+    dropout_p=0.0,
+    bottom_right=True,
+    dtype=torch.float64,
+):
     """Attention with every variant in plain PyTorch, in ``dtype``; layout (B, S, H, D). keep: the dropout
     mask (B, H, Sq, Sk). Returns out (B, Sq, H, D) and lse (B, H, Sq) fp32 (before dropout)."""
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
@@ -58,19 +70,27 @@ def _inputs(batch, seqlen_q, seqlen_k, n_heads, n_kv_heads, head_dim, dtype, q_s
     return one(seqlen_q, n_heads, q_scale), one(seqlen_k, n_kv_heads), one(seqlen_k, n_kv_heads)
 
 
-def check_variant(q, k, v, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
-                  with_grads=True):
+def check_variant(
+    q, k, v, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0, with_grads=True
+):
     """flash_attn_func(...) against the oracle: out and lse (without dropout), then dq, dk, dv."""
     dtype, scale = q.dtype, q.shape[-1] ** -0.5
     torch.manual_seed(1234)
-    out, lse, _ = flashdoc.flash_attn_func(q, k, v, dropout_p, None, causal, window_size, softcap, alibi_slopes,
-                                           return_attn_probs=True)
+    out, lse, _ = flashdoc.flash_attn_func(
+        q, k, v, dropout_p, None, causal, window_size, softcap, alibi_slopes, return_attn_probs=True
+    )
     keep = None
     if dropout_p > 0:
         torch.manual_seed(1234)  # the same draw as the call's
         keep = dropout_mask(draw_rng(q.device), q.shape[0], q.shape[2], q.shape[1], k.shape[1], dropout_p)
-    options = dict(causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, keep=keep,
-                   dropout_p=dropout_p)
+    options = dict(
+        causal=causal,
+        window_size=window_size,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        keep=keep,
+        dropout_p=dropout_p,
+    )
     ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
     pt_in = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     out_ref, lse_ref = variant_math(*ref_in, scale, **options)
@@ -93,8 +113,10 @@ def check_variant(q, k, v, causal=False, window_size=(-1, -1), softcap=0.0, alib
 # --- the block ranges -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("causal,window_size", [(False, (-1, -1)), (True, (-1, -1)), (False, (5, 3)),
-                                                (True, (20, -1)), (False, (-1, 7)), (False, (0, 0))])
+@pytest.mark.parametrize(
+    "causal,window_size",
+    [(False, (-1, -1)), (True, (-1, -1)), (False, (5, 3)), (True, (20, -1)), (False, (-1, 7)), (False, (0, 0))],
+)
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(50, 70), (70, 50)])
 def test_block_ranges_cover_the_band(seqlen_q, seqlen_k, causal, window_size):
     """Every visible key lies in [lo, hi); every key in [full_lo, full_hi) is visible to every row of the tile."""
@@ -137,8 +159,7 @@ def test_band_follows_flash_attn():
 
 @cpu_sweep
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
-@pytest.mark.parametrize("causal,window_size", [(False, (7, 3)), (True, (9, -1)), (False, (6, -1)),
-                                                (False, (-1, 5))])
+@pytest.mark.parametrize("causal,window_size", [(False, (7, 3)), (True, (9, -1)), (False, (6, -1)), (False, (-1, 5))])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(40, 70), (70, 40)])
 def test_window(seqlen_q, seqlen_k, causal, window_size, dtype):
     q, k, v = _inputs(1, seqlen_q, seqlen_k, 2, 1, 32, dtype)
@@ -204,8 +225,9 @@ def test_sdpa_dropout_top_left():
     out = flashdoc.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=True)
     torch.manual_seed(3)
     keep = dropout_mask(draw_rng(q.device), 1, 2, 30, 20, 0.25)
-    ref, _ = variant_math(*(t.transpose(1, 2) for t in (q, k, v)), 16 ** -0.5, causal=True, keep=keep,
-                          dropout_p=0.25, bottom_right=False)
+    ref, _ = variant_math(
+        *(t.transpose(1, 2) for t in (q, k, v)), 16**-0.5, causal=True, keep=keep, dropout_p=0.25, bottom_right=False
+    )
     assert (out.transpose(1, 2) - ref.float()).abs().max().item() < 1e-5
 
 
@@ -336,6 +358,14 @@ def test_gpu_window_compiles():
 
 def test_mask_api_documented():
     """The module's docstring names every kernel-side rule it exports."""
-    for name in ("key_block_range", "query_block_range", "mask_scores", "mod_scores", "softcap_grad",
-                 "dropout_keep", "band", "block_ranges"):
+    for name in (
+        "key_block_range",
+        "query_block_range",
+        "mask_scores",
+        "mod_scores",
+        "softcap_grad",
+        "dropout_keep",
+        "band",
+        "block_ranges",
+    ):
         assert name in mask.__doc__ and hasattr(mask, name)

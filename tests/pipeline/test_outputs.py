@@ -63,8 +63,9 @@ def test_unknown_snippet_lists_the_known_ones(sandbox):
 
 
 # a snippet that runs past a short time limit and writes its partial results on Ctrl-C, as the benchmark does
-WAITS_FOR_CTRL_C = ("import time\ntry:\n    time.sleep(60)\n"
-                    "except KeyboardInterrupt:\n    print('wrote partial results')\n")
+WAITS_FOR_CTRL_C = (
+    "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('wrote partial results')\n"
+)
 
 
 def test_time_limit_interrupts_like_ctrl_c(sandbox, tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from tools import outputs
 from tools.programs import blocks_from_pages, copy_program, run_distinct, section_end
 
-SOURCE = '''import math
+SOURCE = """import math
 # --8<-- [start:setup]
 x = 2.0
 # --8<-- [end:setup]
@@ -23,7 +23,7 @@ def f(y):
 
 
 print(f(x))
-'''
+"""
 
 
 @pytest.fixture
@@ -66,6 +66,9 @@ GPU_BLOCKS = [b for b in blocks_from_pages() if b.gpu_only]
 def test_gpu_only_blocks_copy_programs_that_run():
     assert GPU_BLOCKS
     outcomes = run_distinct([b.text for b in GPU_BLOCKS], workers=1, timeout=900)
-    failed = [f"{b.page}: {b.snippet} [{b.section}]\n{outcomes[b.text].output[-2000:]}"
-              for b in GPU_BLOCKS if outcomes[b.text].returncode != 0]
+    failed = [
+        f"{b.page}: {b.snippet} [{b.section}]\n{outcomes[b.text].output[-2000:]}"
+        for b in GPU_BLOCKS
+        if outcomes[b.text].returncode != 0
+    ]
     assert not failed, "\n\n".join(failed)

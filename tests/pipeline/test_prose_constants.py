@@ -26,7 +26,7 @@ def _one_line(text: str) -> str:
 def _fused_causal_threshold() -> int:
     """FUSED_DQ_MIN_SEQLEN's one value: the prose names it as the length from which causal calls at head dimension
     64 take the fused backward."""
-    (key, tokens), = backward_hopper.FUSED_DQ_MIN_SEQLEN.items()
+    ((key, tokens),) = backward_hopper.FUSED_DQ_MIN_SEQLEN.items()
     assert key == (64, True), "the prose says the threshold is for causal calls at head dimension 64"
     return tokens
 
@@ -69,4 +69,5 @@ def test_recorded_tile_tables_match_the_package(tmp_path):
     for name in ("forward.md", "hopper_forward.md", "hopper_backward.md"):
         recorded = (GENERATED_DIR / "triton/tile_configs" / name).read_text()
         assert (tmp_path / name).read_text() == recorded, (
-            f"{name} differs from the package's tables: python -m tools.record_snippets triton/tile_configs")
+            f"{name} differs from the package's tables: python -m tools.record_snippets triton/tile_configs"
+        )

@@ -78,8 +78,7 @@ def test_a_kernel_change_makes_the_docs_build_name_exactly_the_outputs_that_impo
     for name in COPIED:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, tmp_path / name, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "assets"))
+            shutil.copytree(src, tmp_path / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "assets"))
         else:
             shutil.copy2(src, tmp_path / name)
     kernel = tmp_path / KERNEL
@@ -95,8 +94,14 @@ def test_a_kernel_change_makes_the_docs_build_name_exactly_the_outputs_that_impo
 
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     env.pop("FLASHDOC_REQUIRE_FRESH", None)
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "out")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "out")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0, log
     lines = [line for line in log.splitlines() if "stale recorded outputs" in line]
@@ -115,7 +120,13 @@ def test_a_kernel_change_makes_the_docs_build_name_exactly_the_outputs_that_impo
         prov = json.loads(path.read_text())
         prov["modules"][KERNEL] = outputs.sha256_file(kernel)
         path.write_text(json.dumps(prov))
-    check = subprocess.run([sys.executable, "-m", "tools.record_snippets", "--check"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=120)
+    check = subprocess.run(
+        [sys.executable, "-m", "tools.record_snippets", "--check"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     stale = sorted(line.split(": ")[1] for line in check.stdout.splitlines() if line.startswith("stale"))
     assert stale == gpu, check.stdout + check.stderr

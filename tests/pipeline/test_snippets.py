@@ -17,9 +17,11 @@ from tools.record_snippets import run_snippet
 
 SNIPPETS = all_snippets()
 DOCS_PAGES = sorted((ROOT / "docs").rglob("*.md"))
-FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)[^\n]*\n"
-                   r"(?P<body>.*?)^(?P=indent)(?P=fence)\s*$",
-                   re.MULTILINE | re.DOTALL)
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)[^\n]*\n"
+    r"(?P<body>.*?)^(?P=indent)(?P=fence)\s*$",
+    re.MULTILINE | re.DOTALL,
+)
 
 
 def ids(snippets):

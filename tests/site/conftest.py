@@ -66,8 +66,13 @@ def site_url(built_site) -> str:
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".wasm": "application/wasm",
-                      ".mjs": "text/javascript", ".webm": "video/webm", ".mp4": "video/mp4"}
+    extensions_map = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".wasm": "application/wasm",
+        ".mjs": "text/javascript",
+        ".webm": "video/webm",
+        ".mp4": "video/mp4",
+    }
 
     def log_message(self, format, *args):  # keep pytest output readable
         pass
@@ -118,10 +123,17 @@ def page(browser, site_url, request):
     pg.on("pageerror", lambda exc: problems.console_errors.append(str(exc)))
     # net::ERR_ABORTED is the browser cancelling a request itself, as a navigation does to the page it leaves
     # (under load, material's late sitemap.xml fetch); a missing file shows as a response status instead
-    pg.on("requestfailed", lambda req: urlparse(req.url).hostname == "127.0.0.1" and req.failure != "net::ERR_ABORTED"
-          and problems.failed_requests.append(f"{req.url} ({req.failure})"))
-    pg.on("response", lambda resp: resp.status >= 400
-          and problems.failed_requests.append(f"{resp.url} ({resp.status})"))
+    pg.on(
+        "requestfailed",
+        lambda req: (
+            urlparse(req.url).hostname == "127.0.0.1"
+            and req.failure != "net::ERR_ABORTED"
+            and problems.failed_requests.append(f"{req.url} ({req.failure})")
+        ),
+    )
+    pg.on(
+        "response", lambda resp: resp.status >= 400 and problems.failed_requests.append(f"{resp.url} ({resp.status})")
+    )
     pg.problems = problems
     pg.site_url = site_url
     yield pg

@@ -7,8 +7,18 @@ import re
 import pytest
 
 STYLE_GUIDE = "style-guide/"
-CALLOUT_TYPES = ["note", "abstract", "tip", "success", "question", "warning", "critical", "example", "proof",
-                 "definition"]
+CALLOUT_TYPES = [
+    "note",
+    "abstract",
+    "tip",
+    "success",
+    "question",
+    "warning",
+    "critical",
+    "example",
+    "proof",
+    "definition",
+]
 
 
 def open_style_guide(page):
@@ -57,8 +67,10 @@ def test_collapsible_code_opens_on_click(page):
 
 def test_math_is_typeset_by_katex_served_here(page):
     open_style_guide(page)
-    page.wait_for_function("document.querySelectorAll('.arithmatex').length > 0 && "
-                           "[...document.querySelectorAll('.arithmatex')].every(el => el.querySelector('.katex'))")
+    page.wait_for_function(
+        "document.querySelectorAll('.arithmatex').length > 0 && "
+        "[...document.querySelectorAll('.arithmatex')].every(el => el.querySelector('.katex'))"
+    )
     assert page.locator(".fd-example .katex-display").count() >= 1
     # No TeX left as text outside code blocks, and KaTeX's own fonts (not fallbacks) are in use.
     leftover = page.evaluate("""() => {

@@ -19,7 +19,10 @@ PlaywrightTimeout = pytest.importorskip("playwright.sync_api", reason="needs `pi
 # What material's copy button copies (its clipboard code): the data-copy of the nearest element that has one,
 # else the text of the block's <code>. Read in the page, per Python block, with what wraps it.
 PYTHON_BLOCKS = ".md-typeset div.language-python.highlight"
-BLOCKS_JS = """() => [...document.querySelectorAll('""" + PYTHON_BLOCKS + """')].map(block => {
+BLOCKS_JS = (
+    """() => [...document.querySelectorAll('"""
+    + PYTHON_BLOCKS
+    + """')].map(block => {
     const code = block.querySelector('pre > code');
     const button = block.querySelector('button[data-md-type=copy]');
     const holder = code.closest('[data-copy]');
@@ -34,11 +37,15 @@ BLOCKS_JS = """() => [...document.querySelectorAll('""" + PYTHON_BLOCKS + """')]
       section: holder ? holder.getAttribute('data-section') : null,
     };
   })"""
+)
 
 
 def content_pages(site):
-    return sorted(p for p in site.rglob("*.html")
-                  if p.name != "404.html" and not {"snippets", "notebooks", "assets"} & set(p.parts))
+    return sorted(
+        p
+        for p in site.rglob("*.html")
+        if p.name != "404.html" and not {"snippets", "notebooks", "assets"} & set(p.parts)
+    )
 
 
 def test_every_python_block_copies_a_program_or_links_its_package_file(page, built_site):
@@ -53,8 +60,11 @@ def test_every_python_block_copies_a_program_or_links_its_package_file(page, bui
         # material adds a block's buttons once the block has been on screen: show each, then wait for them
         page.evaluate(f"document.querySelectorAll('{PYTHON_BLOCKS}').forEach(b => b.scrollIntoView())")
         try:
-            page.wait_for_function(f"[...document.querySelectorAll('{PYTHON_BLOCKS}')]"
-                                   ".every(b => b.querySelector('button[data-md-type=copy]'))", timeout=10_000)
+            page.wait_for_function(
+                f"[...document.querySelectorAll('{PYTHON_BLOCKS}')]"
+                ".every(b => b.querySelector('button[data-md-type=copy]'))",
+                timeout=10_000,
+            )
         except PlaywrightTimeout:
             pass  # reported below, block by block
         blocks = page.evaluate(BLOCKS_JS)
@@ -90,6 +100,9 @@ def test_every_copied_program_runs_on_the_cpu(built_site):
     cpu = [b for b in blocks if not b.gpu_only]
     assert len(cpu) >= 20, len(cpu)
     outcomes = run_distinct([b.text for b in cpu], workers=2, timeout=600)
-    failed = [f"{b.page}: {b.snippet} [{b.section}] exited {outcomes[b.text].returncode}:\n"
-              f"{outcomes[b.text].output[-1500:]}" for b in cpu if outcomes[b.text].returncode != 0]
+    failed = [
+        f"{b.page}: {b.snippet} [{b.section}] exited {outcomes[b.text].returncode}:\n{outcomes[b.text].output[-1500:]}"
+        for b in cpu
+        if outcomes[b.text].returncode != 0
+    ]
     assert not failed, "\n\n".join(failed)

@@ -20,8 +20,7 @@ DIGITS = 3
 
 # Reads a matrix table: one row per <tr> of the body, skipping the row header; each cell's shown text and the
 # full-precision value the widget put in data-value ("null" for a cell not computed yet).
-READ_TABLE = ("t => [...t.tBodies[0].rows].map(r => [...r.cells].slice(1).map(c => "
-              "[c.textContent, c.dataset.value]))")
+READ_TABLE = "t => [...t.tBodies[0].rows].map(r => [...r.cells].slice(1).map(c => [c.textContent, c.dataset.value]))"
 
 
 def shown(x: float) -> str:
@@ -56,8 +55,10 @@ def assert_table(locator, expected, tol=1e-12, label=""):
 
 def python_attention(Q, K, V, scale, causal):
     """The textbook definition, in float64: the values the widgets must match."""
-    S = [[-math.inf if causal and j > i else scale * sum(a * b for a, b in zip(q, k)) for j, k in enumerate(K)]
-         for i, q in enumerate(Q)]
+    S = [
+        [-math.inf if causal and j > i else scale * sum(a * b for a, b in zip(q, k)) for j, k in enumerate(K)]
+        for i, q in enumerate(Q)
+    ]
     P = []
     for row in S:
         m = max(row)
@@ -96,7 +97,7 @@ def test_attention_explorer_updates_live_and_matches_python(page):
     _, P, _ = check_explorer(root, causal=False, scaled=True)
     recorded = (snippet("interactive/pure_python_attention").output_dir / "stdout.txt").read_text().splitlines()
     start = recorded.index("Weights softmax(S): each row sums to 1") + 1
-    for row, line in zip(P, recorded[start:start + 3]):
+    for row, line in zip(P, recorded[start : start + 3]):
         assert [f"{p:.3f}" for p in row] == line.split(":")[1].split()
 
     # Editing a number recomputes everything: give "sat" (row 3) the query [-2, 0].
@@ -282,7 +283,8 @@ def test_runnable_cell_runs_offline_on_the_sites_pyodide(page):
     editor.fill("import numpy as np\nprint(np.ones(3))\n")
     cell.get_by_role("button", name="Run").click()
     page.wait_for_function(
-        "el => el.dataset.state === 'error' && el.textContent.includes('numpy')", arg=output.element_handle())
+        "el => el.dataset.state === 'error' && el.textContent.includes('numpy')", arg=output.element_handle()
+    )
     assert "this site makes no requests to other hosts" in output.inner_text()
 
     # Reset: the original, highlighted code and an empty output again.
@@ -296,9 +298,11 @@ def test_runnable_cell_runs_offline_on_the_sites_pyodide(page):
 
 def test_widgets_fit_a_phone_screen(page):
     page.set_viewport_size({"width": 390, "height": 844})
-    for path, selector in [("interactive/attention-explorer/", ".fd-attention-explorer"),
-                           ("interactive/tile-stepper/", ".fd-tile-stepper"),
-                           ("interactive/run-python/", ".fd-runnable")]:
+    for path, selector in [
+        ("interactive/attention-explorer/", ".fd-attention-explorer"),
+        ("interactive/tile-stepper/", ".fd-tile-stepper"),
+        ("interactive/run-python/", ".fd-runnable"),
+    ]:
         page.goto(page.site_url + path)
         page.locator(selector + READY).first.wait_for()
         # Wide tables and code scroll inside their own boxes; the page itself never scrolls sideways.

@@ -58,10 +58,11 @@ def test_no_page_shows_internal_words(built_site):
     assert not found, f"pages that show internal words: {found}"
 
 
-@pytest.mark.parametrize("slug", [re.search(r"^slug: (\S+)$", p.read_text(), re.M).group(1)
-                                  for p in sorted(POSTS.glob("*.md"))])
+@pytest.mark.parametrize(
+    "slug", [re.search(r"^slug: (\S+)$", p.read_text(), re.M).group(1) for p in sorted(POSTS.glob("*.md"))]
+)
 def test_post_reads_in_at_most_30_minutes(built_site, slug):
-    html, = built_site.glob(f"blog/*/*/*/{slug}/index.html")
+    (html,) = built_site.glob(f"blog/*/*/*/{slug}/index.html")
     minutes = int(re.search(r"(\d+) min read", visible_text(html)).group(1))
     assert minutes <= MAX_MINUTES, f"{slug} reads in {minutes} minutes"
 
@@ -72,6 +73,9 @@ def test_series_parts_link_in_order(built_site):
     start_here = index[index.rfind("Start here") : index.rfind("All posts")]
     parts = [int(n) for n in re.findall(r"Part (\d+):", start_here)]
     assert parts == sorted(parts) and parts[0] == 1, parts
-    titles = {int(re.search(r"^# Part (\d+):", p.read_text(), re.M).group(1)) for p in POSTS.glob("*.md")
-              if re.search(r"^# Part \d+:", p.read_text(), re.M)}
+    titles = {
+        int(re.search(r"^# Part (\d+):", p.read_text(), re.M).group(1))
+        for p in POSTS.glob("*.md")
+        if re.search(r"^# Part \d+:", p.read_text(), re.M)
+    }
     assert set(parts) == titles, (parts, titles)

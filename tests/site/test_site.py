@@ -71,8 +71,9 @@ def test_no_broken_internal_link_or_image(built_site):
             path_part, fragment = urldefrag(url)
             target = target_file(built_site, page, path_part) if path_part else page
             if not target.is_file():
-                broken.append(f"{page.relative_to(built_site)}: {tag} {url} -> "
-                              f"missing {target.relative_to(built_site)}")
+                broken.append(
+                    f"{page.relative_to(built_site)}: {tag} {url} -> missing {target.relative_to(built_site)}"
+                )
             elif fragment and target.suffix == ".html":
                 ids = parsed[target].ids if target in parsed else parse(target).ids
                 if unquote(fragment) not in ids:
@@ -87,8 +88,12 @@ def test_every_page_loads_cleanly(page, built_site):
         rel = path.relative_to(built_site).as_posix()
         page.goto(page.site_url + rel.removesuffix("index.html"))
         page.wait_for_load_state("networkidle")  # leaving earlier would abort the page's own late requests
-        broken_images += [f"{rel}: {src}" for src in page.evaluate(
-            "[...document.images].filter(i => i.complete && i.naturalWidth === 0).map(i => i.src)")]
+        broken_images += [
+            f"{rel}: {src}"
+            for src in page.evaluate(
+                "[...document.images].filter(i => i.complete && i.naturalWidth === 0).map(i => i.src)"
+            )
+        ]
     assert not broken_images, broken_images
 
 

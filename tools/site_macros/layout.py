@@ -128,7 +128,8 @@ def published_posts() -> list[Post]:
         if meta.get("draft"):
             continue
         title = meta.get("title") or next(
-            (line[2:].strip() for line in body.splitlines() if line.startswith("# ")), path.stem)
+            (line[2:].strip() for line in body.splitlines() if line.startswith("# ")), path.stem
+        )
         posts.append(Post(path, title, _post_date(meta), meta.get("description", ""), meta))
     return sorted(posts, key=lambda post: post.date, reverse=True)
 
@@ -147,20 +148,23 @@ def register(env):
             size = image_size(m.path)
             attrs = f'{{ width="{size[0]}" height="{size[1]}" }}' if size else ""
             caption = f"\n  <figcaption>{c}</figcaption>" if c else ""
-            figures.append(f'<figure markdown="span">\n  ![{a or Path(m.docs_path).stem}]({m.markdown_src()}){attrs}'
-                           f"{caption}\n</figure>")
+            figures.append(
+                f'<figure markdown="span">\n  ![{a or Path(m.docs_path).stem}]({m.markdown_src()}){attrs}'
+                f"{caption}\n</figure>"
+            )
         body = "\n".join(figures)
-        return (f'<div class="fd-gallery" style="--fd-cols: {cols}" markdown>\n{body}\n</div>\n'
-                f"{_provenance(media)}")
+        return f'<div class="fd-gallery" style="--fd-cols: {cols}" markdown>\n{body}\n</div>\n{_provenance(media)}'
 
     @env.macro
     def compare(before, after, before_label="Before", after_label="After"):
         """An image-compare slider, written in the seed's syntax (tools/hooks/image_compare.py renders it)."""
         b, a = Media(before, env.page), Media(after, env.page)
-        return (f'<div class="image-compare" data-before="{b.markdown_src()}" data-after="{a.markdown_src()}">\n'
-                f'  <span class="compare-label-before">{html.escape(before_label)}</span>\n'
-                f'  <span class="compare-label-after">{html.escape(after_label)}</span>\n'
-                f"</div>\n{_provenance([b, a])}")
+        return (
+            f'<div class="image-compare" data-before="{b.markdown_src()}" data-after="{a.markdown_src()}">\n'
+            f'  <span class="compare-label-before">{html.escape(before_label)}</span>\n'
+            f'  <span class="compare-label-after">{html.escape(after_label)}</span>\n'
+            f"</div>\n{_provenance([b, a])}"
+        )
 
     @env.macro
     def video(src, poster, caption=""):
@@ -170,11 +174,13 @@ def register(env):
         dims = f' width="{size[0]}" height="{size[1]}"' if size else ""
         kind = {".mp4": "video/mp4", ".webm": "video/webm"}[v.path.suffix.lower()]
         figcaption = f"\n  <figcaption>{caption}</figcaption>" if caption else ""
-        return (f'<figure class="fd-video">\n'
-                f'  <video controls muted playsinline preload="metadata" poster="{p.html_src()}"{dims}>\n'
-                f'    <source src="{v.html_src()}" type="{kind}">\n'
-                f'    <a href="{v.html_src()}">Download the video</a>\n'
-                f"  </video>{figcaption}\n</figure>\n{_provenance([v, p])}")
+        return (
+            f'<figure class="fd-video">\n'
+            f'  <video controls muted playsinline preload="metadata" poster="{p.html_src()}"{dims}>\n'
+            f'    <source src="{v.html_src()}" type="{kind}">\n'
+            f'    <a href="{v.html_src()}">Download the video</a>\n'
+            f"  </video>{figcaption}\n</figure>\n{_provenance([v, p])}"
+        )
 
     @env.macro
     def posts(limit=None):
@@ -195,5 +201,7 @@ def register(env):
         """
         source = textwrap.dedent(caller()).strip("\n")
         fence = "````"  # longer than any fence inside an example
-        return (f'{fence}{{ .markdown .fd-source title="Markdown" }}\n{source}\n{fence}\n\n'
-                f'<div class="fd-example" markdown>\n\n{env.render(source)}\n\n</div>\n')
+        return (
+            f'{fence}{{ .markdown .fd-source title="Markdown" }}\n{source}\n{fence}\n\n'
+            f'<div class="fd-example" markdown>\n\n{env.render(source)}\n\n</div>\n'
+        )

@@ -101,8 +101,10 @@ def register(env):
         block = f'```{{ {options} }}\n--8<-- "{target}"\n```'
         url = site_relative_url(env.page, snip.rel_path)
         if section:
-            caption = (f'Section <code>{section}</code> of <a href="{url}">{snip.rel_path}</a>; '
-                       "the copy button copies it with the lines above it that it needs, as a program that runs.")
+            caption = (
+                f'Section <code>{section}</code> of <a href="{url}">{snip.rel_path}</a>; '
+                "the copy button copies it with the lines above it that it needs, as a program that runs."
+            )
         else:
             caption = f'Complete and runnable: <a href="{url}">download {snip.rel_path}</a>.'
         caption_html = f'<p class="snippet-source">{caption}</p>'
@@ -139,4 +141,3 @@ def register(env):
             f'<figure markdown="span">\n  ![{caption}]({src})\n  <figcaption>{caption}</figcaption>\n</figure>\n'
             f"{provenance_html(snip, snip.provenance())}\n"  # generated_path checked freshness
         )
-
