@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
 
 from . import reference  # noqa: E402  (teaching implementations shown on the site)
 from ._config import show_config  # noqa: E402
-from .interface import flash_attn_func, scaled_dot_product_attention  # noqa: E402
+from .interface import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention  # noqa: E402
 from .kvcache import flash_attn_with_kvcache  # noqa: E402
 
 try:
@@ -29,6 +29,7 @@ except PackageNotFoundError:  # running from a source checkout that was never in
 
 __all__ = [
     "flash_attn_func",
+    "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
     "scaled_dot_product_attention",
     "reference",

@@ -2,6 +2,7 @@
 TypeError that names the argument and says what is allowed."""
 
 import math
+import os
 
 import torch
 
@@ -11,7 +12,7 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
 
 
-def _validate_tensor(t, name: str, ref=None, ref_name: str = "q") -> None:
+def _validate_tensor(t, name: str, ref=None, ref_name: str = "q", dims: int = 4) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in SUPPORTED_DTYPES:
@@ -20,8 +21,46 @@ def _validate_tensor(t, name: str, ref=None, ref_name: str = "q") -> None:
         raise TypeError(f"{name} has dtype {t.dtype} but {ref_name} has {ref.dtype}; all three must share one dtype")
     if ref is not None and t.device != ref.device:
         raise ValueError(f"{name} is on {t.device} but {ref_name} is on {ref.device}; all three must be on one device")
-    if t.dim() != 4:
-        raise ValueError(f"{name} must be 4-D, got {t.dim()}-D with shape {tuple(t.shape)}")
+    if t.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-D, got {t.dim()}-D with shape {tuple(t.shape)}")
+
+
+def _validate_device(q, qn: str) -> None:
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{qn} is on {q.device}; allowed devices: cuda, or cpu (through Triton's interpreter)")
+    if q.device.type == "cpu" and not INTERPRET:
+        raise ValueError(
+            f"{qn} is a CPU tensor but flashdoc's kernels were compiled for the GPU; move the tensors to CUDA, "
+            "or set TRITON_INTERPRET=1 before importing flashdoc to run them through Triton's interpreter"
+        )
+
+
+def _validate_heads_and_dim(q, k, v, h: int, d: int, dims: str, names) -> None:
+    """Heads on axis h (GQA/MQA: a multiple of k's) and one head_dim (1 to MAX_HEAD_DIM) on axis d."""
+    qn, kn, vn = names
+    if k.shape[h] != v.shape[h]:
+        raise ValueError(f"{kn} and {vn} must have the same number of heads, got {k.shape[h]} and {v.shape[h]}")
+    if k.shape[h] < 1 or q.shape[h] % k.shape[h] != 0:
+        raise ValueError(
+            f"{qn} heads ({q.shape[h]}) must be a multiple of {kn} heads ({k.shape[h]}) (GQA/MQA); layout is {dims}"
+        )
+    head_dim = q.shape[d]
+    if k.shape[d] != head_dim or v.shape[d] != head_dim:
+        raise ValueError(f"{qn}, {kn} and {vn} must share one head_dim, got {head_dim}, {k.shape[d]}, {v.shape[d]}")
+    if head_dim > MAX_HEAD_DIM or head_dim < 1:
+        raise ValueError(f"head_dim is {head_dim}; allowed: 1 to {MAX_HEAD_DIM}")
+
+
+def _validate_scale_and_causal(softmax_scale, causal, scale_name: str, causal_name: str) -> None:
+    if softmax_scale is not None:
+        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+            raise TypeError(f"{scale_name} must be a float or None, got {type(softmax_scale).__name__}")
+        if not (math.isfinite(softmax_scale) and softmax_scale > 0):
+            raise ValueError(
+                f"{scale_name} must be a finite number > 0 (default head_dim ** -0.5), got {softmax_scale}"
+            )
+    if not isinstance(causal, bool):
+        raise TypeError(f"{causal_name} must be a bool, got {type(causal).__name__}")
 
 
 def validate_attention_inputs(
@@ -36,13 +75,7 @@ def validate_attention_inputs(
     _validate_tensor(q, qn)
     _validate_tensor(k, kn, q, qn)
     _validate_tensor(v, vn, q, qn)
-    if q.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"{qn} is on {q.device}; allowed devices: cuda, or cpu (through Triton's interpreter)")
-    if q.device.type == "cpu" and not INTERPRET:
-        raise ValueError(
-            f"{qn} is a CPU tensor but flashdoc's kernels were compiled for the GPU; move the tensors to CUDA, "
-            "or set TRITON_INTERPRET=1 before importing flashdoc to run them through Triton's interpreter"
-        )
+    _validate_device(q, qn)
     s, h = (1, 2) if layout == "bshd" else (2, 1)
     dims = "(batch, seqlen, heads, head_dim)" if layout == "bshd" else "(batch, heads, seqlen, head_dim)"
     if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
@@ -57,26 +90,8 @@ def validate_attention_inputs(
         raise ValueError(f"{kn} has zero keys (seqlen 0); attention needs at least one key; layout is {dims}")
     if q.shape[0] < 1 or q.shape[s] < 1 or q.shape[h] < 1:
         raise ValueError(f"{qn} must have batch, heads and seqlen >= 1, got shape {tuple(q.shape)}; layout is {dims}")
-    if k.shape[h] != v.shape[h]:
-        raise ValueError(f"{kn} and {vn} must have the same number of heads, got {k.shape[h]} and {v.shape[h]}")
-    if k.shape[h] < 1 or q.shape[h] % k.shape[h] != 0:
-        raise ValueError(
-            f"{qn} heads ({q.shape[h]}) must be a multiple of {kn} heads ({k.shape[h]}) (GQA/MQA); layout is {dims}"
-        )
-    d = q.shape[3]
-    if k.shape[3] != d or v.shape[3] != d:
-        raise ValueError(f"{qn}, {kn} and {vn} must share one head_dim, got {d}, {k.shape[3]}, {v.shape[3]}")
-    if d > MAX_HEAD_DIM or d < 1:
-        raise ValueError(f"head_dim is {d}; allowed: 1 to {MAX_HEAD_DIM}")
-    if softmax_scale is not None:
-        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
-            raise TypeError(f"{scale_name} must be a float or None, got {type(softmax_scale).__name__}")
-        if not (math.isfinite(softmax_scale) and softmax_scale > 0):
-            raise ValueError(
-                f"{scale_name} must be a finite number > 0 (default head_dim ** -0.5), got {softmax_scale}"
-            )
-    if not isinstance(causal, bool):
-        raise TypeError(f"{causal_name} must be a bool, got {type(causal).__name__}")
+    _validate_heads_and_dim(q, k, v, h, 3, dims, names)
+    _validate_scale_and_causal(softmax_scale, causal, scale_name, causal_name)
 
 
 def validate_dropout(dropout_p) -> None:
@@ -88,10 +103,12 @@ def validate_dropout(dropout_p) -> None:
         )
 
 
-def validate_variant_options(q, *, dropout_p, window_size, softcap, alibi_slopes, return_attn_probs=False) -> None:
+def validate_variant_options(
+    q, *, dropout_p, window_size, softcap, alibi_slopes, return_attn_probs=False, batch=None
+) -> None:
     """flash-attn 2's options beyond the scale and causal: dropout_p in [0, 1); window_size two ints >= -1;
     softcap a float >= 0; alibi_slopes None or fp32 of shape (nheads,) or (batch, nheads) on q's device.
-    q: (batch, seqlen, nheads, headdim)."""
+    q: (batch, seqlen, nheads, headdim), or (total, nheads, headdim) with ``batch`` given (varlen)."""
     validate_dropout(dropout_p)
     if (
         not isinstance(window_size, (tuple, list))
@@ -108,7 +125,7 @@ def validate_variant_options(q, *, dropout_p, window_size, softcap, alibi_slopes
     if not (math.isfinite(softcap) and softcap >= 0):
         raise ValueError(f"softcap must be a finite float >= 0 (0 for no capping), got {softcap}")
     if alibi_slopes is not None:
-        batch, nheads = q.shape[0], q.shape[2]
+        batch, nheads = (q.shape[0], q.shape[2]) if batch is None else (batch, q.shape[1])
         if not isinstance(alibi_slopes, torch.Tensor):
             raise TypeError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
         if alibi_slopes.dtype != torch.float32:
@@ -122,3 +139,82 @@ def validate_variant_options(q, *, dropout_p, window_size, softcap, alibi_slopes
             raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}; move it to {q.device}")
     if not isinstance(return_attn_probs, bool):
         raise TypeError(f"return_attn_probs must be a bool, got {type(return_attn_probs).__name__}")
+
+
+def _validate_cu_seqlens(cu, name: str, q) -> None:
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name} has dtype {cu.dtype}; allowed: torch.int32")
+    if cu.dim() != 1 or cu.shape[0] < 2:
+        raise ValueError(
+            f"{name} must be 1-D of shape (batch + 1,) with batch >= 1 (the cumulative sequence lengths, "
+            f"starting at 0), got shape {tuple(cu.shape)}"
+        )
+    if cu.device != q.device:
+        raise ValueError(f"{name} is on {cu.device} but q is on {q.device}; move it to {q.device}")
+
+
+def _validate_max_seqlen(value, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+        raise TypeError(f"{name} must be an int (the longest sequence's length), got {type(value).__name__}")
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"{name} must be an int >= 0 (the longest sequence's length), got {value}")
+
+
+def debug_varlen() -> bool:
+    """Whether ``FLASHDOC_DEBUG_VARLEN=1``: the varlen checks that read cu_seqlens on the host (a device sync)."""
+    return os.environ.get("FLASHDOC_DEBUG_VARLEN", "0") == "1"
+
+
+def validate_varlen_inputs(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale, causal
+) -> None:
+    """Check a varlen call: q (total_q, nheads, headdim), k and v (total_k, nheads_k, headdim), cu_seqlens_q and
+    cu_seqlens_k int32 (batch + 1,) on q's device, max_seqlen_q and max_seqlen_k ints >= 0.
+
+    Everything here reads shapes, dtypes and devices only, except, with ``FLASHDOC_DEBUG_VARLEN=1``, the checks
+    of the cu_seqlens' values (start at 0, non-decreasing, end at the totals, longest length <= max_seqlen),
+    which wait for the device."""
+    _validate_tensor(q, "q", dims=3)
+    _validate_tensor(k, "k", q, dims=3)
+    _validate_tensor(v, "v", q, dims=3)
+    _validate_device(q, "q")
+    dims = "(total_tokens, heads, head_dim)"
+    if k.shape[0] != v.shape[0]:
+        raise ValueError(f"k and v must have the same total_k, got {k.shape[0]} and {v.shape[0]}; layout is {dims}")
+    if q.shape[1] < 1:
+        raise ValueError(f"q must have heads >= 1, got shape {tuple(q.shape)}; layout is {dims}")
+    _validate_heads_and_dim(q, k, v, 1, 2, dims, ("q", "k", "v"))
+    _validate_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q)
+    _validate_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q)
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
+        raise ValueError(
+            f"cu_seqlens_q has {cu_seqlens_q.shape[0] - 1} sequences and cu_seqlens_k "
+            f"{cu_seqlens_k.shape[0] - 1}; both must be (batch + 1,) for the same batch"
+        )
+    _validate_max_seqlen(max_seqlen_q, "max_seqlen_q")
+    _validate_max_seqlen(max_seqlen_k, "max_seqlen_k")
+    _validate_scale_and_causal(softmax_scale, causal, "softmax_scale", "causal")
+    if debug_varlen():
+        for cu, name, total, max_seqlen in (
+            (cu_seqlens_q, "cu_seqlens_q", q.shape[0], max_seqlen_q),
+            (cu_seqlens_k, "cu_seqlens_k", k.shape[0], max_seqlen_k),
+        ):
+            values = cu.tolist()
+            lengths = [b - a for a, b in zip(values, values[1:])]
+            if values[0] != 0:
+                raise ValueError(f"{name} must start at 0, got {values[0]} (FLASHDOC_DEBUG_VARLEN=1 check)")
+            if min(lengths) < 0:
+                raise ValueError(f"{name} must be non-decreasing, got {values} (FLASHDOC_DEBUG_VARLEN=1 check)")
+            if values[-1] != total:
+                raise ValueError(
+                    f"{name} ends at {values[-1]} but the tensor holds {total} tokens; its last entry must be "
+                    "the total (FLASHDOC_DEBUG_VARLEN=1 check)"
+                )
+            if max(lengths) > max_seqlen:
+                which = "max_seqlen_q" if name.endswith("q") else "max_seqlen_k"
+                raise ValueError(
+                    f"{which} is {max_seqlen} but {name} holds a sequence of {max(lengths)} tokens; it must be at "
+                    "least the longest length (FLASHDOC_DEBUG_VARLEN=1 check)"
+                )

@@ -1,8 +1,10 @@
-"""Public API: ``flash_attn_func`` (flash-attn layout) and ``scaled_dot_product_attention`` (PyTorch layout).
+"""Public API: ``flash_attn_func`` (flash-attn layout), ``flash_attn_varlen_func`` (packed sequences of different
+lengths) and ``scaled_dot_product_attention`` (PyTorch layout).
 
 Three layers, as in flash-attn's ``flash_attn_interface.py``:
 
-1. two ``torch.library`` custom ops, ``flashdoc::fwd`` and ``flashdoc::bwd``, each with a fake implementation
+1. ``torch.library`` custom ops, ``flashdoc::fwd`` and ``flashdoc::bwd`` (``varlen_fwd`` and ``varlen_bwd`` for
+   packed sequences), each with a fake implementation
    that only allocates outputs, so ``torch.compile(fullgraph=True)`` traces through them without a graph break;
 2. autograd: a ``torch.autograd.Function`` that calls the forward op and, in its backward, the backward op;
 3. friendly public functions that validate, default the scale and pick the causal alignment.
@@ -12,13 +14,19 @@ from typing import Optional
 
 import torch
 
-from ._validation import validate_attention_inputs, validate_dropout, validate_variant_options
+from ._validation import (
+    validate_attention_inputs,
+    validate_dropout,
+    validate_variant_options,
+    validate_varlen_inputs,
+)
 from .kernels import INTERPRET
 from .kernels.backward import attn_bwd
 from .kernels.forward import attn_fwd
 from .kernels.mask import Variant, draw_rng
+from .kernels.varlen import varlen_bwd, varlen_fwd
 
-__all__ = ["flash_attn_func", "scaled_dot_product_attention"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "scaled_dot_product_attention"]
 
 
 def _like(t: torch.Tensor) -> torch.Tensor:
@@ -216,6 +224,14 @@ class _FlashAttention(torch.autograd.Function):
 _PLAIN = (-1, -1, 0.0, None, 0.0, None)  # the ops' variant arguments for plain attention
 
 
+def _variant_args(q, window_size, softcap, alibi_slopes, dropout_p) -> tuple:
+    """The ops' flat variant arguments for a call (dropout's rng drawn here, outside the ops)."""
+    if tuple(window_size) == (-1, -1) and softcap == 0.0 and alibi_slopes is None and dropout_p == 0.0:
+        return _PLAIN
+    rng = draw_rng(q.device) if dropout_p > 0.0 else None
+    return (int(window_size[0]), int(window_size[1]), float(softcap), alibi_slopes, float(dropout_p), rng)
+
+
 def _attention(
     q,
     k,
@@ -230,11 +246,7 @@ def _attention(
     dropout_p=0.0,
 ):
     """The forward op, through autograd only when a gradient will be needed."""
-    if tuple(window_size) == (-1, -1) and softcap == 0.0 and alibi_slopes is None and dropout_p == 0.0:
-        variant = _PLAIN
-    else:
-        rng = draw_rng(q.device) if dropout_p > 0.0 else None
-        variant = (int(window_size[0]), int(window_size[1]), float(softcap), alibi_slopes, float(dropout_p), rng)
+    variant = _variant_args(q, window_size, softcap, alibi_slopes, dropout_p)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _FlashAttention.apply(q, k, v, softmax_scale, causal, bottom_right, deterministic, variant)
     return _fwd_op(q, k, v, softmax_scale, causal, bottom_right, *variant)
@@ -420,3 +432,278 @@ def scaled_dot_product_attention(
         dropout_p=dropout_p,
     )
     return out.transpose(1, 2)
+
+
+# --8<-- [start:varlen_ops]
+# Packed sequences: the same pattern, with cu_seqlens and max_seqlen as arguments. The ops never read cu_seqlens
+# on the host (no sync); max_seqlen only picks the autotuner's bucket and bounds the window, as in flash-attn.
+torch.library.define(
+    "flashdoc::varlen_fwd",
+    "(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, "
+    f"SymInt max_seqlen_k, float softmax_scale, bool causal, {_VARIANT_SCHEMA}) -> (Tensor, Tensor)",
+)
+torch.library.define(
+    "flashdoc::varlen_bwd",
+    "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse, Tensor cu_seqlens_q, "
+    "Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "
+    f"{_VARIANT_SCHEMA}) -> (Tensor, Tensor, Tensor)",
+)
+
+
+def _varlen_lse(q: torch.Tensor) -> torch.Tensor:
+    return q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+@torch.library.impl("flashdoc::varlen_fwd", ("cuda", "cpu"))
+def _varlen_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_size_left: int = -1,
+    window_size_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    dropout_p: float = 0.0,
+    rng_state: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q: (total_q, H, D), k and v: (total_k, Hk, D) -> out (total_q, H, D), lse (H, total_q) fp32."""
+    out, lse = _like(q), _varlen_lse(q)
+    if q.shape[0] == 0:
+        return out, lse
+    if k.shape[0] == 0:  # every sequence has zero keys: every row sees none
+        return out.zero_(), lse.fill_(float("-inf"))
+    q_, k_, v_ = _pad_head_dim(q, k, v)
+    (q_, k_, v_), upcast = _cpu_upcast(_unit_last_stride(q_), _unit_last_stride(k_), _unit_last_stride(v_))
+    out_ = out if q_.shape[-1] == q.shape[-1] and not upcast else torch.empty_like(q_)
+    variant = _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state)
+    varlen_fwd(
+        q_,
+        k_,
+        v_,
+        out_,
+        lse,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        int(max_seqlen_q),
+        int(max_seqlen_k),
+        softmax_scale,
+        causal,
+        variant=variant,
+    )
+    if out_ is not out:
+        out.copy_(out_[..., : q.shape[-1]])
+    return out, lse
+
+
+@torch.library.register_fake("flashdoc::varlen_fwd")
+def _(q, k, v, *args, **kwargs):
+    return _like(q), _varlen_lse(q)
+
+
+@torch.library.impl("flashdoc::varlen_bwd", ("cuda", "cpu"))
+def _varlen_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dlse: Optional[torch.Tensor],
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_size_left: int = -1,
+    window_size_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    dropout_p: float = 0.0,
+    rng_state: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of the varlen forward op: dq, dk, dv with the shapes (and layouts) of q, k, v."""
+    dq, dk, dv = _like(q), _like(k), _like(v)
+    if q.shape[0] == 0 or k.shape[0] == 0:  # no query sees any key: every gradient is zero
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    tensors = [_unit_last_stride(t) for t in _pad_head_dim(dout, q, k, v, out)]
+    (dout_, q_, k_, v_, out_), upcast = _cpu_upcast(*tensors)
+    dlse = None if dlse is None else dlse.float().contiguous()
+    if upcast or q_.shape[-1] != q.shape[-1]:
+        dq_, dk_, dv_ = (torch.empty_like(t) for t in (q_, k_, v_))
+    else:
+        dq_, dk_, dv_ = dq, dk, dv
+    variant = _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state)
+    varlen_bwd(
+        dout_,
+        q_,
+        k_,
+        v_,
+        out_,
+        lse.contiguous(),
+        dlse,
+        dq_,
+        dk_,
+        dv_,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        int(max_seqlen_q),
+        int(max_seqlen_k),
+        softmax_scale,
+        causal,
+        variant=variant,
+    )
+    if dq_ is not dq:
+        d = q.shape[-1]
+        dq.copy_(dq_[..., :d]), dk.copy_(dk_[..., :d]), dv.copy_(dv_[..., :d])
+    return dq, dk, dv
+
+
+@torch.library.register_fake("flashdoc::varlen_bwd")
+def _(dout, q, k, v, *args, **kwargs):
+    return _like(q), _like(k), _like(v)
+
+
+# --8<-- [end:varlen_ops]
+
+_varlen_fwd_op, _varlen_bwd_op = torch.ops.flashdoc.varlen_fwd.default, torch.ops.flashdoc.varlen_bwd.default
+
+
+class _FlashAttentionVarlen(torch.autograd.Function):
+    """Autograd around the varlen ops, as ``_FlashAttention`` around the dense ones."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, variant):
+        out, lse = _varlen_fwd_op(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, *variant
+        )
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+        ctx.max_seqlen_q, ctx.max_seqlen_k = max_seqlen_q, max_seqlen_k
+        ctx.softmax_scale, ctx.causal, ctx.variant = softmax_scale, causal, variant
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(out)
+        dq, dk, dv = _varlen_bwd_op(
+            dout,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            dlse,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            ctx.max_seqlen_q,
+            ctx.max_seqlen_k,
+            ctx.softmax_scale,
+            ctx.causal,
+            *ctx.variant,
+        )
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    return_lse=False,
+):
+    """Exact attention over a batch of sequences of different lengths, packed along one token axis.
+
+    The arguments, their order and their meaning are flash-attn 2's ``flash_attn_varlen_func``; each sequence
+    is attended as ``flash_attn_func`` would attend it alone, with every option of that function.
+
+    Args:
+        q: (total_q, nheads, headdim): the batch's query tokens one sequence after another; float16, bfloat16
+            or float32, on CUDA (or CPU, interpreted); headdim 1 to 256.
+        k: (total_k, nheads_k, headdim); nheads a multiple of nheads_k (GQA/MQA).
+        v: (total_k, nheads_k, headdim).
+        cu_seqlens_q: (batch + 1,) int32 on q's device: sequence b's queries are rows
+            ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` of q. Starts at 0, non-decreasing, ends at total_q; a
+            sequence may be empty.
+        cu_seqlens_k: (batch + 1,) int32, likewise for k and v.
+        max_seqlen_q: int, the longest query sequence (at least the real longest: it picks the tuning bucket).
+        max_seqlen_k: int, the longest key sequence; a window side at least this wide is unbounded.
+        dropout_p, softmax_scale, softcap: as in ``flash_attn_func``.
+        causal: mask aligned to each sequence's own bottom-right corner: query i of sequence b sees key j when
+            j <= i + len_k(b) - len_q(b). Rows that see no key (a sequence with fewer keys than queries, or
+            with none) output zeros and get zero gradients.
+        window_size: (left, right), aligned like ``causal`` in each sequence.
+        alibi_slopes: (nheads,) or (batch, nheads) float32 on q's device, the bias
+            ``-slope * |i + len_k(b) - len_q(b) - j|`` in each sequence.
+        deterministic: accepted for flash-attn's signature; the varlen backward is always deterministic (each
+            gradient element is written by one program, no atomics).
+        return_attn_probs: also return the log-sum-exp, and None for the probabilities: ``(out, lse, None)``.
+        return_lse: (keyword) also return the log-sum-exp: ``(out, lse)``.
+
+    Returns:
+        out: (total_q, nheads, headdim), q's dtype; lse: (nheads, total_q) float32, as flash-attn's varlen
+        returns it (``-inf`` for rows that see no key).
+
+    Nothing here reads cu_seqlens on the host: the call never waits for the GPU, so it can be captured in a CUDA
+    graph and traced by ``torch.compile(fullgraph=True)``. The kernels launch one program per real tile of every
+    sequence (plus a bound's worth that exit at once), longest sequences first. The checks that would read
+    cu_seqlens (starts at 0, non-decreasing, ends at total_q / total_k, max_seqlen at least the longest length)
+    run only with the environment variable ``FLASHDOC_DEBUG_VARLEN=1``, since they wait for the device;
+    without it, wrong cu_seqlens give wrong results, as in flash-attn.
+    """
+    validate_varlen_inputs(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale=softmax_scale,
+        causal=causal,
+    )
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    validate_variant_options(
+        q,
+        dropout_p=dropout_p,
+        window_size=window_size,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        return_attn_probs=return_attn_probs,
+        batch=cu_seqlens_q.shape[0] - 1,
+    )
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** -0.5
+    variant = _variant_args(q, tuple(window_size), softcap, alibi_slopes, dropout_p)
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(softmax_scale), causal)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        out, lse = _FlashAttentionVarlen.apply(*args, variant)
+    else:
+        out, lse = _varlen_fwd_op(*args, *variant)
+    if return_attn_probs:
+        return out, lse, None
+    return (out, lse) if return_lse else out

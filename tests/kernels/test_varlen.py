@@ -1,0 +1,522 @@
+"""flash_attn_varlen_func: packed sequences of different lengths, forward and backward, every variant, against the
+float64 oracle applied to each sequence alone, with flash-attn's criterion (output error <= 2x, gradients <= 3x
+the error of the same math in the inputs' dtype).
+
+Also: each sequence's result equals ``flash_attn_func`` on that sequence alone; the call never reads cu_seqlens on
+the host (CPU: flashdoc's code may not turn a tensor into a Python value; GPU: CUDA graph capture and replay with
+new cu_seqlens, and torch's sync debug mode); torch.compile(fullgraph=True) traces it; bad input fails clearly.
+"""
+
+import math
+import sys
+
+import pytest
+import torch
+from attention_oracle import DEVICE, DTYPE_IDS, assert_close_like_flash_attn, cpu_sweep
+from test_variants import variant_math
+
+import flashdoc
+from flashdoc.kernels import INTERPRET
+from flashdoc.kernels.mask import draw_rng, dropout_mask
+from flashdoc.kernels.varlen import tile_bound
+
+# --- inputs and the oracle -------------------------------------------------------------------------------------
+
+
+def cu_seqlens(lengths) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+
+
+def packed_inputs(lens_q, lens_k, n_heads, n_kv_heads, head_dim, dtype, q_scale=1.0, seed=0):
+    """q (total_q, H, D), k, v (total_k, Hk, D), leaves requiring grad, and the two cu_seqlens."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+
+    def one(total, heads, scale=1.0):
+        return (torch.randn(total, heads, head_dim, generator=g) * scale).to(DEVICE, dtype).requires_grad_()
+
+    q = one(sum(lens_q), n_heads, q_scale)
+    k, v = one(sum(lens_k), n_kv_heads), one(sum(lens_k), n_kv_heads)
+    return q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k)
+
+
+def varlen_math(q, k, v, cu_q, cu_k, scale, keep=None, alibi_slopes=None, dtype=torch.float64, **options):
+    """``variant_math`` on each sequence alone, packed back: out (total_q, H, D) and lse (H, total_q). keep: the
+    dropout mask of the whole packed batch, (H, total_q, total_k)."""
+    outs, lses = [], []
+    bounds_q, bounds_k = cu_q.tolist(), cu_k.tolist()
+    for b in range(len(bounds_q) - 1):
+        (q0, q1), (k0, k1) = bounds_q[b : b + 2], bounds_k[b : b + 2]
+        if q1 == q0:
+            continue
+        slopes = None
+        if alibi_slopes is not None:
+            slopes = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b]
+        out, lse = variant_math(
+            q[None, q0:q1],
+            k[None, k0:k1],
+            v[None, k0:k1],
+            scale,
+            alibi_slopes=slopes,
+            keep=None if keep is None else keep[None, :, q0:q1, k0:k1],
+            dtype=dtype,
+            **options,
+        )
+        outs.append(out[0])
+        lses.append(lse[0])
+    return torch.cat(outs), torch.cat(lses, dim=1)
+
+
+def check_varlen(
+    lens_q,
+    lens_k,
+    n_heads,
+    n_kv_heads,
+    head_dim,
+    dtype,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    dropout_p=0.0,
+    q_scale=1.0,
+    seed=0,
+):
+    """flash_attn_varlen_func against the per-sequence oracle: out and lse, then dq, dk, dv."""
+    q, k, v, cu_q, cu_k = packed_inputs(lens_q, lens_k, n_heads, n_kv_heads, head_dim, dtype, q_scale, seed)
+    scale = head_dim**-0.5
+    torch.manual_seed(1234)
+    out, lse, _ = flashdoc.flash_attn_varlen_func(
+        q,
+        k,
+        v,
+        cu_q,
+        cu_k,
+        max(lens_q),
+        max(lens_k),
+        dropout_p,
+        None,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        return_attn_probs=True,
+    )
+    keep = None
+    if dropout_p > 0:
+        torch.manual_seed(1234)  # the call's draw; its counter runs over packed rows and columns
+        keep = dropout_mask(draw_rng(q.device), 1, n_heads, q.shape[0], k.shape[0], dropout_p)[0]
+    options = dict(causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, keep=keep)
+    options["dropout_p"] = dropout_p
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    pt_in = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out_ref, lse_ref = varlen_math(*ref_in, cu_q, cu_k, scale, **options)
+    out_pt, lse_pt = varlen_math(*pt_in, cu_q, cu_k, scale, dtype=dtype, **options)
+    assert out.shape == q.shape and out.dtype == dtype
+    assert lse.shape == (n_heads, q.shape[0]) and lse.dtype == torch.float32
+    assert_close_like_flash_attn("out", out, out_ref, out_pt, dtype)
+    assert_close_like_flash_attn("lse", lse, lse_ref, lse_pt, dtype)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    dout = torch.randn(out.shape, generator=g).to(device=q.device, dtype=dtype)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    grads_ref = torch.autograd.grad(out_ref, ref_in, dout.double(), allow_unused=True)
+    grads_pt = torch.autograd.grad(out_pt, pt_in, dout, allow_unused=True)
+    for name, ours, ref, pt, x in zip(("dq", "dk", "dv"), grads, grads_ref, grads_pt, (q, k, v)):
+        ref = torch.zeros_like(x, dtype=torch.float64) if ref is None else ref
+        pt = torch.zeros_like(x) if pt is None else pt
+        assert ours.shape == x.shape and ours.dtype == dtype
+        assert_close_like_flash_attn(name, ours, ref, pt, dtype, mult=3.0)
+
+
+# --- CPU subset: tiny shapes through the interpreter ------------------------------------------------------------
+
+# lengths with an empty sequence, a one-token one, ragged tiles (17, 40 against the CPU's 32-row tiles), and
+# per-sequence len_q != len_k in both directions (some rows see no key under a causal mask)
+SELF = ([17, 0, 40, 1], [17, 0, 40, 1])
+CROSS = ([17, 40, 5, 3], [30, 12, 0, 9])
+
+
+@cpu_sweep
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lens", [SELF, CROSS], ids=["self", "cross"])
+def test_varlen_plain(lens, causal):
+    check_varlen(*lens, 4, 2, 16, torch.float16, causal)
+
+
+@cpu_sweep
+@pytest.mark.parametrize("causal,window_size", [(False, (7, 3)), (True, (9, -1)), (False, (-1, 5))])
+def test_varlen_window(causal, window_size):
+    check_varlen(*CROSS, 2, 1, 24, torch.float32, causal, window_size)
+
+
+@cpu_sweep
+def test_varlen_softcap_bf16():
+    check_varlen(*SELF, 2, 2, 16, torch.bfloat16, True, softcap=5.0, q_scale=8.0)
+
+
+@cpu_sweep
+@pytest.mark.parametrize("per_batch", [False, True])
+def test_varlen_alibi(per_batch):
+    shape = (4, 2) if per_batch else (2,)
+    slopes = torch.rand(shape, generator=torch.Generator().manual_seed(2)).to(DEVICE) * 0.3
+    check_varlen(*CROSS, 2, 1, 16, torch.float16, True, alibi_slopes=slopes)
+
+
+@cpu_sweep
+def test_varlen_dropout():
+    check_varlen(*CROSS, 2, 1, 16, torch.float32, False, dropout_p=0.3)
+
+
+@cpu_sweep
+def test_varlen_all_variants_odd_head_dim():
+    """Window, softcap, ALiBi and dropout at once, MQA, head dim 40 and 7 (zero-padded to 8)."""
+    slopes = torch.rand(4, generator=torch.Generator().manual_seed(3)).to(DEVICE) * 0.3
+    for head_dim in (40, 7):
+        check_varlen(
+            [20, 33, 1],
+            [25, 9, 14],
+            4,
+            1,
+            head_dim,
+            torch.float16,
+            False,
+            (11, 4),
+            softcap=10.0,
+            alibi_slopes=slopes,
+            dropout_p=0.2,
+            q_scale=4.0,
+        )
+
+
+def test_varlen_equals_flash_attn_func_per_sequence():
+    """Each sequence's output, LSE and gradients (a loss on the LSE too) are flash_attn_func's on that sequence
+    alone: bit for bit under the interpreter, where both run the same tiles."""
+    lens_q, lens_k = [23, 40, 1, 9], [23, 7, 35, 9]
+    q, k, v, cu_q, cu_k = packed_inputs(lens_q, lens_k, 4, 2, 16, torch.float32, seed=3)
+    options = dict(causal=True, window_size=(12, 3), softcap=8.0)
+    out, lse = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 40, 35, return_lse=True, **options)
+    g = torch.Generator().manual_seed(4)
+    dout, dlse = torch.randn(out.shape, generator=g).to(DEVICE), torch.randn(lse.shape, generator=g).to(DEVICE)
+    grads = torch.autograd.grad((out * dout).sum() + (lse * dlse).sum(), (q, k, v))
+    for b in range(len(lens_q)):
+        (q0, q1), (k0, k1) = cu_q[b : b + 2].tolist(), cu_k[b : b + 2].tolist()
+        qb, kb, vb = (t.detach()[None, s0:s1].requires_grad_() for t, s0, s1 in ((q, q0, q1), (k, k0, k1), (v, k0, k1)))
+        out_b, lse_b = flashdoc.flash_attn_func(qb, kb, vb, return_lse=True, **options)
+        grads_b = torch.autograd.grad(
+            (out_b * dout[None, q0:q1]).sum() + (lse_b * dlse[None, :, q0:q1]).sum(), (qb, kb, vb)
+        )
+        pairs = [(out[q0:q1], out_b[0]), (lse[:, q0:q1], lse_b[0]), (grads[0][q0:q1], grads_b[0][0])]
+        pairs += [(grads[1][k0:k1], grads_b[1][0]), (grads[2][k0:k1], grads_b[2][0])]
+        for ours, dense in pairs:
+            if INTERPRET:
+                assert torch.equal(ours, dense), b
+            else:
+                torch.testing.assert_close(ours, dense, atol=1e-4, rtol=1e-4)
+
+
+def test_varlen_empty_batches():
+    """No query tokens, or no key tokens at all: empty output, or zeros with LSE -inf and zero gradients."""
+    q, k, v, cu_q, cu_k = packed_inputs([0, 0], [5, 3], 2, 2, 16, torch.float32)
+    out, lse = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 0, 5, return_lse=True)
+    assert out.shape == (0, 2, 16) and lse.shape == (2, 0)
+    q, k, v, cu_q, cu_k = packed_inputs([4, 3], [0, 0], 2, 1, 16, torch.float32)
+    out, lse = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 0, causal=True, return_lse=True)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.all(lse == float("-inf"))
+    out.sum().backward()
+    assert torch.equal(q.grad, torch.zeros_like(q))
+
+
+def test_tile_bound():
+    """The grid's bound covers every split of the tokens into sequences, and is reached."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        n_seqs, block = int(torch.randint(1, 9, (1,), generator=g)), int(2 ** torch.randint(4, 8, (1,), generator=g))
+        lengths = torch.randint(0, 300, (n_seqs,), generator=g).tolist()
+        assert sum(-(-n // block) for n in lengths) <= tile_bound(sum(lengths), n_seqs, block)
+    assert tile_bound(3 * 65, 3, 64) == 6  # three sequences of 65: two tiles each
+
+
+def _no_host_reads(monkeypatch):
+    """Make every Tensor -> Python value conversion made by flashdoc's own code raise (Triton's interpreter, which
+    reads the kernels' arguments on the host, is not flashdoc's code)."""
+    package = flashdoc.__file__.rsplit("/", 1)[0]
+
+    def guard(name):
+        original = getattr(torch.Tensor, name)
+
+        def method(self, *args, **kwargs):
+            if sys._getframe(1).f_code.co_filename.startswith(package):
+                raise AssertionError(f"flashdoc called Tensor.{name} on the host")
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, method)
+
+    for name in ("item", "tolist", "__bool__", "__int__", "__index__", "__float__", "numpy", "cpu"):
+        guard(name)
+
+
+def test_varlen_reads_nothing_on_the_host(monkeypatch):
+    q, k, v, cu_q, cu_k = packed_inputs(*CROSS, 2, 1, 16, torch.float32)
+    slopes = torch.full((2,), 0.1, device=DEVICE)
+    _no_host_reads(monkeypatch)
+    out = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 40, 30, 0.1, None, True, (5, 0), 3.0, slopes)
+    out.sum().backward()
+    monkeypatch.undo()
+    assert torch.isfinite(q.grad).all()
+
+
+def test_varlen_debug_checks(monkeypatch):
+    """FLASHDOC_DEBUG_VARLEN=1 checks cu_seqlens' values (a device sync); without it they are not read."""
+    q, k, v, cu_q, cu_k = packed_inputs([5, 6], [5, 6], 2, 2, 16, torch.float32, seed=1)
+    q, k, v = q.detach(), k.detach(), v.detach()
+    bad = [
+        (torch.tensor([1, 5, 11], dtype=torch.int32), 6, "cu_seqlens_q must start at 0"),
+        (torch.tensor([0, 7, 5], dtype=torch.int32), 7, "cu_seqlens_q must be non-decreasing"),
+        (torch.tensor([0, 5, 10], dtype=torch.int32), 6, "cu_seqlens_q ends at 10 but the tensor holds 11"),
+        (cu_q, 5, "max_seqlen_q is 5 but cu_seqlens_q holds a sequence of 6"),
+    ]
+    monkeypatch.setenv("FLASHDOC_DEBUG_VARLEN", "1")
+    flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 6)
+    for cu, max_seqlen, match in bad:
+        with pytest.raises(ValueError, match=match):
+            flashdoc.flash_attn_varlen_func(q, k, v, cu.to(DEVICE), cu_k, max_seqlen, 6)
+    with pytest.raises(ValueError, match="max_seqlen_k is 2"):
+        flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 2)
+
+
+def _t(*shape, dtype=torch.float16):
+    return torch.randn(*shape).to(device=DEVICE, dtype=dtype)
+
+
+_CU = torch.tensor([0, 3, 8], dtype=torch.int32)
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(q=_t(2, 8, 4, 32)), ValueError, "q must be 3-D"),
+        (dict(k=_t(8, 32)), ValueError, "k must be 3-D"),
+        (dict(v=_t(8, 4, 32, dtype=torch.float32)), TypeError, "v has dtype torch.float32 but q"),
+        (dict(v=_t(9, 4, 32)), ValueError, "k and v must have the same total_k"),
+        (dict(k=_t(8, 3, 32), v=_t(8, 3, 32)), ValueError, r"q heads \(4\) must be a multiple of k heads \(3\)"),
+        (dict(v=_t(8, 4, 16)), ValueError, "share one head_dim"),
+        (dict(cu_seqlens_q=[0, 3, 8]), TypeError, "cu_seqlens_q must be a torch.Tensor"),
+        (dict(cu_seqlens_q=_CU.long()), TypeError, "cu_seqlens_q has dtype torch.int64; allowed: torch.int32"),
+        (dict(cu_seqlens_k=_CU[None]), ValueError, r"cu_seqlens_k must be 1-D of shape \(batch \+ 1,\)"),
+        (dict(cu_seqlens_k=_CU[:1]), ValueError, r"cu_seqlens_k must be 1-D of shape \(batch \+ 1,\)"),
+        (dict(cu_seqlens_k=torch.tensor([0, 8], dtype=torch.int32)), ValueError, "cu_seqlens_q has 2 sequences"),
+        (dict(cu_seqlens_q=_CU.to("meta")), ValueError, "cu_seqlens_q is on meta but q is on"),
+        (dict(max_seqlen_q=5.0), TypeError, "max_seqlen_q must be an int"),
+        (dict(max_seqlen_k=True), TypeError, "max_seqlen_k must be an int"),
+        (dict(max_seqlen_k=-1), ValueError, "max_seqlen_k must be an int >= 0"),
+        (dict(softmax_scale=0.0), ValueError, "softmax_scale must be a finite number > 0"),
+        (dict(causal=None), TypeError, "causal must be a bool"),
+        (dict(dropout_p=1.5), ValueError, r"dropout_p must be in \[0, 1\)"),
+        (dict(window_size=(3,)), TypeError, "window_size must be a pair of ints"),
+        (
+            dict(alibi_slopes=torch.ones(3, 4)),
+            ValueError,
+            r"alibi_slopes has shape \(3, 4\); allowed: \(4,\) or \(2, 4\)",
+        ),
+        (dict(deterministic=None), TypeError, "deterministic must be a bool"),
+        (dict(return_lse=1), TypeError, "return_lse must be a bool"),
+    ],
+)
+def test_varlen_rejects(kwargs, exc, match):
+    args = dict(
+        q=_t(8, 4, 32),
+        k=_t(8, 4, 32),
+        v=_t(8, 4, 32),
+        cu_seqlens_q=_CU.to(DEVICE),
+        cu_seqlens_k=_CU.to(DEVICE),
+        max_seqlen_q=5,
+        max_seqlen_k=5,
+    )
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        flashdoc.flash_attn_varlen_func(**args)
+
+
+def test_varlen_positional_order():
+    """flash-attn 2's positional order: dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes."""
+    q, k, v, cu_q, cu_k = (t.detach() if t.requires_grad else t for t in packed_inputs(*SELF, 2, 2, 16, torch.float32))
+    a = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 40, 40, 0.0, 0.3, True, (4, 0), 2.0)
+    b = flashdoc.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, 40, 40, softmax_scale=0.3, causal=True, window_size=(4, 0), softcap=2.0
+    )
+    assert torch.equal(a, b)
+    out, lse, probs = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 40, 40, return_attn_probs=True)
+    assert probs is None and lse.shape == (2, q.shape[0])
+
+
+def test_varlen_opcheck():
+    """The varlen ops' schemas and fake implementations agree with the kernels (eager and AOT dispatch)."""
+    q, k, v, cu_q, cu_k = (t.detach() for t in packed_inputs([9, 4], [6, 12], 2, 1, 16, torch.float32))
+    checks = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(
+        torch.ops.flashdoc.varlen_fwd.default, (q, k, v, cu_q, cu_k, 9, 12, 0.25, True), test_utils=checks
+    )
+    out, lse = torch.ops.flashdoc.varlen_fwd(q, k, v, cu_q, cu_k, 9, 12, 0.25, True)
+    torch.library.opcheck(
+        torch.ops.flashdoc.varlen_bwd.default,
+        (torch.randn_like(out), q, k, v, out, lse, torch.randn_like(lse), cu_q, cu_k, 9, 12, 0.25, True),
+        test_utils=checks,
+    )
+
+
+def test_varlen_compile_fullgraph():
+    """torch.compile(fullgraph=True) traces the call, forward and backward, with no graph break (aot_eager on
+    the CPU: the fake implementations and AOTAutograd's joint graph)."""
+    q, k, v, cu_q, cu_k = packed_inputs([9, 20], [9, 20], 2, 1, 16, torch.float32)
+
+    def step(q, k, v, cu_q, cu_k):
+        return flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 20, 20, causal=True, window_size=(6, 0))
+
+    backend = "aot_eager" if DEVICE == "cpu" else "inductor"
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend=backend, fullgraph=True)
+    out = compiled(q, k, v, cu_q, cu_k)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    out_eager = step(q, k, v, cu_q, cu_k)
+    grads_eager = torch.autograd.grad(out_eager.sum(), (q, k, v))
+    torch.testing.assert_close(out, out_eager)
+    for a, b in zip(grads, grads_eager):
+        torch.testing.assert_close(a, b)
+
+
+# --- GPU sweep (flash-attn's parametrization) ------------------------------------------------------------------
+# Random lengths up to the pair's maxima, as flash-attn's varlen tests draw them (a few sequences empty), every
+# feature over head dims {32, 59, 64, 128, 256}, MHA and GQA.
+
+GPU_SEQLENS = [(113, 203), (128, 217), (512, 256), (1023, 1024), (2048, 2048)]
+GPU_HEAD_DIMS = [32, 59, 64, 128, 256]
+HEADS = {"mha": (6, 6), "gqa": (6, 2)}
+
+
+def random_lengths(max_q, max_k, seed, n_seqs=6):
+    """Lengths drawn uniformly in [0, max] (the maxima themselves appear once), self-attention (equal lengths)
+    when the maxima are equal."""
+    g = torch.Generator().manual_seed(seed)
+    lens_q = torch.randint(0, max_q + 1, (n_seqs,), generator=g).tolist()
+    lens_k = lens_q if max_q == max_k else torch.randint(0, max_k + 1, (n_seqs,), generator=g).tolist()
+    lens_q[0], lens_k[0] = max_q, max_k
+    return lens_q, lens_k
+
+
+GPU_VARIANTS = {
+    "plain": dict(),
+    "causal": dict(causal=True),
+    "window": dict(window_size=(97, 23)),
+    "causal-window": dict(causal=True, window_size=(150, -1)),
+    "softcap": dict(causal=True, softcap=50.0, q_scale=4.0),
+    "alibi": dict(causal=True, alibi=True),
+    "dropout": dict(dropout_p=0.17),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", list(GPU_VARIANTS))
+@pytest.mark.parametrize("mha_type", list(HEADS))
+@pytest.mark.parametrize("head_dim", GPU_HEAD_DIMS)
+@pytest.mark.parametrize("seqlen_q,seqlen_k", GPU_SEQLENS)
+def test_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant):
+    options = dict(GPU_VARIANTS[variant])
+    lens_q, lens_k = random_lengths(seqlen_q, seqlen_k, seed=seqlen_q + head_dim)
+    n_heads, n_kv_heads = HEADS[mha_type]
+    if options.pop("alibi", False):
+        g = torch.Generator().manual_seed(head_dim)
+        options["alibi_slopes"] = torch.rand(len(lens_q), n_heads, generator=g).to(DEVICE) * 0.3
+    check_varlen(lens_q, lens_k, n_heads, n_kv_heads, head_dim, torch.bfloat16, seed=head_dim, **options)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_varlen_dtypes(causal, dtype):
+    lens_q, lens_k = random_lengths(1023, 1024, seed=7, n_seqs=8)
+    check_varlen(lens_q, lens_k, 4, 2, 128, dtype, causal)
+
+
+@pytest.mark.gpu
+def test_gpu_varlen_many_short_sequences():
+    """More sequences than one step of the in-kernel search covers (varlen.CHUNK), most shorter than a tile."""
+    g = torch.Generator().manual_seed(11)
+    lengths = torch.randint(0, 40, (300,), generator=g).tolist()
+    check_varlen(lengths, lengths, 4, 4, 64, torch.bfloat16, True)
+
+
+def _graph_inputs():
+    lens = [700, 3, 0, 1500, 64, 129]
+    q, k, v, cu_q, cu_k = packed_inputs(lens, lens, 8, 2, 128, torch.bfloat16)
+    return [t.detach() for t in (q, k, v)], cu_q, max(lens)
+
+
+@pytest.mark.gpu
+def test_gpu_varlen_cuda_graph():
+    """Forward and backward captured in a CUDA graph, replayed after cu_seqlens changed in place to another split
+    of the same tokens: the replay matches an eager call with the new split, which it can only do if nothing on
+    the host read the old one."""
+    (q, k, v), cu, max_seqlen = _graph_inputs()
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+
+    def step():
+        for t in leaves:
+            t.grad = None
+        out = flashdoc.flash_attn_varlen_func(*leaves, cu, cu, max_seqlen, max_seqlen, causal=True)
+        out.backward(torch.ones_like(out))
+        return out
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # compile (and autotune) outside the capture
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    new_lens = [300, 403, 1500, 0, 193, 1]
+    cu.copy_(cu_seqlens(new_lens))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = flashdoc.flash_attn_varlen_func(*ref_leaves, cu, cu, 1500, 1500, causal=True)
+    ref.backward(torch.ones_like(ref))
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(leaves, ref_leaves):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.gpu
+def test_gpu_varlen_no_sync():
+    """With torch's sync debug mode set to error, a warm forward and backward (variants on) never synchronise."""
+    (q, k, v), cu, max_seqlen = _graph_inputs()
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    slopes = torch.full((8,), 0.05, device=DEVICE)
+
+    def step():
+        out = flashdoc.flash_attn_varlen_func(
+            *leaves, cu, cu, max_seqlen, max_seqlen, 0.1, None, True, (256, 0), 30.0, slopes
+        )
+        out.backward(torch.ones_like(out))
+
+    step()  # compile and autotune first: the autotuner synchronises to time its candidates
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(math.isfinite(t.grad.float().sum().item()) for t in leaves)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_varlen_equals_dense_long(causal):
+    """Per-sequence equality with flash_attn_func at lengths where the autotuned configs apply."""
+    lens = [2048, 1, 777, 1024]
+    q, k, v, cu_q, cu_k = packed_inputs(lens, lens, 8, 8, 128, torch.bfloat16)
+    out = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 2048, 2048, causal=causal)
+    for b in range(len(lens)):
+        s0, s1 = cu_q[b : b + 2].tolist()
+        dense = flashdoc.flash_attn_func(q[None, s0:s1], k[None, s0:s1], v[None, s0:s1], causal=causal)
+        torch.testing.assert_close(out[s0:s1], dense[0], atol=2e-2, rtol=2e-2)
