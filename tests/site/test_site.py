@@ -81,6 +81,14 @@ def test_no_broken_internal_link_or_image(built_site):
     assert not broken, "\n".join(broken)
 
 
+def test_no_page_shows_an_include_line_as_text(built_site):
+    """Code from the package reaches a page through include lines (--8<-- "file:section") that the build replaces;
+    one it did not recognise (reformatted, misspelt) would show on the page as text instead of the code."""
+    marker = re.compile(r"--8\s*(?:<|&lt;)\s*--")
+    shown = [str(p.relative_to(built_site)) for p in site_pages(built_site) if marker.search(p.read_text("utf-8"))]
+    assert not shown, f"pages showing an include line instead of its code: {shown}"
+
+
 def test_every_page_loads_cleanly(page, built_site):
     """The fixture fails this test on any console error, failed request or request to another host."""
     broken_images = []
