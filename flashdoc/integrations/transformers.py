@@ -1,0 +1,325 @@
+"""Hugging Face transformers models on flashdoc's kernels: ``attn_implementation="flashdoc"``.
+
+::
+
+    import flashdoc.integrations.transformers
+
+    flashdoc.integrations.transformers.register()
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="flashdoc")
+
+``register()`` adds flashdoc to transformers' ``AttentionInterface`` (the function each attention layer calls)
+and to its ``AttentionMaskInterface`` (what the model builds as a mask before the first layer). The mask it
+builds is flash-attn's: nothing, or the 2-D padding mask. The attention function then does what transformers'
+FlashAttention path does, on flashdoc's kernels:
+
+- a padded batch (a 2-D mask with zeros) is unpadded into one packed tensor of real tokens, run through
+  ``flashdoc.flash_attn_varlen_func`` with its ``cu_seqlens``, and scattered back to the padded layout;
+- a padding-free batch, several sequences packed along each row, is found from ``position_ids`` (a position
+  that does not follow the one before it starts a new sequence, the rule eager's mask uses) or taken from the
+  ``cu_seq_lens_q/k`` and ``max_length_q/k`` keyword arguments, and runs through the same varlen function;
+- anything else is one ``flashdoc.flash_attn_func`` call.
+
+Causal masks are aligned bottom-right, as in flash-attn, so decoding with a cache needs no mask. A layer's
+``sliding_window`` becomes ``window_size=(sliding_window - 1, 0)`` when causal (the query and the
+``sliding_window - 1`` keys before it, exactly eager's mask) and ``(sliding_window - 1, sliding_window - 1)``
+when not (transformers' encoders pass ``sliding_window`` one larger than their half-width for this reason).
+``softcap`` (Gemma 2's ``attn_logit_softcapping``) is applied after scaling, GQA/MQA need nothing, and dropout
+is whatever the layer passes (its attention dropout in training, 0 in evaluation).
+
+What flashdoc cannot compute fails on the first call with a ValueError that says what and why, instead of
+computing something else: a 4-D or float mask, extra mask functions (e.g. Gemma 3's bidirectional image
+tokens), ``output_attentions=True``, a head mask, attention sinks (``s_aux``), and a sliding window over a
+padding mask with holes in it (unpadding would move the window's edges).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import flashdoc
+
+__all__ = ["NAME", "attention_forward", "mask_function", "register"]
+
+NAME = "flashdoc"
+
+
+# --8<-- [start:register]
+def register(name: str = NAME) -> str:
+    """Make ``attn_implementation=name`` run attention on flashdoc's kernels; returns the name.
+
+    Call it once, before building or loading a model. It registers :func:`attention_forward` with
+    ``transformers.AttentionInterface`` and :func:`mask_function` with ``transformers.AttentionMaskInterface``.
+
+    transformers treats every name that contains "flash" as a flash-attn package to import when a model is
+    built; for such a name (the default, "flashdoc", is one) this also tells that import to return flashdoc's
+    functions (see :func:`_answer_flash_import`).
+    """
+    if not isinstance(name, str) or not name or "|" in name or "/" in name or ":" in name:
+        raise ValueError(
+            f"name must be a non-empty str without '|', '/' or ':' (transformers' kernel syntax), got {name!r}"
+        )
+    try:
+        from transformers import AttentionInterface, AttentionMaskInterface
+    except ImportError as e:  # transformers < 4.53 has no AttentionMaskInterface
+        raise ImportError(
+            "flashdoc.integrations.transformers needs transformers >= 4.53 (AttentionInterface and "
+            "AttentionMaskInterface): pip install 'flashdoc[transformers]'"
+        ) from e
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, mask_function)
+    if "flash" in name:
+        _answer_flash_import(name)
+    return name
+
+
+# --8<-- [end:register]
+
+
+_FLASH_NAMES: set[str] = set()
+
+
+def _answer_flash_import(name: str) -> None:
+    """Let transformers' flash-attn import succeed for ``name``, with flashdoc's functions.
+
+    When a model is built with an ``attn_implementation`` whose name contains "flash", transformers (5.x) calls
+    ``modeling_flash_attention_utils.lazy_import_flash_attention(name)``, which asks ``_lazy_imports(name)`` for
+    the flash-attn functions; for a name it does not know, that looks for a kernel on the Hugging Face Hub and
+    fails ("Could not find the currently requested flash attention implementation"). transformers has no public
+    way to declare another provider, so this wraps ``_lazy_imports`` to answer for the registered names with
+    flashdoc's ``flash_attn_func`` and ``flash_attn_varlen_func`` (and transformers' own pad/unpad helpers) and
+    to pass every other name through unchanged. :func:`attention_forward` does not use what it returns; it only
+    lets the model build, and gives transformers' own flash helpers, wherever they run, flashdoc's functions.
+    """
+    try:
+        from transformers import modeling_flash_attention_utils as fa_utils
+    except ImportError:  # transformers 4.x: no flash import at model build, nothing to answer
+        return
+    original = getattr(fa_utils, "_lazy_imports", None)
+    if original is None:
+        return  # this transformers does not import flash-attn by name at model build
+    _FLASH_NAMES.add(name)
+    if getattr(original, "_flashdoc", False):
+        return
+
+    def _lazy_imports(implementation, *args, **kwargs):
+        if implementation in _FLASH_NAMES:
+            return (
+                flashdoc.flash_attn_func,
+                getattr(flashdoc, "flash_attn_varlen_func", None),
+                None,  # no paged (block-table) decoding in flashdoc
+                getattr(fa_utils, "_pad_input", None),
+                getattr(fa_utils, "_unpad_input", None),
+            )
+        return original(implementation, *args, **kwargs)
+
+    _lazy_imports._flashdoc = True
+    _lazy_imports.__wrapped__ = original
+    fa_utils._lazy_imports = _lazy_imports
+
+
+def mask_function(
+    batch_size,
+    q_length,
+    kv_length,
+    q_offset=0,
+    kv_offset=0,
+    mask_function=None,
+    attention_mask=None,
+    **kwargs,
+):
+    """The mask transformers builds for flashdoc: ``None`` or the 2-D padding mask, as for flash-attn.
+
+    The causal, sliding-window and packed-sequence parts of the mask are applied inside the kernels (from
+    ``is_causal``, ``sliding_window`` and ``position_ids``); only padding has to travel as a tensor. A model that
+    adds its own mask function on top (``or_mask_function``/``and_mask_function``, or blocks of bidirectional
+    tokens such as images) asks for a pattern flashdoc cannot apply, so that fails here.
+    """
+    if kwargs.get("use_vmap") or _has_extra_mask(mask_function):
+        raise ValueError(
+            "attn_implementation='flashdoc' supports causal, bidirectional, sliding-window, padding and "
+            "packed-sequence masks; this model adds its own mask function on top (e.g. bidirectional attention "
+            "over image tokens), which flashdoc's kernels cannot apply. Use attn_implementation='sdpa' or 'eager' "
+            "for this model or input."
+        )
+    if attention_mask is not None:
+        attention_mask = attention_mask[:, -kv_length:]
+        # All ones and as long as the keys: no padding, the kernels need no mask. A shorter mask means a static
+        # cache whose unused tail must be cut off, so it is kept.
+        if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
+            attention_mask = None
+    return attention_mask
+
+
+def _has_extra_mask(fn, depth=0) -> bool:
+    """Whether a mask function built by transformers' masking_utils contains an or_masks (a pattern that widens
+    what a query sees, beyond causal/window/padding/packing) or a blockwise overlay."""
+    if fn is None or depth > 8:
+        return False
+    qualname = getattr(fn, "__qualname__", "")
+    if qualname.startswith(("or_masks.", "blockwise_overlay.")):
+        return True
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        items = content if isinstance(content, (tuple, list)) else (content,)
+        if any(callable(f) and _has_extra_mask(f, depth + 1) for f in items):
+            return True
+    return False
+
+
+def _refuse(name: str, why: str):
+    raise ValueError(
+        f"attn_implementation='flashdoc' cannot compute {name}: {why}. Use attn_implementation='eager' "
+        "(or 'sdpa') for this model or call."
+    )
+
+
+# --8<-- [start:forward]
+def attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature: query (batch, heads, seqlen_q, head_dim), key and value
+    (batch, kv_heads, seqlen_k, head_dim) in; (batch, seqlen_q, heads, head_dim) and no weights out."""
+    _check_supported(module, attention_mask, kwargs)
+    is_causal = module.is_causal if is_causal is None else is_causal
+    window = (-1, -1)
+    if sliding_window is not None and sliding_window > 0:
+        window = (sliding_window - 1, 0 if is_causal else sliding_window - 1)
+    options = dict(
+        dropout_p=float(dropout),
+        softmax_scale=scaling,
+        causal=bool(is_causal),
+        window_size=window,
+        softcap=float(softcap or 0.0),
+        deterministic=bool(kwargs.get("deterministic") or False),
+    )
+    # flash-attn's layout, (batch, seqlen, heads, head_dim)
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+    head_dim, v_head_dim = q.shape[-1], v.shape[-1]
+    if v_head_dim != head_dim:  # e.g. MLA: zero columns of v give zero columns of the output, cut off below
+        v = F.pad(v, (0, head_dim - v_head_dim))
+    batch, seqlen_q = q.shape[:2]
+
+    if attention_mask is not None:  # padding: unpad, one varlen call, pad back
+        if window != (-1, -1):
+            _check_no_holes(attention_mask)
+        q, k, v, index_q, cu_q, cu_k, max_q, max_k = _unpad(q, k, v, attention_mask.bool())
+        out = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **options)
+        out = out.new_zeros(batch * seqlen_q, *out.shape[1:]).index_copy(0, index_q, out)
+    elif (packed := _packed(kwargs, batch, seqlen_q, k.shape[1])) is not None:  # padding-free
+        cu_q, cu_k, max_q, max_k = packed
+        q, k, v = (t.reshape(-1, *t.shape[2:]) for t in (q, k, v))
+        out = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **options)
+    else:
+        out = flashdoc.flash_attn_func(q, k, v, **options)
+    out = out.reshape(batch, seqlen_q, *out.shape[-2:])
+    return out[..., :v_head_dim], None
+
+
+# --8<-- [end:forward]
+
+
+def _check_supported(module, attention_mask, kwargs) -> None:
+    if kwargs.get("output_attentions") or getattr(getattr(module, "config", None), "output_attentions", False):
+        _refuse("output_attentions=True", "its kernels never form the attention probabilities")
+    if kwargs.get("head_mask") is not None:
+        _refuse("a head_mask", "its kernels take no per-head weights")
+    if kwargs.get("s_aux") is not None:
+        _refuse("attention sinks (s_aux)", "its softmax has no extra sink logit")
+    if kwargs.get("block_table") is not None:
+        _refuse("paged attention (block_table)", "its kernels read contiguous keys and values")
+    if attention_mask is None:
+        return
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
+        shape = tuple(attention_mask.shape) if hasattr(attention_mask, "shape") else type(attention_mask).__name__
+        _refuse(
+            f"an attention mask of shape {shape}",
+            "it takes causal, sliding-window and padding masks, which transformers passes as a 2-D (batch, seqlen) "
+            "padding mask; a 4-D mask can hold any pattern",
+        )
+    if attention_mask.is_floating_point():
+        _refuse("a float attention mask", "it takes a boolean or 0/1 padding mask, not additive biases")
+
+
+def _check_no_holes(mask: torch.Tensor) -> None:
+    """A sliding window counts positions; after unpadding, a gap inside a row would move the window's edge."""
+    m = mask.bool()
+    starts = (m[:, 1:] & ~m[:, :-1]).sum(-1) + m[:, 0]
+    if bool((starts > 1).any()):
+        _refuse(
+            "a sliding window over a padding mask with holes",
+            "unpadding closes the gaps, which would let a query see keys outside its window; pad on the left or "
+            "the right only",
+        )
+
+
+def _cu_seqlens(lengths: torch.Tensor) -> torch.Tensor:
+    return F.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
+
+
+def _unpad(q, k, v, mask):
+    """Gather the real tokens of a padded batch into flash-attn's packed varlen layout.
+
+    mask: (batch, seqlen_k) bool, True for a real token. The queries are the last seqlen_q positions of the keys
+    (a prefill has seqlen_q = seqlen_k; a decoding step appends to a cache), so their mask is the mask's tail.
+    """
+    batch, seqlen_q = q.shape[:2]
+    seqlen_k = mask.shape[1]
+    if k.shape[1] < seqlen_k:
+        raise ValueError(f"the attention mask covers {seqlen_k} keys but there are {k.shape[1]}")
+    if k.shape[1] > seqlen_k:  # a static cache longer than what was written: its tail is unused
+        k, v = k[:, :seqlen_k], v[:, :seqlen_k]
+    index_k = mask.flatten().nonzero().flatten()
+    lengths_k = mask.sum(-1, dtype=torch.int32)
+    mask_q = mask[:, -seqlen_q:]
+    index_q = index_k if seqlen_q == seqlen_k else mask_q.flatten().nonzero().flatten()
+    lengths_q = lengths_k if seqlen_q == seqlen_k else mask_q.sum(-1, dtype=torch.int32)
+    k, v = (t.reshape(batch * seqlen_k, *t.shape[2:]).index_select(0, index_k) for t in (k, v))
+    q = q.reshape(batch * seqlen_q, *q.shape[2:]).index_select(0, index_q)
+    max_q, max_k = int(lengths_q.max()), int(lengths_k.max())
+    return q, k, v, index_q, _cu_seqlens(lengths_q), _cu_seqlens(lengths_k), max_q, max_k
+
+
+def _packed(kwargs, batch, seqlen_q, seqlen_k):
+    """(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) for a padding-free batch, or None."""
+    names = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+    given = [kwargs.get(n) for n in names]
+    if all(x is not None for x in given):  # from a data collator (DataCollatorWithFlattening) or the model
+        cu_q, cu_k, max_q, max_k = given
+        return cu_q.to(torch.int32), cu_k.to(torch.int32), int(max_q), int(max_k)
+    position_ids = kwargs.get("position_ids")
+    if position_ids is None or seqlen_q != seqlen_k or seqlen_q == 1:
+        return None
+    if position_ids.dim() == 1:
+        position_ids = position_ids[None]
+    if position_ids.dim() != 2:
+        _refuse(
+            f"position_ids of shape {tuple(position_ids.shape)} without an attention mask",
+            "it finds packed sequences in 2-D (batch, seqlen) position ids",
+        )
+    if position_ids.shape[-1] != seqlen_q:
+        return None
+    position_ids = position_ids.expand(batch, -1)
+    # A sequence starts at each row's first token and wherever a position does not follow on from the one
+    # before it (a reset to 0 in a packed batch): the rule of transformers' find_packed_sequence_indices.
+    starts = torch.ones_like(position_ids, dtype=torch.bool)
+    starts[:, 1:] = position_ids[:, 1:] != position_ids[:, :-1] + 1
+    if not bool(starts[:, 1:].any()):
+        return None
+    first = starts.flatten().nonzero().flatten().to(torch.int32)
+    cu = torch.cat([first, first.new_tensor([batch * seqlen_q])])
+    longest = int((cu[1:] - cu[:-1]).max())
+    return cu, cu, longest, longest

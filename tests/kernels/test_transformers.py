@@ -1,0 +1,346 @@
+"""attn_implementation="flashdoc" in Hugging Face transformers, against the models' own eager attention.
+
+Tiny randomly initialised models built from configs (nothing is downloaded): Llama, Mistral (sliding window),
+Gemma 2 (softcap, and sliding windows on every other layer), Qwen2 (sliding window by layer type) and BERT (a
+non-causal encoder), with grouped-query attention. Each runs on padded (left and right), packed and plain
+batches, and its logits and parameter gradients must meet flash-attn's rule against the same model's eager
+attention in float64 (the same math with its softmax in float64 too, see ``oracle_attention``): flashdoc's
+error <= 2 x the error of eager attention in the test's dtype (float32 on the CPU, where the kernels run in
+Triton's interpreter; bfloat16 on a GPU).
+"""
+
+import copy
+
+import pytest
+import torch
+from attention_oracle import DEVICE, assert_close_like_flash_attn
+
+transformers = pytest.importorskip(
+    "transformers", reason="the transformers integration needs transformers (pip install 'flashdoc[transformers]')"
+)
+from transformers import masking_utils  # noqa: E402
+
+import flashdoc.integrations.transformers as flashdoc_hf  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+VOCAB = 96
+GPU = torch.cuda.is_available()
+
+
+def tiny_config(kind: str, scale: str = "cpu"):
+    """A config for ``kind`` with 2 layers (CPU) and GQA; weights drawn wide enough (initializer_range 0.1) that
+    the attention weights are far from uniform, so a masking mistake moves the logits."""
+    big = scale == "gpu"
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=512 if big else 64,
+        intermediate_size=1024 if big else 128,
+        num_hidden_layers=4 if big else 2,
+        num_attention_heads=8 if big else 4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        initializer_range=0.1,
+        attention_dropout=0.0,
+    )
+    window = 64 if big else 6
+    if kind == "llama":
+        return transformers.LlamaConfig(**common)
+    if kind == "mistral":
+        return transformers.MistralConfig(**common, sliding_window=window)
+    if kind == "gemma2":
+        return transformers.Gemma2Config(
+            **common,
+            head_dim=64 if big else 16,
+            query_pre_attn_scalar=64 if big else 16,
+            sliding_window=window,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=None,
+            layer_types=["sliding_attention", "full_attention"] * (2 if big else 1),
+        )
+    if kind == "qwen2":
+        return transformers.Qwen2Config(
+            **common,
+            use_sliding_window=True,
+            sliding_window=window,
+            max_window_layers=0,
+            layer_types=["sliding_attention", "full_attention"] * (2 if big else 1),
+        )
+    raise ValueError(f"kind must be llama, mistral, gemma2 or qwen2, got {kind!r}")
+
+
+def oracle_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs):
+    """Eager attention's math, with eager's 4-D mask, in the inputs' dtype throughout.
+
+    transformers' eager attention takes its softmax in float32; in a float64 model that turns the mask's
+    float64 minimum into -inf, and a padded query that sees no key (left padding) then outputs NaN, which the
+    next layer spreads to every token. This is the same computation with the softmax in float64."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scores = query @ key.transpose(2, 3) * (query.shape[-1] ** -0.5 if scaling is None else scaling)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, :, : key.shape[-2]]
+    return (torch.softmax(scores, dim=-1) @ value).transpose(1, 2).contiguous(), None
+
+
+def register_all():
+    flashdoc_hf.register()
+    transformers.AttentionInterface.register("oracle", oracle_attention)
+    transformers.AttentionMaskInterface.register("oracle", masking_utils.eager_mask)
+
+
+def build(config, attn: str, dtype, seed=0):
+    """The same weights (seeded) under a given attention implementation and dtype, in evaluation mode."""
+    register_all()
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=attn)
+    return model.to(device=DEVICE, dtype=dtype).eval()
+
+
+def make_batch(layout: str, lengths, seed=1):
+    """input_ids with an attention mask (left or right padding), packed position_ids, or neither."""
+    g = torch.Generator().manual_seed(seed)
+    longest = max(lengths)
+    if layout == "packed":  # one row holding every sequence, positions restarting at 0
+        ids = torch.randint(0, VOCAB, (1, sum(lengths)), generator=g)
+        pos = torch.cat([torch.arange(n) for n in lengths])[None]
+        real = torch.ones_like(ids, dtype=torch.bool)
+        return dict(input_ids=ids.to(DEVICE), position_ids=pos.to(DEVICE), use_cache=False), real.to(DEVICE)
+    ids = torch.randint(0, VOCAB, (len(lengths), longest), generator=g)
+    if layout == "plain":
+        return dict(input_ids=ids.to(DEVICE)), torch.ones_like(ids, dtype=torch.bool).to(DEVICE)
+    mask = torch.zeros(len(lengths), longest, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        if layout == "left":
+            mask[row, longest - n :] = 1
+        else:
+            mask[row, :n] = 1
+    return dict(input_ids=ids.to(DEVICE), attention_mask=mask.to(DEVICE)), mask.bool().to(DEVICE)
+
+
+def run(model, batch, real, weights):
+    """Logits at real tokens, and every parameter's gradient of a fixed random projection of them."""
+    model.zero_grad(set_to_none=True)
+    logits = model(**batch).logits
+    real_logits = logits[real]
+    (real_logits.double() * weights).sum().backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return real_logits.detach(), grads
+
+
+def compare(config, layout, lengths, dtype, grad_mult=2.0):
+    batch, real = make_batch(layout, lengths)
+    ref = build(config, "oracle", torch.float64)
+    pt = build(config, "eager", dtype)
+    ours = build(config, "flashdoc", dtype)
+    weights = torch.randn(int(real.sum()), VOCAB, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    weights = weights.to(DEVICE)
+    out_ref, g_ref = run(ref, batch, real, weights)
+    out_pt, g_pt = run(pt, batch, real, weights)
+    out, g = run(ours, batch, real, weights)
+    assert_close_like_flash_attn("logits", out, out_ref, out_pt, dtype)
+    assert g.keys() == g_ref.keys()
+    for name in g_ref:
+        assert_close_like_flash_attn(name, g[name], g_ref[name], g_pt[name], dtype, mult=grad_mult)
+
+
+# Lengths that leave padding in every padded layout, exceed the CPU configs' window (6) and are not multiples
+# of the kernels' tiles.
+CPU_LENGTHS = (13, 7, 10)
+
+
+@pytest.mark.parametrize("layout", ["left", "right", "packed", "plain"])
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gemma2", "qwen2"])
+def test_logits_and_grads_match_eager(kind, layout):
+    compare(tiny_config(kind), layout, CPU_LENGTHS, torch.float32)
+
+
+@pytest.mark.parametrize("kind", ["mistral", "gemma2"])
+def test_window_and_softcap_change_the_logits(kind):
+    """The comparisons above could pass with the window or softcap ignored if neither changed anything: check
+    that each one moves eager's logits far beyond the tolerance."""
+    config = tiny_config(kind)
+    batch, real = make_batch("right", CPU_LENGTHS)
+    without = copy.deepcopy(config)
+    without.sliding_window = 1000  # wider than every sequence: no window
+    variants = [without]
+    if kind == "gemma2":
+        no_cap = copy.deepcopy(config)
+        no_cap.attn_logit_softcapping = None
+        variants.append(no_cap)
+    with torch.no_grad():
+        base = build(config, "oracle", torch.float64)(**batch).logits[real]
+        for other in variants:
+            moved = (build(other, "oracle", torch.float64)(**batch).logits[real] - base).abs().max().item()
+            assert moved > 1e-3, f"{kind}: the feature moved the logits by only {moved:.2e}"
+
+
+def test_bidirectional_encoder_matches_eager():
+    """BERT: is_causal False on every layer, right padding."""
+    config = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        initializer_range=0.1,
+        attention_probs_dropout_prob=0.0,
+        hidden_dropout_prob=0.0,
+    )
+    register_all()
+    batch, real = make_batch("right", CPU_LENGTHS)
+    outs = {}
+    for attn, dtype in EAGER64_EAGER_OURS(torch.float32):
+        torch.manual_seed(0)
+        model = transformers.AutoModel.from_config(copy.deepcopy(config), attn_implementation=attn)
+        model = model.to(device=DEVICE, dtype=dtype).eval()
+        with torch.no_grad():
+            outs[attn, dtype] = model(**batch).last_hidden_state[real]
+    ref, pt, ours = (outs[key] for key in EAGER64_EAGER_OURS(torch.float32))
+    assert_close_like_flash_attn("hidden", ours, ref, pt, torch.float32)
+
+
+def decode(model, batch, steps=4):
+    """Prefill a padded batch into the cache, then feed ``steps`` fixed tokens one at a time: the logits of
+    every step (queries shorter than keys: the bottom-right causal alignment, and the mask's tail)."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    new = torch.randint(0, VOCAB, (ids.shape[0], steps), generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+        logits = [out.logits[:, -1]]
+        for t in range(steps):
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            out = model(input_ids=new[:, t : t + 1], attention_mask=mask, past_key_values=out.past_key_values)
+            logits.append(out.logits[:, -1])
+    return torch.stack(logits)
+
+
+@pytest.mark.parametrize("kind", ["mistral", "gemma2"])
+def test_decoding_with_a_cache_matches_eager(kind):
+    """Left-padded prompts longer than the window, then decoding through the cache."""
+    config = tiny_config(kind)
+    batch, _ = make_batch("left", (11, 5))
+    ref, pt, ours = (decode(build(config, a, d), batch) for a, d in EAGER64_EAGER_OURS(torch.float32))
+    assert_close_like_flash_attn("decode logits", ours, ref, pt, torch.float32)
+
+
+def EAGER64_EAGER_OURS(dtype):
+    return [("oracle", torch.float64), ("eager", dtype), ("flashdoc", dtype)]
+
+
+def test_dropout_in_training_only():
+    """The layer passes its attention dropout in training and 0 in evaluation; a seed reproduces a run."""
+    config = tiny_config("llama")
+    config.attention_dropout = 0.3
+    batch, real = make_batch("left", CPU_LENGTHS)
+    model = build(config, "flashdoc", torch.float32)
+    eager = build(config, "eager", torch.float32)
+    with torch.no_grad():
+        evaluated = model(**batch).logits[real]
+        torch.testing.assert_close(evaluated, eager(**batch).logits[real], rtol=1e-4, atol=1e-4)
+        model.train()
+        torch.manual_seed(5)
+        first = model(**batch).logits[real]
+        torch.manual_seed(5)
+        again = model(**batch).logits[real]
+        torch.manual_seed(6)
+        other = model(**batch).logits[real]
+    assert torch.equal(first, again)
+    assert (first - evaluated).abs().max() > 1e-3
+    assert (first - other).abs().max() > 1e-3
+
+
+def test_training_loss_follows_sdpa():
+    """Six AdamW steps on a padded batch. The tolerance is flash-attn's rule applied to the loss curve: flashdoc's
+    distance from SDPA in float64 is at most twice SDPA-in-float32's own, plus float32 rounding of the loss."""
+    config = tiny_config("llama")
+    batch, real = make_batch("right", CPU_LENGTHS)
+    labels = batch["input_ids"].masked_fill(~real, -100)
+
+    def losses(attn, dtype):
+        model = build(config, attn, dtype).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        curve = []
+        for _ in range(6):
+            loss = model(**batch, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            curve.append(loss.item())
+        return torch.tensor(curve, dtype=torch.float64)
+
+    ref, pt, ours = losses("sdpa", torch.float64), losses("sdpa", torch.float32), losses("flashdoc", torch.float32)
+    print("sdpa fp64", ref.tolist(), "\nsdpa fp32", pt.tolist(), "\nflashdoc ", ours.tolist())
+    assert ref[-1] < ref[0] - 0.05, "the loop should learn something, or the curves say little"
+    assert_close_like_flash_attn("loss curve", ours, ref, pt, torch.float32)
+
+
+def test_register_and_from_pretrained(tmp_path):
+    """A model saved to disk loads with attn_implementation="flashdoc"; a name without "flash" works too."""
+    config = tiny_config("qwen2")
+    build(config, "eager", torch.float32).save_pretrained(tmp_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="flashdoc")
+    assert model.config._attn_implementation == "flashdoc"
+    assert flashdoc_hf.register("fdoc") == "fdoc"
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="fdoc")
+    assert model.config._attn_implementation == "fdoc"
+    for bad in ("", "paged|flashdoc", "org/kernel", 3):
+        with pytest.raises(ValueError, match="name must be"):
+            flashdoc_hf.register(bad)
+
+
+def test_other_flash_names_are_left_to_transformers():
+    """The answer to transformers' flash-attn import covers the registered names only."""
+    fa_utils = pytest.importorskip("transformers.modeling_flash_attention_utils")
+    flashdoc_hf.register()
+    if not hasattr(fa_utils, "_lazy_imports"):
+        pytest.skip("this transformers imports no flash-attn by name at model build")
+    assert fa_utils._lazy_imports("flashdoc")[0] is flashdoc_hf.flashdoc.flash_attn_func
+    with pytest.raises(Exception) as info:
+        fa_utils._lazy_imports("flash_attention_9")
+    assert "flashdoc" not in str(info.value)
+
+
+def test_what_flashdoc_cannot_compute_fails_clearly():
+    config = tiny_config("llama")
+    model = build(config, "flashdoc", torch.float32)
+    batch, _ = make_batch("right", (6, 4))
+    with pytest.raises(ValueError, match="output_attentions"):
+        model(**batch, output_attentions=True)
+    mask4d = torch.zeros(2, 1, 6, 6, device=DEVICE)
+    with pytest.raises(ValueError, match="4-D mask|shape"):
+        model(input_ids=batch["input_ids"], attention_mask=mask4d)
+    # A mask function on top of causal (Gemma 3 does this for image tokens) is refused when the mask is built.
+    extra = masking_utils.or_masks(masking_utils.causal_mask_function, lambda b, h, q, kv: kv == 0)
+    with pytest.raises(ValueError, match="own mask function"):
+        flashdoc_hf.mask_function(1, 4, 4, mask_function=extra, attention_mask=None)
+    # A sliding window over a padding mask with a hole would move the window's edge after unpadding.
+    q = torch.randn(1, 4, 6, 16, device=DEVICE)
+    holes = torch.tensor([[1, 1, 0, 1, 1, 1]], device=DEVICE, dtype=torch.bool)
+    layer = model.model.layers[0].self_attn
+    with pytest.raises(ValueError, match="holes"):
+        flashdoc_hf.attention_forward(layer, q, q[:, :2], q[:, :2], holes, sliding_window=3)
+    with pytest.raises(ValueError, match="float attention mask"):
+        flashdoc_hf.attention_forward(layer, q, q[:, :2], q[:, :2], holes.float())
+
+
+# --- GPU: bfloat16, four layers, 8 query heads over 2 key/value heads, sequences up to 500 tokens ------------
+
+GPU_LENGTHS = (500, 123, 317, 64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["left", "right", "packed", "plain"])
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gemma2", "qwen2"])
+def test_gpu_logits_and_grads_match_eager(kind, layout):
+    compare(tiny_config(kind, "gpu"), layout, GPU_LENGTHS, torch.bfloat16, grad_mult=3.0)
+
+
+@pytest.mark.gpu
+def test_gpu_decoding_with_a_cache_matches_eager():
+    config = tiny_config("gemma2", "gpu")
+    batch, _ = make_batch("left", (200, 77, 150))
+    ref, pt, ours = (decode(build(config, a, d), batch, steps=8) for a, d in EAGER64_EAGER_OURS(torch.bfloat16))
+    assert_close_like_flash_attn("decode logits", ours, ref, pt, torch.bfloat16)
