@@ -6,7 +6,8 @@
     nox -s snippets           run every snippet and record its outputs into docs/generated/ (`-- topic/name`)
     nox -s docs               build the site into site/ (strict); `nox -s docs -- serve` serves it with live reload
     nox -s publish            record whatever is stale, refuse anything still stale, then build the site
-    nox -s bench              the benchmark against PyTorch's attention kernels (GPU), into bench-results/
+    nox -s bench              the benchmarks (GPU): against PyTorch's attention kernels, then the variants and
+                              decoding ones, into bench-results/ (`-- --quick`: a smoke subset of each)
 
 tests, snippets, docs and publish share one environment, .nox/flashdoc (torch, Triton, the test and docs
 extras: about 2.7 GB), made by the first of them and reused by the others until pyproject.toml changes.
@@ -198,9 +199,18 @@ def publish(session: nox.Session) -> None:
     session.log("Published build in site/, with flashdoc's wheel, sdist and SHA256SUMS in site/downloads/")
 
 
+# The benchmarks `nox -s bench` runs after the main one, each into its own folder of bench-results/; `--quick`
+# reaches each of them.
+BENCH_SUITES = (("variants", "benchmarks.variants"), ("decode", "benchmarks.decode"))
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmark flashdoc against its peers; extra arguments go to `python -m benchmarks.run` (benchmarks/README.md
-    has the protocol), e.g. `nox -s bench -- --quick`."""
+    """Benchmark flashdoc against its peers into bench-results/ (extra arguments go to `python -m benchmarks.run`;
+    benchmarks/README.md has the protocol), then the variants and decode benchmarks into bench-results/variants/
+    and bench-results/decode/. `nox -s bench -- --quick` passes --quick to all three."""
     install(session, "bench")
     session.run("python", "-m", "benchmarks.run", "--out", "bench-results", *session.posargs)
+    quick = ["--quick"] if "--quick" in session.posargs else []
+    for folder, module in BENCH_SUITES:
+        session.run("python", "-m", module, "--out", str(Path("bench-results") / folder), *quick)

@@ -5,6 +5,7 @@ on one GPU in one run.
     python3 benchmarks/decode.py --out OUT            # the benchmark: OUT/decode.json, decode.md, decode_roofline.png
     python3 benchmarks/decode.py --out OUT --sweep    # time candidate split-KV configs: OUT/decode_sweep.{json,md}
     python3 benchmarks/decode.py --out OUT --quick    # a few points, for a smoke run
+    python3 benchmarks/decode.py --out OUT --smoke    # tiny shapes on the CPU (the default without a GPU)
     PYTHONPATH=/tmp/t36:. python benchmarks/decode.py --aot   # compile the configs for sm_90 without a GPU
                                                               # (a Triton 3.6 wheel unpacked in /tmp/t36)
 
@@ -24,9 +25,14 @@ Two timers, both recorded for every point, and the targets checked on each:
 - ``graph``: 20 calls captured in one CUDA graph and replayed, the time per call: what a serving engine that
   captures its decode step sees, with no host work. Where one cache would stay in L2 between calls, the calls
   cycle over several copies of it (together at least four times L2), so every call still reads from HBM.
+
+Without a GPU (``--smoke``, or ``run_benchmark(out, smoke=True)``) the same code runs tiny float32 shapes on the
+CPU, flashdoc's kernels in Triton's interpreter, one timed call per point and no FlexAttention or cuDNN: a check
+that the script and its outputs work, whose numbers mean nothing.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -48,6 +54,12 @@ BATCHES = (1, 8, 64)
 CACHES = (4096, 32768, 131072)
 PAGE_SIZES = (16, 64, 256)
 DTYPE = torch.bfloat16
+DEVICE = "cuda"
+# The CPU smoke run's shape and points (``smoke_shape``): small enough for Triton's interpreter.
+SMOKE = dict(HEADS=4, KV_HEADS=2, HEAD_DIM=32, PAGE_SIZES=(16, 32), DTYPE=torch.float32, DEVICE="cpu")
+SMOKE_POINTS = [(1, 64), (2, 128)]
+# Methods that need a GPU (FlexAttention compiles for CUDA; cuDNN is CUDA's): recorded as missing on the CPU.
+GPU_METHODS = ("sdpa-cudnn", "flex")
 GRAPH_CALLS = 20
 L2_BYTES = 60 * 2**20  # the H200's L2 (the graph timing's copies of small caches add up to 4x this)
 # The targets: a ratio to each SDPA backend at every point; a share of the copy bandwidth where the cache holds
@@ -55,15 +67,30 @@ L2_BYTES = 60 * 2**20  # the H200's L2 (the graph timing's copies of small cache
 COPY_SHARE, COPY_SHARE_MIN_TOKENS, PAGED_SLACK = 0.85, 8 * 32768, 0.05
 
 
-def kv_bytes(batch, cache, n_kv=KV_HEADS, head_dim=HEAD_DIM, dtype=DTYPE):
-    """Bytes of K and V a decode step reads."""
+def kv_bytes(batch, cache, n_kv=None, head_dim=None, dtype=None):
+    """Bytes of K and V a decode step reads (by default at the run's shape)."""
+    n_kv, head_dim, dtype = n_kv or KV_HEADS, head_dim or HEAD_DIM, dtype or DTYPE
     return 2 * batch * cache * n_kv * head_dim * torch.finfo(dtype).bits // 8
 
 
 def fits(batch, cache, copies=2.5):
     """Whether ``copies`` caches of this size fit in the GPU's free memory (the paged copy and SDPA's own)."""
+    if DEVICE != "cuda":
+        return True
     free, _ = torch.cuda.mem_get_info()
     return copies * kv_bytes(batch, cache) < free
+
+
+@contextlib.contextmanager
+def smoke_shape():
+    """The CPU smoke run's shape (``SMOKE``) in this module's constants, restored afterwards."""
+    module = globals()
+    saved = {name: module[name] for name in SMOKE}
+    module.update(SMOKE)
+    try:
+        yield
+    finally:
+        module.update(saved)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -74,16 +101,16 @@ def fits(batch, cache, copies=2.5):
 def make_cache(batch, cache, page_size=None, seed=0):
     """q (B, 1, H, D), caches and their arguments for a full cache of ``cache`` tokens per sequence: contiguous
     (B, cache, Hk, D), or paged with pages of page_size in shuffled order."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    kw = dict(device="cuda", dtype=DTYPE)
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    kw = dict(device=DEVICE, dtype=DTYPE)
     q = torch.randn(batch, 1, HEADS, HEAD_DIM, generator=g, **kw)
-    seqlens = torch.full((batch,), cache, dtype=torch.int32, device="cuda")
+    seqlens = torch.full((batch,), cache, dtype=torch.int32, device=DEVICE)
     if page_size is None:
         shape, table = (batch, cache, KV_HEADS, HEAD_DIM), None
     else:
         pages = batch * cache // page_size
         shape = (pages, page_size, KV_HEADS, HEAD_DIM)
-        table = torch.randperm(pages, device="cuda", generator=g).to(torch.int32).reshape(batch, -1)
+        table = torch.randperm(pages, device=DEVICE, generator=g).to(torch.int32).reshape(batch, -1)
     k_cache = torch.randn(shape, generator=g, **kw)
     v_cache = torch.randn(shape, generator=g, **kw)
     return q, k_cache, v_cache, seqlens, table
@@ -181,7 +208,12 @@ def flex_call(q, k_cache, v_cache):
 
 def time_ms(calls):
     """(do_bench median ms of calls[0], L2 flushed between calls; ms per call of a CUDA graph of GRAPH_CALLS calls
-    cycling over ``calls``, which read different copies of the inputs)."""
+    cycling over ``calls``, which read different copies of the inputs). On the CPU (a smoke run): one call, timed
+    with the host's clock, and no graph."""
+    if DEVICE != "cuda":
+        start = time.perf_counter()
+        calls[0]()
+        return (time.perf_counter() - start) * 1e3, None
     for call in calls:
         call()
     torch.cuda.synchronize()
@@ -206,7 +238,14 @@ def time_ms(calls):
 
 
 def copy_bandwidth():
-    """Device-to-device copy of 2 GiB: (bytes read + bytes written) per second, in bytes/s."""
+    """Device-to-device copy of 2 GiB (16 MiB on the CPU): (bytes read + bytes written) per second, in bytes/s."""
+    if DEVICE != "cuda":
+        n = 2**24
+        src, dst = torch.ones(n // 2, dtype=torch.bfloat16), torch.empty(n // 2, dtype=torch.bfloat16)
+        dst.copy_(src)
+        start = time.perf_counter()
+        dst.copy_(src)
+        return 2 * n / (time.perf_counter() - start)
     n = 2**31
     buffers = [torch.empty(n // 2, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
     ms = triton.testing.do_bench(lambda: buffers[1].copy_(buffers[0]), warmup=25, rep=200, return_mode="median")
@@ -219,10 +258,13 @@ def copy_bandwidth():
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def points(quick, only=None):
-    """The (batch, cache) points: all of them, two (quick), or those named in only ("1x4096,8x32768")."""
+def points(quick, only=None, smoke=False):
+    """The (batch, cache) points: all of them, two (quick), those named in only ("1x4096,8x32768"), or the CPU
+    smoke run's (smoke)."""
     if only:
         return [tuple(int(x) for x in p.split("x")) for p in only.split(",")]
+    if smoke:
+        return list(SMOKE_POINTS)
     if quick:
         return [(1, 4096), (8, 32768)]
     return [(b, c) for b in BATCHES for c in CACHES]
@@ -233,7 +275,7 @@ def copies_for(batch, cache):
     return min(GRAPH_CALLS, max(1, -(-4 * L2_BYTES // kv_bytes(batch, cache))))
 
 
-def measure(quick=False, verbose=True, only=None):
+def measure(quick=False, verbose=True, only=None, smoke=False):
     """Every method at every point: a list of rows (batch, cache, method, ms, graph_ms, tbps, graph_tbps), and
     the copy bandwidth."""
     torch.manual_seed(0)
@@ -242,7 +284,7 @@ def measure(quick=False, verbose=True, only=None):
         print(f"device-to-device copy: {copy / 1e12:.2f} TB/s", flush=True)
     rows = []
     try:
-        _measure_points(points(quick, only), rows, verbose)
+        _measure_points(points(quick, only, smoke), rows, verbose)
     except KeyboardInterrupt:  # a time limit's Ctrl-C: keep what was measured
         print("interrupted: writing the points measured so far", flush=True)
     return rows, copy
@@ -266,6 +308,9 @@ def _measure_points(pts, rows, verbose):
                 *make_cache(batch, cache, page, seed=i)
             )
         for name, build in builders.items():
+            if DEVICE != "cuda" and name in GPU_METHODS:
+                rows.append(dict(batch=batch, cache=cache, method=name, error="runs on a CUDA GPU only"))
+                continue
             try:
                 calls = [build(i) for i in range(n_copies)]
                 rows.append(_time_one(name, calls, batch, cache, verbose))
@@ -273,7 +318,8 @@ def _measure_points(pts, rows, verbose):
                 print(f"{batch} x {cache} {name}: failed ({str(e).splitlines()[0][:120]})", flush=True)
                 rows.append(dict(batch=batch, cache=cache, method=name, error=str(e).splitlines()[0][:200]))
             calls = None
-            torch.cuda.empty_cache()
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
 
 
 def _time_one(name, calls, batch, cache, verbose):
@@ -316,7 +362,7 @@ def target_checks(rows, copy, key="tbps"):
             checks.append(
                 dict(
                     target=f"flashdoc >= {peer} at every point",
-                    worst=f"{worst[0]:.2f}x at {worst[1]} x {worst[2] // 1024}k",
+                    worst=f"{worst[0]:.2f}x at {worst[1]} x {_tokens(worst[2])}",
                     met=worst[0] >= 1.0,
                 )
             )
@@ -326,7 +372,7 @@ def target_checks(rows, copy, key="tbps"):
         checks.append(
             dict(
                 target=f"flashdoc >= {COPY_SHARE:.0%} of the copy where batch x cache >= 8 x 32k",
-                worst=f"{worst[0]:.0%} at {worst[1]} x {worst[2] // 1024}k",
+                worst=f"{worst[0]:.0%} at {worst[1]} x {_tokens(worst[2])}",
                 met=worst[0] >= COPY_SHARE,
             )
         )
@@ -341,11 +387,16 @@ def target_checks(rows, copy, key="tbps"):
         checks.append(
             dict(
                 target=f"paged within {PAGED_SLACK:.0%} of contiguous at every point",
-                worst=f"{worst[0]:.2f}x (page {worst[1]}) at {worst[2]} x {worst[3] // 1024}k",
+                worst=f"{worst[0]:.2f}x (page {worst[1]}) at {worst[2]} x {_tokens(worst[3])}",
                 met=worst[0] >= 1 - PAGED_SLACK,
             )
         )
     return checks
+
+
+def _tokens(cache):
+    """A cache length as the tables name it: 32k for 32768, 64 for 64."""
+    return f"{cache // 1024}k" if cache >= 1024 and cache % 1024 == 0 else str(cache)
 
 
 def _ordered(rows):
@@ -366,7 +417,7 @@ def bandwidth_table(rows, copy, key="tbps"):
     for b, c in pts:
         cells = [f"{got[(b, c, m)]:.2f}" if (b, c, m) in got else "—" for m in methods]
         share = f"{got[(b, c, 'flashdoc')] * 1e12 / copy:.0%}" if (b, c, "flashdoc") in got else "—"
-        lines.append(f"| {b} x {c // 1024}k | " + " | ".join(cells) + f" | {share} |")
+        lines.append(f"| {b} x {_tokens(c)} | " + " | ".join(cells) + f" | {share} |")
     return "\n".join(lines) + "\n"
 
 
@@ -379,7 +430,7 @@ def targets_table(rows, copy, key="tbps"):
 
 def markdown(rows, copy, env):
     parts = [
-        f"Decode step, bf16, H = {HEADS}, Hk = {KV_HEADS}, d = {HEAD_DIM}, seqlen_q = 1, on {env['gpu']} "
+        f"Decode step, {_dtype_name()}, H = {HEADS}, Hk = {KV_HEADS}, d = {HEAD_DIM}, seqlen_q = 1, on {env['gpu']} "
         f"(torch {env['torch']}, Triton {env['triton']}). Effective K+V bandwidth in TB/s; a device-to-device "
         f"copy moves {copy / 1e12:.2f} TB/s."
     ]
@@ -424,12 +475,13 @@ def roofline_figure(rows, copy, path, key="graph_tbps"):
         transform=ax.get_yaxis_transform(),
         fontsize=9,
     )
-    ax.set_xticks(range(len(pts)), [f"{b} x {c // 1024}k" for b, c in pts])
+    ax.set_xticks(range(len(pts)), [f"{b} x {_tokens(c)}" for b, c in pts])
     ax.set_xlabel("batch x cache length (tokens)")
     ax.set_ylabel("effective K+V bandwidth (TB/s)")
     ax.set_ylim(0, copy / 1e12 * 1.2)
     ax.set_title(
-        f"Decode step, bf16, {HEADS} query heads over {KV_HEADS} KV heads, d = {HEAD_DIM}, one query ({TIMERS[key]})",
+        f"Decode step, {_dtype_name()}, {HEADS} query heads over {KV_HEADS} KV heads, d = {HEAD_DIM}, one query "
+        f"({TIMERS[key]})",
         fontsize=10,
     )
     ax.legend(fontsize=8, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.14))
@@ -439,18 +491,35 @@ def roofline_figure(rows, copy, path, key="graph_tbps"):
     plt.close(fig)
 
 
-def run_benchmark(out_dir, quick=False, verbose=True, only=None):
-    """Measure, then write decode.json, decode.md and decode_roofline.png into out_dir; returns the JSON dict."""
+def _dtype_name():
+    return str(DTYPE).removeprefix("torch.")
+
+
+def run_benchmark(out_dir, quick=False, verbose=True, only=None, smoke=None):
+    """Measure, then write decode.json, decode.md and decode_roofline.png into out_dir; returns the JSON dict.
+    smoke: the CPU smoke run's tiny shapes (by default when there is no CUDA GPU)."""
+    if smoke is None:
+        smoke = not torch.cuda.is_available()
+    if not smoke and not torch.cuda.is_available():
+        raise ValueError("run_benchmark(smoke=False) measures a CUDA GPU; this machine has none: use smoke=True")
+    if smoke:
+        with smoke_shape():
+            return _run_benchmark(out_dir, quick, verbose, only, smoke)
+    return _run_benchmark(out_dir, quick, verbose, only, smoke)
+
+
+def _run_benchmark(out_dir, quick, verbose, only, smoke):
     from benchmarks.run import environment as _environment
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    env = _environment("cuda")
-    rows, copy = measure(quick, verbose, only)
+    env = _environment(DEVICE)
+    rows, copy = measure(quick, verbose, only, smoke)
     result = dict(
         env,
         timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        shape=dict(heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, seqlen_q=1, dtype="bfloat16"),
+        smoke=smoke,
+        shape=dict(heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, seqlen_q=1, dtype=_dtype_name()),
         timers=TIMERS,
         copy_tbps=copy / 1e12,
         rows=rows,
@@ -692,6 +761,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench-results/decode", help="folder for the results")
     ap.add_argument("--quick", action="store_true", help="two points only (a smoke run)")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU (the default without a GPU)")
     ap.add_argument("--points", help="only these points, e.g. 1x4096,64x32768")
     ap.add_argument("--sweep", action="store_true", help="time candidate split-KV configs instead")
     ap.add_argument("--aot", action="store_true", help="compile for sm_90 without a GPU, print registers/spills")
@@ -699,12 +769,15 @@ def main(argv=None):
     if a.aot:
         aot()
         return
-    if not torch.cuda.is_available():
-        sys.exit("benchmarks/decode.py measures a GPU; this machine has none (--aot compiles without one)")
+    smoke = a.smoke or not torch.cuda.is_available()
     if a.sweep:
+        if smoke:
+            sys.exit("benchmarks/decode.py --sweep times a GPU; this machine has none (--aot compiles without one)")
         sweep(a.out)
     else:
-        run_benchmark(a.out, quick=a.quick, only=a.points)
+        if smoke:
+            print("No CUDA GPU (or --smoke): tiny shapes on the CPU, whose numbers mean nothing.", flush=True)
+        run_benchmark(a.out, quick=a.quick, only=None if smoke else a.points, smoke=smoke)
 
 
 if __name__ == "__main__":

@@ -1,100 +1,190 @@
 """Benchmark flashdoc's attention variants on one GPU, in one process: sliding window, softcap and ALiBi against
-flashdoc's dense rows and FlexAttention with the same block mask / score_mod.
+flashdoc's dense rows and FlexAttention with the same block mask / score_mod, with the project's targets checked.
 
-    python3 benchmarks/variants.py --out $OUT/variants          # writes variants.json and variants.md there
-    python3 benchmarks/variants.py --out $OUT/variants --groups window   # one group: variants-window.*
+    python -m benchmarks.variants --out OUT                     # every group: OUT/variants.json, variants.md
+    python -m benchmarks.variants --out OUT --groups window     # one group: OUT/variants-window.{json,md}
+    python -m benchmarks.variants --out OUT --quick             # d = 128 at N = 16k only (a GPU smoke run)
+    python -m benchmarks.variants --out OUT --smoke             # tiny shapes on the CPU: the numbers mean nothing
 
-Shapes follow the project's protocol: bf16, 16k tokens in total (batch = 16384 / N), hidden 2048 (heads =
-2048 / d). Each time is the median of ``triton.testing.do_bench``. TFLOP/s count 4 * B * H * d FLOPs per score
-actually computed (the scores inside the mask: N^2 for dense, N(N+1)/2 for causal, the band for a window),
-x 3.5 for forward+backward (2.5 for the backward's five products over the forward's two). So a sliding window's
-rate compares with the dense causal rate as work done per second, whatever the window skips.
+Shapes follow the protocol of ``benchmarks/run.py``: bf16, 16k tokens in total (batch = 16384 / N), hidden 2048
+(heads = 2048 / d). Each time is the median of ``triton.testing.do_bench``. TFLOP/s count 4 * B * H * d FLOPs
+per (query, key) pair inside the mask (N^2 dense, N(N+1)/2 causal, the band for a window), x 3.5 for
+forward+backward (the backward's five products over the forward's two): work done per second, so a sliding
+window's rate compares with the dense causal rate whatever the window skips. A kernel computes whole tiles, so
+it also visits pairs outside the mask at the band's edges; each row records those too (``visited_pairs``, for
+64 x 128 tiles), and the window's ratio to dense causal is also given on them: the kernel's efficiency apart
+from the tiling.
 
-On a machine without flashdoc's variants (an older checkout) those rows are recorded as unsupported, so the
-dense rows can be compared across versions. Without a GPU, ``--smoke`` runs tiny shapes through Triton's
-interpreter to check that the script runs (no FlexAttention there).
+The targets (each printed as met or unmet with its ratio, and kept in the JSON):
+
+- sliding window >= 0.9x dense causal (TFLOP/s), and faster than FlexAttention's sliding window;
+- softcap forward >= 0.9x the same call without softcap;
+- ALiBi (causal) >= FlexAttention with the same score_mod.
+
+Every flashdoc row records which kernels ran it (Hopper's Gluon kernels or the portable ones, by the same
+decision the kernels make: ``flashdoc.kernels.mask.hopper_supports``), and the run records ``python -m
+flashdoc``'s kernel-path report. Variants run on the portable kernels while ``mask.HOPPER_VARIANTS`` is off, and
+dense calls on Hopper's: the window and softcap groups therefore also time the dense call on the portable
+kernels (a window that covers every key), which separates the variant's own cost from the kernels' difference.
+
+On a checkout without some variant, its rows are recorded as unsupported, so the dense rows still compare across
+versions. Rows are written out as they are measured, and a SIGTERM or Ctrl-C (a time limit) keeps what was
+measured.
 """
+
+from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import platform
+import signal
 import sys
 import time
+from pathlib import Path
 
-import torch
+if __package__ in (None, ""):  # run as a script (python benchmarks/variants.py): the checkout's flashdoc
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import flashdoc  # noqa: E402  (first: on a CPU machine it turns Triton's interpreter on)
+import torch  # noqa: E402
 
+import flashdoc  # noqa: E402, I001  (first: on a machine without a GPU it turns on Triton's interpreter)
+
+SCHEMA = "flashdoc-variants/1"
 TOKENS, HIDDEN = 16384, 2048
 WINDOW = (1024, 0)
 SOFTCAP = 50.0
 QUANTILES = [0.5, 0.2, 0.8]
-GROUPS = ["dense", "window", "softcap", "alibi"]
+GROUPS = ("dense", "window", "softcap", "alibi")
+SCALES = ("full", "quick", "smoke")
+# The tiles the visited-pairs count assumes (the Hopper forward's; the portable kernels' are autotuned).
+TILE_M, TILE_N = 64, 128
+# The targets: (key, what, threshold, strict: the ratio must exceed the threshold rather than reach it).
+TARGETS = {
+    "window_vs_causal": ("sliding window / dense causal", 0.9, False),
+    "window_vs_flex": ("sliding window / FlexAttention's", 1.0, True),
+    "softcap_vs_plain": ("softcap / the same call without", 0.9, False),
+    "alibi_vs_flex": ("ALiBi / FlexAttention's score_mod", 1.0, False),
+}
 
 
 # --- what is counted ------------------------------------------------------------------------------------------
 
 
-def visible_scores(seqlen_q: int, seqlen_k: int, causal: bool, window=(-1, -1)) -> int:
-    """The number of (query, key) pairs inside the mask (bottom-right aligned, as flash_attn_func)."""
-    diag = seqlen_k - seqlen_q
+def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool, window=(-1, -1)) -> int:
+    """The (query, key) pairs inside the mask, flash-attn's bottom-right alignment (-1: unbounded; causal sets
+    the right side to 0), counted row by row."""
+    left, right = window
+    if causal:
+        right = 0
+    i = torch.arange(seqlen_q, dtype=torch.int64)
+    offset = seqlen_k - seqlen_q
+    hi = torch.clamp(i + offset + right, max=seqlen_k - 1) if right >= 0 else torch.full_like(i, seqlen_k - 1)
+    lo = torch.clamp(i + offset - left, min=0) if left >= 0 else torch.zeros_like(i)
+    return int(torch.clamp(hi - lo + 1, min=0).sum())
+
+
+def visited_pairs(seqlen_q: int, seqlen_k: int, causal: bool, window=(-1, -1), block_m=TILE_M, block_n=TILE_N) -> int:
+    """The (query, key) pairs a tiled kernel computes: for each block_m query rows, the whole block_n key tiles
+    from the one holding the first row's first key to the one holding the last row's last key."""
+    left, right = window
+    if causal:
+        right = 0
+    offset = seqlen_k - seqlen_q
     total = 0
-    for i in range(seqlen_q):
-        hi = seqlen_k - 1
-        if causal or window[1] >= 0:
-            hi = min(hi, i + diag + (0 if causal else window[1]))
-        lo = max(0, i + diag - window[0]) if window[0] >= 0 else 0
-        total += max(0, hi - lo + 1)
+    for first in range(0, seqlen_q, block_m):
+        last = min(first + block_m, seqlen_q) - 1
+        lo = max(first + offset - left, 0) // block_n * block_n if left >= 0 else 0
+        hi = min(last + offset + right + 1, seqlen_k) if right >= 0 else seqlen_k
+        total += (last - first + 1) * max(-(-hi // block_n) * block_n - lo, 0)
     return total
 
 
-def tflops(ms: float, batch: int, heads: int, head_dim: int, scores: int, mode: str) -> float:
-    flops = 4 * batch * heads * head_dim * scores * (3.5 if mode == "fwd_bwd" else 1.0)
+def tflops(ms: float, batch: int, heads: int, head_dim: int, pairs: int, mode: str) -> float:
+    flops = 4 * batch * heads * head_dim * pairs * (3.5 if mode == "fwd_bwd" else 1.0)
     return flops / (ms * 1e-3) / 1e12
+
+
+# --- which kernels run a call ---------------------------------------------------------------------------------
+
+
+def kernel_path(q, k, causal: bool, window, softcap: float, slopes, mode: str) -> dict:
+    """{"fwd": "hopper" | "portable", and for fwd_bwd "dkdv", "dq" ("fused" when the dK/dV kernel computes dQ
+    too)} for a call on q, k in flashdoc's (B, N, H, D) layout; {"unknown": why} on a checkout without these
+    predicates."""
+    try:
+        from flashdoc.kernels import backward, backward_hopper, forward_hopper, mask
+
+        variant = mask.Variant(tuple(window), float(softcap), slopes)
+        path = {"fwd": "hopper" if mask.hopper_supports(forward_hopper.supports, q, causal, variant) else "portable"}
+        if mode == "fwd_bwd":
+            dkdv = mask.hopper_supports(backward_hopper.supports_dkdv, q, causal, variant)
+            path["dkdv"] = "hopper" if dkdv else "portable"
+            if dkdv and backward.fused_dq_runs(q, k, causal, False, variant):
+                path["dq"] = "fused"
+            else:
+                dq = mask.hopper_supports(backward_hopper.supports_dq, q, causal, variant)
+                path["dq"] = "hopper" if dq else "portable"
+        return path
+    except (ImportError, AttributeError, TypeError) as err:
+        return {"unknown": f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"}
+
+
+def environment_kernel_paths() -> list:
+    """``python -m flashdoc``'s kernel-path rows for this process: [operation, kernel and why]."""
+    try:
+        from flashdoc._config import kernel_paths
+
+        capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+        return [list(row) for row in kernel_paths(capability)]
+    except (ImportError, AttributeError) as err:
+        return [["unknown", f"{type(err).__name__}: {err}"]]
 
 
 # --- peers ----------------------------------------------------------------------------------------------------
 
 
-def flashdoc_call(causal=False, window=(-1, -1), softcap=0.0, slopes=None):
-    """flashdoc.flash_attn_func on (B, H, N, D) tensors (as views in its layout), with keywords only, so the
-    same call runs on checkouts with either argument order."""
+def flashdoc_call(causal: bool, window=(-1, -1), softcap: float = 0.0, slopes=None):
+    """flashdoc.flash_attn_func with keywords only (so the same call runs on checkouts with either argument
+    order), and variant keywords only where the row uses them (so a checkout without them still runs the
+    dense rows)."""
+    options = dict(causal=causal)
+    if tuple(window) != (-1, -1):
+        options["window_size"] = tuple(window)
+    if softcap:
+        options["softcap"] = softcap
+    if slopes is not None:
+        options["alibi_slopes"] = slopes
 
     def call(q, k, v):
-        options = dict(causal=causal)
-        if window != (-1, -1):
-            options["window_size"] = window
-        if softcap:
-            options["softcap"] = softcap
-        if slopes is not None:
-            options["alibi_slopes"] = slopes
-        return flashdoc.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **options)
+        return flashdoc.flash_attn_func(q, k, v, **options)
 
     return call
 
 
 class Flex:
-    """FlexAttention, compiled once per shape (static shapes: its fastest kernels), with a block mask built once
+    """FlexAttention compiled once per shape (static shapes: its fastest kernels), with each block mask built once
     per (mask, N) outside the timing."""
 
     def __init__(self):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        # one compile per shape and mask; past dynamo's default limit Flex silently runs eagerly, 10x slower
-        torch._dynamo.config.cache_size_limit = max(1024, torch._dynamo.config.cache_size_limit)
-        torch._dynamo.config.accumulated_cache_size_limit = max(
-            4096, getattr(torch._dynamo.config, "accumulated_cache_size_limit", 0)
-        )
+        # one compile per shape and mask; past dynamo's limit Flex silently runs eagerly, many times slower
+        config = torch._dynamo.config
+        for name, least in (
+            ("recompile_limit", 1024),
+            ("cache_size_limit", 1024),
+            ("accumulated_recompile_limit", 4096),
+            ("accumulated_cache_size_limit", 4096),
+        ):
+            if hasattr(config, name):
+                setattr(config, name, max(least, getattr(config, name)))
         self.flex = torch.compile(flex_attention, dynamic=False)
         self.create_block_mask = create_block_mask
         self.masks = {}
 
-    def block_mask(self, name, n, device):
-        if (name, n) not in self.masks:
-            left = WINDOW[0]
+    def block_mask(self, name: str, n: int, window, device):
+        key = (name, n, tuple(window))
+        if key not in self.masks:
+            left = window[0]
 
             def causal(b, h, q_idx, kv_idx):
                 return q_idx >= kv_idx
@@ -103,19 +193,15 @@ class Flex:
                 return (q_idx >= kv_idx) & (q_idx - kv_idx <= left)
 
             fn = dict(causal=causal, sliding=sliding)[name]
-            self.masks[(name, n)] = self.create_block_mask(fn, None, None, n, n, device=device)
-        return self.masks[(name, n)]
+            self.masks[key] = self.create_block_mask(fn, None, None, n, n, device=device)
+        return self.masks[key]
 
-    def call(self, mask=None, score_mod=None):
+    def call(self, mask=None, window=(-1, -1), score_mod=None):
         def call(q, k, v):
-            block_mask = None if mask is None else self.block_mask(mask, q.shape[-2], q.device)
+            block_mask = None if mask is None else self.block_mask(mask, q.shape[-2], window, q.device)
             return self.flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
         return call
-
-
-def softcap_mod(score, b, h, q_idx, kv_idx):
-    return SOFTCAP * torch.tanh(score / SOFTCAP)
 
 
 def alibi_mod(slopes):
@@ -125,29 +211,38 @@ def alibi_mod(slopes):
     return mod
 
 
+def alibi_slopes(heads: int, device) -> torch.Tensor:
+    """The ALiBi paper's geometric slopes, 2^(-8 i / H) for i = 1 ... H, fp32."""
+    return torch.tensor([2 ** (-8 * (i + 1) / heads) for i in range(heads)], device=device, dtype=torch.float32)
+
+
 # --- timing ---------------------------------------------------------------------------------------------------
 
 
-def time_ms(fn, grads, device):
+def time_ms(fn, grads, device: str) -> list[float]:
+    """[median, 20th, 80th percentile] ms: do_bench on a GPU; on the CPU one timed call (a smoke run)."""
     if device == "cuda":
         import triton.testing
 
         fn()  # compiles and autotunes outside the timing
         torch.cuda.synchronize()
-        return triton.testing.do_bench(fn, warmup=25, rep=100, grad_to_none=grads, quantiles=QUANTILES)
-    fn()
+        return list(triton.testing.do_bench(fn, warmup=25, rep=100, grad_to_none=grads, quantiles=QUANTILES))
     start = time.perf_counter()
     fn()
     ms = (time.perf_counter() - start) * 1e3
     return [ms, ms, ms]
 
 
-def measure(call, mode, batch, heads, seqlen, head_dim, device, dtype):
+def inputs(batch: int, heads: int, seqlen: int, head_dim: int, device: str, dtype, flex_layout: bool):
+    """q, k, v (requiring grad) and dout: (B, N, H, D) for flashdoc, (B, H, N, D) contiguous for FlexAttention."""
     g = torch.Generator(device="cpu").manual_seed(0)
-    q, k, v = (
-        torch.randn(batch, heads, seqlen, head_dim, generator=g).to(device, dtype).requires_grad_() for _ in range(3)
-    )
-    dout = torch.randn(batch, heads, seqlen, head_dim, generator=g).to(device, dtype)
+    shape = (batch, heads, seqlen, head_dim) if flex_layout else (batch, seqlen, heads, head_dim)
+    q, k, v = (torch.randn(shape, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
+    dout = torch.randn(shape, generator=g).to(device, dtype)
+    return q, k, v, dout
+
+
+def measure(call, q, k, v, dout, mode: str, device: str) -> list[float]:
     if mode == "fwd":
 
         def fn():
@@ -156,10 +251,7 @@ def measure(call, mode, batch, heads, seqlen, head_dim, device, dtype):
     else:
 
         def fn():
-            out = call(q, k, v)
-            if out.shape[1] != heads:  # flashdoc's (B, N, H, D) output
-                out = out.transpose(1, 2)
-            out.backward(dout)
+            call(q, k, v).backward(dout)
 
     return time_ms(fn, [q, k, v], device)
 
@@ -167,213 +259,425 @@ def measure(call, mode, batch, heads, seqlen, head_dim, device, dtype):
 # --- the rows -------------------------------------------------------------------------------------------------
 
 
-def rows_to_run(smoke: bool):
-    """(group, name, peer, mode, seqlen, head_dim, causal, window, what) for every row of the run."""
-    seqlens = [128] if smoke else [1024, 4096, 16384]
-    long = seqlens[-1]
-    head_dims = [64] if smoke else [64, 128]
-    window = (32, 0) if smoke else WINDOW
+def row_spec(group, name, peer, mode, n, d, causal, window=(-1, -1), softcap=0.0, alibi=False, mask=None) -> dict:
+    return dict(
+        group=group,
+        name=name,
+        peer=peer,
+        mode=mode,
+        seqlen=n,
+        head_dim=d,
+        causal=causal,
+        window=list(window),
+        softcap=softcap,
+        alibi=alibi,
+        mask=mask,
+    )
+
+
+def shapes(scale: str) -> dict:
+    """The sizes of a run: seqlens (the dense rows'), the variants' seqlens, head dims, window, tokens, hidden."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    if scale == "smoke":  # the Triton interpreter: a few tiny calls
+        return dict(seqlens=[64], variant_seqlens=[64], head_dims=[32], window=(16, 0), tokens=64, hidden=64)
+    if scale == "quick":
+        return dict(
+            seqlens=[16384], variant_seqlens=[16384], head_dims=[128], window=WINDOW, tokens=TOKENS, hidden=HIDDEN
+        )
+    return dict(
+        seqlens=[1024, 4096, 16384],
+        variant_seqlens=[4096, 16384],
+        head_dims=[64, 128],
+        window=WINDOW,
+        tokens=TOKENS,
+        hidden=HIDDEN,
+    )
+
+
+def rows_to_run(scale: str, groups=GROUPS) -> list[dict]:
+    """Every row of a run, in the order they are timed: dense (full and causal at each N), window (dense causal,
+    the same on the portable kernels, the window, Flex's window) at the longest N, softcap (without, without on
+    the portable kernels, with) and ALiBi (flashdoc's, Flex's) at the two longest."""
+    unknown = sorted(set(groups) - set(GROUPS))
+    if unknown:
+        raise ValueError(f"groups must be among {', '.join(GROUPS)}, got {', '.join(unknown)}")
+    s = shapes(scale)
+    window, long = s["window"], s["seqlens"][-1]
     rows = []
-    for d in head_dims:  # dense rows: compare with the same script on another checkout
-        for n in seqlens:
-            for causal in (False, True):
-                for mode in ("fwd", "fwd_bwd"):
-                    rows.append(
-                        (
-                            "dense",
-                            f"flashdoc {'causal' if causal else 'full'}",
-                            "flashdoc",
-                            mode,
-                            n,
-                            d,
-                            causal,
-                            (-1, -1),
-                            {},
+    for d in s["head_dims"]:
+        if "dense" in groups:
+            for n in s["seqlens"]:
+                for causal in (False, True):
+                    for mode in ("fwd", "fwd_bwd"):
+                        rows.append(
+                            row_spec(
+                                "dense", f"flashdoc {'causal' if causal else 'full'}", "flashdoc", mode, n, d, causal
+                            )
                         )
-                    )
-    for d in head_dims:
-        for mode in ("fwd", "fwd_bwd"):
-            rows.append(("window", "flashdoc causal", "flashdoc", mode, long, d, True, (-1, -1), {}))
-            rows.append(("window", f"flashdoc window {window}", "flashdoc", mode, long, d, True, window, {}))
-            rows.append(
-                ("window", f"flex sliding window {window}", "flex", mode, long, d, True, window, dict(mask="sliding"))
-            )
-    for d in head_dims:
-        for n in seqlens[-2:]:
-            for causal in (False, True):
-                rows.append(("softcap", "flashdoc", "flashdoc", "fwd", n, d, causal, (-1, -1), {}))
-                rows.append(
-                    (
-                        "softcap",
-                        f"flashdoc softcap {SOFTCAP:g}",
-                        "flashdoc",
-                        "fwd",
-                        n,
-                        d,
-                        causal,
-                        (-1, -1),
-                        dict(softcap=SOFTCAP),
-                    )
-                )
-    for d in head_dims:
-        for n in seqlens[-2:]:
+        if "window" in groups:
             for mode in ("fwd", "fwd_bwd"):
-                rows.append(("alibi", "flashdoc alibi", "flashdoc", mode, n, d, True, (-1, -1), dict(alibi=True)))
-                rows.append(
-                    (
-                        "alibi",
-                        "flex alibi score_mod",
-                        "flex",
-                        mode,
-                        n,
-                        d,
-                        True,
-                        (-1, -1),
-                        dict(alibi=True, mask="causal"),
-                    )
-                )
+                rows += [
+                    row_spec("window", "flashdoc causal", "flashdoc", mode, long, d, True),
+                    row_spec("window", "flashdoc causal, portable", "flashdoc", mode, long, d, True, (long, 0)),
+                    row_spec("window", f"flashdoc window {window}", "flashdoc", mode, long, d, True, window),
+                    row_spec("window", f"flex window {window}", "flex", mode, long, d, True, window, mask="sliding"),
+                ]
+        if "softcap" in groups:
+            for n in s["variant_seqlens"]:
+                for causal in (False, True):
+                    everything = (n, 0) if causal else (n, n)
+                    for mode in ("fwd", "fwd_bwd"):
+                        rows += [
+                            row_spec("softcap", "flashdoc", "flashdoc", mode, n, d, causal),
+                            row_spec("softcap", "flashdoc, portable", "flashdoc", mode, n, d, causal, everything),
+                            row_spec(
+                                "softcap",
+                                f"flashdoc softcap {SOFTCAP:g}",
+                                "flashdoc",
+                                mode,
+                                n,
+                                d,
+                                causal,
+                                softcap=SOFTCAP,
+                            ),
+                        ]
+        if "alibi" in groups:
+            for n in s["variant_seqlens"]:
+                for mode in ("fwd", "fwd_bwd"):
+                    rows += [
+                        row_spec("alibi", "flashdoc alibi", "flashdoc", mode, n, d, True, alibi=True),
+                        row_spec("alibi", "flex alibi score_mod", "flex", mode, n, d, True, alibi=True, mask="causal"),
+                    ]
     return rows
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="folder for variants.json and variants.md")
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes (runs on a CPU, through the interpreter)")
-    parser.add_argument(
-        "--groups",
-        nargs="+",
-        default=GROUPS,
-        choices=GROUPS,
-        help="run only these groups of rows (default: all; the outputs are named after them)",
+def run_row(spec: dict, s: dict, device: str, dtype, flex) -> dict:
+    """Time one row; the row with its measurements, or with ``unsupported`` / ``skipped`` / ``error``."""
+    n, d = spec["seqlen"], spec["head_dim"]
+    batch, heads = max(1, s["tokens"] // n), s["hidden"] // d
+    row = dict(spec, batch=batch, heads=heads)
+    if spec["peer"] == "flex" and flex is None:
+        row["skipped"] = "FlexAttention runs compiled on a GPU only"
+        return row
+    window, causal = tuple(spec["window"]), spec["causal"]
+    slopes = alibi_slopes(heads, device) if spec["alibi"] else None
+    q, k, v, dout = inputs(batch, heads, n, d, device, dtype, flex_layout=spec["peer"] == "flex")
+    if spec["peer"] == "flex":
+        call = flex.call(spec["mask"], window, alibi_mod(slopes) if slopes is not None else None)
+    else:
+        call = flashdoc_call(causal, window, spec["softcap"], slopes)
+        row["kernels"] = kernel_path(q.detach(), k.detach(), causal, window, spec["softcap"], slopes, spec["mode"])
+    try:
+        ms = measure(call, q, k, v, dout, spec["mode"], device)
+    except (TypeError, ValueError) as err:  # a checkout without this option
+        row["unsupported"] = str(err).splitlines()[0][:200]
+        return row
+    except Exception as err:  # a peer failing on this shape: the other rows still count
+        row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+        return row
+    finally:
+        del q, k, v, dout
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    pairs = visible_pairs(n, n, causal, window)
+    visited = visited_pairs(n, n, causal, window)
+    row.update(
+        ms=ms[0],
+        ms_p20=ms[1],
+        ms_p80=ms[2],
+        pairs=pairs,
+        visited_pairs=visited,
+        tflops=tflops(ms[0], batch, heads, d, pairs, spec["mode"]),
     )
-    args = parser.parse_args()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    smoke = args.smoke or device == "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    tokens = 256 if smoke else TOKENS
-    hidden = 128 if smoke else HIDDEN
-    flex = Flex() if device == "cuda" else None
-    results = []
-    for group, name, peer, mode, n, d, causal, window, extra in rows_to_run(smoke):
-        if group not in args.groups:
-            continue
-        batch, heads = max(1, tokens // n), hidden // d
-        slopes = None
-        if extra.get("alibi"):
-            # the ALiBi paper's geometric slopes, 2^(-8 i / H)
-            slopes = torch.tensor([2 ** (-8 * (i + 1) / heads) for i in range(heads)], device=device)
-        row = dict(
-            group=group,
-            name=name,
-            peer=peer,
-            mode=mode,
-            seqlen=n,
-            head_dim=d,
-            batch=batch,
-            heads=heads,
-            causal=causal,
-            window=list(window),
-            softcap=extra.get("softcap", 0.0),
-            alibi=slopes is not None,
-        )
-        if peer == "flex":
-            if flex is None:
-                continue
-            score_mod = alibi_mod(slopes) if slopes is not None else None
-            call = flex.call(extra.get("mask"), score_mod)
-        else:
-            call = flashdoc_call(causal, window, extra.get("softcap", 0.0), slopes)
-        try:
-            ms = measure(call, mode, batch, heads, n, d, device, dtype)
-        except (TypeError, ValueError) as err:  # an older flashdoc: no such option
-            row.update(unsupported=str(err).splitlines()[0])
-            results.append(row)
-            print(f"{group:8s} {name:34s} {mode:7s} N={n:6d} d={d:3d}: unsupported", flush=True)
-            continue
-        scores = visible_scores(n, n, causal, window)
-        row.update(
-            ms=ms[0], ms_p20=ms[1], ms_p80=ms[2], scores=scores, tflops=tflops(ms[0], batch, heads, d, scores, mode)
-        )
-        results.append(row)
-        print(
-            f"{group:8s} {name:34s} {mode:7s} N={n:6d} d={d:3d}: {ms[0]:8.3f} ms {row['tflops']:7.1f} TFLOP/s",
-            flush=True,
-        )
-    os.makedirs(args.out, exist_ok=True)
-    meta = dict(
-        device=torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
-        torch=torch.__version__,
-        triton=__import__("triton").__version__,
-        smoke=smoke,
-        dtype=str(dtype).removeprefix("torch."),
-        tokens=tokens,
-        hidden=hidden,
-        flashdoc=os.path.dirname(flashdoc.__file__),
-    )
-    stem = "variants" if args.groups == GROUPS else "variants-" + "-".join(args.groups)
-    with open(os.path.join(args.out, stem + ".json"), "w") as f:
-        json.dump(dict(meta=meta, rows=results), f, indent=1)
-    with open(os.path.join(args.out, stem + ".md"), "w") as f:
-        f.write(report(results, meta))
-    print(report(results, meta))
+    return row
 
 
-def _rate(results, group, name_start, mode, n, d, causal=None):
-    for r in results:
+def describe(row: dict) -> str:
+    head = f"{row['group']:8s} {row['name']:34s} {row['mode']:7s} N={row['seqlen']:6d} d={row['head_dim']:3d}"
+    if "tflops" in row:
+        kernels = "/".join(f"{k}={v}" for k, v in row.get("kernels", {}).items())
+        return f"{head}: {row['ms']:9.3f} ms {row['tflops']:7.1f} TFLOP/s  {kernels}"
+    reason = row.get("unsupported") or row.get("skipped") or row.get("error")
+    status = "unsupported" if "unsupported" in row else ("skipped" if "skipped" in row else "error")
+    return f"{head}: {status} ({reason})"
+
+
+# --- the targets ----------------------------------------------------------------------------------------------
+
+
+def _find(rows, group, name, mode, n, d, causal=None):
+    for r in rows:
         if (
             r["group"] == group
-            and r["name"].startswith(name_start)
+            and r["name"] == name
             and r["mode"] == mode
             and r["seqlen"] == n
             and r["head_dim"] == d
             and (causal is None or r["causal"] == causal)
             and "tflops" in r
         ):
-            return r["tflops"]
-    return math.nan
+            return r
+    return None
 
 
-def report(results, meta) -> str:
-    """Markdown: every row, then the ratios the targets are stated in."""
+def _ratio(a, b, key="tflops"):
+    return None if a is None or b is None else a[key] / b[key]
+
+
+def _target(key, ratio, **where) -> dict:
+    what, threshold, strict = TARGETS[key]
+    met = None if ratio is None else (ratio > threshold if strict else ratio >= threshold)
+    return dict(target=key, what=what, threshold=threshold, strict=strict, ratio=ratio, met=met, **where)
+
+
+def evaluate(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(targets, other ratios) from the measured rows. A target whose rows are missing has ratio and met None.
+
+    targets: sliding window / dense causal and / Flex (each mode, each head dim, at the window group's N);
+    softcap / without (forward, each N, head dim and causality); ALiBi / Flex (each mode, N and head dim).
+    Other ratios: the window and softcap against the portable kernels' dense call, and the window against dense
+    causal on the pairs in the tiles visited."""
+    targets, ratios = [], []
+    window_rows = [r for r in rows if r["group"] == "window"]
+    for d in sorted({r["head_dim"] for r in window_rows}):
+        for mode in ("fwd", "fwd_bwd"):
+            n = max(r["seqlen"] for r in window_rows)
+            win = next(
+                (
+                    r
+                    for r in window_rows
+                    if r["name"].startswith("flashdoc window")
+                    and "tflops" in r
+                    and r["mode"] == mode
+                    and r["head_dim"] == d
+                ),
+                None,
+            )
+            causal = _find(rows, "window", "flashdoc causal", mode, n, d)
+            portable = _find(rows, "window", "flashdoc causal, portable", mode, n, d)
+            flex = next(
+                (
+                    r
+                    for r in window_rows
+                    if r["peer"] == "flex" and "tflops" in r and r["mode"] == mode and r["head_dim"] == d
+                ),
+                None,
+            )
+            where = dict(group="window", head_dim=d, mode=mode, seqlen=n)
+            targets.append(_target("window_vs_causal", _ratio(win, causal), **where))
+            targets.append(_target("window_vs_flex", _ratio(win, flex), **where))
+            ratios.append(
+                dict(what="sliding window / dense causal on the portable kernels", ratio=_ratio(win, portable), **where)
+            )
+            if win is not None and causal is not None:
+                tiled = (
+                    _ratio(win, causal)
+                    * (win["visited_pairs"] / win["pairs"])
+                    / (causal["visited_pairs"] / causal["pairs"])
+                )
+            else:
+                tiled = None
+            ratios.append(
+                dict(what="sliding window / dense causal on the pairs in the tiles visited", ratio=tiled, **where)
+            )
+    softcap_rows = [r for r in rows if r["group"] == "softcap"]
+    for d in sorted({r["head_dim"] for r in softcap_rows}):
+        for n in sorted({r["seqlen"] for r in softcap_rows}):
+            for causal in (False, True):
+                for mode in ("fwd", "fwd_bwd"):
+                    capped = _find(rows, "softcap", f"flashdoc softcap {SOFTCAP:g}", mode, n, d, causal)
+                    plain = _find(rows, "softcap", "flashdoc", mode, n, d, causal)
+                    portable = _find(rows, "softcap", "flashdoc, portable", mode, n, d, causal)
+                    where = dict(group="softcap", head_dim=d, mode=mode, seqlen=n, causal=causal)
+                    if mode == "fwd":
+                        targets.append(_target("softcap_vs_plain", _ratio(capped, plain), **where))
+                    else:
+                        ratios.append(
+                            dict(what="softcap / the same call without", ratio=_ratio(capped, plain), **where)
+                        )
+                    ratios.append(
+                        dict(what="softcap / without on the portable kernels", ratio=_ratio(capped, portable), **where)
+                    )
+    alibi_rows = [r for r in rows if r["group"] == "alibi"]
+    for d in sorted({r["head_dim"] for r in alibi_rows}):
+        for n in sorted({r["seqlen"] for r in alibi_rows}):
+            for mode in ("fwd", "fwd_bwd"):
+                ours = _find(rows, "alibi", "flashdoc alibi", mode, n, d)
+                flex = _find(rows, "alibi", "flex alibi score_mod", mode, n, d)
+                where = dict(group="alibi", head_dim=d, mode=mode, seqlen=n, causal=True)
+                targets.append(_target("alibi_vs_flex", _ratio(ours, flex), **where))
+    return targets, ratios
+
+
+def target_line(t: dict) -> str:
+    causal = {True: " causal", False: " full"}.get(t.get("causal"), "")
+    bound = f"{'>' if t['strict'] else '>='} {t['threshold']:g}"
+    if t["ratio"] is None:
+        verdict = "not measured"
+    else:
+        verdict = f"{t['ratio']:.2f}x: {'met' if t['met'] else 'unmet'}"
+    return f"{t['what']} [{bound}] d={t['head_dim']} {t['mode']} N={t['seqlen']}{causal}: {verdict}"
+
+
+# --- the report -----------------------------------------------------------------------------------------------
+
+
+def report(result: dict) -> str:
+    """Markdown: the targets, the other ratios, then every row."""
+    meta = result["meta"]
     lines = [
         "# flashdoc variants benchmark\n",
-        f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}, "
-        f"{meta['dtype']}, {meta['tokens']} tokens in total, hidden {meta['hidden']}; TFLOP/s on the scores "
-        "inside the mask.\n",
-        "| group | row | mode | N | d | ms | TFLOP/s |",
-        "|---|---|---|---|---|---|---|",
+        f"{meta['gpu']}, torch {meta['torch']}, Triton {meta['triton']}, flashdoc {meta.get('flashdoc_commit')}; "
+        f"{meta['dtype']}, {meta['tokens']} tokens in total, hidden {meta['hidden']} ({meta['scale']} run"
+        f"{', interrupted' if meta.get('interrupted') else ''}). TFLOP/s on the pairs inside the mask.\n",
+        "## Targets\n",
+        "| target | d | mode | N | ratio | met |",
+        "|---|---|---|---|---|---|",
     ]
-    for r in results:
-        rate = f"{r['tflops']:.1f}" if "tflops" in r else "unsupported"
-        ms = f"{r['ms']:.3f}" if "ms" in r else "-"
-        causal = " causal" if r["causal"] and "causal" not in r["name"] else ""
+    for t in result["targets"]:
+        causal = {True: " (causal)", False: " (full)"}.get(t.get("causal"), "")
+        bound = f"{'>' if t['strict'] else '>='} {t['threshold']:g}"
+        ratio = "—" if t["ratio"] is None else f"{t['ratio']:.2f}"
+        met = "not measured" if t["met"] is None else ("yes" if t["met"] else "no")
         lines.append(
-            f"| {r['group']} | {r['name']}{causal} | {r['mode']} | {r['seqlen']} | {r['head_dim']} | {ms} | {rate} |"
+            f"| {t['what']}{causal} [{bound}] | {t['head_dim']} | {t['mode']} | {t['seqlen']} | {ratio} | {met} |"
         )
-    lines += ["", "## Ratios (target in brackets)", "", "| what | d | mode | N | ratio |", "|---|---|---|---|---|"]
-    if not results:
-        return "\n".join(lines) + "\n"
-    long = max(r["seqlen"] for r in results)
-    for d in sorted({r["head_dim"] for r in results}):
-        for mode in ("fwd", "fwd_bwd") if any(r["group"] == "window" for r in results) else ():
-            w = _rate(results, "window", "flashdoc window", mode, long, d)
-            c = _rate(results, "window", "flashdoc causal", mode, long, d)
-            fl = _rate(results, "window", "flex sliding", mode, long, d)
-            lines.append(f"| window / dense causal [>= 0.9] | {d} | {mode} | {long} | {w / c:.2f} |")
-            lines.append(f"| window / Flex sliding window [> 1] | {d} | {mode} | {long} | {w / fl:.2f} |")
-        for n in sorted({r["seqlen"] for r in results if r["group"] == "softcap"}):
-            for causal in (False, True):
-                s = _rate(results, "softcap", "flashdoc softcap", "fwd", n, d, causal)
-                p = _rate(results, "softcap", "flashdoc", "fwd", n, d, causal)
-                lines.append(
-                    f"| softcap / none{' (causal)' if causal else ''} [>= 0.9] | {d} | fwd | {n} | {s / p:.2f} |"
-                )
-        for n in sorted({r["seqlen"] for r in results if r["group"] == "alibi"}):
-            for mode in ("fwd", "fwd_bwd"):
-                a = _rate(results, "alibi", "flashdoc alibi", mode, n, d)
-                fl = _rate(results, "alibi", "flex alibi", mode, n, d)
-                lines.append(f"| ALiBi / Flex score_mod (causal) [>= 1] | {d} | {mode} | {n} | {a / fl:.2f} |")
+    lines += ["", "## Other ratios\n", "| ratio | d | mode | N | value |", "|---|---|---|---|---|"]
+    for r in result["ratios"]:
+        causal = {True: " (causal)", False: " (full)"}.get(r.get("causal"), "")
+        value = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        lines.append(f"| {r['what']}{causal} | {r['head_dim']} | {r['mode']} | {r['seqlen']} | {value} |")
+    lines += [
+        "",
+        "## Rows\n",
+        "| group | row | mode | N | d | ms | TFLOP/s | visited / visible | kernels |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        causal = " causal" if r["causal"] and "causal" not in r["name"] else ""
+        if "tflops" in r:
+            ms, rate = f"{r['ms']:.3f}", f"{r['tflops']:.1f}"
+            visited = f"{r['visited_pairs'] / r['pairs']:.2f}"
+        else:
+            ms, rate, visited = (
+                "—",
+                "unsupported" if "unsupported" in r else ("skipped" if "skipped" in r else "error"),
+                "—",
+            )
+        kernels = ", ".join(f"{k} {v}" for k, v in r.get("kernels", {}).items()) or "—"
+        lines.append(
+            f"| {r['group']} | {r['name']}{causal} | {r['mode']} | {r['seqlen']} | {r['head_dim']} | {ms} | {rate} "
+            f"| {visited} | {kernels} |"
+        )
     return "\n".join(lines) + "\n"
+
+
+# --- the run --------------------------------------------------------------------------------------------------
+
+
+def run(out_dir, scale: str = "full", groups=GROUPS, verbose: bool = True) -> dict:
+    """Time every row of ``groups`` at ``scale`` and write ``variants.json`` and ``variants.md`` into out_dir
+    (``variants-<groups>.*`` for a subset), after every row; returns the JSON dict."""
+    from benchmarks.run import environment
+
+    groups = tuple(g for g in GROUPS if g in groups)
+    specs = rows_to_run(scale, groups)  # checks scale and groups
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and scale != "smoke":
+        raise ValueError(f"scale {scale!r} needs a CUDA GPU; without one, use scale 'smoke'")
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    s = shapes(scale)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "variants" if groups == GROUPS else "variants-" + "-".join(groups)
+    try:
+        from flashdoc.kernels import mask
+
+        hopper_variants = getattr(mask, "HOPPER_VARIANTS", None)
+    except ImportError:
+        hopper_variants = None
+    meta = dict(
+        environment(device),
+        schema=SCHEMA,
+        timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        scale=scale,
+        groups=list(groups),
+        dtype=str(dtype).removeprefix("torch."),
+        tokens=s["tokens"],
+        hidden=s["hidden"],
+        window=list(s["window"]),
+        softcap=SOFTCAP,
+        tile=[TILE_M, TILE_N],
+        kernel_paths=environment_kernel_paths(),
+        hopper_variants=hopper_variants,
+        interrupted=False,
+    )
+    result = dict(meta=meta, rows=[], targets=[], ratios=[])
+
+    def write():
+        result["targets"], result["ratios"] = evaluate(result["rows"])
+        (out / f"{stem}.json").write_text(json.dumps(result, indent=1, allow_nan=False))
+        (out / f"{stem}.md").write_text(report(result))
+
+    if verbose:
+        for op, path in meta["kernel_paths"]:
+            print(f"kernels, {op}: {path}", flush=True)
+    flex = None
+    if device == "cuda" and any(spec["peer"] == "flex" for spec in specs):
+        try:
+            flex = Flex()
+        except Exception as err:  # no FlexAttention in this torch: its rows are skipped
+            print(f"FlexAttention unavailable: {type(err).__name__}: {err}", flush=True)
+    try:
+        for spec in specs:
+            row = run_row(spec, s, device, dtype, flex)
+            result["rows"].append(row)
+            if verbose:
+                print(describe(row), flush=True)
+            write()
+    except KeyboardInterrupt:  # a time limit: keep what was measured
+        meta["interrupted"] = True
+        print("interrupted: writing the rows measured so far", flush=True)
+    write()
+    if verbose:
+        print()
+        for t in result["targets"]:
+            print(target_line(t), flush=True)
+        print(f"\nwrote {out / (stem + '.json')} and {out / (stem + '.md')}", flush=True)
+    return result
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.variants",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", default="bench-results/variants", help="output folder (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="head dim 128 at N = 16k only (on the CPU: --smoke)")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes (the default without a GPU)")
+    parser.add_argument(
+        "--groups",
+        nargs="+",
+        default=list(GROUPS),
+        choices=GROUPS,
+        help="run only these groups of rows (default: all; the outputs are named after them)",
+    )
+    args = parser.parse_args(argv)
+    if args.smoke or not torch.cuda.is_available():
+        scale = "smoke"
+    else:
+        scale = "quick" if args.quick else "full"
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        run(args.out, scale, args.groups)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,18 @@
 """benchmarks/decode.py's bookkeeping (the timings themselves need a GPU): target checks, tables and the
-figure from synthetic rows."""
+figure from synthetic rows, and its CPU smoke run end to end."""
 
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 # loaded by path: a package named ``benchmarks`` elsewhere on sys.path (this test folder's) cannot shadow it
-_spec = importlib.util.spec_from_file_location(
-    "decode_benchmark", Path(__file__).resolve().parents[2] / "benchmarks" / "decode.py"
-)
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("decode_benchmark", ROOT / "benchmarks" / "decode.py")
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
@@ -78,3 +81,43 @@ def test_points(only, expected):
 def test_copies_cover_four_times_l2():
     assert bench.copies_for(1, 4096) * bench.kv_bytes(1, 4096) >= 4 * bench.L2_BYTES
     assert bench.copies_for(64, 131072) == 1
+
+
+def test_smoke_run_writes_its_schema(tmp_path):
+    """The CPU smoke run, as `nox -s bench -- --quick` runs it without a GPU: every file, and the JSON's layout."""
+    if torch.cuda.is_available():
+        pytest.skip("the GPU run is the benchmark itself")
+    cmd = [sys.executable, "-m", "benchmarks.decode", "--out", str(tmp_path), "--quick"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decode.json", "decode.md", "decode_roofline.png"]
+    result = json.loads((tmp_path / "decode.json").read_text())
+    assert result["smoke"] is True and result["copy_tbps"] > 0
+    assert result["shape"] == dict(heads=4, kv_heads=2, head_dim=32, seqlen_q=1, dtype="float32")
+    assert set(result["targets"]) == set(bench.TIMERS)
+    methods = [
+        "flashdoc",
+        "sdpa-cudnn",
+        "sdpa-flash",
+        "flex",
+        "flashdoc-training",
+        "flashdoc-paged16",
+        "flashdoc-paged32",
+    ]
+    assert [(r["batch"], r["cache"], r["method"]) for r in result["rows"]] == [
+        (b, c, m) for b, c in bench.SMOKE_POINTS for m in methods
+    ]
+    for row in result["rows"]:
+        if row["method"] in bench.GPU_METHODS:
+            assert row["error"] == "runs on a CUDA GPU only"
+        elif row["method"].startswith("flashdoc"):  # flashdoc's own calls must run (SDPA's flash may not on a CPU)
+            assert row["ms"] > 0 and row["tbps"] > 0 and row["graph_ms"] is None, row
+    assert "flashdoc >= sdpa-flash at every point" in (tmp_path / "decode.md").read_text()
+
+
+def test_smoke_shape_is_restored():
+    with bench.smoke_shape():
+        assert (bench.HEADS, bench.DEVICE, bench.PAGE_SIZES) == (4, "cpu", (16, 32))
+        assert bench.kv_bytes(1, 64) == 2 * 64 * 2 * 32 * 4
+    assert (bench.HEADS, bench.DEVICE, bench.PAGE_SIZES) == (32, "cuda", (16, 64, 256))
+    assert bench.kv_bytes(1, 4096) == 2 * 4096 * 8 * 128 * 2

@@ -1,0 +1,166 @@
+"""benchmarks/variants.py: its CPU smoke run end to end (the JSON and markdown it writes), and its bookkeeping
+(pair counts, the rows a run times, the targets) on synthetic rows. The timings themselves need a GPU."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+# loaded by path: a package named ``benchmarks`` elsewhere on sys.path (this test folder's) cannot shadow it
+_spec = importlib.util.spec_from_file_location("variants_benchmark", ROOT / "benchmarks" / "variants.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+ROW_KEYS = {"group", "name", "peer", "mode", "seqlen", "head_dim", "causal", "window", "softcap", "alibi", "batch"}
+MEASURED_KEYS = {"ms", "ms_p20", "ms_p80", "pairs", "visited_pairs", "tflops"}
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """One CPU smoke run of every group, as `nox -s bench -- --quick` runs it without a GPU."""
+    if torch.cuda.is_available():
+        pytest.skip("the GPU run is the benchmark itself")
+    out = tmp_path_factory.mktemp("variants")
+    cmd = [sys.executable, "-m", "benchmarks.variants", "--out", str(out), "--quick"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out, proc.stdout
+
+
+def test_smoke_run_writes_its_schema(smoke_run):
+    out, _ = smoke_run
+    result = json.loads((out / "variants.json").read_text())
+    assert set(result) == {"meta", "rows", "targets", "ratios"}
+    meta = result["meta"]
+    assert meta["schema"] == bench.SCHEMA and meta["scale"] == "smoke" and meta["groups"] == list(bench.GROUPS)
+    assert meta["interrupted"] is False
+    assert meta["kernel_paths"] and all(len(row) == 2 for row in meta["kernel_paths"])
+    specs = bench.rows_to_run("smoke")
+    assert [(r["group"], r["name"], r["mode"]) for r in result["rows"]] == [
+        (s["group"], s["name"], s["mode"]) for s in specs
+    ]
+    for row in result["rows"]:
+        assert ROW_KEYS <= set(row)
+        if row["peer"] == "flex":  # compiled for CUDA only
+            assert "skipped" in row and "tflops" not in row
+            continue
+        assert MEASURED_KEYS <= set(row), row
+        assert row["kernels"]["fwd"] == "portable"  # the interpreter runs the portable kernels only
+        assert set(row["kernels"]) == ({"fwd", "dkdv", "dq"} if row["mode"] == "fwd_bwd" else {"fwd"})
+        assert row["pairs"] == bench.visible_pairs(row["seqlen"], row["seqlen"], row["causal"], row["window"])
+        assert row["visited_pairs"] >= row["pairs"] > 0
+
+
+def test_smoke_run_reports_every_target(smoke_run):
+    out, stdout = smoke_run
+    result = json.loads((out / "variants.json").read_text())
+    by_key = {}
+    for t in result["targets"]:
+        by_key.setdefault(t["target"], []).append(t)
+        assert set(t) >= {"target", "what", "threshold", "strict", "ratio", "met", "head_dim", "mode", "seqlen"}
+    assert set(by_key) == set(bench.TARGETS)
+    # Flex rows are skipped on the CPU: their targets are there, not measured; the others have a ratio
+    for key in ("window_vs_flex", "alibi_vs_flex"):
+        assert all(t["ratio"] is None and t["met"] is None for t in by_key[key])
+    for key in ("window_vs_causal", "softcap_vs_plain"):
+        assert all(t["ratio"] > 0 and isinstance(t["met"], bool) for t in by_key[key])
+    for t in result["targets"]:
+        assert bench.target_line(t) in stdout
+    text = (out / "variants.md").read_text()
+    assert "## Targets" in text and "## Rows" in text
+    assert text.count("\n| ") == 3 + len(result["targets"]) + len(result["ratios"]) + len(result["rows"])
+
+
+def test_groups_name_the_outputs(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("the GPU run is the benchmark itself")
+    result = bench.run(tmp_path, "smoke", ["alibi"], verbose=False)
+    assert {r["group"] for r in result["rows"]} == {"alibi"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["variants-alibi.json", "variants-alibi.md"]
+    assert [t["target"] for t in result["targets"]] == ["alibi_vs_flex", "alibi_vs_flex"]
+
+
+@pytest.mark.parametrize(
+    "causal,window,expected",
+    [(False, (-1, -1), 64 * 64), (True, (-1, -1), 64 * 65 // 2), (True, (16, 0), 17 * 64 - 16 * 17 // 2)],
+)
+def test_visible_pairs(causal, window, expected):
+    assert bench.visible_pairs(64, 64, causal, window) == expected
+
+
+def test_visited_pairs_cover_whole_tiles():
+    # dense: every tile; causal at N = 256 with 64 x 128 tiles: rows 0-127 see one key tile, rows 128-255 two
+    assert bench.visited_pairs(256, 256, False) == 256 * 256
+    assert bench.visited_pairs(256, 256, True) == 128 * 128 + 128 * 256
+    # a narrow window visits at most two key tiles per query tile, whatever N
+    assert bench.visited_pairs(4096, 4096, True, (16, 0)) <= 4096 * 2 * bench.TILE_N
+
+
+def test_rows_reject_unknown_groups_and_scales():
+    with pytest.raises(ValueError, match="groups must be among"):
+        bench.rows_to_run("smoke", ["dense", "windows"])
+    with pytest.raises(ValueError, match="scale must be one of"):
+        bench.rows_to_run("tiny")
+
+
+def test_full_run_rows():
+    rows = bench.rows_to_run("full")
+    groups = {g: [r for r in rows if r["group"] == g] for g in bench.GROUPS}
+    assert len(groups["dense"]) == 2 * 3 * 2 * 2  # head dims x N x causal x mode
+    assert {r["seqlen"] for r in groups["window"]} == {16384}
+    assert {tuple(r["window"]) for r in groups["window"]} == {(-1, -1), (16384, 0), bench.WINDOW}
+    assert {r["seqlen"] for r in groups["softcap"] + groups["alibi"]} == {4096, 16384}
+    quick = bench.rows_to_run("quick")
+    assert {r["head_dim"] for r in quick} == {128} and {r["seqlen"] for r in quick} == {16384}
+
+
+def _row(group, name, mode, tflops, causal=True, peer="flashdoc", n=1024, d=64, window=(-1, -1)):
+    pairs = bench.visible_pairs(n, n, causal, window)
+    return dict(
+        group=group,
+        name=name,
+        peer=peer,
+        mode=mode,
+        seqlen=n,
+        head_dim=d,
+        causal=causal,
+        window=list(window),
+        tflops=tflops,
+        pairs=pairs,
+        visited_pairs=bench.visited_pairs(n, n, causal, window),
+    )
+
+
+def test_targets_from_synthetic_rows():
+    window = f"flashdoc window {bench.WINDOW}"
+    rows = []
+    for mode in ("fwd", "fwd_bwd"):
+        rows += [
+            _row("window", "flashdoc causal", mode, 100.0),
+            _row("window", "flashdoc causal, portable", mode, 80.0, window=(1024, 0)),
+            _row("window", window, mode, 95.0 if mode == "fwd" else 85.0, window=bench.WINDOW),
+            _row("window", f"flex window {bench.WINDOW}", mode, 95.0, peer="flex", window=bench.WINDOW),
+            _row("alibi", "flashdoc alibi", mode, 50.0),
+            _row("alibi", "flex alibi score_mod", mode, 50.0, peer="flex"),
+        ]
+    for causal in (False, True):
+        rows += [
+            _row("softcap", "flashdoc", "fwd", 100.0, causal),
+            _row("softcap", f"flashdoc softcap {bench.SOFTCAP:g}", "fwd", 89.0 if causal else 90.0, causal),
+        ]
+    targets, ratios = bench.evaluate(rows)
+    got = {(t["target"], t["mode"], t.get("causal")): (round(t["ratio"], 3), t["met"]) for t in targets}
+    assert got[("window_vs_causal", "fwd", None)] == (0.95, True)
+    assert got[("window_vs_causal", "fwd_bwd", None)] == (0.85, False)
+    assert got[("window_vs_flex", "fwd", None)] == (1.0, False)  # "faster than": a tie is not met
+    assert got[("alibi_vs_flex", "fwd", True)] == (1.0, True)  # ">=": a tie is met
+    assert got[("softcap_vs_plain", "fwd", False)] == (0.9, True)
+    assert got[("softcap_vs_plain", "fwd", True)] == (0.89, False)
+    portable = [r for r in ratios if r["what"] == "sliding window / dense causal on the portable kernels"]
+    assert [round(r["ratio"], 4) for r in portable] == [round(95 / 80, 4), round(85 / 80, 4)]
+    assert "0.85x: unmet" in bench.target_line(targets[2])
