@@ -30,9 +30,14 @@ def variant_math(
     dropout_p=0.0,
     bottom_right=True,
     dtype=torch.float64,
+    window_limit=None,
 ):
     """Attention with every variant in plain PyTorch, in ``dtype``; layout (B, S, H, D). keep: the dropout
-    mask (B, H, Sq, Sk). Returns out (B, Sq, H, D) and lse (B, H, Sq) fp32 (before dropout)."""
+    mask (B, H, Sq, Sk). Returns out (B, Sq, H, D) and lse (B, H, Sq) fp32 (before dropout).
+
+    window_limit: as flash-attn does, a window side at least this wide counts as unbounded (default seqlen_k; a
+    varlen call compares with max_seqlen_k). The mask is written out here rather than taken from the kernels'
+    ``band``, so that the oracle does not share the rule it checks."""
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     seqlen_q, n_heads, seqlen_k, n_kv = q.shape[1], q.shape[2], k.shape[1], k.shape[2]
     k = k.repeat_interleave(n_heads // n_kv, dim=2)
@@ -46,12 +51,15 @@ def variant_math(
     if alibi_slopes is not None:
         slopes = alibi_slopes.expand(q.shape[0], n_heads).to(dtype)[:, :, None, None]
         scores = scores - slopes * (rows + diag - cols).abs().to(dtype)
-    is_causal, is_local, left_offset, right_offset = band(seqlen_q, seqlen_k, causal, window_size, bottom_right)
+    limit = seqlen_k if window_limit is None else window_limit
+    left, right = (-1 if side >= limit else side for side in window_size)
+    if causal:
+        right = 0
     visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
-    if is_causal:
-        visible &= cols <= rows + right_offset
-    if is_local:
-        visible &= cols >= rows + left_offset
+    if right >= 0:
+        visible &= cols <= rows + diag + right
+    if left >= 0:
+        visible &= cols >= rows + diag - left
     has_key = visible.any(dim=1)[:, None]
     masked = scores.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(masked.float(), dim=-1).detach()

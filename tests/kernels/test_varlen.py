@@ -44,6 +44,8 @@ def varlen_math(q, k, v, cu_q, cu_k, scale, keep=None, alibi_slopes=None, dtype=
     dropout mask of the whole packed batch, (H, total_q, total_k)."""
     outs, lses = [], []
     bounds_q, bounds_k = cu_q.tolist(), cu_k.tolist()
+    # flash-attn compares a window's sides with the call's max_seqlen_k, not with each sequence's length
+    max_seqlen_k = max(b - a for a, b in zip(bounds_k, bounds_k[1:]))
     for b in range(len(bounds_q) - 1):
         (q0, q1), (k0, k1) = bounds_q[b : b + 2], bounds_k[b : b + 2]
         if q1 == q0:
@@ -59,6 +61,7 @@ def varlen_math(q, k, v, cu_q, cu_k, scale, keep=None, alibi_slopes=None, dtype=
             alibi_slopes=slopes,
             keep=None if keep is None else keep[None, :, q0:q1, k0:k1],
             dtype=dtype,
+            window_limit=max_seqlen_k,
             **options,
         )
         outs.append(out[0])
@@ -146,6 +149,14 @@ def test_varlen_plain(lens, causal):
 @pytest.mark.parametrize("causal,window_size", [(False, (7, 3)), (True, (9, -1)), (False, (-1, 5))])
 def test_varlen_window(causal, window_size):
     check_varlen(*CROSS, 2, 1, 24, torch.float32, causal, window_size)
+
+
+@cpu_sweep
+def test_varlen_window_sides_compare_with_max_seqlen_k():
+    """flash-attn counts a window side at least max_seqlen_k wide as unbounded, for the whole call. The second
+    sequence has more queries than its keys plus the right side (30 > 4 + 5), so its first rows see no key; a
+    rule applied per sequence would count 5 >= 4 as unbounded and show them every key."""
+    check_varlen([20, 30], [40, 4], 2, 1, 16, torch.float32, False, (10, 5))
 
 
 @cpu_sweep
