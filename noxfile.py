@@ -201,14 +201,14 @@ def publish(session: nox.Session) -> None:
 
 # The benchmarks `nox -s bench` runs after the main one, each into its own folder of bench-results/; `--quick`
 # reaches each of them.
-BENCH_SUITES = (("variants", "benchmarks.variants"), ("decode", "benchmarks.decode"))
+BENCH_SUITES = (("variants", "benchmarks.variants"), ("decode", "benchmarks.decode"), ("varlen", "benchmarks.varlen"))
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmark flashdoc against its peers into bench-results/ (extra arguments go to `python -m benchmarks.run`;
-    benchmarks/README.md has the protocol), then the variants and decode benchmarks into bench-results/variants/
-    and bench-results/decode/. `nox -s bench -- --quick` passes --quick to all three."""
+    benchmarks/README.md has the protocol), then the variants, decode and varlen benchmarks into
+    bench-results/variants/, decode/ and varlen/. `nox -s bench -- --quick` passes --quick to all four."""
     install(session, "bench")
     session.run("python", "-m", "benchmarks.run", "--out", "bench-results", *session.posargs)
     quick = ["--quick"] if "--quick" in session.posargs else []

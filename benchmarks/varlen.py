@@ -328,11 +328,14 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="tiny shapes (a CPU runs them through the interpreter)")
     ap.add_argument("--methods", help=f"comma-separated subset of {','.join(METHODS)}")
     ap.add_argument("--aot", action="store_true", help="compile for sm_90 without a GPU, print registers/spills")
+    ap.add_argument("--quick", action="store_true", help="skip FlexAttention (its compiles take most of the run)")
     a = ap.parse_args(argv)
     if a.aot:
         aot()
         return None
     methods = METHODS if a.methods is None else tuple(a.methods.split(","))
+    if a.quick and a.methods is None:
+        methods = tuple(m for m in METHODS if not m.startswith("flex"))
     unknown = set(methods) - set(METHODS)
     if unknown:
         ap.error(f"unknown methods {sorted(unknown)}; allowed: {', '.join(METHODS)}")
