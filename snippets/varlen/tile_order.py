@@ -3,7 +3,6 @@ tiles first, and a grid sized from shapes alone whose spare programs exit at onc
 kernel's own functions: ``schedule`` and ``varlen_grid`` on the host, and ``find_tile`` run inside a tiny kernel
 that records, for every program, the (sequence, head, tile) it would compute."""
 
-# isort: off
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
@@ -12,7 +11,6 @@ import flashdoc  # noqa: F401  (no CUDA: sets TRITON_INTERPRET=1 before triton l
 from flashdoc.kernels.varlen import CHUNK, find_tile, schedule, tile_bound, varlen_grid
 import triton
 import triton.language as tl
-# isort: on
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 lengths = torch.tensor([300, 40, 1000, 0, 130])
