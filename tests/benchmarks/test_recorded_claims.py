@@ -210,12 +210,10 @@ def test_recording_backs_roofline_times_the_fused_kernel_slower_than_the_benchma
 def test_recording_backs_launch_cache_host_time_as_the_post_reads_it():
     rows = table("triton/launch_overhead/host_time.md")
     part3 = read_post("flashattention-in-triton.md")
-    off, on = (number(c) for c in rows["forward"][:2])
-    said = claim(part3, "On the forward alone, one launch of the Hopper kernel, it saved nothing in this recording")
-    assert on >= off, (said, off, on)
-    off, on = (number(c) for c in rows["forward + backward"][:2])
-    said = claim(part3, "On the training step, four launches, the cache took a large share of the host's work off")
-    assert on <= 0.85 * off, (said, off, on)
+    said = claim(part3, "In this recording the cache took host work off both calls")
+    for call in ("forward", "forward + backward"):
+        off, on = (number(c) for c in rows[call][:2])
+        assert on < off, (said, call, off, on)
 
 
 def test_recording_backs_both_references_give_the_same_verdict():
