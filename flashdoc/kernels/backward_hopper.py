@@ -734,7 +734,7 @@ if GLUON:
         tma_store(dv_desc, [off_b, first, off_hk, 0], v_tile)
         tma.store_wait(0)
 
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "window"])
+    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "left_offset"])
     def _attn_bwd_dkdv_hopper(
         q_desc,
         do_desc,
@@ -1208,7 +1208,7 @@ if GLUON:
         tma_store(dv_desc, [off_b, start_n, off_hk, SUB * COLS], v_tile)
         tma.store_wait(0)
 
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "window"])
+    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "left_offset"])
     def _attn_bwd_dkdv_hopper_wide(
         q_desc,
         do_desc,
