@@ -65,6 +65,31 @@ def _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout
     return Variant((window_size_left, window_size_right), softcap, alibi_slopes, dropout_p, rng_state)
 
 
+def _forward_into(out, q, k, v, run) -> None:
+    """``run(q_, k_, v_, out_)`` on the kernels' form of the inputs (head dim padded to a multiple of 8, unit last
+    stride, bf16 upcast on the CPU), with its output landing in ``out``: written in place where the form is out's
+    own, else computed in a copy and sliced and cast back."""
+    q_, k_, v_ = _pad_head_dim(q, k, v)
+    (q_, k_, v_), upcast = _cpu_upcast(_unit_last_stride(q_), _unit_last_stride(k_), _unit_last_stride(v_))
+    out_ = out if q_.shape[-1] == q.shape[-1] and not upcast else torch.empty_like(q_)
+    run(q_, k_, v_, out_)
+    if out_ is not out:
+        out.copy_(out_[..., : q.shape[-1]])
+
+
+def _backward_into(grads, dout, q, k, v, out, run) -> None:
+    """``run(dout_, q_, k_, v_, out_, dq_, dk_, dv_)`` on the kernels' form of the tensors (as ``_forward_into``),
+    with the gradients landing in ``grads`` = (dq, dk, dv)."""
+    tensors = [_unit_last_stride(t) for t in _pad_head_dim(dout, q, k, v, out)]
+    (dout_, q_, k_, v_, out_), upcast = _cpu_upcast(*tensors)
+    copied = upcast or q_.shape[-1] != q.shape[-1]  # computed in a padded or fp32 copy, then sliced and cast back
+    grads_ = tuple(torch.empty_like(t) for t in (q_, k_, v_)) if copied else grads
+    run(dout_, q_, k_, v_, out_, *grads_)
+    if copied:
+        for g, g_ in zip(grads, grads_):
+            g.copy_(g_[..., : q.shape[-1]])
+
+
 # --8<-- [start:custom_ops]
 # Defined with torch.library.define/impl rather than the @custom_op decorator, whose Python wrappers (and
 # register_autograd) add host work to every call: on short sequences that work decides the speed. Every option is
@@ -105,13 +130,14 @@ def _flash_attn_forward(
     """q: (B, Sq, H, D), k and v: (B, Sk, Hk, D) -> out (B, Sq, H, D), lse (B, H, Sq) fp32, natural log."""
     out = _like(q)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), device=q.device, dtype=torch.float32)
-    q_, k_, v_ = _pad_head_dim(q, k, v)
-    (q_, k_, v_), upcast = _cpu_upcast(_unit_last_stride(q_), _unit_last_stride(k_), _unit_last_stride(v_))
-    out_ = out if q_.shape[-1] == q.shape[-1] and not upcast else torch.empty_like(q_)
     variant = _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state)
-    attn_fwd(q_, k_, v_, out_, lse, softmax_scale, causal, bottom_right, variant=variant)
-    if out_ is not out:
-        out.copy_(out_[..., : q.shape[-1]])
+    _forward_into(
+        out,
+        q,
+        k,
+        v,
+        lambda q_, k_, v_, out_: attn_fwd(q_, k_, v_, out_, lse, softmax_scale, causal, bottom_right, variant=variant),
+    )
     return out, lse
 
 
@@ -142,34 +168,29 @@ def _flash_attn_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of the forward op: dq, dk, dv with the shapes (and layouts) of q, k, v."""
     dq, dk, dv = _like(q), _like(k), _like(v)
-    tensors = [_unit_last_stride(t) for t in _pad_head_dim(dout, q, k, v, out)]
-    (dout_, q_, k_, v_, out_), upcast = _cpu_upcast(*tensors)
     dlse = None if dlse is None else dlse.float().contiguous()
-    if upcast or q_.shape[-1] != q.shape[-1]:  # computed in a padded or fp32 copy, then sliced and cast back
-        dq_, dk_, dv_ = (torch.empty_like(t) for t in (q_, k_, v_))
-    else:
-        dq_, dk_, dv_ = dq, dk, dv
     variant = _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state)
-    attn_bwd(
-        dout_,
-        q_,
-        k_,
-        v_,
-        out_,
-        lse.contiguous(),
-        dlse,
-        dq_,
-        dk_,
-        dv_,
-        softmax_scale,
-        causal,
-        bottom_right,
-        deterministic=deterministic,
-        variant=variant,
-    )
-    if dq_ is not dq:
-        d = q.shape[-1]
-        dq.copy_(dq_[..., :d]), dk.copy_(dk_[..., :d]), dv.copy_(dv_[..., :d])
+
+    def run(dout_, q_, k_, v_, out_, dq_, dk_, dv_):
+        attn_bwd(
+            dout_,
+            q_,
+            k_,
+            v_,
+            out_,
+            lse.contiguous(),
+            dlse,
+            dq_,
+            dk_,
+            dv_,
+            softmax_scale,
+            causal,
+            bottom_right,
+            deterministic=deterministic,
+            variant=variant,
+        )
+
+    _backward_into((dq, dk, dv), dout, q, k, v, out, run)
     return dq, dk, dv
 
 
@@ -478,26 +499,25 @@ def _varlen_forward(
         return out, lse
     if k.shape[0] == 0:  # every sequence has zero keys: every row sees none
         return out.zero_(), lse.fill_(float("-inf"))
-    q_, k_, v_ = _pad_head_dim(q, k, v)
-    (q_, k_, v_), upcast = _cpu_upcast(_unit_last_stride(q_), _unit_last_stride(k_), _unit_last_stride(v_))
-    out_ = out if q_.shape[-1] == q.shape[-1] and not upcast else torch.empty_like(q_)
     variant = _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state)
-    varlen_fwd(
-        q_,
-        k_,
-        v_,
-        out_,
-        lse,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        int(max_seqlen_q),
-        int(max_seqlen_k),
-        softmax_scale,
-        causal,
-        variant=variant,
-    )
-    if out_ is not out:
-        out.copy_(out_[..., : q.shape[-1]])
+
+    def run(q_, k_, v_, out_):
+        varlen_fwd(
+            q_,
+            k_,
+            v_,
+            out_,
+            lse,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            int(max_seqlen_q),
+            int(max_seqlen_k),
+            softmax_scale,
+            causal,
+            variant=variant,
+        )
+
+    _forward_into(out, q, k, v, run)
     return out, lse
 
 
@@ -532,36 +552,31 @@ def _varlen_backward(
     dq, dk, dv = _like(q), _like(k), _like(v)
     if q.shape[0] == 0 or k.shape[0] == 0:  # no query sees any key: every gradient is zero
         return dq.zero_(), dk.zero_(), dv.zero_()
-    tensors = [_unit_last_stride(t) for t in _pad_head_dim(dout, q, k, v, out)]
-    (dout_, q_, k_, v_, out_), upcast = _cpu_upcast(*tensors)
     dlse = None if dlse is None else dlse.float().contiguous()
-    if upcast or q_.shape[-1] != q.shape[-1]:
-        dq_, dk_, dv_ = (torch.empty_like(t) for t in (q_, k_, v_))
-    else:
-        dq_, dk_, dv_ = dq, dk, dv
     variant = _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state)
-    varlen_bwd(
-        dout_,
-        q_,
-        k_,
-        v_,
-        out_,
-        lse.contiguous(),
-        dlse,
-        dq_,
-        dk_,
-        dv_,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        int(max_seqlen_q),
-        int(max_seqlen_k),
-        softmax_scale,
-        causal,
-        variant=variant,
-    )
-    if dq_ is not dq:
-        d = q.shape[-1]
-        dq.copy_(dq_[..., :d]), dk.copy_(dk_[..., :d]), dv.copy_(dv_[..., :d])
+
+    def run(dout_, q_, k_, v_, out_, dq_, dk_, dv_):
+        varlen_bwd(
+            dout_,
+            q_,
+            k_,
+            v_,
+            out_,
+            lse.contiguous(),
+            dlse,
+            dq_,
+            dk_,
+            dv_,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            int(max_seqlen_q),
+            int(max_seqlen_k),
+            softmax_scale,
+            causal,
+            variant=variant,
+        )
+
+    _backward_into((dq, dk, dv), dout, q, k, v, out, run)
     return dq, dk, dv
 
 
