@@ -11,15 +11,8 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 import flashdoc.integrations.transformers
 
 flashdoc.integrations.transformers.register()  # adds attn_implementation="flashdoc"
-config = LlamaConfig(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=256,
-)  # or: AutoModelForCausalLM.from_pretrained(name, ...)
-model = AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc")
+config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+model = AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc")  # or .from_pretrained(name, ...)
 # --8<-- [end:five_lines]
 
 # --8<-- [start:padded]
