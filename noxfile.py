@@ -201,7 +201,12 @@ def publish(session: nox.Session) -> None:
 
 # The benchmarks `nox -s bench` runs after the main one, each into its own folder of bench-results/; `--quick`
 # reaches each of them.
-BENCH_SUITES = (("variants", "benchmarks.variants"), ("decode", "benchmarks.decode"), ("varlen", "benchmarks.varlen"))
+BENCH_SUITES = (
+    ("variants", "benchmarks.variants"),
+    ("decode", "benchmarks.decode"),
+    ("varlen", "benchmarks.varlen"),
+    ("hf", "benchmarks.hf_step"),
+)
 
 
 @nox.session
