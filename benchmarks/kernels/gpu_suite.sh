@@ -33,7 +33,9 @@ if [ "$HALF" != features ]; then
     wait
 fi
 if [ "$HALF" != dense ]; then
-    run window $V -k "test_gpu_window" &
+    run winmha $V -k "test_gpu_window and mha" &
+    run wingqa $V -k "test_gpu_window and gqa" &
+    run winmqa $V -k "test_gpu_window and not mha and not gqa" &
     run softcap $V -k "test_gpu_softcap" &
     run alibi $V -k "test_gpu_alibi or test_gpu_all_variants_together" &
     run oddd $V -k "test_gpu_odd_head_dims" &
