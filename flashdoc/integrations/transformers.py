@@ -289,7 +289,8 @@ def _unpad(q, k, v, mask):
     lengths_q = lengths_k if seqlen_q == seqlen_k else mask_q.sum(-1, dtype=torch.int32)
     k, v = (t.reshape(batch * seqlen_k, *t.shape[2:]).index_select(0, index_k) for t in (k, v))
     q = q.reshape(batch * seqlen_q, *q.shape[2:]).index_select(0, index_q)
-    max_q, max_k = int(lengths_q.max()), int(lengths_k.max())
+    max_k = int(lengths_k.max())
+    max_q = max_k if seqlen_q == seqlen_k else int(lengths_q.max())
     return q, k, v, index_q, _cu_seqlens(lengths_q), _cu_seqlens(lengths_k), max_q, max_k
 
 
@@ -317,9 +318,9 @@ def _packed(kwargs, batch, seqlen_q, seqlen_k):
     # before it (a reset to 0 in a packed batch): the rule of transformers' find_packed_sequence_indices.
     starts = torch.ones_like(position_ids, dtype=torch.bool)
     starts[:, 1:] = position_ids[:, 1:] != position_ids[:, :-1] + 1
-    if not bool(starts[:, 1:].any()):
-        return None
     first = starts.flatten().nonzero().flatten().to(torch.int32)
+    if first.numel() == batch:  # only the rows' own first tokens: nothing is packed
+        return None
     cu = torch.cat([first, first.new_tensor([batch * seqlen_q])])
     longest = int((cu[1:] - cu[:-1]).max())
     return cu, cu, longest, longest
