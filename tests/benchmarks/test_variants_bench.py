@@ -120,18 +120,10 @@ def test_full_run_rows():
 
 
 def _row(group, name, mode, tflops, causal=True, peer="flashdoc", n=1024, d=64, window=(-1, -1)):
-    pairs = bench.visible_pairs(n, n, causal, window)
     return dict(
-        group=group,
-        name=name,
-        peer=peer,
-        mode=mode,
-        seqlen=n,
-        head_dim=d,
-        causal=causal,
-        window=list(window),
+        bench.row_spec(group, name, peer, mode, n, d, causal, window),
         tflops=tflops,
-        pairs=pairs,
+        pairs=bench.visible_pairs(n, n, causal, window),
         visited_pairs=bench.visited_pairs(n, n, causal, window),
     )
 
