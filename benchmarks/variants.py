@@ -23,9 +23,9 @@ The targets (each printed as met or unmet with its ratio, and kept in the JSON):
 
 Every flashdoc row records which kernels ran it (Hopper's Gluon kernels or the portable ones, by the same
 decision the kernels make: ``flashdoc.kernels.mask.hopper_supports``), and the run records ``python -m
-flashdoc``'s kernel-path report. Variants run on the portable kernels while ``mask.HOPPER_VARIANTS`` is off, and
-dense calls on Hopper's: the window and softcap groups therefore also time the dense call on the portable
-kernels (a window that covers every key), which separates the variant's own cost from the kernels' difference.
+flashdoc``'s kernel-path report. Windows and softcap run on the Hopper kernels where the dense call does, ALiBi
+on the portable ones; the window and softcap groups also time the dense call on the portable kernels (a window
+that covers every key), which separates a variant's own cost from the kernels' difference.
 
 On a checkout without some variant, its rows are recorded as unsupported, so the dense rows still compare across
 versions. Rows are written out as they are measured, and a SIGTERM or Ctrl-C (a time limit) keeps what was
@@ -591,12 +591,6 @@ def run(out_dir, scale: str = "full", groups=GROUPS, verbose: bool = True) -> di
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = "variants" if groups == GROUPS else "variants-" + "-".join(groups)
-    try:
-        from flashdoc.kernels import mask
-
-        hopper_variants = getattr(mask, "HOPPER_VARIANTS", None)
-    except ImportError:
-        hopper_variants = None
     meta = dict(
         environment(device),
         schema=SCHEMA,
@@ -610,7 +604,6 @@ def run(out_dir, scale: str = "full", groups=GROUPS, verbose: bool = True) -> di
         softcap=SOFTCAP,
         tile=[TILE_M, TILE_N],
         kernel_paths=environment_kernel_paths(),
-        hopper_variants=hopper_variants,
         interrupted=False,
     )
     result = dict(meta=meta, rows=[], targets=[], ratios=[])

@@ -60,7 +60,7 @@ def _gpus() -> list[tuple[str, str]]:
 def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = None) -> list[tuple[str, str]]:
     """(operation, the kernel that takes it and why) for a GPU of the given compute capability (None: no GPU),
     with the kernels compiled or (interpret) run by Triton's interpreter; by default as this process runs them."""
-    from .kernels import INTERPRET, backward_hopper, forward_hopper, gluon_support, mask
+    from .kernels import INTERPRET, backward_hopper, forward_hopper, gluon_support
 
     if interpret is None:
         interpret = INTERPRET
@@ -85,13 +85,7 @@ def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = No
 
     fwd, dkdv = forward_hopper.HOPPER_CONFIGS, backward_hopper.HOPPER_DKDV_CONFIGS
     dq = backward_hopper.HOPPER_DQ_CONFIGS
-    if mask.HOPPER_VARIANTS:
-        variants = "windows and softcap: Hopper kernels where plain calls take them; ALiBi and dropout: portable"
-    else:
-        variants = (
-            "portable kernels for windows, softcap, ALiBi and dropout (mask.HOPPER_VARIANTS is off: the "
-            "Hopper variant paths do not yet meet flash-attn's error rule)"
-        )
+    variants = "windows and softcap: Hopper kernels where plain calls take them; ALiBi and dropout: portable"
     return [
         (
             "forward",

@@ -27,9 +27,8 @@ tiles in the ring.
 Sliding windows and softcap come from the masking core (``mask.py``, through ``hopper_common``): a window is the
 causal kernel with the window's right edge as its diagonal and a left edge (IS_LOCAL), so an item streams only
 the key tiles from its first row's first key and a window's cost grows with the window, not the length; softcap
-takes a tanh of each score before the mask. The dispatcher does not send windows or softcap here yet
-(``mask.HOPPER_VARIANTS``): on the H200 these paths miss flash-attn's error rule in some cases. Partitions take
-their state grouped (``Queries``, ``Ring``, ``Work``, ``Scores``).
+takes a tanh of each score before the mask (``mask.hopper_supports`` sends them here; ALiBi and dropout stay on
+the portable kernels). Partitions take their state grouped (``Queries``, ``Ring``, ``Work``, ``Scores``).
 
 Same inputs, outputs and semantics as ``forward._attn_fwd`` (GQA, both causal alignments, any lengths); the head
 dims with a tuned config (64, 128, 256), fp16/bf16. ``forward.attn_fwd`` sends the calls this kernel takes here

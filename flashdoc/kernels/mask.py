@@ -93,19 +93,13 @@ def _takes_variants(supports) -> bool:
     return "window_size" in inspect.signature(supports).parameters
 
 
-# The Hopper kernels' window and softcap paths compile, and their forward passes most cases, but on the H200 the
-# backward misses flash-attn's error rule in 52 of 54 variant cases and the forward in 10 of 54: until they pass,
-# every variant runs on the portable kernels, which pass the whole variant sweep there.
-HOPPER_VARIANTS = False
-
-
 def hopper_supports(supports, q: torch.Tensor, causal: bool, variant: Variant) -> bool:
     """Whether a Hopper kernel whose predicate is ``supports`` runs this call. Dropout always runs on the
-    portable kernels; with ``HOPPER_VARIANTS``, a variant goes to Hopper only if ``supports`` takes the variant
-    keywords and says yes."""
+    portable kernels (the Gluon kernels have no Philox stream); another variant goes to Hopper only if
+    ``supports`` takes the variant keywords and says yes (windows and softcap; ALiBi stays portable)."""
     if variant.is_plain():
         return supports(q, causal)
-    if not HOPPER_VARIANTS or variant.dropout_p > 0.0 or not _takes_variants(supports):
+    if variant.dropout_p > 0.0 or not _takes_variants(supports):
         return False
     return supports(
         q,

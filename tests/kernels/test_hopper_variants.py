@@ -1,9 +1,10 @@
 """The Hopper (Gluon) kernels' sliding windows and softcap against a float64 oracle, by flash-attn's criterion.
 
-On the GPU: the forward, dK/dV (narrow at d <= 128, wide at d = 256) and dQ kernels, called directly in their
-tuned configs and in the other configs the tables' tests use, over odd lengths, GQA, both diagonal alignments,
-fp16 and bf16. On the CPU: the rule that turns (causal, window_size) into the kernels' causal offset and window
-width (``hopper_common.mask``) against flash-attn's definition, element by element.
+The dispatcher sends windows and softcap to these kernels (``mask.hopper_supports``). On the GPU: the forward,
+dK/dV (narrow at d <= 128, wide at d = 256) and dQ kernels, called directly in their tuned configs and in the
+other configs the tables' tests use, over odd lengths, GQA, both diagonal alignments, fp16 and bf16. On the CPU:
+the rule that turns (causal, window_size) into the kernels' causal offset and window width
+(``hopper_common.mask``) against flash-attn's definition, element by element.
 """
 
 import pytest
@@ -27,6 +28,7 @@ VARIANTS = [
     (False, (0, 0), 0.0),
     (False, (90, 10), 30.0),
 ]
+VARIANT_IDS = [f"{'causal' if c else 'full'}-win{w[0]},{w[1]}-cap{s:g}" for c, w, s in VARIANTS]
 SHAPES = [(2, 1000, 1203, 4, 2), (1, 777, 333, 2, 1), (1, 1023, 1024, 4, 1), (3, 64, 64, 2, 2)]
 
 
@@ -116,21 +118,30 @@ def _inputs(shape, head_dim, dtype, softcap):
     return q, k, v
 
 
-@pytest.mark.xfail(
-    reason="the Gluon window/softcap paths miss flash-attn's error rule on the H200 "
-    "(mask.HOPPER_VARIANTS keeps those calls on the portable kernels)",
-    strict=False,
-)
+def _misses(*checks) -> list:
+    """Run each check; the messages of those that fail (so that one test reports every config that misses)."""
+    found = []
+    for check in checks:
+        try:
+            check()
+        except AssertionError as error:
+            found.append(str(error).splitlines()[0])
+    return found
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-@pytest.mark.parametrize("causal, window_size, softcap", VARIANTS)
-def test_gpu_hopper_forward_variants(causal, window_size, softcap, head_dim, dtype, monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256], ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("causal, window_size, softcap", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("bottom_right", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_hopper_forward_variants(causal, window_size, softcap, head_dim, dtype, shape, bottom_right, monkeypatch):
     """The Hopper forward with windows and softcap, in its default config (None: ``VARIANT_CONFIGS`` or the tuned
     one) and others (two and three consumers, a persistent grid of 7 programs that each claim several items),
     against the oracle: output by flash-attn's 2x rule, lse to 1e-3. out and lse start as NaN: every row must be
-    written, the rows that see no key too."""
+    written, the rows that see no key too. Every config is checked before the test fails, and the failure names
+    each config that missed."""
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.launch import on_device
 
@@ -140,38 +151,39 @@ def test_gpu_hopper_forward_variants(causal, window_size, softcap, head_dim, dty
         others = [(64, 32, 3, 2, True)]
     else:
         others = [(64, 128, 2, 3, True), (64, 64, 4, 3, False)]
-    for shape in SHAPES:
-        q, k, v = _inputs(shape, head_dim, dtype, softcap)
-        scale = head_dim**-0.5
-        for bottom_right in (False, True):
-            out_ref, lse_ref = reference(q, k, v, scale, causal, window_size, softcap, bottom_right)
-            out_pt, _ = reference(q, k, v, scale, causal, window_size, softcap, bottom_right, dtype)
-            for config in [None, *others]:
-                out = torch.full_like(q, float("nan"))
-                lse = torch.full((shape[0], shape[3], shape[1]), float("nan"), device="cuda")
-                with on_device(q.device):
-                    fh.attn_fwd_hopper(
-                        q, k, v, out, lse, scale, causal, bottom_right, config, window_size=window_size, softcap=softcap
-                    )
-                where = f"out {shape} bottom_right={bottom_right} {config}"
-                assert_close_like_flash_attn(where, out, out_ref, out_pt, dtype)
-                torch.testing.assert_close(lse, lse_ref.float(), atol=1e-3, rtol=1e-4)
+    q, k, v = _inputs(shape, head_dim, dtype, softcap)
+    scale = head_dim**-0.5
+    out_ref, lse_ref = reference(q, k, v, scale, causal, window_size, softcap, bottom_right)
+    out_pt, _ = reference(q, k, v, scale, causal, window_size, softcap, bottom_right, dtype)
+    misses = []
+    for config in [None, *others]:
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((shape[0], shape[3], shape[1]), float("nan"), device="cuda")
+        with on_device(q.device):
+            fh.attn_fwd_hopper(
+                q, k, v, out, lse, scale, causal, bottom_right, config, window_size=window_size, softcap=softcap
+            )
+        misses += _misses(
+            lambda out=out, config=config: assert_close_like_flash_attn(f"out {config}", out, out_ref, out_pt, dtype),
+            lambda lse=lse, config=config: torch.testing.assert_close(
+                lse, lse_ref.float(), atol=1e-3, rtol=1e-4, msg=lambda m, config=config: f"lse {config}: {m}"
+            ),
+        )
+    assert not misses, " | ".join(misses)
 
 
-@pytest.mark.xfail(
-    reason="the Gluon window/softcap paths miss flash-attn's error rule on the H200 "
-    "(mask.HOPPER_VARIANTS keeps those calls on the portable kernels)",
-    strict=False,
-)
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-@pytest.mark.parametrize("causal, window_size, softcap", VARIANTS)
-def test_gpu_hopper_backward_variants(causal, window_size, softcap, head_dim, dtype, monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256], ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("causal, window_size, softcap", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("bottom_right", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_hopper_backward_variants(causal, window_size, softcap, head_dim, dtype, shape, bottom_right, monkeypatch):
     """The Hopper dK/dV and dQ kernels with windows and softcap (tanh's derivative in dS), in their tuned configs
     and others, against the oracle's gradients by flash-attn's criterion (3x). Calls whose (head dim, causal)
-    has no table entry go to the portable kernels and are not run here."""
+    has no table entry go to the portable kernels and are not run here. Every config is checked before the test
+    fails."""
     from flashdoc.kernels import backward_hopper as bh
     from flashdoc.kernels import forward_hopper as fh
     from flashdoc.kernels.backward import bwd_preprocess
@@ -188,33 +200,34 @@ def test_gpu_hopper_backward_variants(causal, window_size, softcap, head_dim, dt
     else:
         dkdv_configs, dq_configs = [dkdv_config, (64, 64, 3, 2)], [dq_config, (64, 64, 2, 2)]
     scale = head_dim**-0.5
-    for shape in SHAPES:
-        q, k, v = _inputs(shape, head_dim, dtype, softcap)
-        dout = torch.randn_like(q)
-        for bottom_right in (False, True):
-            ref_in = [t.double().requires_grad_() for t in (q, k, v)]
-            pt_in = [t.clone().requires_grad_() for t in (q, k, v)]
-            out_ref, lse_ref = reference(*ref_in, scale, causal, window_size, softcap, bottom_right)
-            out_pt, _ = reference(*pt_in, scale, causal, window_size, softcap, bottom_right, dtype)
-            dq_ref, dk_ref, dv_ref = torch.autograd.grad(out_ref, ref_in, dout.double())
-            dq_pt, dk_pt, dv_pt = torch.autograd.grad(out_pt, pt_in, dout)
-            with on_device(q.device):
-                delta, lse2 = bwd_preprocess(dout, out_ref.detach().to(dtype), lse_ref.contiguous(), None)
-            where = f"{shape} bottom_right={bottom_right}"
-            variant = dict(window_size=window_size, softcap=softcap)
-            for config in set(dkdv_configs) - {None}:
-                dk, dv = torch.empty_like(k), torch.empty_like(v)
-                with on_device(q.device):
-                    bh.bwd_dkdv_hopper(
-                        q, k, v, dout, dk, dv, lse2, delta, scale, causal, bottom_right, config, **variant
-                    )
-                assert_close_like_flash_attn(f"dk {where} {config}", dk, dk_ref, dk_pt, dtype, mult=3.0)
-                assert_close_like_flash_attn(f"dv {where} {config}", dv, dv_ref, dv_pt, dtype, mult=3.0)
-            for config in set(dq_configs) - {None}:
-                dq = torch.empty_like(q)
-                with on_device(q.device):
-                    bh.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, scale, causal, bottom_right, config, **variant)
-                assert_close_like_flash_attn(f"dq {where} {config}", dq, dq_ref, dq_pt, dtype, mult=3.0)
+    q, k, v = _inputs(shape, head_dim, dtype, softcap)
+    dout = torch.randn_like(q)
+    ref_in = [t.double().requires_grad_() for t in (q, k, v)]
+    pt_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    out_ref, lse_ref = reference(*ref_in, scale, causal, window_size, softcap, bottom_right)
+    out_pt, _ = reference(*pt_in, scale, causal, window_size, softcap, bottom_right, dtype)
+    dq_ref, dk_ref, dv_ref = torch.autograd.grad(out_ref, ref_in, dout.double())
+    dq_pt, dk_pt, dv_pt = torch.autograd.grad(out_pt, pt_in, dout)
+    with on_device(q.device):
+        delta, lse2 = bwd_preprocess(dout, out_ref.detach().to(dtype), lse_ref.contiguous(), None)
+    variant = dict(window_size=window_size, softcap=softcap)
+    misses = []
+    for config in sorted(set(dkdv_configs) - {None}):
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        with on_device(q.device):
+            bh.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, scale, causal, bottom_right, config, **variant)
+        misses += _misses(
+            lambda dk=dk, c=config: assert_close_like_flash_attn(f"dk {c}", dk, dk_ref, dk_pt, dtype, mult=3.0),
+            lambda dv=dv, c=config: assert_close_like_flash_attn(f"dv {c}", dv, dv_ref, dv_pt, dtype, mult=3.0),
+        )
+    for config in sorted(set(dq_configs) - {None}):
+        dq = torch.empty_like(q)
+        with on_device(q.device):
+            bh.bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, scale, causal, bottom_right, config, **variant)
+        misses += _misses(
+            lambda dq=dq, c=config: assert_close_like_flash_attn(f"dq {c}", dq, dq_ref, dq_pt, dtype, mult=3.0)
+        )
+    assert not misses, " | ".join(misses)
 
 
 @pytest.mark.gpu
@@ -235,11 +248,6 @@ def test_gpu_hopper_supports_the_variants_it_has():
     assert not bh.supports_dkdv(q, False, alibi=True) and not bh.supports_dq(q, True, alibi=True)
 
 
-@pytest.mark.xfail(
-    reason="the Gluon window/softcap paths miss flash-attn's error rule on the H200 "
-    "(mask.HOPPER_VARIANTS keeps those calls on the portable kernels)",
-    strict=False,
-)
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 @pytest.mark.parametrize(
@@ -281,15 +289,19 @@ def test_gpu_flash_attn_func_runs_the_variants_on_hopper(causal, window_size, so
         assert_close_like_flash_attn(f"d{name}", g, g_ref, g_pt, torch.bfloat16, mult=3.0)
 
 
-def test_variants_stay_on_the_portable_kernels_until_the_hopper_paths_pass():
-    """The dispatcher sends windows and softcap to a Hopper kernel only with ``mask.HOPPER_VARIANTS`` on, however
-    willing the kernel's predicate is; plain calls still ask it."""
+def test_dispatcher_sends_windows_and_softcap_to_a_willing_hopper_kernel():
+    """Windows and softcap go to a Hopper kernel whose predicate takes the variant keywords and says yes; dropout
+    never does (the Gluon kernels have no Philox stream), nor does any variant to a predicate without them."""
     from flashdoc.kernels import mask
 
     q = torch.empty(1, 8, 2, 64)
     willing = lambda q, causal, window_size=(-1, -1), softcap=0.0, alibi=False: True  # noqa: E731
-    window = mask.Variant(window_size=(16, 0), softcap=0.0, alibi_slopes=None, dropout_p=0.0)
-    assert mask.hopper_supports(willing, q, True, window) is mask.HOPPER_VARIANTS
-    assert mask.hopper_supports(
-        willing, q, True, mask.Variant(window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0)
-    )
+    unwilling = lambda q, causal, window_size=(-1, -1), softcap=0.0, alibi=False: not alibi  # noqa: E731
+    plain_only = lambda q, causal: True  # noqa: E731
+    window = mask.Variant(window_size=(16, 0))
+    assert mask.hopper_supports(willing, q, True, window)
+    assert mask.hopper_supports(willing, q, False, mask.Variant(softcap=30.0))
+    assert not mask.hopper_supports(unwilling, q, True, mask.Variant(alibi_slopes=torch.ones(2)))
+    assert not mask.hopper_supports(willing, q, True, mask.Variant(window_size=(16, 0), dropout_p=0.1))
+    assert not mask.hopper_supports(plain_only, q, True, window)
+    assert mask.hopper_supports(plain_only, q, True, mask.Variant())
