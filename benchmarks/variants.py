@@ -23,9 +23,8 @@ The targets (each printed as met or unmet with its ratio, and kept in the JSON):
 
 Every flashdoc row records which kernels ran it (Hopper's Gluon kernels or the portable ones, by the same
 decision the kernels make: ``flashdoc.kernels.mask.hopper_supports``), and the run records ``python -m
-flashdoc``'s kernel-path report. Windows and softcap run on the Hopper kernels where the dense call does, ALiBi
-on the portable ones; the window and softcap groups also time the dense call on the portable kernels (a window
-that covers every key), which separates a variant's own cost from the kernels' difference.
+flashdoc``'s kernel-path report. Windows and softcap run on the Hopper kernels where the dense call does (so a
+ratio to the dense call is the variant's own cost), ALiBi on the portable ones.
 
 On a checkout without some variant, its rows are recorded as unsupported, so the dense rows still compare across
 versions. Rows are written out as they are measured, and a SIGTERM or Ctrl-C (a time limit) keeps what was
@@ -297,8 +296,8 @@ def shapes(scale: str) -> dict:
 
 def rows_to_run(scale: str, groups=GROUPS) -> list[dict]:
     """Every row of a run, in the order they are timed: dense (full and causal at each N), window (dense causal,
-    the same on the portable kernels, the window, Flex's window) at the longest N, softcap (without, without on
-    the portable kernels, with) and ALiBi (flashdoc's, Flex's) at the two longest."""
+    the window, Flex's window) at the longest N, softcap (without, with) and ALiBi (flashdoc's, Flex's) at the
+    two longest."""
     unknown = sorted(set(groups) - set(GROUPS))
     if unknown:
         raise ValueError(f"groups must be among {', '.join(GROUPS)}, got {', '.join(unknown)}")
@@ -319,18 +318,15 @@ def rows_to_run(scale: str, groups=GROUPS) -> list[dict]:
             for mode in ("fwd", "fwd_bwd"):
                 rows += [
                     row_spec("window", "flashdoc causal", "flashdoc", mode, long, d, True),
-                    row_spec("window", "flashdoc causal, portable", "flashdoc", mode, long, d, True, (long, 0)),
                     row_spec("window", f"flashdoc window {window}", "flashdoc", mode, long, d, True, window),
                     row_spec("window", f"flex window {window}", "flex", mode, long, d, True, window, mask="sliding"),
                 ]
         if "softcap" in groups:
             for n in s["variant_seqlens"]:
                 for causal in (False, True):
-                    everything = (n, 0) if causal else (n, n)
                     for mode in ("fwd", "fwd_bwd"):
                         rows += [
                             row_spec("softcap", "flashdoc", "flashdoc", mode, n, d, causal),
-                            row_spec("softcap", "flashdoc, portable", "flashdoc", mode, n, d, causal, everything),
                             row_spec(
                                 "softcap",
                                 f"flashdoc softcap {SOFTCAP:g}",
@@ -436,8 +432,8 @@ def evaluate(rows: list[dict]) -> tuple[list[dict], list[dict]]:
 
     targets: sliding window / dense causal and / Flex (each mode, each head dim, at the window group's N);
     softcap / without (forward, each N, head dim and causality); ALiBi / Flex (each mode, N and head dim).
-    Other ratios: the window and softcap against the portable kernels' dense call, and the window against dense
-    causal on the pairs in the tiles visited."""
+    Other ratios: softcap / without in the forward+backward, and the window against dense causal on the pairs in
+    the tiles visited."""
     targets, ratios = [], []
     window_rows = [r for r in rows if r["group"] == "window"]
     for d in sorted({r["head_dim"] for r in window_rows}):
@@ -455,7 +451,6 @@ def evaluate(rows: list[dict]) -> tuple[list[dict], list[dict]]:
                 None,
             )
             causal = _find(rows, "window", "flashdoc causal", mode, n, d)
-            portable = _find(rows, "window", "flashdoc causal, portable", mode, n, d)
             flex = next(
                 (
                     r
@@ -467,9 +462,6 @@ def evaluate(rows: list[dict]) -> tuple[list[dict], list[dict]]:
             where = dict(group="window", head_dim=d, mode=mode, seqlen=n)
             targets.append(_target("window_vs_causal", _ratio(win, causal), **where))
             targets.append(_target("window_vs_flex", _ratio(win, flex), **where))
-            ratios.append(
-                dict(what="sliding window / dense causal on the portable kernels", ratio=_ratio(win, portable), **where)
-            )
             if win is not None and causal is not None:
                 tiled = (
                     _ratio(win, causal)
@@ -488,7 +480,6 @@ def evaluate(rows: list[dict]) -> tuple[list[dict], list[dict]]:
                 for mode in ("fwd", "fwd_bwd"):
                     capped = _find(rows, "softcap", f"flashdoc softcap {SOFTCAP:g}", mode, n, d, causal)
                     plain = _find(rows, "softcap", "flashdoc", mode, n, d, causal)
-                    portable = _find(rows, "softcap", "flashdoc, portable", mode, n, d, causal)
                     where = dict(group="softcap", head_dim=d, mode=mode, seqlen=n, causal=causal)
                     if mode == "fwd":
                         targets.append(_target("softcap_vs_plain", _ratio(capped, plain), **where))
@@ -496,9 +487,6 @@ def evaluate(rows: list[dict]) -> tuple[list[dict], list[dict]]:
                         ratios.append(
                             dict(what="softcap / the same call without", ratio=_ratio(capped, plain), **where)
                         )
-                    ratios.append(
-                        dict(what="softcap / without on the portable kernels", ratio=_ratio(capped, portable), **where)
-                    )
     alibi_rows = [r for r in rows if r["group"] == "alibi"]
     for d in sorted({r["head_dim"] for r in alibi_rows}):
         for n in sorted({r["seqlen"] for r in alibi_rows}):

@@ -115,8 +115,8 @@ HOPPER_DQ_CONFIGS = {
 }
 # The fused backward (``backward.fused_dq_runs``): the dK/dV kernel also computes dQ, adding each step's tile into
 # fp32 HBM with TMA reduce-adds, per (head dim, causal) (benchmarks/kernels/fused_dq.py on the H200,
-# benchmarks/FINDINGS.md, sessions
-# 18-20: d = 64 1.07-1.20x the split kernels' speed without the mask, 1.06-1.09x under it from 4k tokens; leaving
+# benchmarks/FINDINGS.md: d = 64 1.07-1.20x the split kernels' speed without the mask, 1.06-1.09x under it from
+# 4k tokens; leaving
 # each step's dQ products in flight into the next step made ptxas spill and lost 5-7%. With the LSE rows
 # in the ring, against the split kernels still loading them: 1.19-1.26x and 1.15-1.22x from 2k).
 FUSED_DQ_CONFIGS = {(64, False): (64, 64, 2, 2), (64, True): (64, 64, 2, 2)}

@@ -423,15 +423,15 @@ def block_ranges(
     causal: bool = False,
     window_size=(-1, -1),
     bottom_right: bool = True,
-    device="cpu",
 ) -> torch.Tensor:
-    """(query tiles, 4) int32: ``key_block_range``'s (lo, full_lo, full_hi, hi) for every tile of block_m query
-    rows, computed by a kernel that calls it (so a figure or test shows the rule the kernels run)."""
+    """(query tiles, 4) int32 on the CPU: ``key_block_range``'s (lo, full_lo, full_hi, hi) for every tile of
+    block_m query rows, computed by a kernel that calls it (so a figure or test shows the rule the kernels run).
+    The kernel runs where flashdoc's kernels do: the GPU, or the interpreter on a machine without one."""
     is_causal, is_local, left_offset, right_offset = band(seqlen_q, seqlen_k, causal, window_size, bottom_right)
     n_tiles = triton.cdiv(seqlen_q, block_m)
-    out = torch.empty((n_tiles, 4), dtype=torch.int32, device=device)
+    out = torch.empty((n_tiles, 4), dtype=torch.int32, device="cpu" if INTERPRET else "cuda")
     _block_ranges_kernel[(n_tiles,)](out, seqlen_k, left_offset, right_offset, block_m, block_n, is_causal, is_local)
-    return out
+    return out.cpu()
 
 
 @triton.jit
