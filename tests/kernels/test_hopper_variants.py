@@ -129,13 +129,25 @@ def _misses(*checks) -> list:
     return found
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("head_dim", [64, 128, 256], ids=lambda d: f"d{d}")
-@pytest.mark.parametrize("causal, window_size, softcap", VARIANTS, ids=VARIANT_IDS)
-@pytest.mark.parametrize("bottom_right", [False, True])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def every_case(test):
+    """Run ``test`` on the GPU for every variant, head dim, dtype, shape and alignment: one test id per case, so
+    a run lists each case that misses."""
+    for mark in reversed(
+        [
+            pytest.mark.gpu,
+            pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only"),
+            pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"]),
+            pytest.mark.parametrize("head_dim", [64, 128, 256], ids=lambda d: f"d{d}"),
+            pytest.mark.parametrize("causal, window_size, softcap", VARIANTS, ids=VARIANT_IDS),
+            pytest.mark.parametrize("bottom_right", [False, True]),
+            pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s))),
+        ]
+    ):
+        test = mark(test)
+    return test
+
+
+@every_case
 def test_gpu_hopper_forward_variants(causal, window_size, softcap, head_dim, dtype, shape, bottom_right, monkeypatch):
     """The Hopper forward with windows and softcap, in its default config (None: ``VARIANT_CONFIGS`` or the tuned
     one) and others (two and three consumers, a persistent grid of 7 programs that each claim several items),
@@ -172,13 +184,7 @@ def test_gpu_hopper_forward_variants(causal, window_size, softcap, head_dim, dty
     assert not misses, " | ".join(misses)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("head_dim", [64, 128, 256], ids=lambda d: f"d{d}")
-@pytest.mark.parametrize("causal, window_size, softcap", VARIANTS, ids=VARIANT_IDS)
-@pytest.mark.parametrize("bottom_right", [False, True])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@every_case
 def test_gpu_hopper_backward_variants(causal, window_size, softcap, head_dim, dtype, shape, bottom_right, monkeypatch):
     """The Hopper dK/dV and dQ kernels with windows and softcap (tanh's derivative in dS), in their tuned configs
     and others, against the oracle's gradients by flash-attn's criterion (3x). Calls whose (head dim, causal)
