@@ -83,7 +83,8 @@ def test_the_report_says_which_path_and_why(monkeypatch):
     if forward_hopper.ENABLED:
         paths = dict(_config.kernel_paths((9, 0), interpret=False))
         assert "Hopper (Gluon) kernel for plain and causal calls at head dims 64/128/256" in paths["forward"]
-        assert "portable kernels for windows" in paths["variants"]
+        assert "windows and softcap: Hopper kernels" in paths["variants"]
+        assert "ALiBi and dropout: portable" in paths["variants"]
     assert "8.0" in dict(_config.kernel_paths((8, 0), interpret=False))["every call"]
     assert "no CUDA GPU" in dict(_config.kernel_paths(None))["every call"]
 
