@@ -118,27 +118,31 @@ def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float3
     return compile_sm90(kernel, descriptors, constants)
 
 
+def compile_forward(head_dim, causal, config, **constants):
+    """The Hopper forward compiled for sm_90 in config (block_m, block_n, stages, consumers, persistent), with the
+    constexprs its launcher derives from them (and any variant's, in constants)."""
+    bm, bn, stages, consumers, _persistent = config
+    return compile_config(
+        fh._attn_fwd_hopper,
+        head_dim,
+        bm,
+        bn,
+        dict(
+            IS_CAUSAL=causal,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            STAGES=stages,
+            N_CONSUMERS=consumers,
+            O_IN_Q=head_dim > fh.MAX_SEPARATE_O_HEAD_DIM,
+            **constants,
+        ),
+    )
+
+
 def tuned_kernels():
     """(label, thunk compiling the kernel) for every entry of the three Hopper config tables."""
-    for (d, causal), (bm, bn, stages, consumers, _persistent) in fh.HOPPER_CONFIGS.items():
-        yield (
-            f"fwd  d={d} causal={causal}",
-            partial(
-                compile_config,
-                fh._attn_fwd_hopper,
-                d,
-                bm,
-                bn,
-                dict(
-                    IS_CAUSAL=causal,
-                    BLOCK_M=bm,
-                    BLOCK_N=bn,
-                    STAGES=stages,
-                    N_CONSUMERS=consumers,
-                    O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM,
-                ),
-            ),
-        )
+    for (d, causal), config in fh.HOPPER_CONFIGS.items():
+        yield f"fwd  d={d} causal={causal}", partial(compile_forward, d, causal, config)
     for (d, causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
         for order, label in _orders(d, causal):
             if d > bh.MAX_NARROW_HEAD_DIM:
@@ -229,27 +233,9 @@ def variant_kernels():
     pick."""
     for name, (causal, extra) in VARIANTS.items():
         for (d, tab_causal), config in fh.HOPPER_CONFIGS.items():
-            bm, bn, stages, consumers, _persistent = fh.VARIANT_CONFIGS.get((d, tab_causal), config)
             if tab_causal == causal:
-                yield (
-                    f"fwd  d={d} {name}",
-                    partial(
-                        compile_config,
-                        fh._attn_fwd_hopper,
-                        d,
-                        bm,
-                        bn,
-                        dict(
-                            IS_CAUSAL=causal,
-                            BLOCK_M=bm,
-                            BLOCK_N=bn,
-                            STAGES=stages,
-                            N_CONSUMERS=consumers,
-                            O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM,
-                            **extra,
-                        ),
-                    ),
-                )
+                config = fh.VARIANT_CONFIGS.get((d, tab_causal), config)
+                yield f"fwd  d={d} {name}", partial(compile_forward, d, causal, config, **extra)
         for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
             if tab_causal != causal:
                 continue

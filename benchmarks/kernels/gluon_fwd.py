@@ -11,7 +11,7 @@ import argparse
 
 import torch
 
-from benchmarks.kernels.code_hash import compile_config, ptxas_info
+from benchmarks.kernels.code_hash import compile_forward, ptxas_info
 from benchmarks.kernels.gluon_bwd import _config, _time
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.forward import attn_fwd as tl_fwd
@@ -43,20 +43,7 @@ def aot(head_dims=(64, 128)):
         for causal in (False, True):
             for bm, bn, st, nc, persistent in configs(d):
                 smem = smem_bytes(d, (bm, bn, st, nc, persistent))
-                ck = compile_config(
-                    fh._attn_fwd_hopper,
-                    d,
-                    bm,
-                    bn,
-                    dict(
-                        IS_CAUSAL=causal,
-                        BLOCK_M=bm,
-                        BLOCK_N=bn,
-                        STAGES=st,
-                        N_CONSUMERS=nc,
-                        O_IN_Q=d > fh.MAX_SEPARATE_O_HEAD_DIM,
-                    ),
-                )
+                ck = compile_forward(d, causal, (bm, bn, st, nc, persistent))
                 info = ptxas_info(ck)
                 print(
                     f"d={d} causal={causal} ({bm}, {bn}, {st}, {nc}, {persistent}) smem={smem // 1024} KiB: {info}",

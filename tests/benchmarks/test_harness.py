@@ -355,32 +355,14 @@ def test_fused_backward_is_listed_in_the_dkdv_column(monkeypatch):
     assert "+ dQ: the fused backward" in lines[-1]
 
 
+def tiny_run(out) -> list:
+    """The arguments of a benchmark run small enough for a test: naive and flashdoc, one forward shape, into out."""
+    run = ["--device", DEVICE, "--out", str(out), "--no-progress", "--peers", "naive,flashdoc", "--no-first-call"]
+    return run + "--modes fwd --causal no --seqlens 32 --dtypes fp16 --head-dims 32 --memory-seqlens 256".split()
+
+
 def test_ratio_table_is_printed(tmp_path, capsys):
-    main(
-        [
-            "--device",
-            DEVICE,
-            "--out",
-            str(tmp_path),
-            "--no-progress",
-            "--peers",
-            "naive,flashdoc",
-            "--modes",
-            "fwd",
-            "--causal",
-            "no",
-            "--seqlens",
-            "32",
-            "--dtypes",
-            "fp16",
-            "--head-dims",
-            "32",
-            "--memory-seqlens",
-            "256",
-            "--no-first-call",
-            "--no-pin-cpu",
-        ]
-    )
+    main([*tiny_run(tmp_path), "--no-pin-cpu"])
     printed = capsys.readouterr().out
     assert json.loads((tmp_path / "results.json").read_text())["pinned_cpu"] is None  # --no-pin-cpu
     if DEVICE == "cpu":
@@ -477,26 +459,7 @@ def test_the_command_line_runs_in_a_fresh_process(tmp_path):
             sys.executable,
             "-m",
             "benchmarks.run",
-            "--device",
-            DEVICE,
-            "--out",
-            str(tmp_path),
-            "--no-progress",
-            "--peers",
-            "naive,flashdoc",
-            "--modes",
-            "fwd",
-            "--causal",
-            "no",
-            "--seqlens",
-            "32",
-            "--dtypes",
-            "fp16",
-            "--head-dims",
-            "32",
-            "--memory-seqlens",
-            "256",
-            "--no-first-call",
+            *tiny_run(tmp_path),
             "--precompile-workers",
             "0",
         ],
