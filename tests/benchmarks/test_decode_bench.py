@@ -1,7 +1,6 @@
 """benchmarks/decode.py's bookkeeping (the timings themselves need a GPU): target checks, tables and the
 figure from synthetic rows, and its CPU smoke run end to end."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,11 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks import decode as bench
+
 # loaded by path: a package named ``benchmarks`` elsewhere on sys.path (this test folder's) cannot shadow it
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("decode_benchmark", ROOT / "benchmarks" / "decode.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
 
 COPY = 4.0e12  # bytes/s
 

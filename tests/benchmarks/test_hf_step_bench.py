@@ -2,9 +2,7 @@
 whole script on a tiny model in float32 on the CPU (flashdoc's kernels in the interpreter), checking what it
 writes."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,12 +11,7 @@ pytest.importorskip(
 )
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
-# loaded by path: a package named ``benchmarks`` elsewhere on sys.path (this test folder's) cannot shadow it
-_spec = importlib.util.spec_from_file_location(
-    "hf_step_benchmark", Path(__file__).resolve().parents[2] / "benchmarks" / "hf_step.py"
-)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from benchmarks import hf_step as bench  # noqa: E402  (after the skip: without transformers there is nothing to test)
 
 
 def test_layouts_hold_the_same_tokens():

@@ -1,7 +1,6 @@
 """benchmarks/variants.py: its CPU smoke run end to end (the JSON and markdown it writes), and its bookkeeping
 (pair counts, the rows a run times, the targets) on synthetic rows. The timings themselves need a GPU."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,11 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks import variants as bench
+
 ROOT = Path(__file__).resolve().parents[2]
-# loaded by path: a package named ``benchmarks`` elsewhere on sys.path (this test folder's) cannot shadow it
-_spec = importlib.util.spec_from_file_location("variants_benchmark", ROOT / "benchmarks" / "variants.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
 
 ROW_KEYS = {"group", "name", "peer", "mode", "seqlen", "head_dim", "causal", "window", "softcap", "alibi", "batch"}
 MEASURED_KEYS = {"ms", "ms_p20", "ms_p80", "pairs", "visited_pairs", "tflops"}

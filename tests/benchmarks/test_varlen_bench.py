@@ -1,21 +1,13 @@
 """benchmarks/varlen.py: the batch it draws, the FLOPs it credits, and a smoke run on tiny shapes (the interpreter
 on a CPU) that writes results.json and the markdown table."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
+from benchmarks import varlen as bench
 from benchmarks.schema import flops
-
-# loaded by path: a package named ``benchmarks`` elsewhere on sys.path (this test folder's) cannot shadow it
-_spec = importlib.util.spec_from_file_location(
-    "varlen_benchmark", Path(__file__).resolve().parents[2] / "benchmarks" / "varlen.py"
-)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
 
 
 def test_lengths_fill_the_batch():
