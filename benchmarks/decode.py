@@ -543,10 +543,11 @@ SWEEP_PAGES = (None, 16, 64)
 
 
 def sweep_candidates():
-    """Tiles of 32 to 128 keys, 2 to 4 stages (4 warps; 8 for the largest tiles), and 1, 2 or 4 programs per SM
+    """Tiles of 32 to 256 keys, 2 to 4 stages (4 warps; also 8 from 64 keys), and 1, 2 or 4 programs per SM
     for the split heuristic (which only changes the split count, not the compiled kernel). Each (tile, warps,
-    stages) compiles once per page mode and split mode: about 70 compiles, a few minutes on the H200's host."""
-    tiles = [(bn, 4, st) for bn in (32, 64, 128) for st in (2, 3, 4)] + [(128, 8, st) for st in (2, 3, 4)]
+    stages) compiles once per page mode and split mode: about 90 compiles, a few minutes on the H200's host."""
+    tiles = [(bn, 4, st) for bn in (32, 64, 128) for st in (2, 3, 4)]
+    tiles += [(bn, 8, st) for bn in (64, 128) for st in (2, 3, 4)] + [(256, 8, 2)]
     return [
         dk.DecodeConfig(bn, w, st, ppsm)
         for bn, w, st in tiles
@@ -555,9 +556,16 @@ def sweep_candidates():
     ]  # K and V tiles in flight, in shared memory
 
 
+def fills_gpu(batch: int) -> bool:
+    """Whether a decode step of this batch (one query) has a program per SM without splits: the regime that
+    ``decode_config`` keys its table on."""
+    return batch * KV_HEADS >= dk.num_sms(0)
+
+
 def sweep(out_dir, verbose=True):
     """Time every candidate config (do_bench, L2 flushed) at a few points and page sizes; write the table and the
-    best config per page size (the geometric mean of its bandwidth over the points)."""
+    best config per page size and regime (split grid or full grid: the geometric mean of its bandwidth over
+    that regime's points), with the entry ``decode_config`` would take for it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -583,48 +591,70 @@ def sweep(out_dir, verbose=True):
                     )
             del kc, vc
             torch.cuda.empty_cache()
-    best = {}
-    for page in SWEEP_PAGES:
-        scores = {}
-        for config in sweep_candidates():
-            got = [
-                r["tbps"]
-                for r in rows
-                if r["page"] == page
-                and (r["block_n"], r["warps"], r["stages"], r["programs_per_sm"])
-                == (config.block_n, config.warps, config.stages, config.programs_per_sm)
-            ]
-            if len(got) == len(SWEEP_POINTS):
-                scores[config] = torch.tensor(got).log().mean().exp().item()
-        if scores:
-            winner = max(scores, key=scores.get)
-            current = dk.PAGED_CONFIGS.get((HEAD_DIM, page), dk.DECODE_CONFIGS[HEAD_DIM])
-            best[str(page)] = dict(vars(winner), geomean_tbps=scores[winner], current_tbps=scores.get(current))
+    best = sweep_winners(rows)
     (out / "decode_sweep.json").write_text(json.dumps(dict(rows=rows, best=best), indent=1))
     lines = [
-        "| page | block_n | warps | stages | programs/SM | geomean TB/s | table's config TB/s |",
-        "|---|---|---|---|---|---|---|",
+        "| page | grid | block_n | warps | stages | programs/SM | geomean TB/s | table's config TB/s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     entries = []
-    for page, b in best.items():
+    for b in best:
         current = "—" if b["current_tbps"] is None else f"{b['current_tbps']:.2f}"
         lines.append(
-            f"| {page} | {b['block_n']} | {b['warps']} | {b['stages']} | {b['programs_per_sm']} | "
-            f"{b['geomean_tbps']:.2f} | {current} |"
+            f"| {b['page'] or 'contiguous'} | {'full' if b['fills_gpu'] else 'split'} | {b['block_n']} | "
+            f"{b['warps']} | {b['stages']} | {b['programs_per_sm']} | {b['geomean_tbps']:.2f} | {current} |"
         )
         config = (
             f"DecodeConfig(block_n={b['block_n']}, warps={b['warps']}, stages={b['stages']}, "
             f"programs_per_sm={b['programs_per_sm']})"
         )
-        entries.append(
-            f"DECODE_CONFIGS[{HEAD_DIM}] = {config}"
-            if page == "None"
-            else f"PAGED_CONFIGS[({HEAD_DIM}, {page})] = {config}"
-        )
-    lines += ["", "Table entries for the winners (flashdoc/kernels/decode.py):", "", "```python", *entries, "```"]
+        entries.append(f"({HEAD_DIM}, {b['page'] or 0}, {b['fills_gpu']}): {config},")
+    lines += [
+        "",
+        "Entries for the winners (flashdoc/kernels/decode.py: TUNED_CONFIGS, or DECODE_CONFIGS where every",
+        "layout and grid agrees):",
+        "",
+        "```python",
+        *entries,
+        "```",
+    ]
     (out / "decode_sweep.md").write_text("\n".join(lines) + "\n")
     if verbose:
         print("\n".join(lines))
+
+
+def sweep_winners(rows) -> list:
+    """For each page size and regime (``fills_gpu``) among the rows: the config with the best geometric mean of
+    its bandwidth over that regime's points (only configs measured at all of them), and the table's own."""
+    best = []
+    for page in SWEEP_PAGES:
+        for full in (False, True):
+            points = {(b, c) for b, c in SWEEP_POINTS if fills_gpu(b) == full}
+            scores = {}
+            for config in sweep_candidates():
+                got = [
+                    r["tbps"]
+                    for r in rows
+                    if r["page"] == page
+                    and (r["batch"], r["cache"]) in points
+                    and (r["block_n"], r["warps"], r["stages"], r["programs_per_sm"])
+                    == (config.block_n, config.warps, config.stages, config.programs_per_sm)
+                ]
+                if points and len(got) == len(points):
+                    scores[config] = torch.tensor(got).log().mean().exp().item()
+            if scores:
+                winner = max(scores, key=scores.get)
+                current = dk.TUNED_CONFIGS.get((HEAD_DIM, page or 0, full), dk.DECODE_CONFIGS[HEAD_DIM])
+                best.append(
+                    dict(
+                        vars(winner),
+                        page=page,
+                        fills_gpu=full,
+                        geomean_tbps=scores[winner],
+                        current_tbps=scores.get(current),
+                    )
+                )
+    return best
 
 
 # ---------------------------------------------------------------------------------------------------------------

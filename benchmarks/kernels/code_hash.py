@@ -234,7 +234,8 @@ def variant_kernels():
     for name, (causal, extra) in VARIANTS.items():
         for (d, tab_causal), config in fh.HOPPER_CONFIGS.items():
             if tab_causal == causal:
-                config = fh.VARIANT_CONFIGS.get((d, tab_causal), config)
+                if "IS_LOCAL" in extra:
+                    config = fh.WINDOW_CONFIGS.get((d, tab_causal), config)
                 yield f"fwd  d={d} {name}", partial(compile_forward, d, causal, config, **extra)
         for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
             if tab_causal != causal:

@@ -34,6 +34,8 @@ padding mask with holes in it (unpadding would move the window's edges).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 
@@ -304,16 +306,37 @@ def _packed(kwargs, batch, seqlen_q, seqlen_k):
     position_ids = kwargs.get("position_ids")
     if position_ids is None or seqlen_q != seqlen_k or seqlen_q == 1:
         return None
-    if position_ids.dim() == 1:
-        position_ids = position_ids[None]
-    if position_ids.dim() != 2:
+    if position_ids.dim() not in (1, 2):
         _refuse(
             f"position_ids of shape {tuple(position_ids.shape)} without an attention mask",
             "it finds packed sequences in 2-D (batch, seqlen) position ids",
         )
     if position_ids.shape[-1] != seqlen_q:
         return None
-    position_ids = position_ids.expand(batch, -1)
+    return _packed_from_positions(position_ids, batch)
+
+
+# Every layer of one forward gets the same position_ids tensor, and finding the sequences in it reads the GPU (the
+# number of sequences decides the call). The last answer is kept for that tensor, so a forward waits for the GPU
+# once, not once a layer: each wait drains the queue of launched work, and in a step whose host time is close to
+# its GPU time, per-layer waits leave the GPU idle while the host queues the next layer.
+_last_positions = (None, None, None)  # (weakref to position_ids, (its version, batch), the answer)
+
+
+def _packed_from_positions(position_ids, batch):
+    global _last_positions
+    if torch.compiler.is_compiling():
+        return _find_packed(position_ids, batch)
+    ref, key, answer = _last_positions
+    if ref is None or ref() is not position_ids or key != (position_ids._version, batch):
+        answer = _find_packed(position_ids, batch)
+        _last_positions = (weakref.ref(position_ids), (position_ids._version, batch), answer)
+    return answer
+
+
+def _find_packed(position_ids, batch):
+    seqlen_q = position_ids.shape[-1]
+    position_ids = position_ids.reshape(-1, seqlen_q).expand(batch, -1)
     # A sequence starts at each row's first token and wherever a position does not follow on from the one
     # before it (a reset to 0 in a packed batch): the rule of transformers' find_packed_sequence_indices.
     starts = torch.ones_like(position_ids, dtype=torch.bool)

@@ -944,6 +944,16 @@ def fused_dq_runs(q, k, causal: bool, deterministic: bool, variant: Variant = No
     )
 
 
+# The forward's FLOPs (4 B H Sq Sk d) from which the backward runs dQ on a second stream: about half a millisecond
+# of backward on an H200, where the fork's host time is a few percent of the call.
+OVERLAP_MIN_FLOPS = 1e11
+
+
+def _overlap_pays(q, k) -> bool:
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    return 4 * batch * n_heads * seqlen_q * k.shape[1] * head_dim >= OVERLAP_MIN_FLOPS
+
+
 def attn_bwd(
     dout,
     q,
@@ -992,8 +1002,10 @@ def attn_bwd(
             torch.mul(dq_acc, softmax_scale, out=dq)  # S = scale * Q K^T, so dQ = scale * dS K
             return
         # dK/dV and dQ read the same tensors and write different ones: the dQ kernel runs on a second stream,
-        # so each kernel's last, ragged wave of programs overlaps the other's work (1-5% faster, benchmarks/FINDINGS.md)
-        dq_stream = forked_stream()
+        # so each kernel's last, ragged wave of programs overlaps the other's work (1-5% faster at 2k-4k tokens,
+        # benchmarks/FINDINGS.md). Forking and joining the streams costs host time, so small calls, whose GPU
+        # work is too short to overlap anything, stay on one stream.
+        dq_stream = forked_stream(enabled=_overlap_pays(q, k))
         bwd_dkdv(q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, dkdv_config, variant)
         with dq_stream:
             bwd_dq(q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right, dq_config, variant)

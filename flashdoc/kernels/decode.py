@@ -69,18 +69,26 @@ class DecodeConfig:
 
 
 # --8<-- [start:decode_configs]
-# Keyed by padded head dim. Bandwidth needs bytes in flight: every entry streams K and V tiles of 32 KiB per
-# stage together (2 x BLOCK_N x D x 2 bytes), and stages = 3 keeps two of them in flight per program, in 70 KiB
-# of shared memory (``benchmarks/decode.py --aot``), so two or three programs share an SM. fp32 caches take half
-# the keys per tile. First choices, not measurements: ``benchmarks/decode.py --sweep`` times candidates.
+# Keyed by padded head dim. Bandwidth needs bytes in flight: each program streams K and V tiles of BLOCK_N keys and
+# keeps ``stages - 1`` of them in flight. At d = 128 the entries are the winners of ``benchmarks/decode.py --sweep``
+# on the H200 (bf16, 32 query heads over 8 KV heads, one query; batch 1 x 128k, 8 x 32k and 64 x 32k cached
+# tokens; figures in benchmarks/FINDINGS.md): 128-key tiles in 8 warps, one program per SM. d = 64 and 256 keep
+# the bytes per tile of the first choice (not swept).
 DECODE_CONFIGS = {
     64: DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=2),
-    128: DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
+    128: DecodeConfig(block_n=128, warps=8, stages=3, programs_per_sm=1),
     256: DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
 }
-# Paged caches of one page size whose measured best config differs from the head dim's, keyed (padded head dim,
-# page size); empty until a sweep on the GPU says otherwise (``benchmarks/decode.py --sweep`` prints the entry).
-PAGED_CONFIGS: dict = {}
+# Where a cache layout ran faster with another entry, keyed (padded head dim, page size or 0 for a contiguous
+# cache, whether the grid fills the GPU without splits: at least one program per SM). Pages of 16 and 64 rows
+# ran best on 64-key tiles: with splits, two programs per SM and 3 stages; where the batch alone fills the GPU,
+# fewer tiles in flight per program.
+TUNED_CONFIGS = {
+    (128, 16, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
+    (128, 16, True): DecodeConfig(block_n=64, warps=4, stages=2, programs_per_sm=1),
+    (128, 64, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
+    (128, 64, True): DecodeConfig(block_n=64, warps=8, stages=3, programs_per_sm=1),
+}
 # --8<-- [end:decode_configs]
 
 PAGED_EXTRA_STAGES = 2
@@ -99,13 +107,13 @@ def block_d_for(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
-def decode_config(head_dim: int, dtype: torch.dtype, page_size: int = 0) -> DecodeConfig:
-    """The split-KV configuration for this head dim, cache dtype and page size (0: a contiguous cache): the GPU
-    tables, or the CPU tiles."""
+def decode_config(head_dim: int, dtype: torch.dtype, page_size: int = 0, fills_gpu: bool = False) -> DecodeConfig:
+    """The split-KV configuration for this head dim, cache dtype and page size (0: a contiguous cache), for a grid
+    that fills the GPU without splits or not (``fills_gpu``): the GPU tables, or the CPU tiles."""
     if INTERPRET:
         return CPU_DECODE_CONFIG
     d = max(64, block_d_for(head_dim))
-    config = PAGED_CONFIGS.get((d, page_size), DECODE_CONFIGS[d])
+    config = TUNED_CONFIGS.get((d, page_size, fills_gpu), DECODE_CONFIGS[d])
     if dtype == torch.float32:  # 4-byte elements: the same bytes per tile with half the keys
         config = DecodeConfig(max(16, config.block_n // 2), config.warps, config.stages, config.programs_per_sm)
     return config
@@ -621,10 +629,13 @@ def choose_num_splits(programs: int, max_seqlen_k: int, config: DecodeConfig, de
     shapes only (the cache's capacity, not its lengths)."""
     if INTERPRET:
         return 1
-    index = device.index if device.index is not None else torch.cuda.current_device()
     return num_splits_heuristic(
-        programs, num_sms(index) * config.programs_per_sm, triton.cdiv(max_seqlen_k, config.block_n)
+        programs, num_sms(_device_index(device)) * config.programs_per_sm, triton.cdiv(max_seqlen_k, config.block_n)
     )
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 _NO_TENSOR = {}
@@ -755,9 +766,10 @@ def decode_attention(
     page_size = k_cache.shape[1]
     max_pages = block_table.shape[1] if paged else 1
     capacity = max_pages * page_size if paged else page_size
-    if config is None:
-        config = decode_config(head_dim, k_cache.dtype, page_size if paged else 0)
     block_m, m_tiles = query_tiles(group, seqlen_q)
+    if config is None:
+        fills_gpu = not INTERPRET and batch * n_kv_heads * m_tiles >= num_sms(_device_index(q.device))
+        config = decode_config(head_dim, k_cache.dtype, page_size if paged else 0, fills_gpu)
     if num_splits == 0:
         num_splits = choose_num_splits(batch * n_kv_heads * m_tiles, capacity, config, q.device)
     block_d = block_d_for(head_dim)

@@ -65,13 +65,13 @@ HOPPER_CONFIGS = {
     (256, False): (64, 64, 2, 2, True),
     (256, True): (64, 64, 2, 2, True),
 }
-# Sliding windows and softcap keep more values live in each consumer (a second mask edge, tanh's): at d = 128 three
-# consumers' 160 registers a thread spilled 384 bytes (window) and 80 (causal softcap) compiled for sm_90, where two
-# consumers' 240 spill none. So those calls take two consumers there (benchmarks/kernels/code_hash.py --variants shows
-# the counts).
-VARIANT_CONFIGS = {
-    (128, False): (64, 128, 2, 2, True),
-    (128, True): (64, 128, 2, 2, True),
+# Sliding windows take 64-key tiles with three consumers: a window keeps a second mask edge live in each consumer,
+# and with 128-key tiles three consumers spilled (384 bytes at d = 128, compiled for sm_90) while two left a
+# warpgroup's worth of the tensor cores idle. Softcap keeps the dense configs, which also ran fastest with it: at
+# d = 128 three consumers beat two by 4-16% (benchmarks/FINDINGS.md).
+WINDOW_CONFIGS = {
+    (64, True): (64, 64, 3, 3, True),
+    (128, True): (64, 64, 3, 3, True),
 }
 # Head dims over this write each consumer's output through its query tile (``O_IN_Q``): separate output tiles take
 # shared memory that the key/value ring needs.
@@ -684,7 +684,7 @@ def attn_fwd_hopper(
 ):
     """``forward.attn_fwd`` on Hopper (``supports`` said yes). config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS,
     PERSISTENT), default ``HOPPER_CONFIGS[head_dim, causal]`` (a window takes the causal entry), or for a window
-    or softcap ``VARIANT_CONFIGS``' entry where it has one. window_size and softcap as ``hopper_common.mask``
+    ``WINDOW_CONFIGS``' entry where it has one. window_size and softcap as ``hopper_common.mask``
     takes them; alibi_slopes must be None (``supports``). Runs inside ``launch.on_device``."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
@@ -692,8 +692,8 @@ def attn_fwd_hopper(
         raise ValueError("the Hopper forward has no ALiBi: alibi_slopes runs on the portable kernel")
     m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
     key = table_key(q, causal, window_size)
-    if config is None and (m.is_local or m.softcap):
-        config = VARIANT_CONFIGS.get(key)
+    if config is None and m.is_local:
+        config = WINDOW_CONFIGS.get(key)
     block_m, block_n, stages, consumers, persistent = config or HOPPER_CONFIGS[key]
     n_tiles = triton.cdiv(seqlen_q, consumers * block_m)
     total = n_tiles * batch * n_heads

@@ -166,8 +166,9 @@ class forked_stream:
     with later launches on the current stream, until ``join()`` makes the current stream wait for them. Runs
     inside ``on_device``; under the interpreter everything stays in order on the CPU."""
 
-    def __init__(self):
-        self.stream = None if INTERPRET else _side_stream(torch.cuda.current_device())
+    def __init__(self, enabled: bool = True):
+        """enabled: False runs everything on the current stream (nothing to overlap, and no host time spent)."""
+        self.stream = None if INTERPRET or not enabled else _side_stream(torch.cuda.current_device())
         if self.stream is not None:
             self.origin = torch.cuda.current_stream()
             self.stream.wait_stream(self.origin)

@@ -65,9 +65,17 @@ print(f"| causal (no window) | {causal_fwd:.3f} | 1.00 | {causal_fb:.3f} | 1.00 
 fig, ax = plt.subplots(figsize=(6, 3.6))
 ax.plot([r[0] for r in rows], [r[1] for r in rows], "o-", label="forward")
 ax.plot([r[0] for r in rows], [r[2] for r in rows], "s-", label="forward + backward")
+
+
+def share_inside(window):
+    """The share of the causal scores inside a window (left, 0): row i sees min(i + 1, window + 1) keys."""
+    inside = sum(min(i + 1, window + 1) for i in range(seqlen))
+    return inside / (seqlen * (seqlen + 1) / 2)
+
+
 ax.plot(
     windows,
-    [min(1.0, (w + 1) / (seqlen / 2)) for w in windows],
+    [share_inside(w) for w in windows],
     ":",
     color="grey",
     label="share of the causal scores inside the window",

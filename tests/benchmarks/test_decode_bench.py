@@ -119,3 +119,22 @@ def test_smoke_shape_is_restored():
         assert bench.kv_bytes(1, 64) == 2 * 64 * 2 * 32 * 4
     assert (bench.HEADS, bench.DEVICE, bench.PAGE_SIZES) == (32, "cuda", (16, 64, 256))
     assert bench.kv_bytes(1, 4096) == 2 * 4096 * 8 * 128 * 2
+
+
+def test_sweep_winners_per_page_and_grid(monkeypatch):
+    """The sweep picks a winner for each page size and regime from that regime's points only: a config that is
+    best where splits fill the GPU need not be where the batch does, and the table keys its entries that way."""
+    monkeypatch.setattr(bench.dk, "num_sms", lambda index: 132)
+    split_best, full_best = bench.sweep_candidates()[0], bench.sweep_candidates()[-1]
+    measured = []
+    for batch, cache in bench.SWEEP_POINTS:
+        for page in bench.SWEEP_PAGES:
+            for config in (split_best, full_best):
+                wins = (config == full_best) == bench.fills_gpu(batch)
+                measured.append(dict(batch=batch, cache=cache, page=page, tbps=4.0 if wins else 2.0, **vars(config)))
+    winners = bench.sweep_winners(measured)
+    assert len(winners) == 2 * len(bench.SWEEP_PAGES)  # the points include both regimes
+    for w in winners:
+        expected = full_best if w["fills_gpu"] else split_best
+        assert bench.dk.DecodeConfig(w["block_n"], w["warps"], w["stages"], w["programs_per_sm"]) == expected
+        assert w["geomean_tbps"] == pytest.approx(4.0)

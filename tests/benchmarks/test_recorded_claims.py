@@ -325,3 +325,24 @@ def test_recording_backs_gluon_kernels_need_compute_capability_9(monkeypatch, ca
     )
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     assert forward_hopper._is_hopper.__wrapped__(0) is hopper
+
+
+def test_recording_backs_the_decode_targets_the_post_names():
+    """Part 8 names the decode benchmark's claims with their thresholds; the recorded tables check the same ones."""
+    sentence = claim(
+        read_post("decoding.md"),
+        "flashdoc at least as fast as each SDPA backend at every point, at least 85% of the copy where the caches "
+        "are large, and paged caches within 5% of contiguous ones",
+    )
+    text = (GENERATED / "decoding/gpu_roofline/decode.md").read_text()
+    claims = re.findall(r"^\| (flashdoc >= [^|]+|paged within [^|]+) \|", text, flags=re.M)
+    assert claims, "decode.md records no claim rows"
+    for recorded in claims:
+        peer = re.match(r"flashdoc >= (sdpa-\w+) at every point$", recorded)
+        share = re.match(r"flashdoc >= (\d+)% of the copy where", recorded)
+        paged = re.match(r"paged within (\d+)% of contiguous at every point$", recorded)
+        assert peer or share or paged, f"decode.md checks a claim the post does not name: {recorded!r}"
+        if share:
+            assert f"at least {share.group(1)}% of the copy" in sentence
+        if paged:
+            assert f"within {paged.group(1)}% of contiguous" in sentence

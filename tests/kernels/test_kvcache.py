@@ -9,6 +9,7 @@ the same math in the inputs' dtype. The unmarked tests are a small CPU subset (T
 
 import pytest
 import torch
+import triton
 from attention_oracle import DEVICE, assert_close_like_flash_attn
 
 import flashdoc
@@ -515,6 +516,30 @@ def test_gpu_fp16(page_size, head_dim):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [None, 16, 64, 256])
+def test_gpu_batch_that_fills_the_gpu(page_size):
+    """A batch whose grid has a program per SM without splits takes the full-grid entries of the config tables
+    (``decode.TUNED_CONFIGS``); per-batch lengths, some shorter than a tile, some past a page boundary."""
+    from flashdoc.kernels import decode as dk
+
+    batch = triton.cdiv(dk.num_sms(torch.cuda.current_device()), 8)
+    lens = tuple((37 * b * b + 5) % 700 for b in range(batch))
+    check(
+        torch.bfloat16,
+        batch=batch,
+        seqlen_q=1,
+        n_heads=32,
+        n_kv=8,
+        head_dim=128,
+        cache_len=768,
+        lens=lens,
+        seqlen_new=1,
+        page_size=page_size,
+        causal=True,
+    )
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("num_splits", [0, 1, 2, 5, 16, 128])
 @pytest.mark.parametrize("page_size", [None, 64])
 def test_gpu_num_splits_agree(num_splits, page_size):
@@ -679,3 +704,17 @@ def test_gpu_decode_step_in_a_cuda_graph():
 def test_gpu_long_cache_many_splits():
     """A 128k-token contiguous cache for one sequence (the heuristic splits it across the GPU)."""
     check(torch.bfloat16, batch=1, n_heads=32, n_kv=8, head_dim=128, cache_len=131072, lens=(131071,), seqlen_new=1)
+
+
+def test_decode_config_takes_the_entry_for_the_layout_and_grid(monkeypatch):
+    """A paged cache takes its page size's entry for the grid it launches (split or full), a contiguous cache the
+    head dim's default; fp32 caches halve the tile's keys (the same bytes per tile)."""
+    from flashdoc.kernels import decode as dk
+
+    monkeypatch.setattr(dk, "INTERPRET", False)
+    for (d, page, full), config in dk.TUNED_CONFIGS.items():
+        assert dk.decode_config(d, torch.bfloat16, page, full) == config
+    assert dk.decode_config(128, torch.bfloat16, 0, True) == dk.DECODE_CONFIGS[128]
+    assert dk.decode_config(100, torch.float16, 256, False) == dk.DECODE_CONFIGS[128]  # padded to 128, untuned page
+    half = dk.decode_config(128, torch.float32)
+    assert half.block_n == dk.DECODE_CONFIGS[128].block_n // 2

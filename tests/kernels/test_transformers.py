@@ -326,6 +326,23 @@ def test_what_flashdoc_cannot_compute_fails_clearly():
         flashdoc_hf.attention_forward(layer, q, q[:, :2], q[:, :2], holes.float())
 
 
+def test_packed_sequences_are_found_once_per_position_ids(monkeypatch):
+    """Finding packed sequences reads the GPU, so it runs once for the position_ids that every layer of a forward
+    shares; a new tensor, or the same one changed in place, is scanned again."""
+    scans = []
+    find = flashdoc_hf._find_packed
+    monkeypatch.setattr(flashdoc_hf, "_find_packed", lambda pos, batch: scans.append(1) or find(pos, batch))
+    monkeypatch.setattr(flashdoc_hf, "_last_positions", (None, None, None))
+    positions = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2]], device=DEVICE)
+    answers = [flashdoc_hf._packed(dict(position_ids=positions), 1, 8, 8) for _ in range(4)]
+    assert len(scans) == 1 and all(a is answers[0] for a in answers)
+    assert answers[0][0].tolist() == [0, 3, 5, 8] and answers[0][2] == 3
+    positions[0, 5:] = torch.arange(2, 5)  # one sequence of 3 and one of 5 now
+    assert flashdoc_hf._packed(dict(position_ids=positions), 1, 8, 8)[0].tolist() == [0, 3, 8]
+    assert flashdoc_hf._packed(dict(position_ids=torch.arange(8, device=DEVICE)[None]), 1, 8, 8) is None
+    assert len(scans) == 3
+
+
 # --- GPU: bfloat16, four layers, 8 query heads over 2 key/value heads, sequences up to 500 tokens ------------
 
 GPU_LENGTHS = (500, 123, 317, 64)
