@@ -65,13 +65,12 @@ HOPPER_CONFIGS = {
     (256, False): (64, 64, 2, 2, True),
     (256, True): (64, 64, 2, 2, True),
 }
-# Sliding windows take 64-key tiles with three consumers: a window keeps a second mask edge live in each consumer,
-# and with 128-key tiles three consumers spilled (384 bytes at d = 128, compiled for sm_90) while two left a
-# warpgroup's worth of the tensor cores idle. Softcap keeps the dense configs, which also ran fastest with it: at
-# d = 128 three consumers beat two by 4-16% (benchmarks/FINDINGS.md).
+# A sliding window keeps a second mask edge live in each consumer: at d = 128 three consumers' 160 registers a thread
+# spilled 384 bytes compiled for sm_90, where two consumers' 240 spill none, so windows take two consumers there.
+# Softcap keeps the dense configs, which ran fastest with it too: at d = 128 three consumers beat two by 4-16%
+# (benchmarks/FINDINGS.md).
 WINDOW_CONFIGS = {
-    (64, True): (64, 64, 3, 3, True),
-    (128, True): (64, 64, 3, 3, True),
+    (128, True): (64, 128, 2, 2, True),
 }
 # Head dims over this write each consumer's output through its query tile (``O_IN_Q``): separate output tiles take
 # shared memory that the key/value ring needs.
