@@ -346,3 +346,31 @@ def test_recording_backs_the_decode_targets_the_post_names():
             assert f"at least {share.group(1)}% of the copy" in sentence
         if paged:
             assert f"within {paged.group(1)}% of contiguous" in sentence
+
+
+def _decode_rows():
+    recorded = json.loads((GENERATED / "decoding/gpu_roofline/decode.json").read_text())
+    return recorded, {(r["batch"], r["cache"], r["method"]): r for r in recorded["rows"] if "error" not in r}
+
+
+def test_recording_backs_the_decode_roofline_reading():
+    """Part 8's reading of the roofline, against the recorded decode benchmark (the graph timing)."""
+    post = read_post("decoding.md")
+    recorded, rows = _decode_rows()
+    checks = {c["target"]: c for c in recorded["targets"]["graph_tbps"]}
+    claim(post, "the split-KV kernel is at least as fast as SDPA's flash backend at every point")
+    assert checks["flashdoc >= sdpa-flash at every point"]["met"]
+    claim(post, "reaches 85% of the copy wherever the caches hold at least 8 × 32k tokens")
+    assert checks["flashdoc >= 85% of the copy where batch x cache >= 8 x 32k"]["met"]
+    claim(post, "which it matches to within a few percent at every point")
+    points = {(b, c) for b, c, m in rows if m == "flashdoc"}
+    ratios = [rows[p + ("flashdoc",)]["graph_tbps"] / rows[p + ("sdpa-cudnn",)]["graph_tbps"] for p in points]
+    assert min(ratios) >= 0.95 and max(ratios) <= 1.05, ratios
+    claim(post, "Two claims do not hold.")
+    assert [c["met"] for c in checks.values()].count(False) == 2
+    claim(post, "paged caches lose the most at the smallest caches")
+    smallest = min(c for _, c in points)
+    assert checks["paged within 5% of contiguous at every point"]["worst"].endswith(f"x {smallest // 1024}k")
+    claim(post, "there flashdoc's times are many times its graph times")
+    small = rows[(1, smallest, "flashdoc")]
+    assert small["ms"] > 5 * small["graph_ms"]
