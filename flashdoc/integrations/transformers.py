@@ -325,7 +325,7 @@ _last_positions = (None, None, None)  # (weakref to position_ids, (its version, 
 
 def _packed_from_positions(position_ids, batch):
     global _last_positions
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or position_ids.is_inference():  # an inference tensor has no version to check
         return _find_packed(position_ids, batch)
     ref, key, answer = _last_positions
     if ref is None or ref() is not position_ids or key != (position_ids._version, batch):

@@ -341,6 +341,11 @@ def test_packed_sequences_are_found_once_per_position_ids(monkeypatch):
     assert flashdoc_hf._packed(dict(position_ids=positions), 1, 8, 8)[0].tolist() == [0, 3, 8]
     assert flashdoc_hf._packed(dict(position_ids=torch.arange(8, device=DEVICE)[None]), 1, 8, 8) is None
     assert len(scans) == 3
+    with torch.inference_mode():  # inference tensors have no version counter: scanned every time, never kept
+        positions = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2]], device=DEVICE)
+        for _ in range(2):
+            assert flashdoc_hf._packed(dict(position_ids=positions), 1, 8, 8)[0].tolist() == [0, 3, 5, 8]
+    assert len(scans) == 5
 
 
 # --- GPU: bfloat16, four layers, 8 query heads over 2 key/value heads, sequences up to 500 tokens ------------
