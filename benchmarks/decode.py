@@ -141,9 +141,7 @@ def config_call(q, k_cache, v_cache, seqlens, table, config):
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32)
     _, m_tiles = dk.query_tiles(HEADS // KV_HEADS, q.shape[1])
     capacity = k_cache.shape[1] * (1 if table is None else table.shape[1])
-    splits = dk.num_splits_heuristic(
-        q.shape[0] * KV_HEADS * m_tiles, dk.num_sms(0) * config.programs_per_sm, triton.cdiv(capacity, config.block_n)
-    )
+    splits = dk.splits_for(q.shape[0] * KV_HEADS * m_tiles, capacity, config, 0)
 
     def call():
         dk.decode_attention(
@@ -559,7 +557,7 @@ def sweep_candidates():
 def fills_gpu(batch: int) -> bool:
     """Whether a decode step of this batch (one query) has a program per SM without splits: the regime that
     ``decode_config`` keys its table on."""
-    return batch * KV_HEADS >= dk.num_sms(0)
+    return dk.fills_gpu(batch * KV_HEADS, 0)
 
 
 def sweep(out_dir, verbose=True):
@@ -644,7 +642,7 @@ def sweep_winners(rows) -> list:
                     scores[config] = torch.tensor(got).log().mean().exp().item()
             if scores:
                 winner = max(scores, key=scores.get)
-                current = dk.TUNED_CONFIGS.get((HEAD_DIM, page or 0, full), dk.DECODE_CONFIGS[HEAD_DIM])
+                current = dk.table_config(HEAD_DIM, page or 0, full)
                 best.append(
                     dict(
                         vars(winner),

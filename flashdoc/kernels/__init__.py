@@ -31,3 +31,18 @@ LIBRARY_INTERPRETED: bool = not any(isinstance(f, JITFunction) for f in vars(tri
 # exp2 is one instruction on the GPU, exp is exp2 plus a multiply: the forward and backward kernels fold log2(e)
 # into the softmax scale once, on the host.
 LOG2E = 1.4426950408889634
+
+
+# Host-side integer helpers. Triton's own ``triton.cdiv`` and ``triton.next_power_of_2`` are constexpr functions
+# whose host call goes through Triton's JIT machinery (about 2-5 us each); the decode entry point's split
+# heuristic made hundreds of them per call, more than its kernels' run time at short caches.
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for non-negative a and positive b."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n for n >= 1 (0 for 0, as Triton's)."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0

@@ -49,9 +49,8 @@ head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the 
 """
 
 import torch
-import triton
 
-from . import forward_hopper
+from . import cdiv, forward_hopper
 from .common import MAX_GRID_Y
 from .forward_hopper import gluon_runs
 from .hopper_common import GLUON, descriptor, mask, rows_descriptor
@@ -1668,7 +1667,7 @@ def bwd_dkdv_hopper(
                 f"2), got config={config}"
             )
         cols = head_dim // 2
-        grid, order = _grid(triton.cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, m.is_causal)
+        grid, order = _grid(cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, m.is_causal)
         launch_gluon(
             _attn_bwd_dkdv_hopper_wide,
             grid,
@@ -1692,7 +1691,7 @@ def bwd_dkdv_hopper(
     else:
         fused = dq_acc is not None
         grid, order = _grid(
-            triton.cdiv(seqlen_k, consumers * block_n),
+            cdiv(seqlen_k, consumers * block_n),
             batch * n_kv_heads,
             k,
             head_dim,
@@ -1751,7 +1750,7 @@ def bwd_dq_hopper(
         raise ValueError("the Hopper backward has no ALiBi: alibi_slopes runs on the portable kernels")
     m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
     block_m, block_n, stages, consumers = config or HOPPER_DQ_CONFIGS[forward_hopper.table_key(q, causal, window_size)]
-    grid, order = _grid(triton.cdiv(seqlen_q, consumers * block_m), batch * n_heads, k, head_dim, m.is_causal)
+    grid, order = _grid(cdiv(seqlen_q, consumers * block_m), batch * n_heads, k, head_dim, m.is_causal)
     launch_gluon(
         _attn_bwd_dq_hopper,
         grid,

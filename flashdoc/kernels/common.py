@@ -6,6 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import cdiv, next_power_of_2
+
 # ---------------------------------------------------------------------------------------------------------------
 # Config tables
 # ---------------------------------------------------------------------------------------------------------------
@@ -37,11 +39,11 @@ def prune_for(table):
 
 def seq_bucket(n: int) -> int:
     """Autotune once per power-of-two bucket of sequence length, not once per exact length."""
-    return min(triton.next_power_of_2(n), 16384)
+    return min(next_power_of_2(n), 16384)
 
 
 def block_d_for(head_dim: int) -> int:
-    return max(16, triton.next_power_of_2(head_dim))
+    return max(16, next_power_of_2(head_dim))
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -61,7 +63,7 @@ MIN_BLOCK = 16  # the shortest tile any config streams or keeps
 def one_axis(seqlen: int, n_heads: int, causal: bool) -> bool:
     """Whether a launch needs the 1-D grid (``program_tile``'s ONE_AXIS): more (batch, head) pairs than grid
     axis 1 holds, or a causal launch whose tiles could land there (the across-heads order, at any tile size)."""
-    return n_heads > MAX_GRID_Y or (causal and triton.cdiv(seqlen, MIN_BLOCK) > MAX_GRID_Y)
+    return n_heads > MAX_GRID_Y or (causal and cdiv(seqlen, MIN_BLOCK) > MAX_GRID_Y)
 
 
 def tile_grid(seqlen: int, block: str, n_heads: int, causal: bool):
@@ -70,7 +72,7 @@ def tile_grid(seqlen: int, block: str, n_heads: int, causal: bool):
     when a causal config launches its tiles across heads, or all on axis 0 (ONE_AXIS, see ``one_axis``)."""
 
     def grid(meta):
-        n_tiles = triton.cdiv(seqlen, meta[block])
+        n_tiles = cdiv(seqlen, meta[block])
         if meta["ONE_AXIS"]:
             return (n_tiles * n_heads,)
         return (n_heads, n_tiles) if causal and meta["ACROSS_HEADS"] else (n_tiles, n_heads)

@@ -31,8 +31,9 @@ import torch
 import triton
 import triton.language as tl
 
-from . import INTERPRET, LOG2E
-from .launch import launch, on_device
+from . import INTERPRET, LOG2E, cdiv, next_power_of_2
+from .common import block_d_for, dot_precision
+from .launch import device_index, launch, on_device
 from .mask import band, key_block_range, mask_scores, mod_scores
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -103,8 +104,16 @@ MERGE_CHUNK = 16
 CPU_DECODE_CONFIG = DecodeConfig(block_n=32, warps=4, stages=1, programs_per_sm=1)
 
 
-def block_d_for(head_dim: int) -> int:
-    return max(16, triton.next_power_of_2(head_dim))
+def table_config(head_dim: int, page_size: int = 0, fills_gpu: bool = False) -> DecodeConfig:
+    """The GPU table's entry for this head dim, page size (0: a contiguous cache) and regime (``fills_gpu``)."""
+    d = max(64, block_d_for(head_dim))
+    return TUNED_CONFIGS.get((d, page_size, fills_gpu), DECODE_CONFIGS[d])
+
+
+def fills_gpu(programs: int, device_index: int) -> bool:
+    """Whether a grid of ``programs`` (batch x KV heads x query tiles) gives every SM one without splits: the
+    regime ``TUNED_CONFIGS`` is keyed on."""
+    return programs >= num_sms(device_index)
 
 
 def decode_config(head_dim: int, dtype: torch.dtype, page_size: int = 0, fills_gpu: bool = False) -> DecodeConfig:
@@ -112,14 +121,14 @@ def decode_config(head_dim: int, dtype: torch.dtype, page_size: int = 0, fills_g
     that fills the GPU without splits or not (``fills_gpu``): the GPU tables, or the CPU tiles."""
     if INTERPRET:
         return CPU_DECODE_CONFIG
-    d = max(64, block_d_for(head_dim))
-    config = TUNED_CONFIGS.get((d, page_size, fills_gpu), DECODE_CONFIGS[d])
+    config = table_config(head_dim, page_size, fills_gpu)
     if dtype == torch.float32:  # 4-byte elements: the same bytes per tile with half the keys
         config = DecodeConfig(max(16, config.block_n // 2), config.warps, config.stages, config.programs_per_sm)
     return config
 
 
 # --8<-- [start:num_splits_heuristic]
+@functools.lru_cache(maxsize=1024)  # a decode loop asks the same question every step
 def num_splits_heuristic(programs: int, slots: int, n_blocks: int, max_splits: int = MAX_SPLITS) -> int:
     """How many splits to cut each sequence's keys into, as flash-attn chooses (``flash_api.cpp``).
 
@@ -136,11 +145,9 @@ def num_splits_heuristic(programs: int, slots: int, n_blocks: int, max_splits: i
     max_splits = min(max_splits, slots, n_blocks)
 
     def eligible(s: int) -> bool:
-        return s == 1 or triton.cdiv(n_blocks, s) != triton.cdiv(n_blocks, s - 1)
+        return s == 1 or cdiv(n_blocks, s) != cdiv(n_blocks, s - 1)
 
-    efficiency = {
-        s: programs * s / slots / triton.cdiv(programs * s, slots) for s in range(1, max_splits + 1) if eligible(s)
-    }
+    efficiency = {s: programs * s / slots / cdiv(programs * s, slots) for s in range(1, max_splits + 1) if eligible(s)}
     best = max(efficiency.values(), default=1.0)
     return next((s for s, e in efficiency.items() if e >= 0.85 * best), 1)
 
@@ -604,11 +611,6 @@ def _merge_splits(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def dot_precision(dtype: torch.dtype) -> str:
-    # fp32 caches get full-precision products (tf32 would be far less exact than PyTorch's fp32 matmul)
-    return "ieee" if dtype == torch.float32 else "tf32"
-
-
 @functools.cache
 def _triton_config(config: DecodeConfig, paged: bool) -> triton.Config:
     return config.triton_config(paged)
@@ -621,21 +623,27 @@ def _small_config(warps: int, stages: int) -> triton.Config:
 
 def block_m_for(rows: int) -> int:
     """Packed query rows per tile: tl.dot needs at least 16."""
-    return min(max(16, triton.next_power_of_2(rows)), MAX_BLOCK_M)
+    return min(max(16, next_power_of_2(rows)), MAX_BLOCK_M)
 
 
-def choose_num_splits(programs: int, max_seqlen_k: int, config: DecodeConfig, device: torch.device) -> int:
-    """``num_splits_heuristic`` for a launch of ``programs`` per split (batch x KV heads x query tiles), from
-    shapes only (the cache's capacity, not its lengths)."""
+@functools.lru_cache(maxsize=1024)
+def launch_plan(
+    programs: int, head_dim: int, dtype: torch.dtype, page_size: int, capacity: int, device_index: int
+) -> tuple:
+    """(DecodeConfig, num_splits) for a launch of ``programs`` per split (batch x KV heads x query tiles) over
+    caches of ``capacity`` keys per sequence (pages of ``page_size`` rows, 0 for a contiguous cache), from shapes
+    only: the table's config for the regime, and ``num_splits_heuristic``'s split count for it. A decode loop
+    makes the same call every step, so the answer is cached."""
     if INTERPRET:
-        return 1
-    return num_splits_heuristic(
-        programs, num_sms(_device_index(device)) * config.programs_per_sm, triton.cdiv(max_seqlen_k, config.block_n)
-    )
+        return CPU_DECODE_CONFIG, 1
+    config = decode_config(head_dim, dtype, page_size, fills_gpu(programs, device_index))
+    return config, splits_for(programs, capacity, config, device_index)
 
 
-def _device_index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
+def splits_for(programs: int, capacity: int, config: DecodeConfig, device_index: int) -> int:
+    """``num_splits_heuristic`` for a launch of ``programs`` per split under ``config``, over ``capacity`` keys."""
+    slots = num_sms(device_index) * config.programs_per_sm
+    return num_splits_heuristic(programs, slots, cdiv(capacity, config.block_n))
 
 
 _NO_TENSOR = {}
@@ -711,8 +719,8 @@ def append_kv(
     meta = dict(
         HEAD_DIM=head_dim,
         BLOCK_D=block_d_for(head_dim),
-        BLOCK_H=triton.next_power_of_2(n_heads),
-        BLOCK_HK=triton.next_power_of_2(n_kv_heads),
+        BLOCK_H=next_power_of_2(n_heads),
+        BLOCK_HK=next_power_of_2(n_kv_heads),
         PAGED=paged,
         PAGE_SIZE=k_cache.shape[1] if paged else 0,
         HAS_BATCH_IDX=cache_batch_idx is not None,
@@ -731,8 +739,8 @@ def append_kv(
 def query_tiles(group: int, seqlen_q: int) -> tuple:
     """(BLOCK_M, query tiles): rows per tile (at least 16 for tl.dot, at least one whole group) and how many
     tiles the seqlen_q positions take at BLOCK_M // group positions each."""
-    block_m = max(block_m_for(group * seqlen_q), triton.next_power_of_2(group))
-    return block_m, triton.cdiv(seqlen_q, block_m // group)
+    block_m = max(block_m_for(group * seqlen_q), next_power_of_2(group))
+    return block_m, cdiv(seqlen_q, block_m // group)
 
 
 def decode_attention(
@@ -767,11 +775,16 @@ def decode_attention(
     max_pages = block_table.shape[1] if paged else 1
     capacity = max_pages * page_size if paged else page_size
     block_m, m_tiles = query_tiles(group, seqlen_q)
+    programs = batch * n_kv_heads * m_tiles
+    index = None if INTERPRET else device_index(q.device)  # CPU tensors have none
     if config is None:
-        fills_gpu = not INTERPRET and batch * n_kv_heads * m_tiles >= num_sms(_device_index(q.device))
-        config = decode_config(head_dim, k_cache.dtype, page_size if paged else 0, fills_gpu)
+        config, planned_splits = launch_plan(
+            programs, head_dim, k_cache.dtype, page_size if paged else 0, capacity, index
+        )
+    else:
+        planned_splits = 1 if INTERPRET else splits_for(programs, capacity, config, index)
     if num_splits == 0:
-        num_splits = choose_num_splits(batch * n_kv_heads * m_tiles, capacity, config, q.device)
+        num_splits = planned_splits
     block_d = block_d_for(head_dim)
     dummy = _placeholder(q.device)
     if num_splits > 1:  # one allocation for both: the partial outputs (splits, B, H, Sq, BLOCK_D), then LSEs
@@ -841,7 +854,7 @@ def decode_attention(
             n_rows = batch * n_heads * seqlen_q
             margs = (o_part, lse_part, out, lse, *out_strides, n_heads, seqlen_q, n_rows, num_splits)
             # BLOCK_S: the split counts up to a power of two share one compiled merge
-            block_s = triton.next_power_of_2(num_splits)
+            block_s = next_power_of_2(num_splits)
             mmeta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=block_s, CHUNK=min(MERGE_CHUNK, block_s))
             mconfig = _small_config(4 if block_d >= 128 else 2, 2)
             launch(_merge_splits, None, lambda meta: (n_rows,), margs, mmeta, mconfig, mconfig)

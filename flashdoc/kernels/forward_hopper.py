@@ -39,11 +39,10 @@ import functools
 import os
 
 import torch
-import triton
 
-from . import gluon_support
+from . import cdiv, gluon_support
 from .hopper_common import GLUON, descriptor, mask, rows_descriptor  # noqa: F401 (re-exported)
-from .launch import launch_gluon
+from .launch import device_index, launch_gluon
 
 # FLASHDOC_HOPPER=0 keeps every forward and backward on the portable kernels (for comparisons and debugging).
 ENABLED = os.environ.get("FLASHDOC_HOPPER", "1") != "0"
@@ -106,10 +105,7 @@ def gluon_runs(q: torch.Tensor) -> bool:
     """Whether the Gluon kernels (this forward, ``backward_hopper``) can take a call on q: not switched off, a
     Hopper GPU, fp16/bf16, and Gluon from a verified Triton (if not, the first such call warns)."""
     if not (
-        ENABLED
-        and q.is_cuda
-        and q.dtype in (torch.float16, torch.bfloat16)
-        and _is_hopper(q.device.index if q.device.index is not None else torch.cuda.current_device())
+        ENABLED and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and _is_hopper(device_index(q.device))
     ):
         return False
     if not GLUON:
@@ -694,7 +690,7 @@ def attn_fwd_hopper(
     if config is None and m.is_local:
         config = WINDOW_CONFIGS.get(key)
     block_m, block_n, stages, consumers, persistent = config or HOPPER_CONFIGS[key]
-    n_tiles = triton.cdiv(seqlen_q, consumers * block_m)
+    n_tiles = cdiv(seqlen_q, consumers * block_m)
     total = n_tiles * batch * n_heads
     # persistent: one program per SM, each taking its work items in turn
     grid = (min(total, _sm_count(q.device.index)) if persistent else total,)

@@ -128,6 +128,11 @@ def _bind_primary_context(device_index: int) -> None:
         cuda.cuCtxSetCurrent(ctx)
 
 
+def device_index(device: torch.device) -> int:
+    """The CUDA device index of ``device``, the current device for a bare "cuda"."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 class on_device:
     """``with on_device(t.device):`` around the launches for tensors on that device, from any thread. Triton
     launches on the *current* CUDA device and allocates in-kernel descriptors' scratch memory there, so the
@@ -137,7 +142,7 @@ class on_device:
     def __init__(self, device: torch.device):
         self.index = None
         if not INTERPRET:
-            self.index = device.index if device.index is not None else torch.cuda.current_device()
+            self.index = device_index(device)
         # torch.cuda.device's guard costs more host time than the rest of this; most calls need none
         self.guard = None
         if self.index is not None and self.index != torch.cuda.current_device():
