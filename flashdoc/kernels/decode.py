@@ -455,7 +455,10 @@ def _split_kv(
     diag = seqlen_k - seqlen_q
     left_offset = diag + left_rel
     right_offset = diag + right_rel
-    lo, _, _, hi = key_block_range(pid_m, seqlen_k, left_offset, right_offset, Q_PER_TILE, BLOCK_N, IS_CAUSAL, IS_LOCAL)
+    first_i = pid_m * Q_PER_TILE  # the tile's first query position
+    lo, _, _, hi = key_block_range(
+        first_i, seqlen_k, left_offset, right_offset, Q_PER_TILE, BLOCK_N, IS_CAUSAL, IS_LOCAL
+    )
     n_lo = lo // BLOCK_N
     n_hi = tl.cdiv(tl.maximum(hi, lo), BLOCK_N)
     per_split = tl.cdiv(n_hi - n_lo, num_splits)

@@ -231,6 +231,22 @@ def test_causal_bottom_right(seqlen_q):
     check(torch.float16, seqlen_q=seqlen_q, seqlen_new=seqlen_q, causal=True, lens=(0, 50))
 
 
+@pytest.mark.parametrize("window_size", [(-1, -1), (11, 0)])
+def test_causal_prompt_over_several_query_tiles(window_size):
+    """A prompt in one call: 4 query heads per KV head x 40 positions are 160 packed rows, three tiles. Each tile
+    takes the keys its own positions see; a tile given the first tile's causal bound would miss most of them."""
+    check(
+        torch.float32,
+        seqlen_q=40,
+        seqlen_new=40,
+        n_heads=8,
+        n_kv=2,
+        lens=(0, 20),
+        causal=True,
+        window_size=window_size,
+    )
+
+
 def test_more_queries_than_keys_see_nothing():
     """Bottom-right alignment: with 6 queries and 4 keys the first two queries see no key (zeros, lse -inf)."""
     out, lse = check(torch.float16, batch=1, seqlen_q=6, lens=(4,), causal=True)
@@ -292,11 +308,10 @@ def test_op_traces_under_fake_tensors():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        q = torch.empty(2, 3, 8, 64, dtype=torch.float16)
-        kc = torch.empty(2, 128, 2, 64, dtype=torch.float16)
-        out, lse = flash_attn_with_kvcache(
-            q, kc, kc.clone(), cache_seqlens=torch.zeros(2, dtype=torch.int32), return_softmax_lse=True
-        )
+        q = torch.empty(2, 3, 8, 64, dtype=torch.float16, device=DEVICE)
+        kc = torch.empty(2, 128, 2, 64, dtype=torch.float16, device=DEVICE)
+        lens = torch.zeros(2, dtype=torch.int32, device=DEVICE)
+        out, lse = flash_attn_with_kvcache(q, kc, kc.clone(), cache_seqlens=lens, return_softmax_lse=True)
     assert out.shape == (2, 3, 8, 64) and lse.shape == (2, 8, 3)
 
 
@@ -557,6 +572,29 @@ def test_gpu_num_splits_agree(num_splits, page_size):
         causal=True,
         num_splits=num_splits,
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [None, 64])
+def test_gpu_prefill_then_decode(page_size):
+    """A prompt of 512 positions appended and attended in one call (32 query tiles of 16 positions x 4 heads),
+    rotated, as a generation loop's prefill does, then a decode step on the cache it left."""
+    for seqlen_q, lens in ((512, (0, 300)), (1, (512, 812))):
+        check(
+            torch.bfloat16,
+            batch=2,
+            seqlen_q=seqlen_q,
+            n_heads=32,
+            n_kv=8,
+            head_dim=64,
+            cache_len=1024,
+            lens=lens,
+            seqlen_new=seqlen_q,
+            rotary_dim=64,
+            interleaved=False,
+            causal=True,
+            page_size=page_size,
+        )
 
 
 @pytest.mark.gpu
