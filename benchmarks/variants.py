@@ -511,54 +511,85 @@ def target_line(t: dict) -> str:
 # --- the report -----------------------------------------------------------------------------------------------
 
 
-def report(result: dict) -> str:
-    """Markdown: the targets, the other ratios, then every row."""
-    meta = result["meta"]
-    lines = [
-        "# flashdoc variants benchmark\n",
+def summary_line(meta: dict) -> str:
+    """One sentence: the GPU, versions and shapes of the run, and what its TFLOP/s count."""
+    return (
         f"{meta['gpu']}, torch {meta['torch']}, Triton {meta['triton']}, flashdoc {meta.get('flashdoc_commit')}; "
         f"{meta['dtype']}, {meta['tokens']} tokens in total, hidden {meta['hidden']} ({meta['scale']} run"
-        f"{', interrupted' if meta.get('interrupted') else ''}). TFLOP/s on the pairs inside the mask.\n",
-        "## Targets\n",
-        "| target | d | mode | N | ratio | met |",
-        "|---|---|---|---|---|---|",
-    ]
-    for t in result["targets"]:
-        causal = {True: " (causal)", False: " (full)"}.get(t.get("causal"), "")
+        f"{', interrupted' if meta.get('interrupted') else ''}). TFLOP/s on the pairs inside the mask."
+    )
+
+
+def _causality(item: dict) -> str:
+    # targets and ratios of the softcap and ALiBi groups name their masking; the window's are always causal
+    return {True: " (causal)", False: " (full)"}.get(item.get("causal"), "")
+
+
+def _table(header: list[str], cells: list[list]) -> str:
+    """A markdown table ending in a newline, so that it can be written to a file as it is."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in cells]
+    return "\n".join(lines) + "\n"
+
+
+def targets_table(targets: list[dict]) -> str:
+    """Markdown: each target with its threshold, the measured ratio and whether it is met."""
+    cells = []
+    for t in targets:
         bound = f"{'>' if t['strict'] else '>='} {t['threshold']:g}"
         ratio = "—" if t["ratio"] is None else f"{t['ratio']:.2f}"
         met = "not measured" if t["met"] is None else ("yes" if t["met"] else "no")
-        lines.append(
-            f"| {t['what']}{causal} [{bound}] | {t['head_dim']} | {t['mode']} | {t['seqlen']} | {ratio} | {met} |"
-        )
-    lines += ["", "## Other ratios\n", "| ratio | d | mode | N | value |", "|---|---|---|---|---|"]
-    for r in result["ratios"]:
-        causal = {True: " (causal)", False: " (full)"}.get(r.get("causal"), "")
-        value = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        lines.append(f"| {r['what']}{causal} | {r['head_dim']} | {r['mode']} | {r['seqlen']} | {value} |")
-    lines += [
-        "",
-        "## Rows\n",
-        "| group | row | mode | N | d | ms | TFLOP/s | visited / visible | kernels |",
-        "|---|---|---|---|---|---|---|---|---|",
+        cells.append([f"{t['what']}{_causality(t)} [{bound}]", t["head_dim"], t["mode"], t["seqlen"], ratio, met])
+    return _table(["target", "d", "mode", "N", "ratio", "met"], cells)
+
+
+def ratios_table(ratios: list[dict]) -> str:
+    """Markdown: the ratios that are not targets (softcap's forward+backward, the window on visited pairs)."""
+    cells = [
+        [
+            f"{r['what']}{_causality(r)}",
+            r["head_dim"],
+            r["mode"],
+            r["seqlen"],
+            "—" if r["ratio"] is None else f"{r['ratio']:.2f}",
+        ]
+        for r in ratios
     ]
-    for r in result["rows"]:
+    return _table(["ratio", "d", "mode", "N", "value"], cells)
+
+
+def rows_table(rows: list[dict]) -> str:
+    """Markdown: every row, with its time, TFLOP/s (or why it has none), tiling overhead and kernels."""
+    cells = []
+    for r in rows:
         causal = " causal" if r["causal"] and "causal" not in r["name"] else ""
         if "tflops" in r:
             ms, rate = f"{r['ms']:.3f}", f"{r['tflops']:.1f}"
             visited = f"{r['visited_pairs'] / r['pairs']:.2f}"
         else:
-            ms, rate, visited = (
-                "—",
-                "unsupported" if "unsupported" in r else ("skipped" if "skipped" in r else "error"),
-                "—",
-            )
+            ms, visited = "—", "—"
+            rate = "unsupported" if "unsupported" in r else ("skipped" if "skipped" in r else "error")
         kernels = ", ".join(f"{k} {v}" for k, v in r.get("kernels", {}).items()) or "—"
-        lines.append(
-            f"| {r['group']} | {r['name']}{causal} | {r['mode']} | {r['seqlen']} | {r['head_dim']} | {ms} | {rate} "
-            f"| {visited} | {kernels} |"
+        cells.append(
+            [r["group"], f"{r['name']}{causal}", r["mode"], r["seqlen"], r["head_dim"], ms, rate, visited, kernels]
         )
-    return "\n".join(lines) + "\n"
+    return _table(["group", "row", "mode", "N", "d", "ms", "TFLOP/s", "visited / visible", "kernels"], cells)
+
+
+def report(result: dict) -> str:
+    """Markdown: the summary, the targets, the other ratios, then every row."""
+    return "\n".join(
+        [
+            "# flashdoc variants benchmark\n",
+            summary_line(result["meta"]) + "\n",
+            "## Targets\n",
+            targets_table(result["targets"]),
+            "## Other ratios\n",
+            ratios_table(result["ratios"]),
+            "## Rows\n",
+            rows_table(result["rows"]),
+        ]
+    )
 
 
 # --- the run --------------------------------------------------------------------------------------------------

@@ -154,3 +154,106 @@ def test_targets_from_synthetic_rows():
     tiling = (win["visited_pairs"] / win["pairs"]) / (causal["visited_pairs"] / causal["pairs"])
     assert [round(r["ratio"], 4) for r in tiled] == [round(0.95 * tiling, 4), round(0.85 * tiling, 4)]
     assert "0.85x: unmet" in bench.target_line(targets[2])
+
+
+def _report_example():
+    """A result written by hand: a measured row, one visiting the Hopper kernels, a skipped, an unsupported and a
+    failed row; targets met, unmet, tied under "faster than" and not measured; an interrupted run."""
+    meta = dict(gpu="NVIDIA H200", torch="2.9.0", triton="3.5.0", flashdoc_commit="abc1234", dtype="bfloat16")
+    meta.update(tokens=16384, hidden=2048, scale="quick", interrupted=True)
+    measured = dict(ms=1.23456, ms_p20=1.2, ms_p80=1.3, pairs=1000, visited_pairs=1250, tflops=345.678)
+    window = (1024, 0)
+    rows = [
+        dict(
+            bench.row_spec("dense", "flashdoc causal", "flashdoc", "fwd", 16384, 128, True),
+            **measured,
+            kernels={"fwd": "hopper"},
+        ),
+        dict(
+            bench.row_spec("window", "flashdoc window (1024, 0)", "flashdoc", "fwd_bwd", 16384, 128, True, window),
+            **measured,
+            kernels={"fwd": "hopper", "dkdv": "hopper", "dq": "fused"},
+        ),
+        dict(
+            bench.row_spec("window", "flex window (1024, 0)", "flex", "fwd", 16384, 128, True, window, mask="sliding"),
+            skipped="FlexAttention runs compiled on a GPU only",
+        ),
+        dict(
+            bench.row_spec("softcap", "flashdoc softcap 50", "flashdoc", "fwd", 16384, 128, False, softcap=50.0),
+            unsupported="unexpected keyword argument 'softcap'",
+        ),
+        dict(
+            bench.row_spec("alibi", "flex alibi score_mod", "flex", "fwd_bwd", 16384, 128, True, alibi=True),
+            error="OutOfMemoryError: CUDA out of memory",
+        ),
+    ]
+    where = dict(head_dim=128, mode="fwd", seqlen=16384)
+    targets = [
+        bench._target("window_vs_causal", 0.9512, group="window", **where),
+        bench._target("window_vs_flex", 1.0, group="window", **where),
+        bench._target("softcap_vs_plain", 0.876, group="softcap", causal=False, **where),
+        bench._target("alibi_vs_flex", None, group="alibi", causal=True, **where),
+    ]
+    tiled = "sliding window / dense causal on the pairs in the tiles visited"
+    ratios = [
+        dict(what=tiled, ratio=1.234, group="window", **where),
+        dict(what="softcap / the same call without", ratio=None, group="softcap", causal=True, **where),
+    ]
+    return dict(meta=meta, rows=rows, targets=targets, ratios=ratios)
+
+
+# What report() wrote for _report_example() before it was split into parts; the page shows the parts, and
+# variants.md must not change under them.
+EXPECTED_REPORT = """\
+# flashdoc variants benchmark
+
+NVIDIA H200, torch 2.9.0, Triton 3.5.0, flashdoc abc1234; bfloat16, 16384 tokens in total, hidden 2048 (quick run, interrupted). TFLOP/s on the pairs inside the mask.
+
+## Targets
+
+| target | d | mode | N | ratio | met |
+|---|---|---|---|---|---|
+| sliding window / dense causal [>= 0.9] | 128 | fwd | 16384 | 0.95 | yes |
+| sliding window / FlexAttention's [> 1] | 128 | fwd | 16384 | 1.00 | no |
+| softcap / the same call without (full) [>= 0.9] | 128 | fwd | 16384 | 0.88 | no |
+| ALiBi / FlexAttention's score_mod (causal) [>= 1] | 128 | fwd | 16384 | — | not measured |
+
+## Other ratios
+
+| ratio | d | mode | N | value |
+|---|---|---|---|---|
+| sliding window / dense causal on the pairs in the tiles visited | 128 | fwd | 16384 | 1.23 |
+| softcap / the same call without (causal) | 128 | fwd | 16384 | — |
+
+## Rows
+
+| group | row | mode | N | d | ms | TFLOP/s | visited / visible | kernels |
+|---|---|---|---|---|---|---|---|---|
+| dense | flashdoc causal | fwd | 16384 | 128 | 1.235 | 345.7 | 1.25 | fwd hopper |
+| window | flashdoc window (1024, 0) causal | fwd_bwd | 16384 | 128 | 1.235 | 345.7 | 1.25 | fwd hopper, dkdv hopper, dq fused |
+| window | flex window (1024, 0) causal | fwd | 16384 | 128 | — | skipped | — | — |
+| softcap | flashdoc softcap 50 | fwd | 16384 | 128 | — | unsupported | — | — |
+| alibi | flex alibi score_mod causal | fwd_bwd | 16384 | 128 | — | error | — | — |
+"""  # noqa: E501
+
+
+def test_report_text_is_unchanged():
+    assert bench.report(_report_example()) == EXPECTED_REPORT
+
+
+def test_report_parts_are_whole_tables():
+    """Each part renders on its own, as a page shows it: a header, a separator and one line per entry, ending in
+    a newline; report() is the parts under their headings, in order."""
+    result = _report_example()
+    parts = [
+        (bench.targets_table(result["targets"]), result["targets"]),
+        (bench.ratios_table(result["ratios"]), result["ratios"]),
+        (bench.rows_table(result["rows"]), result["rows"]),
+    ]
+    text = bench.report(result)
+    position = text.index(bench.summary_line(result["meta"]) + "\n")
+    for table, entries in parts:
+        assert table.endswith("|\n") and table.count("\n") == 2 + len(entries)
+        assert all(line.startswith("|") and line.endswith("|") for line in table.splitlines())
+        position = text.index(table, position)
+    assert bench.rows_table([]).count("\n") == 2  # a run interrupted before its first row still has a table
