@@ -578,7 +578,8 @@ def test_gpu_num_splits_agree(num_splits, page_size):
 @pytest.mark.parametrize("page_size", [None, 64])
 def test_gpu_prefill_then_decode(page_size):
     """A prompt of 512 positions appended and attended in one call (32 query tiles of 16 positions x 4 heads),
-    rotated, as a generation loop's prefill does, then a decode step on the cache it left."""
+    rotated, as a generation loop's prefill does; then a one-query step against caches that long (each check
+    builds its own cache)."""
     for seqlen_q, lens in ((512, (0, 300)), (1, (512, 812))):
         check(
             torch.bfloat16,
