@@ -234,8 +234,17 @@ if GLUON:
         BLOCK_N: gl.constexpr,
     ):
         """The first key tile (of BLOCK_N keys, at most n_tiles: none) that query rows from row0 on see: with a
-        window's left edge, the tile of row0's first key (the core's lo); else 0."""
+        window's left edge, the tile of row0's first key (the core's lo); else 0.
+
+        Under the causal mask a forward item may start before row 0 (``_work``'s shift): its leading consumers
+        are skipped, so the first row that sees keys is row 0. Starting there matters for more than the loads it
+        saves: a tile that no consumer uses is released as soon as its K has landed, so the producer could
+        refill the stage while the tile's V load is still in flight, and a second ``expect`` on a barrier whose
+        phase has not completed corrupts it (a launch failure on the H200). Every tile loaded from here on is
+        used by some consumer, which waits for its V before releasing it."""
         if IS_LOCAL:
+            if IS_CAUSAL:
+                row0 = gl.maximum(row0, 0)
             lo, _, _, _ = key_block_range(
                 row0, seqlen_k, left_offset, right_offset, BLOCK_N, BLOCK_N, IS_CAUSAL, IS_LOCAL
             )
