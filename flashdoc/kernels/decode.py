@@ -33,7 +33,7 @@ import triton.language as tl
 
 from . import INTERPRET, LOG2E, cdiv, next_power_of_2
 from .common import block_d_for, dot_precision
-from .launch import device_index, launch, on_device
+from .launch import device_index, launch, launch_signature, no_launch_hooks, on_device
 from .mask import band, key_block_range, mask_scores, mod_scores
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -629,14 +629,12 @@ def block_m_for(rows: int) -> int:
     return min(max(16, next_power_of_2(rows)), MAX_BLOCK_M)
 
 
-@functools.lru_cache(maxsize=1024)
 def launch_plan(
     programs: int, head_dim: int, dtype: torch.dtype, page_size: int, capacity: int, device_index: int
 ) -> tuple:
     """(DecodeConfig, num_splits) for a launch of ``programs`` per split (batch x KV heads x query tiles) over
     caches of ``capacity`` keys per sequence (pages of ``page_size`` rows, 0 for a contiguous cache), from shapes
-    only: the table's config for the regime, and ``num_splits_heuristic``'s split count for it. A decode loop
-    makes the same call every step, so the answer is cached."""
+    only: the table's config for the regime, and ``num_splits_heuristic``'s split count for it."""
     if INTERPRET:
         return CPU_DECODE_CONFIG, 1
     config = decode_config(head_dim, dtype, page_size, fills_gpu(programs, device_index))
@@ -746,6 +744,125 @@ def query_tiles(group: int, seqlen_q: int) -> tuple:
     return block_m, cdiv(seqlen_q, block_m // group)
 
 
+@dataclass
+class _Plan:
+    """What a ``decode_attention`` call launches, worked out from everything but its tensors' data and its float
+    arguments: a decode loop makes the same call every step, and on short caches working this out again (the
+    split count, the meta-parameters, the launch cache's key over some thirty arguments) took longer than the
+    kernels. ``launchers`` are the compiled kernels' launchers once a first call has launched them."""
+
+    num_splits: int
+    block_d: int
+    part_rows: int  # rows of partial outputs (splits x batch x heads x seqlen_q), 0 without splits
+    left_rel: int
+    right_rel: int
+    grid: tuple
+    meta: dict
+    tconfig: triton.Config
+    merge_grid: tuple
+    merge_meta: dict
+    merge_config: triton.Config
+    device_index: int = None
+    launchers: tuple = None
+
+
+_plans: dict = {}
+
+
+def _aligned(t) -> bool:
+    return t is None or t.data_ptr() % 16 == 0
+
+
+def _plan_key(
+    q, k_cache, v_cache, out, lse, seqlens, const, seqlen_new, batch_idx, table, causal, window, softcap, slopes, n
+):
+    """Everything a call's plan and its launchers' signatures depend on (``launch.launch_signature``): shapes, strides,
+    dtypes, the device, the options, whether each tensor is 16-byte aligned and the integers' signatures."""
+    return (
+        q.shape,
+        q.stride(),
+        q.dtype,
+        q.device,
+        k_cache.shape,
+        k_cache.stride(),
+        v_cache.stride(),
+        k_cache.dtype,
+        out.stride(),
+        out.dtype,
+        lse.stride(),
+        None if seqlens is None else seqlens.dtype,
+        None if batch_idx is None else batch_idx.dtype,
+        None if table is None else (table.shape, table.stride()),
+        launch_signature(const),
+        launch_signature(seqlen_new),
+        causal,
+        tuple(window),
+        bool(softcap),
+        None if slopes is None else slopes.shape,
+        n,
+        all(map(_aligned, (q, k_cache, v_cache, out, lse, seqlens, batch_idx, table))),
+    )
+
+
+def _make_plan(
+    q, k_cache, seqlens, batch_idx, block_table, causal, window_size, softcap, slopes, splits, config
+) -> _Plan:
+    """The plan for a call (``_Plan``): the table's config or ``config``, and ``splits`` splits (0: the
+    heuristic's count)."""
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    n_kv_heads = k_cache.shape[-2]
+    group = n_heads // n_kv_heads
+    paged = block_table is not None
+    page_size = k_cache.shape[1]
+    capacity = block_table.shape[1] * page_size if paged else page_size
+    block_m, m_tiles = query_tiles(group, seqlen_q)
+    programs = batch * n_kv_heads * m_tiles
+    index = None if INTERPRET else device_index(q.device)  # CPU tensors have none
+    if config is None:
+        config, planned_splits = launch_plan(
+            programs, head_dim, k_cache.dtype, page_size if paged else 0, capacity, index
+        )
+    else:
+        planned_splits = 1 if INTERPRET else splits_for(programs, capacity, config, index)
+    num_splits = splits or planned_splits
+    block_d = block_d_for(head_dim)
+    # The masking core's band, with offsets relative to the diagonal (a square of the cache's capacity has its
+    # diagonal at 0): the kernel shifts them by each sequence's own seqlen_k - seqlen_q.
+    is_causal, is_local, left_rel, right_rel = band(capacity, capacity, causal, window_size)
+    meta = dict(
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_M=block_m,
+        GROUP=group,
+        PAGED=paged,
+        PAGE_SIZE=page_size if paged else 0,
+        HAS_BATCH_IDX=batch_idx is not None,
+        SEQLENS_TENSOR=seqlens is not None,
+        IS_CAUSAL=is_causal,
+        IS_LOCAL=is_local,
+        SOFTCAP=bool(softcap),
+        ALIBI=slopes is not None,
+        SPLIT=num_splits > 1,
+        DOT_PRECISION=dot_precision(q.dtype),
+    )
+    # BLOCK_S: the split counts up to a power of two share one compiled merge
+    block_s = next_power_of_2(num_splits)
+    return _Plan(
+        num_splits=num_splits,
+        block_d=block_d,
+        part_rows=num_splits * batch * n_heads * seqlen_q if num_splits > 1 else 0,
+        left_rel=left_rel,
+        right_rel=right_rel,
+        grid=(batch * n_kv_heads, m_tiles, num_splits),
+        meta=meta,
+        tconfig=_triton_config(config, paged),
+        merge_grid=(batch * n_heads * seqlen_q,),
+        merge_meta=dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=block_s, CHUNK=min(MERGE_CHUNK, block_s)),
+        merge_config=_small_config(4 if block_d >= 128 else 2, 2),
+        device_index=index,
+    )
+
+
 def decode_attention(
     q,
     k_cache,
@@ -770,35 +887,48 @@ def decode_attention(
     (B, Sq, H, D) and lse (B, H, Sq) fp32. causal, window_size, softcap, alibi_slopes ((H,) or (B, H) fp32, or
     None): flash-attn's, bottom-right aligned. num_splits: 0 chooses with ``num_splits_heuristic``.
     config: a ``DecodeConfig`` instead of the table's (the benchmark's sweep uses it)."""
-    batch, seqlen_q, n_heads, head_dim = q.shape
-    n_kv_heads = k_cache.shape[-2]
-    group = n_heads // n_kv_heads
-    paged = block_table is not None
-    page_size = k_cache.shape[1]
-    max_pages = block_table.shape[1] if paged else 1
-    capacity = max_pages * page_size if paged else page_size
-    block_m, m_tiles = query_tiles(group, seqlen_q)
-    programs = batch * n_kv_heads * m_tiles
-    index = None if INTERPRET else device_index(q.device)  # CPU tensors have none
-    if config is None:
-        config, planned_splits = launch_plan(
-            programs, head_dim, k_cache.dtype, page_size if paged else 0, capacity, index
+    batch, seqlen_q, n_heads, _ = q.shape
+    key = plan = None
+    if config is None and not INTERPRET:
+        key = _plan_key(
+            q,
+            k_cache,
+            v_cache,
+            out,
+            lse,
+            cache_seqlens,
+            cache_seqlen_const,
+            seqlen_new,
+            cache_batch_idx,
+            block_table,
+            causal,
+            window_size,
+            softcap,
+            alibi_slopes,
+            num_splits,
         )
-    else:
-        planned_splits = 1 if INTERPRET else splits_for(programs, capacity, config, index)
-    if num_splits == 0:
-        num_splits = planned_splits
-    block_d = block_d_for(head_dim)
+        plan = _plans.get(key)
+    if plan is None:
+        plan = _make_plan(
+            q,
+            k_cache,
+            cache_seqlens,
+            cache_batch_idx,
+            block_table,
+            causal,
+            window_size,
+            softcap,
+            alibi_slopes,
+            num_splits,
+            config,
+        )
+    paged = block_table is not None
     dummy = _placeholder(q.device)
-    if num_splits > 1:  # one allocation for both: the partial outputs (splits, B, H, Sq, BLOCK_D), then LSEs
-        part_rows = num_splits * batch * n_heads * seqlen_q
-        part = torch.empty(part_rows * (block_d + 1), device=q.device, dtype=torch.float32)
-        o_part, lse_part = part[: part_rows * block_d], part[part_rows * block_d :]
+    if plan.part_rows:  # one allocation for both: the partial outputs (splits, B, H, Sq, BLOCK_D), then LSEs
+        part = torch.empty(plan.part_rows * (plan.block_d + 1), device=q.device, dtype=torch.float32)
+        o_part, lse_part = part[: plan.part_rows * plan.block_d], part[plan.part_rows * plan.block_d :]
     else:
         o_part = lse_part = dummy
-    # The masking core's band, with offsets relative to the diagonal (a square of the cache's capacity has its
-    # diagonal at 0): the kernel shifts them by each sequence's own seqlen_k - seqlen_q.
-    is_causal, is_local, left_rel, right_rel = band(capacity, capacity, causal, window_size)
     cap_in, cap_out = (softmax_scale / softcap, softcap / softmax_scale) if softcap else (None, None)
     slopes = None
     if alibi_slopes is not None:  # divided by the scale, as the masking core's scores are
@@ -821,43 +951,35 @@ def decode_attention(
         *v_cache.stride()[:3],
         block_table.stride(0) if paged else 0,
         *out_strides,
-        n_kv_heads,
+        k_cache.shape[-2],
         seqlen_q,
-        max_pages,
-        page_size,
+        block_table.shape[1] if paged else 1,
+        k_cache.shape[1],
         cache_seqlen_const,
         seqlen_new,
         softmax_scale * LOG2E,
-        left_rel,
-        right_rel,
+        plan.left_rel,
+        plan.right_rel,
         cap_in,
         cap_out,
     )
-    meta = dict(
-        HEAD_DIM=head_dim,
-        BLOCK_D=block_d,
-        BLOCK_M=block_m,
-        GROUP=group,
-        PAGED=paged,
-        PAGE_SIZE=page_size if paged else 0,
-        HAS_BATCH_IDX=cache_batch_idx is not None,
-        SEQLENS_TENSOR=cache_seqlens is not None,
-        IS_CAUSAL=is_causal,
-        IS_LOCAL=is_local,
-        SOFTCAP=bool(softcap),
-        ALIBI=slopes is not None,
-        SPLIT=num_splits > 1,
-        DOT_PRECISION=dot_precision(q.dtype),
-    )
-    grid = (batch * n_kv_heads, m_tiles, num_splits)
-    tconfig = _triton_config(config, paged)
+    split = plan.num_splits > 1
+    if split:
+        n_rows = plan.merge_grid[0]
+        margs = (o_part, lse_part, out, lse, *out_strides, n_heads, seqlen_q, n_rows, plan.num_splits)
+    # a plan's launchers take the arguments straight to the compiled kernels, on the current device's stream
+    if plan.launchers is not None and no_launch_hooks() and torch.cuda.current_device() == plan.device_index:
+        split_kv, merge = plan.launchers
+        split_kv(plan.grid, args, plan.device_index)
+        if split:
+            merge(plan.merge_grid, margs, plan.device_index)
+        return
     with on_device(q.device):
-        launch(_split_kv, None, lambda meta: grid, args, meta, tconfig, tconfig)
-        if num_splits > 1:
-            n_rows = batch * n_heads * seqlen_q
-            margs = (o_part, lse_part, out, lse, *out_strides, n_heads, seqlen_q, n_rows, num_splits)
-            # BLOCK_S: the split counts up to a power of two share one compiled merge
-            block_s = next_power_of_2(num_splits)
-            mmeta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=block_s, CHUNK=min(MERGE_CHUNK, block_s))
-            mconfig = _small_config(4 if block_d >= 128 else 2, 2)
-            launch(_merge_splits, None, lambda meta: (n_rows,), margs, mmeta, mconfig, mconfig)
+        split_kv = launch(_split_kv, None, lambda meta: plan.grid, args, plan.meta, plan.tconfig, plan.tconfig)
+        merge = None
+        if split:
+            config = plan.merge_config
+            merge = launch(_merge_splits, None, lambda meta: plan.merge_grid, margs, plan.merge_meta, config, config)
+    if key is not None and split_kv is not None and (merge is not None or not split):
+        plan.launchers = (split_kv, merge)
+        _plans[key] = plan

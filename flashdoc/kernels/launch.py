@@ -198,7 +198,7 @@ class forked_stream:
 
 
 # --8<-- [start:signature]
-def _signature(arg):
+def launch_signature(arg):
     """What Triton specialises a compiled kernel on for one argument (triton/_C specialize.cc): a tensor's dtype
     and 16-byte alignment; an int's width, whether it is 1 and whether 16 divides it (for every int, even those
     the kernel does not specialise, so two signatures never share a kernel they should not); a descriptor's
@@ -271,7 +271,7 @@ def _current_stream(device: int):
     return triton.runtime.driver.active.get_current_stream(device)  # the stream Triton's own path launches on
 
 
-def _no_launch_hooks() -> bool:
+def no_launch_hooks() -> bool:
     """True when no profiler (e.g. Triton's proton) has registered a launch hook: the cached path calls none."""
     hook = knobs.runtime.launch_enter_hook
     return hook is None or not getattr(hook, "calls", True)
@@ -291,7 +291,8 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
 
     grid: a function of the launch's constexprs (``meta`` and the config's BLOCK_M, BLOCK_N, ...) giving the
     launch grid.
-    Runs inside ``on_device``.
+    Runs inside ``on_device``. Returns the launcher that this launch's signature now maps to (None where launches
+    are not cached): a caller that has checked a later call's signature is the same may call it directly.
     """
     if INTERPRET and not LIBRARY_INTERPRETED:
         raise RuntimeError(
@@ -305,7 +306,7 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
     if config is None and not AUTOTUNE:
         config = default_config
     key = None
-    if LAUNCH_CACHE and not INTERPRET and _no_launch_hooks():
+    if LAUNCH_CACHE and not INTERPRET and no_launch_hooks():
         device = torch.cuda.current_device()
         # the autotuner's choice depends on its key (sequence bucket, head dim, causal; dtypes are in the rest)
         tuned_key = (
@@ -314,11 +315,11 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
             else tuple(meta[k] if i is None else args[i] for k, i in _key_positions(kernel, tuned_kernel, len(args)))
         )
         chosen = () if config is None else (tuple(config.kwargs.items()), config.num_warps, config.num_stages)
-        key = (kernel, chosen, device, *meta.values(), *tuned_key, *map(_signature, args))
+        key = (kernel, chosen, device, *meta.values(), *tuned_key, *map(launch_signature, args))
         launcher = _launchers.get(key)
         if launcher is not None:
             launcher(grid, args, device)
-            return
+            return launcher
     if config is None:
         compiled = tuned_kernel[grid](*args, **meta)  # each config's pre_hook sets the descriptors' tile shapes
         config = tuned_kernel.best_config
@@ -329,7 +330,9 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
             *args, **constexprs, num_warps=config.num_warps, num_stages=config.num_stages
         )
     if key is not None and compiled is not None:
-        _launchers[key] = _Launcher(kernel, compiled, config, args, meta)
+        launcher = _launchers[key] = _Launcher(kernel, compiled, config, args, meta)
+        return launcher
+    return None
 
 
 def launch_gluon(kernel, grid: tuple, args: tuple, constexprs: dict, num_warps: int):
@@ -338,9 +341,9 @@ def launch_gluon(kernel, grid: tuple, args: tuple, constexprs: dict, num_warps: 
     compiled kernel's launcher (a ``_Launcher``, in the same cache). grid: the launch grid itself. Runs inside
     ``on_device``."""
     key = None
-    if LAUNCH_CACHE and _no_launch_hooks():
+    if LAUNCH_CACHE and no_launch_hooks():
         device = torch.cuda.current_device()
-        key = (kernel, device, num_warps, *constexprs.items(), *map(_signature, args))
+        key = (kernel, device, num_warps, *constexprs.items(), *map(launch_signature, args))
         launcher = _launchers.get(key)
         if launcher is not None:
             launcher(grid, args, device)

@@ -4,7 +4,7 @@ import torch
 import triton
 
 from flashdoc.kernels import cdiv, next_power_of_2
-from flashdoc.kernels.decode import launch_plan, num_splits_heuristic
+from flashdoc.kernels.decode import _plan_key, num_splits_heuristic
 
 
 def test_cdiv_and_next_power_of_2_match_triton():
@@ -14,13 +14,43 @@ def test_cdiv_and_next_power_of_2_match_triton():
             assert cdiv(n, d) == triton.cdiv(n, d), (n, d)
 
 
-def test_split_heuristic_and_launch_plan_are_cached():
-    # A decode loop asks the same question every step; the second call must not recompute it.
+def test_split_heuristic_is_cached():
+    # The benchmark's sweep and the occupancy snippet ask the same question many times over.
     num_splits_heuristic.cache_clear()
     first = num_splits_heuristic(8, 264, 1024)
     assert num_splits_heuristic(8, 264, 1024) == first
     assert num_splits_heuristic.cache_info().hits == 1
-    launch_plan.cache_clear()
-    plan = launch_plan(8, 128, torch.bfloat16, 16, 4096, 0)
-    assert launch_plan(8, 128, torch.bfloat16, 16, 4096, 0) == plan
-    assert launch_plan.cache_info().hits == 1
+
+
+def _decode_args(page_size=None, seqlen_const=0):
+    """decode_attention's arguments up to num_splits for a batch of 2 (32 query heads over 8, d = 128)."""
+    q = torch.zeros(2, 1, 32, 128, dtype=torch.bfloat16)
+    table = None
+    if page_size is None:
+        k_cache = torch.zeros(2, 256, 8, 128, dtype=torch.bfloat16)
+    else:
+        k_cache = torch.zeros(2 * 256 // page_size, page_size, 8, 128, dtype=torch.bfloat16)
+        table = torch.arange(2 * 256 // page_size, dtype=torch.int32).reshape(2, -1)
+    out, lse = torch.empty_like(q), torch.empty(2, 32, 1)
+    seqlens = torch.full((2,), 100, dtype=torch.int32)
+    return [q, k_cache, k_cache.clone(), out, lse, seqlens, seqlen_const, 0, None, table, True, (-1, -1), 0.0, None, 0]
+
+
+def test_decode_plan_key_tells_apart_what_the_launch_depends_on():
+    """A decode step's plan (its split count, meta-parameters and compiled launchers) is reused for a later
+    call only when everything it was worked out from is the same: new tensors of the same layout share one,
+    while another page size, split count, option, an int of another Triton signature, or a pointer off the
+    16-byte alignment must not."""
+    key = _plan_key(*_decode_args())
+    assert _plan_key(*_decode_args()) == key  # new tensors, same layout
+    assert _plan_key(*_decode_args(page_size=16)) != key
+    assert _plan_key(*_decode_args(page_size=16)) != _plan_key(*_decode_args(page_size=64))
+    assert _plan_key(*_decode_args(seqlen_const=32)) == _plan_key(*_decode_args(seqlen_const=48))
+    assert _plan_key(*_decode_args(seqlen_const=32)) != _plan_key(*_decode_args(seqlen_const=33))
+    for position, value in ((10, False), (11, (64, 0)), (12, 30.0), (13, torch.ones(32)), (14, 4)):
+        args = _decode_args()
+        args[position] = value
+        assert _plan_key(*args) != key, position
+    args = _decode_args()
+    args[0] = torch.zeros(2 * 32 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 1, 32, 128)  # 2 bytes off
+    assert _plan_key(*args) != key

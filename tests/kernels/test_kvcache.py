@@ -740,6 +740,41 @@ def test_gpu_decode_step_in_a_cuda_graph():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [None, 16])
+def test_gpu_decode_plan_reuse(monkeypatch, page_size):
+    """A decode loop's later steps go through the plan the first step made (``decode._Plan``: its split count,
+    meta-parameters and compiled launchers): one plan for the loop, and every step's output and cache bit for bit
+    those of Triton's own launch path."""
+    from flashdoc.kernels import decode as dk
+    from flashdoc.kernels import launch
+
+    torch.manual_seed(0)
+    batch, n_heads, n_kv, head_dim, capacity = 2, 32, 8, 128, 4096
+    kw = dict(device="cuda", dtype=torch.bfloat16)
+    slots = batch * capacity // page_size if page_size else batch
+    rows = page_size or capacity
+    k_cache, v_cache = (torch.randn(slots, rows, n_kv, head_dim, **kw) for _ in range(2))
+    table = None
+    if page_size:
+        table = torch.randperm(slots, device="cuda").to(torch.int32).reshape(batch, -1)
+    monkeypatch.setattr(dk, "_plans", {})
+    results = {}
+    for cached in (False, True):
+        monkeypatch.setattr(launch, "LAUNCH_CACHE", cached)
+        kc, vc = k_cache.clone(), v_cache.clone()
+        torch.manual_seed(1)
+        for step in range(3):
+            lens = torch.tensor([1000 + step, 3000 + step], dtype=torch.int32, device="cuda")
+            q, k, v = (torch.randn(batch, 1, h, head_dim, **kw) for h in (n_heads, n_kv, n_kv))
+            out = flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, block_table=table, causal=True)
+            results.setdefault(cached, []).append(out)
+        results[cached] += [kc, vc]
+        assert len(dk._plans) == (1 if cached else 0)
+    for a, b in zip(results[False], results[True]):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+@pytest.mark.gpu
 def test_gpu_long_cache_many_splits():
     """A 128k-token contiguous cache for one sequence (the heuristic splits it across the GPU)."""
     check(torch.bfloat16, batch=1, n_heads=32, n_kv=8, head_dim=128, cache_len=131072, lens=(131071,), seqlen_new=1)

@@ -16,7 +16,7 @@ Param = namedtuple("Param", "name is_constexpr has_default default")
 def test_signature_separates_what_triton_specialises_on():
     """Triton compiles a kernel per argument signature: an int's width, whether it is 1, whether 16 divides
     it; a pointer's 16-byte alignment; a tensor's dtype. Each of those must give a different cache key."""
-    sig = launch._signature
+    sig = launch.launch_signature
     assert sig(32) == sig(48)  # both divisible by 16: one kernel
     assert sig(8) != sig(16)
     assert sig(1) != sig(17)
