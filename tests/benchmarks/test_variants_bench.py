@@ -211,7 +211,7 @@ NVIDIA H200, torch 2.9.0, Triton 3.5.0, flashdoc abc1234; bfloat16, 16384 tokens
 
 ## Targets
 
-| target | d | mode | N | ratio | met |
+| claim | d | mode | N | ratio | met |
 |---|---|---|---|---|---|
 | sliding window / dense causal [>= 0.9] | 128 | fwd | 16384 | 0.95 | yes |
 | sliding window / FlexAttention's [> 1] | 128 | fwd | 16384 | 1.00 | no |
