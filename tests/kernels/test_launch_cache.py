@@ -74,10 +74,13 @@ def test_second_launch_goes_straight_to_the_compiled_launcher(monkeypatch):
     kernel, config = Kernel(), launch.tile_config(32, 64, 2, 4)
     grid = lambda meta: (1000 // meta["BLOCK_M"], 3)  # noqa: E731
     x = torch.zeros(2, 8, 3, 16)
+    launchers = []
     for _ in range(2):
         desc = launch.head_tiles(x, "BLOCK_N")
         args = (x, desc, 1000)
-        launch.launch(kernel, None, grid, args, {"BLOCK_D": 16}, config, config)
+        launchers.append(launch.launch(kernel, None, grid, args, {"BLOCK_D": 16}, config, config))
+    # both launches hand back the one cached launcher, which a caller (decode's plans) may then call directly
+    assert launchers[0] is launchers[1] is next(iter(launch._launchers.values()))
     assert launched[0] == ("triton", (31, 3))
     assert launched[1] == (
         "cached",
