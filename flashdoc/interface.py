@@ -10,6 +10,7 @@ Three layers, as in flash-attn's ``flash_attn_interface.py``:
 3. friendly public functions that validate, default the scale and pick the causal alignment.
 """
 
+import math
 from typing import Optional
 
 import torch
@@ -41,9 +42,12 @@ def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:
     """The kernels read head_dim with stride 1, and their tensor descriptors (TMA on Hopper) need a 16-byte
     aligned start and 16-byte multiples for the other strides. Any other layout is copied once here; views of
     a packed QKV projection and SDPA's transposes pass as they are."""
-    size = t.element_size()
-    aligned = t.data_ptr() % 16 == 0 and all((st * size) % 16 == 0 for st in t.stride()[:-1])
-    return t if t.stride(-1) == 1 and t.stride(1) != 0 and aligned else t.contiguous()
+    strides = t.stride()
+    # (16 divides every stride's bytes when it divides their gcd's: element sizes are powers of two up to 8)
+    if strides[-1] == 1 and strides[1] != 0 and t.data_ptr() % 16 == 0:
+        if math.gcd(*strides[:-1]) * t.element_size() % 16 == 0:
+            return t
+    return t.contiguous()
 
 
 def _cpu_upcast(*ts):

@@ -21,6 +21,15 @@ if torch.cuda.is_available():
     os.environ.setdefault("FLASHDOC_AUTOTUNE", "0")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_plans():
+    """Each test works its launches out afresh: a plan kept from an earlier test with the same shapes would not
+    see what this one patches (the SM count, a config table)."""
+    from flashdoc.kernels.launch import forget_plans
+
+    forget_plans()
+
+
 def pytest_make_parametrize_id(config, val, argname):
     return DTYPE_IDS.get(val) if isinstance(val, torch.dtype) else None
 

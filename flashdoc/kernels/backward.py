@@ -27,7 +27,18 @@ from .common import (
     seq_bucket,
     tile_grid,
 )
-from .launch import forked_stream, head_tiles, launch, on_device, tile_config
+from .launch import (
+    aligned,
+    distinct,
+    forked_stream,
+    head_tiles,
+    launch,
+    layout,
+    on_device,
+    plan_cache,
+    tile_config,
+    triton_plan,
+)
 from .mask import (
     VARIANT_FLAGS,
     Variant,
@@ -770,6 +781,22 @@ def bwd_preprocess(dout, out, lse, dlse):
     batch, seqlen_q, n_heads, head_dim = out.shape
     delta = torch.empty((batch, n_heads, seqlen_q), device=out.device, dtype=torch.float32)
     lse2 = torch.empty_like(delta)
+    objects = (out, dout, lse, dlse, delta, lse2)
+    key = (layout(out), layout(dout), aligned(lse), None if dlse is None else aligned(dlse), out.device)
+    plan = _preprocess_plans.get(key)
+    if plan is None:
+        plan = _preprocess_plans[key] = _preprocess_plan(distinct(objects))
+    plan(objects)
+    return delta, lse2
+
+
+_preprocess_plans = plan_cache()
+
+
+def _preprocess_plan(objects):
+    """``bwd_preprocess``'s launch for the layout of ``objects`` (out, dout, lse, dlse or None, delta, lse2)."""
+    out, dout, lse, dlse, delta, lse2 = objects
+    batch, seqlen_q, n_heads, head_dim = out.shape
     args = (
         head_tiles(out, "BLOCK_M"),
         head_tiles(dout, "BLOCK_M"),
@@ -787,8 +814,7 @@ def bwd_preprocess(dout, out, lse, dlse):
         ONE_AXIS=one_axis(seqlen_q, batch * n_heads, False),
     )
     grid = tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, False)
-    launch(_attn_bwd_preprocess, None, grid, args, meta, PRE_CONFIG, PRE_CONFIG)
-    return delta, lse2
+    return triton_plan(_attn_bwd_preprocess, None, grid, args, meta, PRE_CONFIG, PRE_CONFIG, objects)
 
 
 def _common_args(q, k, softmax_scale, causal, bottom_right, variant):

@@ -54,7 +54,7 @@ from . import cdiv, forward_hopper
 from .common import MAX_GRID_Y
 from .forward_hopper import gluon_runs
 from .hopper_common import GLUON, descriptor, mask, rows_descriptor
-from .launch import launch_gluon
+from .launch import aligned, distinct, gluon_plan, layout, plan_cache
 
 if GLUON:
     from .hopper_common import (
@@ -1635,21 +1635,49 @@ def bwd_dkdv_hopper(
     BLOCK_N keys per program, half of each streamed tile's BLOCK_M rows per consumer.
     window_size and softcap: as ``hopper_common.mask`` takes them (not with dq_acc); a window takes the tables'
     causal entries. alibi_slopes must be None (``supports_dkdv``)."""
-    batch, seqlen_q, n_heads, head_dim = q.shape
-    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     if alibi_slopes is not None:
         raise ValueError("the Hopper backward has no ALiBi: alibi_slopes runs on the portable kernels")
-    m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
-    if dq_acc is not None:
-        if m.is_local or m.softcap or tuple(window_size) != (-1, -1):
+    fused = dq_acc is not None
+    if fused:
+        if softcap > 0 or tuple(window_size) != (-1, -1):
             raise ValueError("the fused dK/dV/dQ kernel (dq_acc) takes no window_size or softcap")
-        config = config or FUSED_DQ_CONFIGS[head_dim, causal]
-    key = forward_hopper.table_key(q, causal, window_size)
-    block_m, block_n, stages, consumers = config or HOPPER_DKDV_CONFIGS[key]
+        config = config or FUSED_DQ_CONFIGS[q.shape[3], causal]
+    config = config or HOPPER_DKDV_CONFIGS[forward_hopper.table_key(q, causal, window_size)]
     # the producer copies each streamed tile's LSE and delta rows into the ring with its Q and dO
+    objects = (q, k, v, dout, dk, dv, dq_acc, rows_descriptor(lse2, config[0]), rows_descriptor(delta, config[0]))
+    key = (
+        *map(layout, (q, k, v, dout, dk, dv)),
+        None if dq_acc is None else layout(dq_acc),
+        q.device,
+        softmax_scale,
+        causal,
+        bottom_right,
+        tuple(window_size),
+        softcap,
+        config,
+    )
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _dkdv_plan(
+            distinct(objects), softmax_scale, causal, bottom_right, config, window_size, softcap
+        )
+    plan(objects)
+
+
+_plans = plan_cache()
+
+
+def _dkdv_plan(objects, softmax_scale, causal, bottom_right, config, window_size, softcap):
+    """``bwd_dkdv_hopper``'s launch for the layout of ``objects`` (q, k, v, dout, dk, dv, dq_acc or None, and the
+    LSE's and delta's ``rows_descriptor``s)."""
+    q, k, v, dout, dk, dv, dq_acc, lse2_rows, delta_rows = objects
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
+    m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
+    block_m, block_n, stages, consumers = config
     rest = (
-        rows_descriptor(lse2, block_m),
-        rows_descriptor(delta, block_m),
+        lse2_rows,
+        delta_rows,
         n_heads,
         n_heads // n_kv_heads,
         seqlen_q,
@@ -1668,7 +1696,7 @@ def bwd_dkdv_hopper(
             )
         cols = head_dim // 2
         grid, order = _grid(cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, m.is_causal)
-        launch_gluon(
+        return gluon_plan(
             _attn_bwd_dkdv_hopper_wide,
             grid,
             (
@@ -1686,42 +1714,43 @@ def bwd_dkdv_hopper(
                 *rest,
             ),
             dict(**m.constexprs, STAGES=stages, **order),
-            num_warps=4,
+            4,
+            objects,
         )
-    else:
-        fused = dq_acc is not None
-        grid, order = _grid(
-            cdiv(seqlen_k, consumers * block_n),
-            batch * n_kv_heads,
-            k,
-            head_dim,
-            m.is_causal,
-            FUSED_DQ_SECTIONS.get((head_dim, causal)) if fused else None,
-        )
-        dk_desc = descriptor(dk, block_n)
-        launch_gluon(
-            _attn_bwd_dkdv_hopper,
-            grid,
-            (
-                descriptor(q, block_m),
-                descriptor(dout, block_m),
-                descriptor(k, block_n),
-                descriptor(v, block_n),
-                dk_desc,
-                descriptor(dv, block_n),
-                descriptor(dq_acc, block_m) if fused else dk_desc,
-                *rest,
-            ),  # (dq_desc: unread unless fused)
-            dict(
-                **m.constexprs,
-                STAGES=stages,
-                N_CONSUMERS=consumers,
-                **order,
-                FUSED_DQ=fused,
-                RAGGED_KEYS=fused and seqlen_k % (consumers * block_n) != 0,
-            ),
-            num_warps=4,
-        )
+    fused = dq_acc is not None
+    grid, order = _grid(
+        cdiv(seqlen_k, consumers * block_n),
+        batch * n_kv_heads,
+        k,
+        head_dim,
+        m.is_causal,
+        FUSED_DQ_SECTIONS.get((head_dim, causal)) if fused else None,
+    )
+    dk_desc = descriptor(dk, block_n)
+    return gluon_plan(
+        _attn_bwd_dkdv_hopper,
+        grid,
+        (
+            descriptor(q, block_m),
+            descriptor(dout, block_m),
+            descriptor(k, block_n),
+            descriptor(v, block_n),
+            dk_desc,
+            descriptor(dv, block_n),
+            descriptor(dq_acc, block_m) if fused else dk_desc,
+            *rest,
+        ),  # (dq_desc: unread unless fused)
+        dict(
+            **m.constexprs,
+            STAGES=stages,
+            N_CONSUMERS=consumers,
+            **order,
+            FUSED_DQ=fused,
+            RAGGED_KEYS=fused and seqlen_k % (consumers * block_n) != 0,
+        ),
+        4,
+        objects,
+    )
 
 
 def bwd_dq_hopper(
@@ -1744,14 +1773,41 @@ def bwd_dq_hopper(
     """``backward.bwd_dq`` on Hopper (dq written in place). config: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS),
     default ``HOPPER_DQ_CONFIGS[head_dim, causal]`` (a window takes the causal entry). window_size and softcap:
     as ``hopper_common.mask`` takes them; alibi_slopes must be None (``supports_dq``)."""
-    batch, seqlen_q, n_heads, head_dim = q.shape
-    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     if alibi_slopes is not None:
         raise ValueError("the Hopper backward has no ALiBi: alibi_slopes runs on the portable kernels")
+    objects = (q, k, v, dout, dq, lse2, delta)
+    key = (
+        *map(layout, (q, k, v, dout, dq)),
+        aligned(lse2),
+        aligned(delta),
+        q.device,
+        softmax_scale,
+        causal,
+        bottom_right,
+        tuple(window_size),
+        softcap,
+        config,
+    )
+    plan = _dq_plans.get(key)
+    if plan is None:
+        plan = _dq_plans[key] = _dq_plan(
+            distinct(objects), softmax_scale, causal, bottom_right, config, window_size, softcap
+        )
+    plan(objects)
+
+
+_dq_plans = plan_cache()
+
+
+def _dq_plan(objects, softmax_scale, causal, bottom_right, config, window_size, softcap):
+    """``bwd_dq_hopper``'s launch for the layout of ``objects`` (q, k, v, dout, dq, lse2, delta)."""
+    q, k, v, dout, dq, lse2, delta = objects
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
     block_m, block_n, stages, consumers = config or HOPPER_DQ_CONFIGS[forward_hopper.table_key(q, causal, window_size)]
     grid, order = _grid(cdiv(seqlen_q, consumers * block_m), batch * n_heads, k, head_dim, m.is_causal)
-    launch_gluon(
+    return gluon_plan(
         _attn_bwd_dq_hopper,
         grid,
         (
@@ -1773,5 +1829,6 @@ def bwd_dq_hopper(
             m.softcap_scale,
         ),
         dict(**m.constexprs, STAGES=stages, N_CONSUMERS=consumers, **order),
-        num_warps=4,
+        4,
+        objects,
     )

@@ -33,7 +33,7 @@ import triton.language as tl
 
 from . import INTERPRET, LOG2E, cdiv, next_power_of_2
 from .common import block_d_for, dot_precision
-from .launch import device_index, launch, launch_signature, no_launch_hooks, on_device
+from .launch import device_index, launch, launch_signature, no_launch_hooks, on_device, plan_cache
 from .mask import band, key_block_range, mask_scores, mod_scores
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -766,7 +766,7 @@ class _Plan:
     launchers: tuple = None
 
 
-_plans: dict = {}
+_plans = plan_cache()
 
 
 def _aligned(t) -> bool:

@@ -42,7 +42,7 @@ import torch
 
 from . import cdiv, gluon_support
 from .hopper_common import GLUON, descriptor, mask, rows_descriptor  # noqa: F401 (re-exported)
-from .launch import device_index, launch_gluon
+from .launch import aligned, device_index, distinct, gluon_plan, layout, plan_cache
 
 # FLASHDOC_HOPPER=0 keeps every forward and backward on the portable kernels (for comparisons and debugging).
 ENABLED = os.environ.get("FLASHDOC_HOPPER", "1") != "0"
@@ -681,10 +681,35 @@ def attn_fwd_hopper(
     PERSISTENT), default ``HOPPER_CONFIGS[head_dim, causal]`` (a window takes the causal entry), or for a window
     ``WINDOW_CONFIGS``' entry where it has one. window_size and softcap as ``hopper_common.mask``
     takes them; alibi_slopes must be None (``supports``). Runs inside ``launch.on_device``."""
-    batch, seqlen_q, n_heads, head_dim = q.shape
-    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     if alibi_slopes is not None:
         raise ValueError("the Hopper forward has no ALiBi: alibi_slopes runs on the portable kernel")
+    counter = torch.zeros(1, device=q.device, dtype=torch.int32)  # the next work item to claim
+    objects = (q, k, v, out, lse, counter)
+    key = (
+        *map(layout, (q, k, v, out)),
+        aligned(lse),
+        q.device,
+        softmax_scale,
+        causal,
+        bottom_right,
+        tuple(window_size),
+        softcap,
+        config,
+    )
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _plan(distinct(objects), softmax_scale, causal, bottom_right, config, window_size, softcap)
+    plan(objects)
+
+
+_plans = plan_cache()
+
+
+def _plan(objects, softmax_scale, causal, bottom_right, config, window_size, softcap):
+    """``attn_fwd_hopper``'s launch for the layout of ``objects`` (q, k, v, out, lse, counter)."""
+    q, k, v, out, lse, counter = objects
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
     key = table_key(q, causal, window_size)
     if config is None and m.is_local:
@@ -694,9 +719,8 @@ def attn_fwd_hopper(
     total = n_tiles * batch * n_heads
     # persistent: one program per SM, each taking its work items in turn
     grid = (min(total, _sm_count(q.device.index)) if persistent else total,)
-    counter = torch.zeros(1, device=q.device, dtype=torch.int32)  # the next work item to claim
     section = heads_per_section(k, batch * n_heads) if m.is_causal else 1
-    launch_gluon(
+    return gluon_plan(
         _attn_fwd_hopper,
         grid,
         (
@@ -723,5 +747,6 @@ def attn_fwd_hopper(
             N_CONSUMERS=consumers,
             O_IN_Q=head_dim > MAX_SEPARATE_O_HEAD_DIM,
         ),
-        num_warps=4,
+        4,
+        objects,
     )

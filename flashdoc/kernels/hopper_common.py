@@ -70,8 +70,13 @@ def rows_descriptor(t: torch.Tensor, rows: int):
         shape=[batch * heads, seqlen],
         strides=[flat.stride(0), 1],
         block_shape=[1, rows],
-        layout=gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2),
+        layout=_rows_layout(),
     )
+
+
+@functools.cache
+def _rows_layout():
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,12 +8,20 @@ GPU waits for Python. ``launch`` remembers, per kernel and per *launch signature
 arguments that Triton specialises a compiled kernel on, plus the autotuner's key), the compiled kernel and the
 config the first launch used, and later calls hand the new arguments to that kernel's launcher directly.
 ``launch_gluon`` does the same for the Hopper kernels written in Gluon, which have no autotuner.
+
+A training step makes the same calls, with the same shapes, every step, so the launching functions go one step
+further: a ``Plan`` keeps each launch of a call layout (its grid, constexprs and every argument but the call's
+tensors) from the first call, and a later call with the same layout only fills its tensors in and launches.
+Working all of that out again, and the launch signature over some twenty arguments, was most of a call's
+host time.
 """
 
 import ctypes
 import dataclasses
 import functools
+import operator
 import os
+from typing import Callable, NamedTuple
 
 import torch
 import triton
@@ -339,7 +347,7 @@ def launch_gluon(kernel, grid: tuple, args: tuple, constexprs: dict, num_warps: 
     """Launch a Gluon kernel (the Hopper ones, which take no autotuner and no config) the way ``launch`` launches
     the portable ones: through Triton's own path the first time for a launch signature, then straight to the
     compiled kernel's launcher (a ``_Launcher``, in the same cache). grid: the launch grid itself. Runs inside
-    ``on_device``."""
+    ``on_device``. Returns the launcher, as ``launch`` does."""
     key = None
     if LAUNCH_CACHE and no_launch_hooks():
         device = torch.cuda.current_device()
@@ -347,7 +355,132 @@ def launch_gluon(kernel, grid: tuple, args: tuple, constexprs: dict, num_warps: 
         launcher = _launchers.get(key)
         if launcher is not None:
             launcher(grid, args, device)
-            return
+            return launcher
     compiled = kernel[grid](*args, **constexprs, num_warps=num_warps)
     if key is not None:
-        _launchers[key] = _Launcher(kernel, compiled, triton.Config({}, num_warps=num_warps), args, constexprs)
+        launcher = _launchers[key] = _Launcher(
+            kernel, compiled, triton.Config({}, num_warps=num_warps), args, constexprs
+        )
+        return launcher
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Plans: a call layout's launches, worked out once
+# ---------------------------------------------------------------------------------------------------------------
+
+
+_plan_caches: list = []
+
+
+def plan_cache() -> dict:
+    """A new dict for a launching function's plans, keyed as ``Plan`` says; ``forget_plans`` empties it."""
+    plans = {}
+    _plan_caches.append(plans)
+    return plans
+
+
+def forget_plans() -> None:
+    """Drop every plan, so that the next calls work their launches out again: for code that changes what plans
+    are made from (the config tables, the SM count; tests do)."""
+    for plans in _plan_caches:
+        plans.clear()
+
+
+def layout(t: torch.Tensor) -> tuple:
+    """What a plan's arguments depend on in a tensor besides its data: shape, strides and dtype."""
+    return t.shape, t.stride(), t.dtype
+
+
+def aligned(t: torch.Tensor) -> bool:
+    """Whether t starts on a 16-byte boundary, which Triton specialises a pointer argument on."""
+    return t.data_ptr() % 16 == 0
+
+
+def distinct(objects: tuple) -> tuple:
+    """``objects`` with each repeat of a tensor replaced by a view of it, for building a plan from: a plan tells
+    its arguments' sources apart by identity, and a call that passes one tensor twice (as k and v) must not make
+    later calls, which may not, read it twice."""
+    seen, unique = set(), []
+    for obj in objects:
+        if isinstance(obj, torch.Tensor) and id(obj) in seen:
+            obj = obj.view(obj.shape)
+        seen.add(id(obj))
+        unique.append(obj)
+    return tuple(unique)
+
+
+class PerCall(NamedTuple):
+    """A plan's argument that each call makes anew from its own tensors: ``make(objects)``."""
+
+    make: Callable
+
+
+def _descriptor_over(i: int, desc) -> PerCall:
+    """``desc``'s descriptor (Triton's or Gluon's: shape, strides, tile, layout) over the call's i-th object."""
+    cls, fields = type(desc), {name: value for name, value in desc.__dict__.items() if name != "base"}
+
+    def make(objects):
+        d = cls.__new__(cls)
+        d.__dict__.update(fields)
+        d.base = objects[i]
+        return d
+
+    return PerCall(make)
+
+
+def _hole(arg, objects: tuple):
+    """``arg`` of a launch as a plan keeps it: the call's i-th object (a tensor, or a descriptor the caller builds
+    per call) becomes a hole for the next call's i-th object, a descriptor over one of them a descriptor over the
+    next call's; anything else is the same for every call with the layout."""
+    for i, obj in enumerate(objects):
+        if arg is obj:
+            return PerCall(operator.itemgetter(i))
+    if isinstance(arg, TensorDescriptor) or (GluonDescriptor is not None and isinstance(arg, GluonDescriptor)):
+        for i, obj in enumerate(objects):
+            if arg.base is obj:
+                return _descriptor_over(i, arg)
+    if isinstance(arg, torch.Tensor) or hasattr(arg, "base"):
+        # a tensor that is none of the call's objects would be read again by every later call
+        raise ValueError(f"a plan cannot remake a launch argument from the call's objects: {type(arg).__name__}")
+    return arg
+
+
+class Plan:
+    """One launch of a call layout, worked out by the call that first had it. ``plan(objects)`` launches it again
+    on a call's objects (its tensors, and any descriptor it builds per call), given in the order of the first
+    call's: through Triton's own path until that hands back a compiled launcher, then straight through the
+    launcher. Whoever keeps a plan keys it on everything its arguments and the launcher's signature depend on:
+    the objects' ``layout``s, the device, the options, and the alignment (``aligned``) of the tensors passed as
+    they are.
+
+    first: args -> the launcher that ``launch`` or ``launch_gluon`` cached (None where they cache none).
+    grid: the grid, or ``launch``'s function of the constexprs. args: the first call's arguments, whose parts
+    made from its objects (``_hole``) become ``PerCall``s."""
+
+    def __init__(self, first: Callable, grid, args: tuple, objects: tuple):
+        self.first, self.grid = first, grid
+        held = [_hole(a, objects) for a in args]
+        self.per_call = tuple((i, a.make) for i, a in enumerate(held) if type(a) is PerCall)
+        self.args = held  # the constants in place; each call copies it and fills in the rest
+        self.device = None if INTERPRET else torch.cuda.current_device()
+        self.launcher = None
+
+    def __call__(self, objects: tuple) -> None:
+        args = self.args.copy()
+        for i, make in self.per_call:
+            args[i] = make(objects)
+        if self.launcher is not None and LAUNCH_CACHE and no_launch_hooks():
+            self.launcher(self.grid, args, self.device)
+        else:
+            self.launcher = self.first(args)
+
+
+def gluon_plan(kernel, grid: tuple, args: tuple, constexprs: dict, num_warps: int, objects: tuple) -> Plan:
+    """The ``Plan`` of a ``launch_gluon`` launch with these arguments, whose per-call parts are ``objects``."""
+    return Plan(lambda a: launch_gluon(kernel, grid, a, constexprs, num_warps), grid, args, objects)
+
+
+def triton_plan(kernel, tuned_kernel, grid, args, meta, config, default_config, objects: tuple) -> Plan:
+    """The ``Plan`` of a ``launch`` launch with these arguments, whose per-call parts are ``objects``."""
+    return Plan(lambda a: launch(kernel, tuned_kernel, grid, a, meta, config, default_config), grid, args, objects)

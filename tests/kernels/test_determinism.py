@@ -7,7 +7,7 @@ import torch
 from attention_oracle import DEVICE, assert_close_like_flash_attn, attention_math, make_qkv
 
 import flashdoc
-from flashdoc.kernels import backward, backward_hopper, forward_hopper
+from flashdoc.kernels import backward, backward_hopper, forward_hopper, launch
 
 
 def _grads(q, k, v, dout, causal, deterministic=True):
@@ -130,7 +130,7 @@ def test_fused_kernel_masks_only_ragged_key_lengths(seqlen_k, fused, causal, rag
     on the launch itself, so it runs on the CPU too."""
     launches = []
     monkeypatch.setattr(
-        backward_hopper, "launch_gluon", lambda kernel, grid, args, constexprs, num_warps: launches.append(constexprs)
+        launch, "launch_gluon", lambda kernel, grid, args, constexprs, num_warps: launches.append(constexprs)
     )
     monkeypatch.setattr(backward_hopper, "_attn_bwd_dkdv_hopper", "the kernel", raising=False)
     q = torch.zeros(1, 1000, 2, 64, dtype=torch.bfloat16)
