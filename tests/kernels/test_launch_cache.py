@@ -202,3 +202,33 @@ def test_unchecked_descriptor_equals_the_checked_one():
             assert getattr(unchecked, f.name) is getattr(checked, f.name) or getattr(unchecked, f.name) == getattr(
                 checked, f.name
             ), (cls, f.name)
+
+
+def test_a_plan_fills_in_each_calls_tensors(monkeypatch):
+    """A ``Plan`` launches later calls with their own tensors in the places the first call's stood, descriptors
+    rebuilt over them, and constants kept; a tensor passed twice by the first call (``distinct``) does not make a
+    later call that passes two read one of them twice; and a launch argument made from none of the call's objects
+    is refused when the plan is made, since every later call would read the first call's tensor."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    launches = []
+    monkeypatch.setattr(launch, "INTERPRET", True)  # launch() keeps no launcher: every call goes through `first`
+
+    def make_plan(objects):
+        k, v, lse = objects
+        args = (launch.head_tiles(k, "BLOCK_N"), launch.head_tiles(v, "BLOCK_N"), lse, 7, 0.5)
+        return launch.Plan(lambda a: launches.append(a), None, args, objects)
+
+    k = torch.zeros(2, 8, 3, 16)
+    lse = torch.zeros(2, 3, 8)
+    plan = make_plan(launch.distinct((k, k, lse)))  # the first call passes one tensor as k and v
+    plan((k, k, lse))
+    k2, v2, lse2 = torch.ones(2, 8, 3, 16), torch.full((2, 8, 3, 16), 2.0), torch.ones(2, 3, 8)
+    plan((k2, v2, lse2))
+    first, second = launches
+    assert first[0].base is first[1].base is k and first[2] is lse and first[3:] == [7, 0.5]
+    assert second[0].base is k2 and second[1].base is v2 and second[2] is lse2 and second[3:] == [7, 0.5]
+    assert all(isinstance(d, TensorDescriptor) for d in second[:2])
+    assert second[0] is not first[0] and second[0].shape == first[0].shape and second[0].block_rows == "BLOCK_N"
+    with pytest.raises(ValueError, match="cannot remake a launch argument"):
+        launch.Plan(lambda a: None, None, (k.view(-1),), (k,))
