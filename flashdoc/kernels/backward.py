@@ -36,6 +36,7 @@ from .launch import (
     layout,
     on_device,
     plan_cache,
+    planned,
     tile_config,
     triton_plan,
 )
@@ -783,9 +784,7 @@ def bwd_preprocess(dout, out, lse, dlse):
     lse2 = torch.empty_like(delta)
     objects = (out, dout, lse, dlse, delta, lse2)
     key = (layout(out), layout(dout), aligned(lse), None if dlse is None else aligned(dlse), out.device)
-    plan = _preprocess_plans.get(key)
-    if plan is None:
-        plan = _preprocess_plans[key] = _preprocess_plan(distinct(objects))
+    plan = planned(_preprocess_plans, key, lambda: _preprocess_plan(distinct(objects)))
     plan(objects)
     return delta, lse2
 

@@ -54,7 +54,7 @@ from . import cdiv, forward_hopper
 from .common import MAX_GRID_Y
 from .forward_hopper import gluon_runs
 from .hopper_common import GLUON, descriptor, mask, rows_descriptor
-from .launch import aligned, distinct, gluon_plan, layout, plan_cache
+from .launch import aligned, distinct, gluon_plan, layout, plan_cache, planned
 
 if GLUON:
     from .hopper_common import (
@@ -1656,11 +1656,11 @@ def bwd_dkdv_hopper(
         softcap,
         config,
     )
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = _dkdv_plan(
-            distinct(objects), softmax_scale, causal, bottom_right, config, window_size, softcap
-        )
+    plan = planned(
+        _plans,
+        key,
+        lambda: _dkdv_plan(distinct(objects), softmax_scale, causal, bottom_right, config, window_size, softcap),
+    )
     plan(objects)
 
 
@@ -1788,11 +1788,11 @@ def bwd_dq_hopper(
         softcap,
         config,
     )
-    plan = _dq_plans.get(key)
-    if plan is None:
-        plan = _dq_plans[key] = _dq_plan(
-            distinct(objects), softmax_scale, causal, bottom_right, config, window_size, softcap
-        )
+    plan = planned(
+        _dq_plans,
+        key,
+        lambda: _dq_plan(distinct(objects), softmax_scale, causal, bottom_right, config, window_size, softcap),
+    )
     plan(objects)
 
 

@@ -42,7 +42,7 @@ import torch
 
 from . import cdiv, gluon_support
 from .hopper_common import GLUON, descriptor, mask, rows_descriptor  # noqa: F401 (re-exported)
-from .launch import aligned, device_index, distinct, gluon_plan, layout, plan_cache
+from .launch import aligned, device_index, distinct, gluon_plan, layout, plan_cache, planned
 
 # FLASHDOC_HOPPER=0 keeps every forward and backward on the portable kernels (for comparisons and debugging).
 ENABLED = os.environ.get("FLASHDOC_HOPPER", "1") != "0"
@@ -696,9 +696,9 @@ def attn_fwd_hopper(
         softcap,
         config,
     )
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = _plan(distinct(objects), softmax_scale, causal, bottom_right, config, window_size, softcap)
+    plan = planned(
+        _plans, key, lambda: _plan(distinct(objects), softmax_scale, causal, bottom_right, config, window_size, softcap)
+    )
     plan(objects)
 
 

@@ -39,7 +39,8 @@ except ImportError:
 # found best most often): one compile per shape family instead of several, for wide test sweeps.
 AUTOTUNE = os.environ.get("FLASHDOC_AUTOTUNE", "1") != "0"
 
-# FLASHDOC_LAUNCH_CACHE=0 sends every launch through Triton's own launch path (for comparison and debugging).
+# FLASHDOC_LAUNCH_CACHE=0 sends every launch through Triton's own launch path and keeps no plans (for comparison
+# and debugging).
 LAUNCH_CACHE = os.environ.get("FLASHDOC_LAUNCH_CACHE", "1") != "0"
 
 
@@ -385,6 +386,17 @@ def forget_plans() -> None:
     are made from (the config tables, the SM count; tests do)."""
     for plans in _plan_caches:
         plans.clear()
+
+
+def planned(plans: dict, key, make: Callable) -> "Plan":
+    """The plan in ``plans`` under ``key``, made by ``make()`` and kept there if there is none. With
+    FLASHDOC_LAUNCH_CACHE=0 nothing is kept: every call works its launches out again."""
+    plan = plans.get(key) if LAUNCH_CACHE else None
+    if plan is None:
+        plan = make()
+        if LAUNCH_CACHE:
+            plans[key] = plan
+    return plan
 
 
 def layout(t: torch.Tensor) -> tuple:
