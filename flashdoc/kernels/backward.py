@@ -29,10 +29,10 @@ from .common import (
 )
 from .launch import (
     aligned,
+    config_key,
     distinct,
     forked_stream,
     head_tiles,
-    launch,
     layout,
     on_device,
     plan_cache,
@@ -52,6 +52,7 @@ from .mask import (
     softcap,
     softcap_grad,
     variant_args,
+    variant_key,
 )
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -816,12 +817,12 @@ def _preprocess_plan(objects):
     return triton_plan(_attn_bwd_preprocess, None, grid, args, meta, PRE_CONFIG, PRE_CONFIG, objects)
 
 
-def _common_args(q, k, softmax_scale, causal, bottom_right, variant):
+def _common_args(q, k, softmax_scale, band_args, flags):
     """Arguments and compile-time constants shared by the dK/dV and dQ kernels (after their tensors and
-    strides), and whether the band has a right edge (the causal launch order)."""
+    strides), and whether the band has a right edge (the causal launch order). band_args, flags: the call's
+    ``mask.variant_args``."""
     n_heads, head_dim = q.shape[2], q.shape[3]
     seqlen_q, seqlen_k, n_kv_heads = q.shape[1], k.shape[1], k.shape[2]
-    band_args, flags = variant_args(variant, q, seqlen_k, softmax_scale, causal, bottom_right)
     scalars = (
         n_heads,
         n_heads // n_kv_heads,
@@ -835,6 +836,25 @@ def _common_args(q, k, softmax_scale, causal, bottom_right, variant):
     )
     meta = dict(HEAD_DIM=head_dim, BLOCK_D=block_d_for(head_dim), **flags, DOT_PRECISION=dot_precision(q.dtype))
     return scalars, meta, flags["IS_CAUSAL"]
+
+
+def _portable_plan(plans, make, objects, softmax_scale, causal, bottom_right, config, variant):
+    """The plan of a portable backward launch (``bwd_dkdv``'s or ``bwd_dq``'s) for a call on ``objects``
+    (its tensors, then the variant's per-call slopes and rng): ``make(objects, band_args, flags)`` makes it."""
+    q, k = objects[0], objects[1]
+    band_args, flags = variant_args(variant, q, k.shape[1], softmax_scale, causal, bottom_right)
+    objects = (*objects, band_args.slopes, band_args.rng)
+    key = (
+        *map(layout, objects[:-2]),
+        *map(aligned, objects[:-2]),
+        q.device,
+        softmax_scale,
+        causal,
+        bottom_right,
+        variant_key(variant, band_args),
+        config_key(config),
+    )
+    return planned(plans, key, lambda: make(distinct(objects), band_args, flags, softmax_scale, config)), objects
 
 
 def bwd_dkdv(
@@ -860,7 +880,25 @@ def bwd_dkdv(
             q, k, v, dout, dk, dv, lse2, delta, softmax_scale, causal, bottom_right, **variant.hopper_kwargs()
         )
         return
-    scalars, meta, causal = _common_args(q, k, softmax_scale, causal, bottom_right, variant)
+    plan, objects = _portable_plan(
+        _dkdv_plans,
+        _dkdv_plan,
+        (q, k, v, dout, dk, dv, lse2, delta),
+        softmax_scale,
+        causal,
+        bottom_right,
+        config,
+        variant,
+    )
+    plan(objects)
+
+
+_dkdv_plans = plan_cache()
+
+
+def _dkdv_plan(objects, band_args, flags, softmax_scale, config):
+    q, k, v, dout, dk, dv, lse2, delta, _, _ = objects
+    scalars, meta, causal = _common_args(q, k, softmax_scale, band_args, flags)
     args = (
         head_tiles(q, "BLOCK_M"),
         k,
@@ -881,15 +919,8 @@ def bwd_dkdv(
     seqlen, n_heads = k.shape[1], k.shape[0] * k.shape[2]  # key tiles x (batch, kv head)
     meta["ONE_AXIS"] = one_axis(seqlen, n_heads, causal)
     grid = tile_grid(seqlen, "BLOCK_N", n_heads, causal)
-    launch(
-        _attn_bwd_dkdv,
-        _attn_bwd_dkdv_tuned,
-        grid,
-        args,
-        meta,
-        config,
-        configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype, causal)[0],
-    )
+    default = configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype, causal)[0]
+    return triton_plan(_attn_bwd_dkdv, _attn_bwd_dkdv_tuned, grid, args, meta, config, default, objects)
 
 
 def bwd_dq(
@@ -914,7 +945,18 @@ def bwd_dq(
             q, k, v, dout, dq, lse2, delta, softmax_scale, causal, bottom_right, **variant.hopper_kwargs()
         )
         return
-    scalars, meta, causal = _common_args(q, k, softmax_scale, causal, bottom_right, variant)
+    plan, objects = _portable_plan(
+        _dq_plans, _dq_plan, (q, k, v, dout, dq, lse2, delta), softmax_scale, causal, bottom_right, config, variant
+    )
+    plan(objects)
+
+
+_dq_plans = plan_cache()
+
+
+def _dq_plan(objects, band_args, flags, softmax_scale, config):
+    q, k, v, dout, dq, lse2, delta, _, _ = objects
+    scalars, meta, causal = _common_args(q, k, softmax_scale, band_args, flags)
     args = (
         q,
         head_tiles(k, "BLOCK_N"),
@@ -934,15 +976,8 @@ def bwd_dq(
     seqlen, n_heads = q.shape[1], q.shape[0] * q.shape[2]  # query tiles x (batch, head)
     meta["ONE_AXIS"] = one_axis(seqlen, n_heads, causal)
     grid = tile_grid(seqlen, "BLOCK_M", n_heads, causal)
-    launch(
-        _attn_bwd_dq,
-        _attn_bwd_dq_tuned,
-        grid,
-        args,
-        meta,
-        config,
-        configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype, causal)[0],
-    )
+    default = configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype, causal)[0]
+    return triton_plan(_attn_bwd_dq, _attn_bwd_dq_tuned, grid, args, meta, config, default, objects)
 
 
 def fused_dq_runs(q, k, causal: bool, deterministic: bool, variant: Variant = None) -> bool:

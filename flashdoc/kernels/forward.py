@@ -21,7 +21,18 @@ from .common import (
     seq_bucket,
     tile_grid,
 )
-from .launch import head_tiles, launch, on_device, tile_config
+from .launch import (
+    aligned,
+    config_key,
+    distinct,
+    head_tiles,
+    layout,
+    on_device,
+    plan_cache,
+    planned,
+    tile_config,
+    triton_plan,
+)
 from .mask import (
     VARIANT_FLAGS,
     Variant,
@@ -31,6 +42,7 @@ from .mask import (
     mask_scores,
     mod_scores,
     variant_args,
+    variant_key,
 )
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -401,9 +413,33 @@ def attn_fwd(
                 q, k, v, out, lse, softmax_scale, causal, bottom_right, **variant.hopper_kwargs()
             )
         return
+    band_args, flags = variant_args(variant, q, k.shape[1], softmax_scale, causal, bottom_right)
+    objects = (q, k, v, out, lse, band_args.slopes, band_args.rng)  # (the variant's tensors are made per call)
+    key = (
+        *map(layout, (q, k, v, out)),
+        aligned(q),
+        aligned(lse),
+        q.device,
+        softmax_scale,
+        causal,
+        bottom_right,
+        variant_key(variant, band_args),
+        config_key(config),
+    )
+    with on_device(q.device):
+        plan = planned(_plans, key, lambda: _plan(distinct(objects), band_args, flags, softmax_scale, config))
+        plan(objects)
+
+
+_plans = plan_cache()
+
+
+def _plan(objects, band_args, flags, softmax_scale, config):
+    """``attn_fwd``'s launch of the portable kernel for the layout of ``objects`` (q, k, v, out, lse, and the
+    variant's slopes and rng, or None)."""
+    q, k, v, out, lse, _, _ = objects
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
-    band_args, flags = variant_args(variant, q, seqlen_k, softmax_scale, causal, bottom_right)
     args = (
         q,
         head_tiles(k, "BLOCK_N"),
@@ -430,13 +466,13 @@ def attn_fwd(
         DOT_PRECISION=dot_precision(q.dtype),
         ONE_AXIS=one_axis(seqlen_q, batch * n_heads, causal),
     )
-    with on_device(q.device):
-        launch(
-            _attn_fwd,
-            _attn_fwd_tuned,
-            tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, causal),
-            args,
-            meta,
-            config,
-            fwd_configs_for(head_dim, q.dtype, causal)[0],
-        )
+    return triton_plan(
+        _attn_fwd,
+        _attn_fwd_tuned,
+        tile_grid(seqlen_q, "BLOCK_M", batch * n_heads, causal),
+        args,
+        meta,
+        config,
+        fwd_configs_for(head_dim, q.dtype, causal)[0],
+        objects,
+    )

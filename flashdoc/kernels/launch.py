@@ -233,6 +233,11 @@ def launch_signature(arg):
 # --8<-- [end:signature]
 
 
+def config_key(config) -> tuple:
+    """A ``triton.Config`` as a key: its meta-parameters, warps and stages (() for None, the autotuner's pick)."""
+    return () if config is None else (tuple(config.kwargs.items()), config.num_warps, config.num_stages)
+
+
 def constexpr_defaults(kernel) -> dict:
     """A jitted kernel's constexpr parameters that have defaults: the values a launch that leaves them out gets."""
     return {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
@@ -323,8 +328,7 @@ def launch(kernel, tuned_kernel, grid, args, meta, config, default_config):
             if config is not None
             else tuple(meta[k] if i is None else args[i] for k, i in _key_positions(kernel, tuned_kernel, len(args)))
         )
-        chosen = () if config is None else (tuple(config.kwargs.items()), config.num_warps, config.num_stages)
-        key = (kernel, chosen, device, *meta.values(), *tuned_key, *map(launch_signature, args))
+        key = (kernel, config_key(config), device, *meta.values(), *tuned_key, *map(launch_signature, args))
         launcher = _launchers.get(key)
         if launcher is not None:
             launcher(grid, args, device)

@@ -46,7 +46,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import INTERPRET, cdiv
-from .launch import on_device
+from .launch import aligned, layout, on_device
 
 _INTERPRETED: tl.constexpr = tl.constexpr(INTERPRET)
 
@@ -156,6 +156,19 @@ def variant_args(
         IS_CAUSAL=is_causal, IS_LOCAL=is_local, SOFTCAP=bool(softcap), ALIBI=slopes is not None, DROPOUT=bool(p_drop)
     )
     return args, flags
+
+
+def variant_key(variant: Variant, band_args: VariantArgs) -> tuple:
+    """What a launch plan (``launch.Plan``) depends on in a call's variant besides the shapes: its options, and
+    the layout of the tensors it passes (the scaled ALiBi slopes, dropout's rng)."""
+    slopes, rng = band_args.slopes, band_args.rng
+    return (
+        tuple(variant.window_size),
+        variant.softcap,
+        variant.dropout_p,
+        None if slopes is None else (layout(slopes), aligned(slopes)),
+        None if rng is None else aligned(rng),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
