@@ -386,22 +386,24 @@ def test_recording_backs_the_decode_roofline_reading():
         if paged in rows and rows[paged]["graph_tbps"] < 0.95 * rows[p + ("flashdoc",)]["graph_tbps"]
     }
     assert len(missed) >= 3, missed
-    claim(post, "flashdoc's time at 1 × 4k is about twice its graph time")
-    assert smallest == 4096
-    small = rows[(1, smallest, "flashdoc")]
-    assert 1.5 <= small["ms"] / small["graph_ms"] <= 2.5
-    claim(post, "cuDNN's call, with less Python in front of it, is the faster one")
-    assert small["tbps"] < rows[(1, smallest, "sdpa-cudnn")]["tbps"]
-    claim(post, "At every other point the GPU work outlasts the host's, and the call-by-call bandwidth matches cuDNN's")
-    for p in points - {(1, smallest)}:
+    host_bound = {(1, 4096), (1, 32768), (8, 4096)}
+    claim(post, "At 1 × 4k, 1 × 32k and 8 × 4k the kernels take 12 to 38 µs")
+    graph_us = [rows[p + ("flashdoc",)]["graph_ms"] * 1e3 for p in host_bound]
+    assert round(min(graph_us)) == 12 and round(max(graph_us)) == 38, graph_us
+    claim(post, "flashdoc's calls there took 81 to 101 µs")
+    call_us = [rows[p + ("flashdoc",)]["ms"] * 1e3 for p in host_bound]
+    assert round(min(call_us)) == 81 and round(max(call_us)) == 101, call_us
+    claim(post, "and cuDNN's, with less Python in front of them, 37 to 50 µs")
+    cudnn_us = [rows[p + ("sdpa-cudnn",)]["ms"] * 1e3 for p in host_bound]
+    assert round(min(cudnn_us)) == 37 and round(max(cudnn_us)) == 50, cudnn_us
+    claim(post, "a call over pages of 16 rows took 51 µs and one over pages of 64 rows 162 µs")
+    assert round(rows[(1, 4096, "flashdoc-paged16")]["ms"] * 1e3) == 51
+    assert round(rows[(1, 4096, "flashdoc-paged64")]["ms"] * 1e3) == 162
+    claim(post, "From 1 × 128k and 8 × 32k up, the GPU work outlasts the host's")
+    claim(post, "and the call-by-call bandwidth matches cuDNN's")
+    for p in points - host_bound:
+        assert rows[p + ("flashdoc",)]["graph_ms"] >= 0.9 * rows[p + ("flashdoc",)]["ms"], p
         assert 0.97 <= rows[p + ("flashdoc",)]["tbps"] / rows[p + ("sdpa-cudnn",)]["tbps"] <= 1.05, p
-    claim(post, "at 1 × 32k, pages of 16 and 64 rows read at about half the bandwidth of a contiguous cache")
-    contiguous = rows[(1, 32768, "flashdoc")]
-    for page in (16, 64):
-        paged = rows[(1, 32768, f"flashdoc-paged{page}")]
-        assert 0.4 <= paged["tbps"] / contiguous["tbps"] <= 0.6, page
-        claim(post, "where the graph puts them within 10% of it")
-        assert paged["graph_tbps"] / contiguous["graph_tbps"] >= 0.9, page
 
 
 def test_recording_backs_the_variant_costs():
@@ -425,25 +427,25 @@ def test_recording_backs_the_variant_costs():
         return ratio
 
     window = "sliding window / dense causal"
-    forward = quoted("The window runs at 0.67× the dense causal rate in the forward", window, "fwd")
+    forward = quoted("The window runs at 0.64× the dense causal rate in the forward", window, "fwd")
     both = quoted("and 0.70× forward and backward, short of the 0.9× that the claim asks for", window, "fwd_bwd")
     assert not forward["met"] and not both["met"] and forward["threshold"] == 0.9
     visited = "sliding window / dense causal on the pairs in the tiles visited"
-    quoted("Counted on the tiles it visits, the ratios are 0.74×", visited, "fwd", "ratios")
+    quoted("Counted on the tiles it visits, the ratios are 0.71×", visited, "fwd", "ratios")
     quoted("and 0.78×: the difference", visited, "fwd_bwd", "ratios")
     flex = "sliding window / FlexAttention's"
-    forward = quoted("flashdoc's is 1.44× as fast in the forward", flex, "fwd")
-    both = quoted("and 1.24× forward and backward, so that claim holds", flex, "fwd_bwd")
+    forward = quoted("flashdoc's is 1.41× as fast in the forward", flex, "fwd")
+    both = quoted("and 1.20× forward and backward, so that claim holds", flex, "fwd_bwd")
     assert forward["met"] and both["met"]
     softcap = "softcap / the same call without"
     full = quoted("Softcap's forward runs at 0.76× the rate", softcap, "fwd", causal=False)
-    causal = quoted("and at 0.82× under the causal mask, both short of 0.9×", softcap, "fwd", causal=True)
+    causal = quoted("and at 0.85× under the causal mask, both short of 0.9×", softcap, "fwd", causal=True)
     assert not full["met"] and not causal["met"]
     quoted("the ratios are 0.86×", softcap, "fwd_bwd", "ratios", causal=False)
-    quoted("and 0.85×: the backward", softcap, "fwd_bwd", "ratios", causal=True)
+    quoted("and 0.86×: the backward", softcap, "fwd_bwd", "ratios", causal=True)
     alibi = "ALiBi / FlexAttention's score_mod"
-    forward = quoted("flashdoc's is 1.31× as fast in the forward", alibi, "fwd")
-    both = quoted("and 1.14× forward and backward, so that claim holds", alibi, "fwd_bwd")
+    forward = quoted("flashdoc's is 1.30× as fast in the forward", alibi, "fwd")
+    both = quoted("and 1.13× forward and backward, so that claim holds", alibi, "fwd_bwd")
     assert forward["met"] and both["met"]
     claim(post, "Both calls run on the same Hopper kernels")
     for row in recorded["rows"]:
