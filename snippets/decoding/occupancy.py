@@ -13,7 +13,7 @@ if torch.cuda.is_available():
     props = torch.cuda.get_device_properties(0)
     gpu, sms = props.name, props.multi_processor_count
 else:
-    gpu, sms = "an H200 (this machine has no GPU: its SM count is taken as 132)", 132
+    gpu, sms = "an H200, whose SM count this CPU run assumes", 132
 
 heads, kv_heads, head_dim, seqlen_q = 32, 8, 128, 1
 group = heads // kv_heads

@@ -45,7 +45,6 @@ for batch_size in BATCH_SIZES:
 table = "\n".join(rows) + "\n"
 open("waste.md", "w").write(table)
 print(f"lengths log-uniform in [{SHORTEST}, {LONGEST}], {DRAWS} batches per batch size")
-print(table)
 
 # One batch of 8, as the padded tensor sees it.
 example = draw_lengths(1, 8, torch.Generator().manual_seed(1))[0]

@@ -372,8 +372,8 @@ def test_recording_backs_the_decode_roofline_reading():
     assert min(ratios) >= 0.95 and max(ratios) <= 1.05, ratios
     claim(post, "Two claims do not hold.")
     assert [c["met"] for c in checks.values()].count(False) == 2
-    claim(post, "cuDNN's kernel is a hair faster at a couple of points")
-    assert sum(r < 1 for r in ratios) >= 2 and min(ratios) >= 0.98, ratios
+    claim(post, "cuDNN's kernel is a hair faster at several points")
+    assert sum(r < 1 for r in ratios) >= 3 and min(ratios) >= 0.98, ratios
     claim(post, "paged caches fall more than 5% behind contiguous ones at several points, the most at the smallest")
     smallest = min(c for _, c in points)
     assert checks["paged within 5% of contiguous at every point"]["worst"].endswith(f"x {smallest // 1024}k")
@@ -396,9 +396,6 @@ def test_recording_backs_the_decode_roofline_reading():
     claim(post, "and cuDNN's, with less Python in front of them, 37 to 50 µs")
     cudnn_us = [rows[p + ("sdpa-cudnn",)]["ms"] * 1e3 for p in host_bound]
     assert round(min(cudnn_us)) == 37 and round(max(cudnn_us)) == 50, cudnn_us
-    claim(post, "a call over pages of 16 rows took 51 µs and one over pages of 64 rows 162 µs")
-    assert round(rows[(1, 4096, "flashdoc-paged16")]["ms"] * 1e3) == 51
-    assert round(rows[(1, 4096, "flashdoc-paged64")]["ms"] * 1e3) == 162
     claim(post, "From 1 × 128k and 8 × 32k up, the GPU work outlasts the host's")
     claim(post, "and the call-by-call bandwidth matches cuDNN's")
     for p in points - host_bound:
@@ -453,3 +450,18 @@ def test_recording_backs_the_variant_costs():
             assert row["kernels"]["fwd"] == "hopper", row
     claim(post, "ALiBi runs on the portable kernels")
     assert all(r["kernels"]["fwd"] == "portable" for r in recorded["rows"] if r["alibi"] and r["peer"] == "flashdoc")
+
+
+def test_recording_backs_the_window_cost_floor():
+    """Part 7's reading of the window-cost table: forward and backward stop getting cheaper below about 1,024 keys,
+    while wider windows still cost more."""
+    post = read_post("masking-core.md")
+    claim(post, "Below a window of about 1,024 keys the forward and backward stops getting cheaper")
+    table = (GENERATED / "masking/window_cost/stdout.txt").read_text()
+    ratio = {
+        int(m.group(1)): float(m.group(2))
+        for m in re.finditer(r"^\| (\d+) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|$", table, re.M)
+    }
+    narrow = [r for w, r in ratio.items() if w <= 1024]
+    assert len(narrow) >= 3 and max(narrow) - min(narrow) <= 0.05, ratio
+    assert ratio[2048] > max(narrow) + 0.05 and ratio[4096] > ratio[2048], ratio

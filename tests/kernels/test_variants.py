@@ -154,6 +154,20 @@ def test_window_cost_follows_the_window():
         assert visited <= 128 + 2 * 64
 
 
+@pytest.mark.parametrize("left,block_m,block_n", [(256, 64, 64), (1024, 64, 128), (100, 64, 64), (300, 128, 64)])
+def test_a_window_visits_the_blocks_part_7_counts(left, block_m, block_n):
+    """Part 7: a full tile of a window (left, 0) visits ceil((left + BLOCK_M) / BLOCK_N) key blocks, one more when
+    the window's left edge falls inside a block."""
+    seqlen = 4096
+    ranges = block_ranges(seqlen, seqlen, block_m, block_n, True, (left, 0))
+    blocks = (-((ranges[:, 0] - ranges[:, 3]) // block_n)).tolist()  # the last block may be cut short
+    full_tiles = blocks[(left + block_m) // block_m + 1 :]  # tiles whose window starts after key 0
+    least = -(-(left + block_m) // block_n)
+    assert set(full_tiles) <= {least, least + 1}, (least, set(full_tiles))
+    if left % block_n == 0 and block_m % block_n == 0:  # every edge on a block boundary
+        assert set(full_tiles) == {least}
+
+
 def test_band_follows_flash_attn():
     assert band(10, 20, True) == (True, False, 0, 10)
     assert band(10, 20, False, (3, 2)) == (True, True, 7, 12)
