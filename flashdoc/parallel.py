@@ -14,8 +14,8 @@ gradient of the whole attention.
 
 Layouts (how the sequence of N tokens is cut over W ranks):
 
-- ``"contiguous"``: rank r holds tokens [r N/W, (r+1) N/W). With a causal mask, rank r attends to r + 1 shards
-  and rank 0 to one: the last rank does W times the work of the first.
+- ``"contiguous"``: rank r holds tokens [r N/W, (r+1) N/W). With a causal mask, rank r computes r full blocks
+  and half of its diagonal one: the last rank does 2W - 1 times the work of the first.
 - ``"zigzag"``: the sequence is cut into 2W chunks, and rank r holds chunks r and 2W-1-r, one early and one late.
   Causal work is then the same on every rank: after its own shard, each step costs exactly half a block.
   ``zigzag_shard`` and ``zigzag_unshard`` convert.

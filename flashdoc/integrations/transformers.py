@@ -109,7 +109,7 @@ def _answer_flash_import(name: str) -> None:
             return (
                 flashdoc.flash_attn_func,
                 getattr(flashdoc, "flash_attn_varlen_func", None),
-                None,  # no paged (block-table) decoding in flashdoc
+                None,  # transformers' paged attention is not routed to flashdoc.flash_attn_with_kvcache
                 getattr(fa_utils, "_pad_input", None),
                 getattr(fa_utils, "_unpad_input", None),
             )
@@ -242,7 +242,10 @@ def _check_supported(module, attention_mask, kwargs) -> None:
     if kwargs.get("s_aux") is not None:
         _refuse("attention sinks (s_aux)", "its softmax has no extra sink logit")
     if kwargs.get("block_table") is not None:
-        _refuse("paged attention (block_table)", "its kernels read contiguous keys and values")
+        _refuse(
+            "paged attention (block_table)",
+            "this integration does not route transformers' paged cache to flashdoc.flash_attn_with_kvcache",
+        )
     if attention_mask is None:
         return
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
