@@ -9,7 +9,7 @@ from flashdoc.reference import naive_attention
 
 
 # --8<-- [start:seed]
-# Verbatim from the seed post (only this comment added).
+# The seed post's code, reformatted; its docstring became the comment below.
 # Q, K, V: (batch, seq_len, d_head).
 def flash_attention(Q, K, V, block_size=64):
     n = Q.shape[1]

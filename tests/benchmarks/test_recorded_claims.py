@@ -166,8 +166,8 @@ def test_recording_backs_float16_holding_bfloat16_values_keeps_pace():
 def test_recording_backs_softmax_moves_its_bytes_at_a_quarter_of_copy_speed():
     said = claim(
         read_post("flashattention-explained.md"),
-        "it moves the fewest bytes it must (the scores in, the weights out) at about a quarter of the "
-        "speed of a plain copy",
+        "moving the fewest bytes it must (the scores in, the weights out) at about a quarter of the speed "
+        "of a plain copy",
     )
     copy = number(table("flashattention/gpu_roofline/hardware.md")["measured HBM bandwidth (copy)"][0])
     softmax = number(table("flashattention/gpu_roofline/roofline.md")["P = softmax(S)"][3])
@@ -282,7 +282,8 @@ def test_recording_backs_beta_form_fails_only_on_fully_masked_tile_rows():
 
 def test_recording_backs_transformers_defaults_to_sdpa():
     said = claim(
-        read_post("flashattention-explained.md"), 'transformers uses its `"sdpa"` implementation unless told otherwise'
+        read_post("flashattention-explained.md"),
+        'transformers uses its `"sdpa"` implementation for models that support it unless told otherwise',
     )
     out = (GENERATED / "flashattention/hf_default/stdout.txt").read_text()
     assert "the default attention is 'sdpa'" in out, said
