@@ -1,5 +1,5 @@
 """``python -m flashdoc`` and ``flashdoc.show_config()``: which versions, which GPU, which kernel path each call
-takes and why, where compiled kernels are cached, and which ``FLASHDOC_*`` switches are set.
+takes and why, where compiled kernels are cached, and the value (or default) of every switch flashdoc reads.
 
 Modelled on ``python -m torch.utils.collect_env``: paste its output into a bug report. It reads the same
 decisions the kernels make (``kernels.gluon_support``, the Hopper kernels' config tables), so it cannot drift
@@ -18,6 +18,11 @@ SWITCHES = {
     "FLASHDOC_UNVERIFIED_TRITON": ("0", "1 lets the Hopper kernels run on a Triton release they were not verified on"),
     "FLASHDOC_AUTOTUNE": ("1", "0 skips the autotuner and takes each head dim's default tile config"),
     "FLASHDOC_LAUNCH_CACHE": ("1", "0 sends every launch through Triton's own (slower) launch path"),
+    "FLASHDOC_DEBUG_VARLEN": ("0", "1 checks cu_seqlens' values on the host at every varlen call (waits for the GPU)"),
+    "FLASHDOC_DEBUG_CHECKS": (
+        "0",
+        "1 checks the KV cache's device values on the host at every decode call (waits for the GPU; read at import)",
+    ),
     "TRITON_INTERPRET": ("unset", "1 runs the kernels in Triton's interpreter on CPU tensors (set without a GPU)"),
     "TRITON_CACHE_DIR": ("unset", "where Triton keeps compiled kernels"),
 }

@@ -153,6 +153,8 @@ def _validate_cu_seqlens(cu, name: str, q) -> None:
         )
     if cu.device != q.device:
         raise ValueError(f"{name} is on {cu.device} but q is on {q.device}; move it to {q.device}")
+    if cu.stride(0) != 1:  # the kernels index it as a plain array
+        raise ValueError(f"{name} must be contiguous, got stride {cu.stride(0)}; call .contiguous() on it")
 
 
 def _validate_max_seqlen(value, name: str) -> None:

@@ -10,6 +10,7 @@ Three layers, as in flash-attn's ``flash_attn_interface.py``:
 3. friendly public functions that validate, default the scale and pick the causal alignment.
 """
 
+import functools
 import math
 from typing import Optional
 
@@ -206,6 +207,32 @@ def _(dout, q, k, v, out, lse, dlse, softmax_scale, causal, bottom_right, determ
 # --8<-- [end:custom_ops]
 
 
+def first_order_only(backward):
+    """An autograd.Function's backward that has no derivative of its own. Under ``create_graph=True`` the
+    gradients it returns would otherwise be constants to autograd, and a loss built from them (a gradient
+    penalty, say) would silently miss their second-order term; instead they raise when differentiated. Unlike
+    ``once_differentiable``, this counts the saved inputs too, which are what a gradient penalty differentiates
+    through."""
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grad_outputs):
+        with torch.no_grad():
+            grads = backward(ctx, *grad_outputs)
+        if not torch.is_grad_enabled():  # a plain backward: nothing will differentiate these
+            return grads
+        tensors = (*grad_outputs, *ctx.saved_tensors)
+        if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+            return grads
+        error = torch._C._functions.DelayedError(  # what once_differentiable raises through, with our message
+            b"flashdoc's attention has no second derivative: these gradients were taken with create_graph=True "
+            b"and are being differentiated again. Use torch.nn.functional.scaled_dot_product_attention for that.",
+            len(grads),
+        )
+        return error(*(None if g is None else g.detach().requires_grad_() for g in grads))
+
+    return wrapper
+
+
 # --8<-- [start:autograd]
 _fwd_op, _bwd_op = torch.ops.flashdoc.fwd.default, torch.ops.flashdoc.bwd.default
 
@@ -223,7 +250,7 @@ class _FlashAttention(torch.autograd.Function):
         return out, lse
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # no double backward: a clear error instead of a wrong one
+    @first_order_only  # no double backward: a clear error instead of a silently missing term
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
         if dout is None:  # only the LSE was used
@@ -335,9 +362,10 @@ def flash_attn_func(
             the same output, and a log-sum-exp shifted by ``slope * (i + seqlen_k - seqlen_q)``; flashdoc's is
             the log-sum-exp of the scores as stated here.)
         deterministic: as in flash-attn, False (the default) lets the backward run a fused kernel that adds
-            dq's parts from different key blocks in HBM, where that is faster (on Hopper: head dim 64, causal
-            calls from 2,048 tokens), so dq may differ in its last bits from run to run; True, or
-            ``torch.use_deterministic_algorithms(True)``, gives bit-identical gradients on every run.
+            dq's parts from different key blocks in HBM, where that is faster (on Hopper, fp16/bf16 at head dim
+            64: every non-causal call, and causal calls whose query and key lengths both reach 2,048), so dq
+            may differ in its last bits from run to run; True, or ``torch.use_deterministic_algorithms(True)``,
+            gives bit-identical gradients on every run.
         return_attn_probs: as flash-attn, also return the log-sum-exp and the attention probabilities; these are
             never stored (that is the point of FlashAttention), so the third element is always None:
             ``(out, lse, None)``.
@@ -348,8 +376,9 @@ def flash_attn_func(
         ``return_attn_probs``, (out, lse, None). lse: (batch, nheads, seqlen_q), float32, natural log of the
         softmax denominator of the (capped, biased) scores, before dropout (``-inf`` for rows that see no key).
 
-    Inputs may be non-contiguous (e.g. views of a packed QKV projection); a tensor whose last dimension does
-    not have stride 1 is copied once with ``.contiguous()``.
+    Inputs may be non-contiguous (e.g. views of a packed QKV projection). A tensor is copied once when its last
+    dimension does not have stride 1, when its start or other strides are not 16-byte aligned, or when its
+    head_dim is not a multiple of 8 (zero-padded).
     """
     validate_attention_inputs(
         q,
@@ -393,7 +422,7 @@ def scaled_dot_product_attention(
         key: (batch, heads_kv, seqlen_k, head_dim); heads_kv == heads unless ``enable_gqa=True``, then heads
             must be a multiple of heads_kv.
         value: (batch, heads_kv, seqlen_k, head_dim).
-        attn_mask: not supported yet (must be None): use ``is_causal=True`` for causal masking, or
+        attn_mask: not supported (must be None): use ``is_causal=True`` for causal masking, or
             ``torch.nn.functional.scaled_dot_product_attention`` for arbitrary masks.
         dropout_p: probability of dropping each attention weight, in [0, 1), as ``flash_attn_func``'s (and,
             as in PyTorch, applied even in eval mode: pass 0.0 there).
@@ -421,7 +450,7 @@ def scaled_dot_product_attention(
     """
     if attn_mask is not None:
         raise ValueError(
-            "attn_mask is not supported yet by flashdoc.scaled_dot_product_attention; use "
+            "attn_mask is not supported by flashdoc.scaled_dot_product_attention; use "
             "is_causal=True for a causal mask, or torch.nn.functional.scaled_dot_product_attention "
             "for arbitrary masks"
         )
@@ -609,7 +638,7 @@ class _FlashAttentionVarlen(torch.autograd.Function):
         return out, lse
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @first_order_only
     def backward(ctx, dout, dlse):
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
         if dout is None:

@@ -324,8 +324,8 @@ def _validate(
                 f"rotary_cos has {rotary_cos.shape[0]} positions but the cache holds {capacity}: "
                 "it needs one row per cache position"
             )
-        if not isinstance(rotary_interleaved, bool):
-            raise TypeError(f"rotary_interleaved must be a bool, got {type(rotary_interleaved).__name__}")
+    if not isinstance(rotary_interleaved, bool):
+        raise TypeError(f"rotary_interleaved must be a bool, got {type(rotary_interleaved).__name__}")
     if softmax_scale is not None:
         if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
             raise TypeError(f"softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
@@ -472,9 +472,11 @@ def flash_attn_with_kvcache(
         seqlen_q), float32, natural log (-inf for a query that sees no key; its output is zero).
 
     Nothing here synchronises with the GPU (a decode step can be captured in a CUDA graph), so values on the
-    device are not checked: a cache_seqlens[b] + seqlen_new beyond the cache, or a block-table entry past the
-    cache's pages, reads and writes nothing outside the cache's shape but gives meaningless results. Set
-    FLASHDOC_DEBUG_CHECKS=1 to check them on the host at every call.
+    device are not checked. A cache_seqlens[b] + seqlen_new past the cache's capacity is masked: nothing outside
+    the cache is read or written, but the result is meaningless. A negative cache_seqlens[b], a cache_batch_idx
+    entry outside the cache's batch, or a block_table entry outside its pages is used as given, and reads and
+    writes memory outside the caches. Set FLASHDOC_DEBUG_CHECKS=1 before importing flashdoc to check all of
+    them on the host at every call (which waits for the GPU).
     """
     capacity = _validate(
         q,

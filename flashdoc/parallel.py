@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ._validation import validate_attention_inputs
-from .interface import _bwd_op, _fwd_op, flash_attn_func
+from .interface import _bwd_op, _fwd_op, first_order_only, flash_attn_func
 
 __all__ = [
     "ring_flash_attn_func",
@@ -276,7 +276,7 @@ class _RingFlashAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @first_order_only
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _ring_backward(dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.layout, ctx.ring)

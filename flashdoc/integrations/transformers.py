@@ -66,7 +66,7 @@ def register(name: str = NAME) -> str:
     except ImportError as e:  # transformers < 4.53 has no AttentionMaskInterface
         raise ImportError(
             "flashdoc.integrations.transformers needs transformers >= 4.53 (AttentionInterface and "
-            "AttentionMaskInterface): pip install 'flashdoc[transformers]'"
+            "AttentionMaskInterface): pip install 'transformers>=4.53'"
         ) from e
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, mask_function)

@@ -1,10 +1,12 @@
 """The Triton-release gate of the Hopper kernels, its warning, and the environment report, all on the CPU: version
 strings are faked, since the gate's logic is what CI can check."""
 
+import re
 import subprocess
 import sys
 import types
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -87,6 +89,12 @@ def test_the_report_says_which_path_and_why(monkeypatch):
         assert "ALiBi and dropout: portable" in paths["variants"]
     assert "8.0" in dict(_config.kernel_paths((8, 0), interpret=False))["every call"]
     assert "no CUDA GPU" in dict(_config.kernel_paths(None))["every call"]
+
+
+def test_the_report_lists_every_switch_flashdoc_reads():
+    package = Path(flashdoc.__file__).parent
+    read = {m for path in package.rglob("*.py") for m in re.findall(r"FLASHDOC_[A-Z_]+", path.read_text())}
+    assert read <= set(_config.SWITCHES), read - set(_config.SWITCHES)
 
 
 def test_python_m_flashdoc_prints_the_report():

@@ -109,7 +109,7 @@ S = (2, 4, 8, 32)  # (batch, heads, seqlen, head_dim)
         (
             dict(attn_mask=torch.ones(8, 8, dtype=torch.bool)),
             ValueError,
-            "attn_mask is not supported yet.*is_causal=True",
+            "attn_mask is not supported by.*is_causal=True",
         ),
         (dict(dropout_p=1.5), ValueError, r"dropout_p must be in \[0, 1\)"),
         (dict(dropout_p="0.1"), TypeError, "dropout_p must be a float"),

@@ -66,13 +66,29 @@ def test_softmax_scale(scale):
 
 
 def test_no_silent_double_backward():
-    """The backward is not itself differentiable: with create_graph=True the gradients come back detached, so
-    a second backward through them fails loudly instead of returning second derivatives that miss terms."""
+    """The backward is not itself differentiable. Gradients taken with create_graph=True raise when
+    differentiated again, also in a gradient penalty mixed with terms that need no second derivative, instead of
+    quietly leaving out the second-order term; a plain backward is untouched."""
     q, k, v = make_qkv(1, 12, 12, 2, 2, 16, torch.float32)
-    (dq,) = torch.autograd.grad(flashdoc.flash_attn_func(q, k, v).sum(), q, create_graph=True)
-    assert not dq.requires_grad
-    with pytest.raises(RuntimeError, match="does not require grad"):
-        dq.sum().backward()
+    (dq,) = torch.autograd.grad(flashdoc.flash_attn_func(q, k, v).square().sum(), q, create_graph=True)
+    assert dq.requires_grad
+    with pytest.raises(RuntimeError, match="no second derivative"):
+        dq.square().sum().backward()
+    weight = torch.randn(16, requires_grad=True)
+    (dq,) = torch.autograd.grad((flashdoc.flash_attn_func(q, k, v) * weight).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="no second derivative"):
+        (dq.square().sum() + weight.sum()).backward()
+    (dq,) = torch.autograd.grad(flashdoc.flash_attn_func(q, k, v).sum(), q)
+    assert not dq.requires_grad and torch.isfinite(dq).all()
+
+
+def test_no_silent_double_backward_varlen():
+    q, k, v = (torch.randn(10, 2, 16, requires_grad=True) for _ in range(3))
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    out = flashdoc.flash_attn_varlen_func(q, k, v, cu, cu, 6, 6, causal=True)
+    (dq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="no second derivative"):
+        dq.square().sum().backward()
 
 
 def test_bottom_right_rows_without_keys_are_zero():

@@ -16,7 +16,7 @@ import torch
 from attention_oracle import DEVICE, assert_close_like_flash_attn
 
 transformers = pytest.importorskip(
-    "transformers", reason="the transformers integration needs transformers (pip install 'flashdoc[transformers]')"
+    "transformers", reason="the transformers integration needs transformers (pip install 'transformers>=4.53')"
 )
 from transformers import masking_utils  # noqa: E402
 

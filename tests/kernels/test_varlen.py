@@ -350,6 +350,15 @@ def test_varlen_rejects(kwargs, exc, match):
         flashdoc.flash_attn_varlen_func(**args)
 
 
+def test_varlen_rejects_strided_cu_seqlens():
+    """The kernels index cu_seqlens as a plain array: a strided view would read the wrong lengths (and, past the
+    end, other memory), so it is refused by name."""
+    strided = torch.tensor([0, 99, 3, 99, 8, 99], dtype=torch.int32, device=DEVICE)[::2]
+    q, k, v = (_t(8, 4, 32) for _ in range(3))
+    with pytest.raises(ValueError, match=r"cu_seqlens_k must be contiguous, got stride 2; call \.contiguous\(\)"):
+        flashdoc.flash_attn_varlen_func(q, k, v, _CU.to(DEVICE), strided, 5, 5)
+
+
 def test_varlen_positional_order():
     """flash-attn 2's positional order: dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes."""
     q, k, v, cu_q, cu_k = (t.detach() if t.requires_grad else t for t in packed_inputs(*SELF, 2, 2, 16, torch.float32))
