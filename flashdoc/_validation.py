@@ -103,13 +103,9 @@ def validate_dropout(dropout_p) -> None:
         )
 
 
-def validate_variant_options(
-    q, *, dropout_p, window_size, softcap, alibi_slopes, return_attn_probs=False, batch=None
-) -> None:
-    """flash-attn 2's options beyond the scale and causal: dropout_p in [0, 1); window_size two ints >= -1;
-    softcap a float >= 0; alibi_slopes None or fp32 of shape (nheads,) or (batch, nheads) on q's device.
-    q: (batch, seqlen, nheads, headdim), or (total, nheads, headdim) with ``batch`` given (varlen)."""
-    validate_dropout(dropout_p)
+def validate_window_and_softcap(window_size, softcap) -> None:
+    """window_size two ints >= -1 (left, right; -1 unbounded) and softcap a finite float >= 0 (0: none), for
+    every entry point that takes them."""
     if (
         not isinstance(window_size, (tuple, list))
         or len(window_size) != 2
@@ -124,6 +120,16 @@ def validate_variant_options(
         raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
     if not (math.isfinite(softcap) and softcap >= 0):
         raise ValueError(f"softcap must be a finite float >= 0 (0 for no capping), got {softcap}")
+
+
+def validate_variant_options(
+    q, *, dropout_p, window_size, softcap, alibi_slopes, return_attn_probs=False, batch=None
+) -> None:
+    """flash-attn 2's options beyond the scale and causal: dropout_p in [0, 1); window_size two ints >= -1;
+    softcap a float >= 0; alibi_slopes None or fp32 of shape (nheads,) or (batch, nheads) on q's device.
+    q: (batch, seqlen, nheads, headdim), or (total, nheads, headdim) with ``batch`` given (varlen)."""
+    validate_dropout(dropout_p)
+    validate_window_and_softcap(window_size, softcap)
     if alibi_slopes is not None:
         batch, nheads = (q.shape[0], q.shape[2]) if batch is None else (batch, q.shape[1])
         if not isinstance(alibi_slopes, torch.Tensor):

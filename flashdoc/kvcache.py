@@ -11,12 +11,13 @@ follow from shapes), so a decode step can be captured in a CUDA graph. The one e
 block-table entries, batch indices) on the host before each call, which synchronises.
 """
 
+import contextlib
 import os
 from typing import Optional
 
 import torch
 
-from ._validation import SUPPORTED_DTYPES, _validate_tensor
+from ._validation import SUPPORTED_DTYPES, _validate_tensor, validate_window_and_softcap
 from .kernels import INTERPRET
 from .kernels.decode import MAX_SPLITS, append_kv, decode_attention
 
@@ -333,18 +334,7 @@ def _validate(
             raise ValueError(f"softmax_scale must be a finite number > 0, got {softmax_scale}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if (
-        not isinstance(window_size, (tuple, list))
-        or len(window_size) != 2
-        or any(isinstance(w, bool) or not isinstance(w, int) or w < -1 for w in window_size)
-    ):
-        raise ValueError(
-            f"window_size must be a pair of ints (left, right), each >= 0 or -1 for no limit, got {window_size!r}"
-        )
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
-        raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
-    if not softcap >= 0.0:
-        raise ValueError(f"softcap must be >= 0 (0 turns it off), got {softcap}")
+    validate_window_and_softcap(window_size, softcap)
     _check_int(num_splits, "num_splits", 0)
     if num_splits > MAX_SPLITS:
         raise ValueError(f"num_splits is {num_splits}; allowed: 0 (choose automatically) to {MAX_SPLITS}")
@@ -505,25 +495,34 @@ def flash_attn_with_kvcache(
     seqlens_tensor: Optional[torch.Tensor] = cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None
     seqlen_const = capacity if cache_seqlens is None else (0 if seqlens_tensor is not None else cache_seqlens)
     q, k, v = (t if t is None or t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    out, lse = _fwd_kvcache_op(
-        q,
-        k_cache,
-        v_cache,
-        k,
-        v,
-        rotary_cos,
-        rotary_sin,
-        seqlens_tensor,
-        seqlen_const,
-        cache_batch_idx,
-        block_table,
-        float(softmax_scale),
-        causal,
-        window_left,
-        window_right,
-        float(softcap),
-        rotary_interleaved,
-        alibi_slopes,
-        num_splits,
-    )
+    grad_asked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v))
+    with torch.no_grad() if grad_asked else contextlib.nullcontext():
+        out, lse = _fwd_kvcache_op(
+            q,
+            k_cache,
+            v_cache,
+            k,
+            v,
+            rotary_cos,
+            rotary_sin,
+            seqlens_tensor,
+            seqlen_const,
+            cache_batch_idx,
+            block_table,
+            float(softmax_scale),
+            causal,
+            window_left,
+            window_right,
+            float(softcap),
+            rotary_interleaved,
+            alibi_slopes,
+            num_splits,
+        )
+    if grad_asked:  # a decode step has no backward: say so when one reaches it, not with an empty q.grad
+        error = torch._C._functions.DelayedError(
+            b"flash_attn_with_kvcache has no backward (a decode step computes no gradients): call it under "
+            b"torch.no_grad(), or use flash_attn_func where gradients are needed",
+            2,
+        )
+        out, lse = error(out.detach().requires_grad_(), lse.detach().requires_grad_())
     return (out, lse) if return_softmax_lse else out

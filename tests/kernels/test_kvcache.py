@@ -461,8 +461,10 @@ _TABLE = torch.arange(8, dtype=torch.int32, device=DEVICE).reshape(2, 4)
             ValueError,
             "rotary_dim .* is 8; allowed: a multiple of 16",
         ),
-        (dict(window_size=(4,)), ValueError, "window_size must be a pair"),
-        (dict(softcap=-1.0), ValueError, "softcap must be >= 0"),
+        (dict(window_size=(4,)), TypeError, "window_size must be a pair of ints"),
+        (dict(window_size=(-2, 0)), ValueError, "window_size must be two ints >= -1"),
+        (dict(softcap=-1.0), ValueError, "softcap must be a finite float >= 0"),
+        (dict(softcap=float("inf")), ValueError, "softcap must be a finite float >= 0"),
         (dict(num_splits=129), ValueError, "num_splits is 129; allowed: 0"),
         (dict(num_splits=-1), ValueError, "num_splits must be >= 0"),
         (dict(causal=1), TypeError, "causal must be a bool"),
@@ -472,6 +474,21 @@ _TABLE = torch.arange(8, dtype=torch.int32, device=DEVICE).reshape(2, 4)
 def test_rejects(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         flash_attn_with_kvcache(**_args(**kwargs))
+
+
+def test_a_backward_through_a_decode_step_raises():
+    """No backward: with q requiring grad, the output says so when a backward reaches it (rather than leaving
+    q.grad empty), and its values are those of the same call without gradients."""
+    args = _args()
+    q = args["q"].clone().requires_grad_()
+    args["q"] = q
+    out, lse = flash_attn_with_kvcache(**args, return_softmax_lse=True)
+    with torch.no_grad():
+        expected = flash_attn_with_kvcache(**args)
+    assert torch.equal(out.detach(), expected) and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
+    with pytest.raises(RuntimeError, match="flash_attn_with_kvcache has no backward"):
+        (out.sum() + lse.sum()).backward()
+    assert q.grad is None
 
 
 def test_debug_checks_catch_device_values(monkeypatch):
