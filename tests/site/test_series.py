@@ -79,3 +79,14 @@ def test_series_parts_link_in_order(built_site):
         if re.search(r"^# Part \d+:", p.read_text(), re.M)
     }
     assert set(parts) == titles, (parts, titles)
+
+
+def test_newest_first_lists_run_the_series_backwards(built_site):
+    """Posts of one day are ordered by their time, so both "newest first" lists (the home page's and the blog
+    index's) read Part N down to Part 1."""
+    for page in ("index.html", "blog/index.html"):
+        text = visible_text(built_site / page)
+        newest_first = text[text.rfind("newest first") :]
+        parts = [int(n) for n in re.findall(r"Part (\d+):", newest_first)]
+        parts = list(dict.fromkeys(parts))  # a title and its description may both name the part
+        assert parts == sorted(parts, reverse=True) and parts[-1] == 1, (page, parts)

@@ -5,7 +5,7 @@
     {{ img("a.png, b.png, c.png", cap="A, B, C", cols=3) }}    a grid; `cols` sets the column count
     {{ img("site/attention_maps:scores.png") }}                a file recorded by a snippet (topic/name:file)
     {{ compare("site/attention_maps:scores.png", "site/attention_maps:weights.png",
-               before="Raw scores", after="Softmax") }}       an image-compare slider
+               before_label="Raw scores", after_label="Softmax") }}  an image-compare slider
     {{ video("site/tile_sweep:tile_sweep.mp4", poster="site/tile_sweep:tile_sweep_poster.png",
              caption="...") }}                                a video with a poster frame
     {{ posts() }}                                              the blog's posts, newest first
@@ -100,14 +100,16 @@ def _post_front_matter(path: Path) -> tuple[dict, str]:
     return meta, body
 
 
-def _post_date(meta: dict) -> date:
+def _post_date(meta: dict) -> datetime:
+    """The post's publication time: a date alone is its midnight. Kept to the minute, since posts of one day
+    are ordered by their time."""
     value = meta.get("date")
     if isinstance(value, dict):  # material's blog also takes {created: ..., updated: ...}
         value = value.get("created")
     if isinstance(value, datetime):
-        return value.date()
-    if isinstance(value, date):
         return value
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day)
     raise ValueError(f"a blog post needs a date in its front matter, got {value!r}")
 
 
@@ -115,7 +117,7 @@ def _post_date(meta: dict) -> date:
 class Post:
     path: Path
     title: str
-    date: date
+    date: datetime
     description: str
     meta: dict
 
