@@ -6,8 +6,9 @@
     nox -s snippets           run every snippet and record its outputs into docs/generated/ (`-- topic/name`)
     nox -s docs               build the site into site/ (strict); `nox -s docs -- serve` serves it with live reload
     nox -s publish            record whatever is stale, refuse anything still stale, then build the site
-    nox -s bench              the benchmarks (GPU): against PyTorch's attention kernels, then the variants and
-                              decoding ones, into bench-results/ (`-- --quick`: a smoke subset of each)
+    nox -s bench              the benchmarks (GPU): against PyTorch's attention kernels, then the variants,
+                              decoding, varlen and transformers-step ones, into bench-results/ (`-- --quick`:
+                              a smoke subset of each)
 
 tests, snippets, docs and publish share one environment, .nox/flashdoc (torch, Triton, the test and docs
 extras: about 2.7 GB), made by the first of them and reused by the others until pyproject.toml changes.
@@ -212,8 +213,9 @@ BENCH_SUITES = (
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmark flashdoc against its peers into bench-results/ (extra arguments go to `python -m benchmarks.run`;
-    benchmarks/README.md has the protocol), then the variants, decode and varlen benchmarks into
-    bench-results/variants/, decode/ and varlen/. `nox -s bench -- --quick` passes --quick to all four."""
+    benchmarks/README.md has the protocol), then the suites of BENCH_SUITES (variants, decode, varlen and the
+    transformers training step) into bench-results/<suite>/. `nox -s bench -- --quick` passes --quick to every
+    run."""
     install(session, "bench")
     session.run("python", "-m", "benchmarks.run", "--out", "bench-results", *session.posargs)
     quick = ["--quick"] if "--quick" in session.posargs else []
