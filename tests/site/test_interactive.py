@@ -222,6 +222,24 @@ def test_reader_sized_example_ends_at_the_full_softmax(page):
 
     first = check_final()
 
+    # The last key block holds one key, and worker 3 one row: the labels say "key 7" and "row 7", not "7–7".
+    assert root.locator(".fd-stepper__status").inner_text() == "Step 3 of 3: key block 3 (key 7) — done."
+    assert root.locator("table.fd-tilemap thead th").all_inner_texts() == ["keys 1–3", "keys 4–6", "key 7"]
+    workers = root.locator(".fd-worker")
+    assert workers.locator("h4").all_inner_texts() == [
+        "Worker 1 · query rows 1–3",
+        "Worker 2 · query rows 4–6",
+        "Worker 3 · query row 7",
+    ]
+    notes = workers.locator(".fd-worker__note")
+    assert notes.nth(0).inner_text() == "Skips key 7: the causal mask hides it from rows 1–3."
+    assert notes.nth(2).inner_text().startswith("Key 7: ")
+    root.get_by_role("button", name="Previous key block").click()
+    assert root.locator(".fd-stepper__status").inner_text() == "Step 2 of 3: key block 2 (keys 4–6)."
+    assert notes.nth(0).inner_text() == "Skips keys 4–6: the causal mask hides all of them from rows 1–3."
+    assert notes.nth(1).inner_text().startswith("Keys 4–6: ")
+    assert "7–7" not in root.inner_text()
+
     # New random inputs, then a hand-edited one: still the full softmax.
     root.get_by_role("button", name="New random inputs").click()
     second = check_final()
@@ -231,6 +249,44 @@ def test_reader_sized_example_ends_at_the_full_softmax(page):
     assert root.evaluate("el => el.flashdocTrace")["V"][6][1] == 5.0
     third = check_final()
     assert third[6] != second[6]
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_back_to_top_and_the_stepper_bar_do_not_hide_each_other(page, width):
+    page.set_viewport_size({"width": width, "height": 844})
+    page.goto(page.site_url + "interactive/tile-stepper/")
+    root = page.locator(".fd-tile-stepper:not([data-mode])" + READY)
+    root.locator(".fd-worker").first.wait_for()
+    # Scroll into the stepper, so its button bar sticks under the header, then up a little: material then
+    # shows its "Back to top" pill (navigation.top) in the band under the header.
+    page.mouse.move(width / 2, 400)
+    page.evaluate("y => window.scrollTo(0, y)", root.bounding_box()["y"] + 500)
+    for _ in range(3):
+        page.mouse.wheel(0, -60)
+        page.wait_for_timeout(100)
+    page.locator(".md-top:not([hidden])").wait_for()
+    # The bar moves below the pill (a 125 ms transition): wait until they no longer overlap, then check both.
+    page.wait_for_function(
+        """() => {
+          const pill = document.querySelector(".md-top").getBoundingClientRect();
+          const bar = document.querySelector(".fd-stepper__bar").getBoundingClientRect();
+          return pill.bottom <= bar.top || bar.bottom <= pill.top || pill.right <= bar.left || bar.right <= pill.left;
+        }""",
+        timeout=3_000,
+    )
+    header = page.locator(".md-header").bounding_box()
+    bar = root.locator(".fd-stepper__bar").bounding_box()
+    assert bar["y"] >= header["y"] + header["height"] - 1 and bar["y"] < 200, bar  # stuck, near the top
+    for name in ["First step", "Previous key block", "Next key block", "Last step"]:
+        button = root.get_by_role("button", name=name)
+        box = button.bounding_box()
+        centre = page.evaluate(
+            "([x, y]) => document.elementFromPoint(x, y).closest('button')?.getAttribute('aria-label')",
+            [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2],
+        )
+        assert centre == name, f"{name} is covered at {width} px"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"stepper-back-to-top-{width}.png"))
 
 
 # ---------------------------------------------------------------------------------------------- runnable cells
@@ -270,12 +326,19 @@ def test_runnable_cell_runs_offline_on_the_sites_pyodide(page):
     # Edited code that fails: the traceback starts at the reader's line, not inside the runner.
     cell.get_by_role("button", name="Edit").click()
     editor = cell.get_by_label("Python code of snippets/interactive/pure_python_attention.py")
-    editor.fill("x = 1\nprint('before')\nprint(x / 0)\n")
+    editor.fill("def divide(a, b):\n    return a / b\n\nprint('before')\nprint(divide(1, 0))\n")
     editor.press("Control+Enter")
     page.locator(".fd-runnable[data-state='error']").first.wait_for(timeout=30_000)
     text = output.inner_text()
     assert text.startswith("before") and "ZeroDivisionError: division by zero" in text
-    assert 'File "snippets/interactive/pure_python_attention.py", line 3' in text
+    # As CPython prints it: under each frame's "File ..., line N", that line of the reader's code.
+    lines = text.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    assert [lines[i] for i in frames] == [
+        '  File "snippets/interactive/pure_python_attention.py", line 5, in <module>',
+        '  File "snippets/interactive/pure_python_attention.py", line 2, in divide',
+    ], text
+    assert [lines[i + 1] for i in frames] == ["    print(divide(1, 0))", "    return a / b"], text
     assert "_flashdoc_run" not in text and "pyodide" not in text
     assert "ZeroDivisionError" in cell.locator(".fd-runnable__status").inner_text()
 
@@ -286,6 +349,8 @@ def test_runnable_cell_runs_offline_on_the_sites_pyodide(page):
         "el => el.dataset.state === 'error' && el.textContent.includes('numpy')", arg=output.element_handle()
     )
     assert "this site makes no requests to other hosts" in output.inner_text()
+    # The reader is online; the reason is that numpy is not in the Python this page ships.
+    assert cell.locator(".fd-runnable__status").inner_text() == "Not run: numpy is not part of the Python in this page."
 
     # Reset: the original, highlighted code and an empty output again.
     cell.get_by_role("button", name="Reset").click()

@@ -15,7 +15,7 @@ const post = (type, id, fields) => self.postMessage({ type, id, ...fields });
 // Compiles and runs a cell as `python file.py` would (as __main__, in a fresh namespace), and prints a
 // traceback that starts at the reader's code rather than inside this runner. Returns True on success.
 const RUNNER = `
-import importlib.util, sys, traceback
+import importlib.util, linecache, sys, traceback
 from pyodide.code import find_imports
 
 def _flashdoc_missing_modules(source):
@@ -27,6 +27,9 @@ def _flashdoc_missing_modules(source):
 
 def _flashdoc_run(source, filename):
     namespace = {"__name__": "__main__", "__file__": filename}
+    # No file by that name exists here, so hand linecache the source: a traceback then shows each failing
+    # line under its "File ..., line N", as CPython does (mtime None: checkcache leaves the entry alone).
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     try:
         exec(compile(source, filename, "exec"), namespace)
     except SystemExit as exc:

@@ -141,7 +141,8 @@ function initCell(root) {
     } else if (msg.type === "done") {
       if (msg.missing) {
         append(missingModulesMessage(msg.missing), "fd-note");
-        finish(`Not run: ${msg.missing.join(", ")} is not available offline.`, "error");
+        const verb = msg.missing.length === 1 ? "is" : "are";
+        finish(`Not run: ${msg.missing.join(", ")} ${verb} not part of the Python in this page.`, "error");
         return;
       }
       const printed = [...output.querySelectorAll(".fd-out")].map((s) => s.textContent).join("");

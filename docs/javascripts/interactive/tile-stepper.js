@@ -23,6 +23,8 @@ const DIGITS = 3;
 
 // Labels count from 1, like the worked example's text (worker 1, rows 1–2, tile S₁₂); the data count from 0.
 const range = (list) => (list.length === 1 ? `${list[0] + 1}` : `${list[0] + 1}–${list[list.length - 1] + 1}`);
+// The same after its noun, singular for one item: "key 7", "keys 5–6", "row 7", "rows 1–3".
+const counted = (noun, list) => `${noun}${list.length === 1 ? "" : "s"} ${range(list)}`;
 const SUB = "₀₁₂₃₄₅₆₇₈₉";
 const sub = (n) => String(n).replace(/\d/g, (c) => SUB[c]);
 const blank = (rows, cols) => Array.from({ length: rows }, () => new Array(cols).fill(null));
@@ -99,16 +101,18 @@ function createView(root) {
     if (event.key === "ArrowLeft") { go(position - 1); event.preventDefault(); }
   });
 
-  function keyRange(kBlock) {
+  // The keys of a key block, first and last (just one for a one-key block, as the last one can be).
+  function blockKeys(kBlock) {
     const start = kBlock * trace.block;
-    return range([start, Math.min(start + trace.block, trace.K.length) - 1]);
+    const end = Math.min(start + trace.block, trace.K.length) - 1;
+    return start === end ? [start] : [start, end];
   }
 
   function renderMap() {
     const table = h("table", { class: "fd-tilemap" },
       h("caption", {}, "Score tiles: one row per worker, one column per key block"));
     const head = h("tr", {}, h("td", { class: "fd-matrix__corner" }));
-    for (let k = 0; k < total; k++) head.append(h("th", { scope: "col" }, `keys ${keyRange(k)}`));
+    for (let k = 0; k < total; k++) head.append(h("th", { scope: "col" }, counted("key", blockKeys(k))));
     table.append(h("thead", {}, head));
     const body = h("tbody");
     trace.workers.forEach((w, i) => {
@@ -149,19 +153,22 @@ function createView(root) {
       latest ? latest.l[r] : 0,
     ]);
     let note;
+    const keys = position === 0 ? [] : blockKeys(k);
     if (position === 0) note = "Starts with m = −∞, ℓ = 0, O = 0.";
-    else if (!current) note = `Skips keys ${keyRange(k)}: the causal mask hides all of them from rows ${range(w.rows)}.`;
-    else if (current.m_old.every((x) => x === -Infinity)) {
-      note = `Keys ${keyRange(k)}, its first tile: m was −∞, so α = 0 and ℓ and O start from this tile's P and P·V.`;
+    else if (!current) {
+      const them = keys.length === 1 ? "it" : "all of them";
+      note = `Skips ${counted("key", keys)}: the causal mask hides ${them} from ${counted("row", w.rows)}.`;
+    } else if (current.m_old.every((x) => x === -Infinity)) {
+      note = `${counted("Key", keys)}, its first tile: m was −∞, so α = 0 and ℓ and O start from this tile's P and P·V.`;
     } else {
       const grew = w.rows.filter((_, r) => current.alpha[r] < 1).map((r) => r + 1);
       note = grew.length
-        ? `Keys ${keyRange(k)}: the max grew in row${grew.length > 1 ? "s" : ""} ${grew.join(", ")}, so α < 1 shrinks the old ℓ and O there before this tile's P and P·V are added.`
-        : `Keys ${keyRange(k)}: no row found a larger score, so α = 1 and this tile's P and P·V are simply added.`;
+        ? `${counted("Key", keys)}: the max grew in row${grew.length > 1 ? "s" : ""} ${grew.join(", ")}, so α < 1 shrinks the old ℓ and O there before this tile's P and P·V are added.`
+        : `${counted("Key", keys)}: no row found a larger score, so α = 1 and this tile's P and P·V are simply added.`;
     }
 
     return h("section", { class: "fd-worker", dataset: { worker: String(i) }, "aria-label": `Worker ${i + 1}` },
-      h("h4", {}, `Worker ${i + 1} · query rows ${range(w.rows)}`),
+      h("h4", {}, `Worker ${i + 1} · query ${counted("row", w.rows)}`),
       h("p", { class: "fd-worker__note" }, note),
       h("div", { class: "fd-worker__tables" },
         scrollBox(matrixTable({
@@ -211,7 +218,7 @@ function createView(root) {
     for (const b of [buttons.next, buttons.last]) b.setAttribute("aria-disabled", String(position === total));
     status.textContent = position === 0
       ? `Step 0 of ${total}: nothing processed yet.`
-      : `Step ${position} of ${total}: key block ${k + 1} (keys ${keyRange(k)})${position === total ? " — done." : "."}`;
+      : `Step ${position} of ${total}: key block ${k + 1} (${counted("key", blockKeys(k))})${position === total ? " — done." : "."}`;
     renderMap();
     workers.replaceChildren(...trace.workers.map(renderWorker));
     renderResult();
