@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import html
 import posixpath
+import re
 import textwrap
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -192,7 +193,9 @@ def register(env):
             link = relative_to_page(env.page, post.path.relative_to(DOCS_DIR).as_posix())
             day = post.date
             line = f"- **[{post.title}]({link})** · {day:%B} {day.day}, {day.year}"
-            lines.append(line + (f"  \n  {post.description}" if post.description else ""))
+            # the title already names the part; the description's own "Part N: " is for feeds and previews
+            description = re.sub(r"^Part \d+: ", "", post.description)
+            lines.append(line + (f"  \n  {description[:1].upper()}{description[1:]}" if description else ""))
         return "\n".join(lines) + "\n"
 
     @env.macro
