@@ -14,6 +14,7 @@ import pytest
 from tools import outputs
 from tools.outputs import ROOT, all_snippets
 from tools.record_snippets import describe_device, record, run_snippet
+from tools.site_macros.snippets import provenance_html
 
 KERNEL = "flashdoc/kernels/forward.py"
 # What the docs build reads: the copy gets these, and a change in one of its kernels.
@@ -66,6 +67,8 @@ def test_a_changed_module_is_named_and_gpu_only_outputs_are_stamped(sandbox, tmp
     (tmp_path / "pkg" / "kernel.py").write_text("def f():\n    return 3\n")
     assert sandbox.check_fresh()["snippet"] == sandbox.rel_path
     assert "the package has changed since (pkg/kernel.py)" in sandbox.stamp()
+    shown = provenance_html(sandbox, sandbox.provenance())  # on the page: short, with the files in its tooltip
+    assert "before one of its files changed" in shown and 'title="changed since: pkg/kernel.py"' in shown
     monkeypatch.setenv("FLASHDOC_REQUIRE_FRESH", "1")  # publishing: no stamps
     with pytest.raises(outputs.StaleOutputError, match="pkg/kernel.py"):
         sandbox.check_fresh()

@@ -41,8 +41,21 @@ def provenance_html(snip: Snippet, prov: dict) -> str:
     if prov.get("interrupted_at_time_limit"):
         text += f" · <strong>stopped at its time limit after {prov['seconds']:.0f} s: partial results</strong>"
     if stamp:
-        text += f' · <strong class="fd-stale-stamp">{html.escape(stamp)}</strong>'
+        text += " · " + _stamp_html(snip)
     return f'<p class="provenance">{text}</p>'
+
+
+def _stamp_html(snip: Snippet) -> str:
+    """The stamp of an output recorded with older package code, short on the page: which recording, how many
+    files changed since (listed in its tooltip), and what brings it up to date."""
+    state = snip.freshness()
+    files = state.changed_modules
+    count = f"{len(files)} of its files" if len(files) > 1 else "one of its files"
+    return (
+        f'<strong class="fd-stale-stamp" title="changed since: {html.escape(", ".join(files))}">'
+        f"recorded with flashdoc {html.escape(state.recorded_with)}, before {count} changed; a run on a GPU "
+        "records it again</strong>"
+    )
 
 
 def imports_flashdoc(snip: Snippet) -> bool:
