@@ -207,6 +207,14 @@ def _(dout, q, k, v, out, lse, dlse, softmax_scale, causal, bottom_right, determ
 # --8<-- [end:custom_ops]
 
 
+def raise_when_differentiated(message: bytes, tensors: tuple) -> tuple:
+    """``tensors`` (None kept) as results whose backward raises ``message``: for values with no derivative, so
+    that a backward reaching them fails by name instead of leaving gradients silently empty (the mechanism
+    ``once_differentiable`` uses, with our message)."""
+    error = torch._C._functions.DelayedError(message, len(tensors))
+    return error(*(None if t is None else t.detach().requires_grad_() for t in tensors))
+
+
 def first_order_only(backward):
     """An autograd.Function's backward that has no derivative of its own. Under ``create_graph=True`` the
     gradients it returns would otherwise be constants to autograd, and a loss built from them (a gradient
@@ -223,12 +231,11 @@ def first_order_only(backward):
         tensors = (*grad_outputs, *ctx.saved_tensors)
         if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
             return grads
-        error = torch._C._functions.DelayedError(  # what once_differentiable raises through, with our message
+        return raise_when_differentiated(
             b"flashdoc's attention has no second derivative: these gradients were taken with create_graph=True "
             b"and are being differentiated again. Use torch.nn.functional.scaled_dot_product_attention for that.",
-            len(grads),
+            grads,
         )
-        return error(*(None if g is None else g.detach().requires_grad_() for g in grads))
 
     return wrapper
 

@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from ._validation import SUPPORTED_DTYPES, _validate_tensor, validate_window_and_softcap
+from .interface import raise_when_differentiated
 from .kernels import INTERPRET
 from .kernels.decode import MAX_SPLITS, append_kv, decode_attention
 
@@ -519,10 +520,9 @@ def flash_attn_with_kvcache(
             num_splits,
         )
     if grad_asked:  # a decode step has no backward: say so when one reaches it, not with an empty q.grad
-        error = torch._C._functions.DelayedError(
+        out, lse = raise_when_differentiated(
             b"flash_attn_with_kvcache has no backward (a decode step computes no gradients): call it under "
             b"torch.no_grad(), or use flash_attn_func where gradients are needed",
-            2,
+            (out, lse),
         )
-        out, lse = error(out.detach().requires_grad_(), lse.detach().requires_grad_())
     return (out, lse) if return_softmax_lse else out
