@@ -22,7 +22,7 @@ import html
 import posixpath
 
 from tools import downloads
-from tools.outputs import DOCS_DIR, ROOT, Snippet, snippet
+from tools.outputs import DOCS_DIR, ROOT, Freshness, Snippet, snippet
 from tools.programs import copy_program
 
 IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg", ".gif", ".webp")
@@ -35,20 +35,20 @@ def provenance_html(snip: Snippet, prov: dict) -> str:
         f"Recorded by running <code>{snip.rel_path}</code> on <strong>{html.escape(prov['device'])}</strong>"
         f" · torch {prov['torch']} · triton {prov['triton']} · {prov['date']} · source sha256 {sha}"
     )
-    stamp = snip.stamp()
-    if prov.get("commit") and not stamp:  # the stamp names the commit itself
+    state = snip.freshness()  # hashes the modules the recording imported: once per output
+    stamped = state.only_package_changed
+    if prov.get("commit") and not stamped:  # the stamp names the commit itself
         text += f" · flashdoc {prov['commit'][:10]}"
     if prov.get("interrupted_at_time_limit"):
         text += f" · <strong>stopped at its time limit after {prov['seconds']:.0f} s: partial results</strong>"
-    if stamp:
-        text += " · " + _stamp_html(snip)
+    if stamped:
+        text += " · " + _stamp_html(state)
     return f'<p class="provenance">{text}</p>'
 
 
-def _stamp_html(snip: Snippet) -> str:
+def _stamp_html(state: Freshness) -> str:
     """The stamp of an output recorded with older package code, short on the page: which recording, how many
     files changed since (listed in its tooltip), and what brings it up to date."""
-    state = snip.freshness()
     files = state.changed_modules
     count = f"{len(files)} of its files" if len(files) > 1 else "one of its files"
     return (
