@@ -24,10 +24,12 @@ def autotuned_configs():
         ("dq", backward._attn_bwd_dq_tuned),
     ):
         for key, config in tuned.cache.items() if tuned is not None else ():
-            seq_bucket, head_dim, causal = key[:3]
-            # the autotuner appends the dtypes of the tensor arguments; the first is the inputs' dtype
+            named = dict(zip(tuned.keys, key))  # SEQ_BUCKET, HEAD_DIM and the variant flags, by name
+            seq_bucket, head_dim, causal = named["SEQ_BUCKET"], named["HEAD_DIM"], named["IS_CAUSAL"]
+            # after the named values the autotuner appends the tensor arguments' dtypes; the first is the inputs'
+            dtypes = key[len(tuned.keys) :]
             dtype = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}.get(
-                str(key[3]) if len(key) > 3 else "", "?"
+                str(dtypes[0]) if dtypes else "", "?"
             )
             picks.append(
                 dict(

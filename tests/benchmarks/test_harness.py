@@ -252,6 +252,35 @@ def test_autotuned_table_has_one_row_per_shape_and_a_column_per_kernel():
     assert lines[3] == "| bf16 d=128 causal N=2k | 128×64 s2 w4 | — | — |"
 
 
+def test_autotuned_picks_are_read_by_key_name(monkeypatch):
+    """The autotuner's cache keys are its named key values (the length bucket, head dim and variant flags) and then
+    the tensor arguments' dtypes: each pick's dtype and masking come from those places, however many flags the key
+    has."""
+    import types
+
+    import triton
+
+    from flashdoc.kernels import backward, forward
+    from flashdoc.kernels.mask import VARIANT_FLAGS
+
+    keys = ["SEQ_BUCKET", "HEAD_DIM", *VARIANT_FLAGS]
+    flags = {flag: flag == "IS_CAUSAL" for flag in VARIANT_FLAGS}
+    key = (2048, 64, *flags.values(), "torch.float16", "torch.float16", "torch.float32")
+    config = triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=3)
+    monkeypatch.setattr(forward, "_attn_fwd_tuned", types.SimpleNamespace(keys=keys, cache={key: config}))
+    monkeypatch.setattr(backward, "_attn_bwd_dkdv_tuned", None)
+    monkeypatch.setattr(backward, "_attn_bwd_dq_tuned", None)
+    (pick,) = kernel_configs.autotuned_configs()
+    assert (pick["kernel"], pick["dtype"], pick["seq_bucket"], pick["head_dim"], pick["causal"]) == (
+        "fwd",
+        "fp16",
+        2048,
+        64,
+        True,
+    )
+    assert (pick["block_m"], pick["block_n"], pick["num_stages"], pick["num_warps"]) == (128, 64, 3, 4)
+
+
 def test_hopper_kernels_are_listed_with_their_fixed_configs(monkeypatch):
     """The Gluon kernels do not autotune, so the autotuner's cache misses them: the table lists their configs for
     the rows the dispatch sends them (here faked: forward at d = 128, dK/dV under the mask)."""
