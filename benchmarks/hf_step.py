@@ -2,7 +2,7 @@
 
     python3 benchmarks/hf_step.py --out OUT            # the run (about 2 minutes on an H200, compiles included)
     python3 benchmarks/hf_step.py --out OUT --quick    # fewer timed steps, no eager attention
-    python3 benchmarks/hf_step.py --out OUT --smoke    # a tiny model in float32 on the CPU (the interpreter)
+    python3 benchmarks/hf_step.py --out OUT --smoke    # a tiny model in float32 (the interpreter on a CPU)
 
 The target it checks: the step time of the model (forward + backward, bf16, 8k tokens) with flashdoc's attention
 is at most SDPA's, measured in the same run, in each layout below.
@@ -415,8 +415,10 @@ def markdown(meta, results, target_rows, checks):
 
 
 def run(out_dir, quick=False, smoke=False):
-    device = "cuda" if torch.cuda.is_available() and not smoke else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    # the smoke run is a check of the script: float32 everywhere, on the GPU where there is one (flashdoc's CPU
+    # path, Triton's interpreter, is only on where no GPU is)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" and not smoke else torch.float32
     model_kwargs, shape = (SMOKE_MODEL, SMOKE_SHAPE) if smoke else (MODEL, SHAPE)
     steps = STEPS["smoke" if smoke else "quick" if quick else "full"]
     impls = (*IMPLS[:2], NO_ATTENTION) if quick else (*IMPLS, NO_ATTENTION)
@@ -515,7 +517,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench-results/hf", help="folder for results.json and hf_step.md")
     ap.add_argument("--quick", action="store_true", help="fewer timed steps, no eager attention")
-    ap.add_argument("--smoke", action="store_true", help="a tiny float32 model on the CPU (the interpreter)")
+    ap.add_argument("--smoke", action="store_true", help="a tiny float32 model: a check of the script")
     a = ap.parse_args(argv)
     try:
         import transformers  # noqa: F401

@@ -74,7 +74,7 @@ def test_no_silent_double_backward():
     assert dq.requires_grad
     with pytest.raises(RuntimeError, match="no second derivative"):
         dq.square().sum().backward()
-    weight = torch.randn(16, requires_grad=True)
+    weight = torch.randn(16, device=DEVICE, requires_grad=True)
     (dq,) = torch.autograd.grad((flashdoc.flash_attn_func(q, k, v) * weight).sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="no second derivative"):
         (dq.square().sum() + weight.sum()).backward()
@@ -83,8 +83,8 @@ def test_no_silent_double_backward():
 
 
 def test_no_silent_double_backward_varlen():
-    q, k, v = (torch.randn(10, 2, 16, requires_grad=True) for _ in range(3))
-    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    q, k, v = (torch.randn(10, 2, 16, device=DEVICE, requires_grad=True) for _ in range(3))
+    cu = torch.tensor([0, 4, 10], device=DEVICE, dtype=torch.int32)
     out = flashdoc.flash_attn_varlen_func(q, k, v, cu, cu, 6, 6, causal=True)
     (dq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="no second derivative"):
