@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from attention_oracle import DEVICE
 
 import flashdoc  # noqa: F401  (first: turns on Triton's interpreter without a GPU)
 from flashdoc import flash_attn_func
@@ -275,7 +276,7 @@ def test_schedule_covers_the_causal_mask_once(world_size, layout):
 
 def test_merge_of_two_halves_is_attention_over_both():
     gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 8, 2, 16, generator=gen) for _ in range(3))
+    q, k, v = (torch.randn(1, 8, 2, 16, generator=gen).to(DEVICE) for _ in range(3))
     out, lse = flash_attn_func(q, k, v, return_lse=True)
     out_a, lse_a = flash_attn_func(q, k[:, :3], v[:, :3], return_lse=True)
     out_b, lse_b = flash_attn_func(q, k[:, 3:], v[:, 3:], return_lse=True)
@@ -283,6 +284,11 @@ def test_merge_of_two_halves_is_attention_over_both():
     merge_partial(merged, merged_lse, out_b, lse_b)
     torch.testing.assert_close(merged, out, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(merged_lse, lse, atol=1e-6, rtol=1e-5)
+
+
+def _zeros(seqlen):
+    """A (1, seqlen, 1, 16) q, k or v where this machine's kernels run (these calls fail before any kernel)."""
+    return torch.zeros(1, seqlen, 1, 16, device=DEVICE)
 
 
 @pytest.mark.parametrize(
@@ -294,15 +300,15 @@ def test_merge_of_two_halves_is_attention_over_both():
         (lambda: zigzag_unshard([torch.zeros(1, 4), torch.zeros(1, 6)]), "same shape"),
         (lambda: zigzag_unshard([torch.zeros(1, 3), torch.zeros(1, 3)]), "odd"),
         (
-            lambda: ring_flash_attn_func(*(torch.zeros(1, 4, 1, 16) for _ in range(3)), layout="zig-zag"),
+            lambda: ring_flash_attn_func(*(_zeros(4) for _ in range(3)), layout="zig-zag"),
             "layout must be one of",
         ),
         (
-            lambda: ring_flash_attn_func(torch.zeros(1, 4, 1, 16), torch.zeros(1, 6, 1, 16), torch.zeros(1, 6, 1, 16)),
+            lambda: ring_flash_attn_func(_zeros(4), _zeros(6), _zeros(6)),
             "same length",
         ),
-        (lambda: ring_flash_attn_func(*(torch.zeros(1, 5, 1, 16) for _ in range(3)), layout="zigzag"), "odd"),
-        (lambda: ring_flash_attn_func(*(torch.zeros(1, 4, 1, 16) for _ in range(3)), causal=1), "causal must be"),
+        (lambda: ring_flash_attn_func(*(_zeros(5) for _ in range(3)), layout="zigzag"), "odd"),
+        (lambda: ring_flash_attn_func(*(_zeros(4) for _ in range(3)), causal=1), "causal must be"),
     ],
 )
 def test_bad_input(call, match):
@@ -313,7 +319,7 @@ def test_bad_input(call, match):
 def test_needs_an_initialised_process_group():
     assert not dist.is_initialized()
     with pytest.raises(RuntimeError, match="init_process_group"):
-        ring_flash_attn_func(*(torch.zeros(1, 4, 1, 16) for _ in range(3)))
+        ring_flash_attn_func(*(_zeros(4) for _ in range(3)))
     with pytest.raises(TypeError, match="list of tensors"):
         zigzag_unshard(torch.zeros(2, 4))
 
