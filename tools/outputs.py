@@ -153,8 +153,9 @@ class Snippet:
         """Return the provenance, or raise StaleOutputError naming the snippet and the command that fixes it.
 
         A GPU-only snippet whose own source is unchanged but whose package code changed since its GPU recording
-        passes when ``allow_stamped``: its page shows the outputs with a stamp saying so (``stamp()``), since a
-        CPU cannot record them. Publishing (``FLASHDOC_REQUIRE_FRESH=1``) allows no stamps.
+        passes when ``allow_stamped``: its page shows the outputs with a stamp saying so
+        (``site_macros.snippets._stamp_html``), since a CPU cannot record them. Publishing
+        (``FLASHDOC_REQUIRE_FRESH=1``) allows no stamps.
         """
         state = self.freshness()
         prov = state.provenance
@@ -173,8 +174,9 @@ class Snippet:
         return prov
 
     def stamp(self) -> str | None:
-        """For outputs shown although package code changed since they were recorded (GPU-only ones), the words
-        that say so on the page; None for fresh outputs."""
+        """For outputs shown although package code changed since they were recorded (GPU-only ones), a sentence
+        saying so with every changed file, for messages (the page shows a shorter stamp,
+        ``site_macros.snippets._stamp_html``); None for fresh outputs."""
         state = self.freshness()
         if not state.only_package_changed:
             return None
