@@ -65,11 +65,14 @@ HOPPER_CONFIGS = {
     (256, True): (64, 64, 2, 2, True),
 }
 # A sliding window keeps a second mask edge live in each consumer: at d = 128 three consumers' 160 registers a thread
-# spilled 384 bytes compiled for sm_90, where two consumers' 240 spill none, so windows take two consumers there.
+# spilled 384 bytes over 128-key tiles compiled for sm_90. Over 64-key tiles they spill none, and a window of 1024
+# keys at 16k tokens ran 1.12x faster than two consumers over 128-key tiles at d = 128, and 1.04x faster than the
+# dense config at d = 64 (benchmarks/FINDINGS.md).
 # Softcap keeps the dense configs, which ran fastest with it too: at d = 128 three consumers beat two by 4-16%
 # (benchmarks/FINDINGS.md).
 WINDOW_CONFIGS = {
-    (128, True): (64, 128, 2, 2, True),
+    (64, True): (64, 64, 3, 3, True),
+    (128, True): (64, 64, 3, 3, True),
 }
 # Head dims over this write each consumer's output through its query tile (``O_IN_Q``): separate output tiles take
 # shared memory that the key/value ring needs.
