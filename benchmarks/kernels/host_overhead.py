@@ -8,12 +8,19 @@ This times a tiny problem (1 x 128 x 2 x 64, bf16) back to back, synchronising o
 the public API, each layer below it, and SDPA-flash; --profile adds cProfile's top entries for the API, and
 --trace writes a torch.profiler timeline (CPU and CUDA, with Python stacks) of ten forward + backward steps,
 for chrome://tracing or Perfetto: the place to see where a step's host time goes, thread by thread.
+--trace-window LEFT traces a sliding window (LEFT, 0) instead of plain causal attention, and --sync-debug runs one
+traced step with CUDA's synchronisation warnings on (``torch.cuda.set_sync_debug_mode``), printing each place
+where the step makes the host wait for the GPU:
+
+    PYTHONPATH=. python benchmarks/kernels/host_overhead.py --skip-table --trace /tmp/w.json \
+        --trace-shape 1,16384,16,128 --trace-window 128 --sync-debug
 """
 
 import argparse
 import cProfile
 import pstats
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +59,8 @@ def main():
         help="the traced steps' shape (default: the tiny one timed above); e.g. 8,2048,16,128 for a "
         "benchmark row whose GPU work is comparable to the host work",
     )
+    ap.add_argument("--trace-window", type=int, metavar="LEFT", help="trace a sliding window (LEFT, 0), causal")
+    ap.add_argument("--sync-debug", action="store_true", help="with --trace: list the traced step's synchronisations")
     ap.add_argument("--skip-table", action="store_true", help="only the trace")
     args = ap.parse_args()
     q, k, v = (torch.randn(1, 128, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -120,14 +129,30 @@ def main():
             torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)
         )
         tdout = torch.randn_like(tq)
+        window = (args.trace_window, 0) if args.trace_window is not None else (-1, -1)
 
         def step():  # as the benchmark's forward + backward row
-            flashdoc.flash_attn_func(tq, tk, tv, causal=True).backward(tdout)
+            flashdoc.flash_attn_func(tq, tk, tv, causal=True, window_size=window).backward(tdout)
             tq.grad = tk.grad = tv.grad = None
 
         for _ in range(5):
             step()
         torch.cuda.synchronize()
+        if args.sync_debug:
+            # the backward on this thread, so that its warnings are caught here too
+            torch.autograd.set_multithreading_enabled(False)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    step()
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            torch.autograd.set_multithreading_enabled(True)
+            syncs = [w for w in caught if "synchroniz" in str(w.message)]
+            print(f"synchronisations in one step: {len(syncs)}")
+            for w in syncs:
+                print(f"  {w.filename}:{w.lineno}: {w.message}")
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
             for _ in range(10):
                 step()
