@@ -140,15 +140,13 @@ def main():
         torch.cuda.synchronize()
         if args.sync_debug:
             # the backward on this thread, so that its warnings are caught here too
-            torch.autograd.set_multithreading_enabled(False)
-            with warnings.catch_warnings(record=True) as caught:
+            with torch.autograd.set_multithreading_enabled(False), warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 torch.cuda.set_sync_debug_mode("warn")
                 try:
                     step()
                 finally:
                     torch.cuda.set_sync_debug_mode("default")
-            torch.autograd.set_multithreading_enabled(True)
             syncs = [w for w in caught if "synchroniz" in str(w.message)]
             print(f"synchronisations in one step: {len(syncs)}")
             for w in syncs:

@@ -404,11 +404,16 @@ def test_recording_backs_the_decode_roofline_reading():
         assert 0.97 <= rows[p + ("flashdoc",)]["tbps"] / rows[p + ("sdpa-cudnn",)]["tbps"] <= 1.05, p
 
 
+def _variants():
+    """The recorded variants benchmark, which Part 7's variant costs and its window-cost reading both quote."""
+    return json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())
+
+
 def test_recording_backs_the_variant_costs():
     """Part 7's reading of the variants benchmark: each ratio it quotes, and whether each claim holds, against
     the recorded run."""
     post = read_post("masking-core.md")
-    recorded = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())
+    recorded = _variants()
 
     def measured(what, mode, table, causal):
         (ratio,) = [
@@ -475,7 +480,7 @@ def test_recording_backs_the_window_cost_floor():
     narrow = [r for w, r in ratio.items() if w <= 512]
     assert len(narrow) >= 3 and max(narrow) - min(narrow) <= 0.05, ratio
     assert ratio[2048] > max(narrow) + 0.05 and ratio[4096] > ratio[2048], ratio
-    recorded = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())
+    recorded = _variants()
     (benchmark_ms,) = [
         row["ms"]
         for row in recorded["rows"]
