@@ -72,12 +72,12 @@ class DecodeConfig:
 # --8<-- [start:decode_configs]
 # Keyed by padded head dim. Bandwidth needs bytes in flight: each program streams K and V tiles of BLOCK_N keys and
 # keeps ``stages - 1`` of them in flight. At d = 128 the entries are the winners of ``benchmarks/decode.py --sweep``
-# on the H200 (bf16, 32 query heads over 8 KV heads, one query; batch 1 x 128k, 8 x 32k and 64 x 32k cached
-# tokens; figures in benchmarks/FINDINGS.md): 128-key tiles in 8 warps, one program per SM. d = 64 and 256 keep
-# the bytes per tile of the first choice (not swept).
+# on the H200 (bf16, 32 query heads over 8 KV heads, one query; figures in benchmarks/FINDINGS.md): 128-key tiles,
+# one program per SM, in 4 warps where splits fill the GPU and in 8 where the batch alone does. d = 64 and 256
+# keep the bytes per tile of the first choice (not swept).
 DECODE_CONFIGS = {
     64: DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=2),
-    128: DecodeConfig(block_n=128, warps=8, stages=3, programs_per_sm=1),
+    128: DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=1),
     256: DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
 }
 # Where a cache layout ran faster with another entry, keyed (padded head dim, page size or 0 for a contiguous
@@ -85,6 +85,7 @@ DECODE_CONFIGS = {
 # ran best on 64-key tiles: with splits, two programs per SM and 3 stages; where the batch alone fills the GPU,
 # fewer tiles in flight per program.
 TUNED_CONFIGS = {
+    (128, 0, True): DecodeConfig(block_n=128, warps=8, stages=3, programs_per_sm=1),
     (128, 16, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
     (128, 16, True): DecodeConfig(block_n=64, warps=4, stages=2, programs_per_sm=1),
     (128, 64, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
@@ -130,19 +131,24 @@ def decode_config(head_dim: int, dtype: torch.dtype, page_size: int = 0, fills_g
 # --8<-- [start:num_splits_heuristic]
 @functools.lru_cache(maxsize=1024)  # a decode loop asks the same question every step
 def num_splits_heuristic(programs: int, slots: int, n_blocks: int, max_splits: int = MAX_SPLITS) -> int:
-    """How many splits to cut each sequence's keys into, as flash-attn chooses (``flash_api.cpp``).
+    """How many splits to cut each sequence's keys into.
 
     programs: programs per split (batch x KV heads x query tiles); slots: programs the GPU runs at once
     (SMs x programs per SM); n_blocks: key tiles in the longest sequence the cache holds.
-    No split when the grid nearly fills the GPU already. Otherwise, for each split count, the *efficiency of
-    the last wave*: with ``w = programs x splits / slots`` waves, the GPU is busy ``w / ceil(w)`` of the time.
-    The smallest split count within 85% of the best efficiency wins (fewer splits: less to merge). Split counts
-    that cut the tiles the same way as the one before (64 tiles in 11 or 12 splits are both 6 per split) are
-    skipped.
+    No split when the grid nearly fills the GPU already. When at least two splits fit in one wave, the most
+    that do: every program then starts at once, and a second wave would pay each program's fixed cost (its
+    queries, the pipeline's first tiles, its partial output) again. Of the split counts that cut the tiles as
+    finely (64 tiles in 11 or 12 splits are both 6 per split), the fewest: less to merge. Otherwise flash-attn's
+    rule (``flash_api.cpp``): for each split count the *efficiency of the last wave* (with
+    ``w = programs x splits / slots`` waves the GPU is busy ``w / ceil(w)`` of the time), and the smallest count
+    within 85% of the best.
     """
     if programs >= 0.8 * slots:
         return 1
     max_splits = min(max_splits, slots, n_blocks)
+    one_wave = min(max_splits, slots // programs)
+    if one_wave >= 2:
+        return cdiv(n_blocks, cdiv(n_blocks, one_wave))
 
     def eligible(s: int) -> bool:
         return s == 1 or cdiv(n_blocks, s) != cdiv(n_blocks, s - 1)
@@ -173,30 +179,34 @@ def _cache_rows(
     cache_page,
     cache_len,
     off_b,
+    start,
     pos,
     PAGED: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     PAGE_PER_TILE: tl.constexpr,
 ):
-    """(page, row in page, valid) of cache positions ``pos`` of sequence ``off_b``.
+    """(page, row in page, valid) of cache positions ``pos`` of sequence ``off_b``, ``page`` and ``row`` as
+    columns (``[len(pos), 1]``, or a scalar page) for addressing rows: ``page * stride_page + row * stride_row``.
 
     Paged: the page is ``BLOCK_TABLE[off_b, pos // PAGE_SIZE]``. When the tile lies within one page
-    (PAGE_PER_TILE: PAGE_SIZE is a multiple of the tile and ``pos`` starts a tile), one lookup serves the tile;
-    otherwise each row looks its page up. Contiguous: one page per sequence, ``cache_page``, of ``cache_len``
-    rows (the cache's seqlen, a runtime value: a new cache length compiles nothing new). Positions past the
-    pages the table holds, or past the contiguous cache, are not valid (never read, never written).
+    (PAGE_PER_TILE: PAGE_SIZE is a multiple of the tile and ``start``, its first position, starts a tile), one
+    scalar lookup serves the tile; otherwise each row looks its page up. Contiguous: one page per sequence,
+    ``cache_page``, of ``cache_len`` rows (the cache's seqlen, a runtime value: a new cache length compiles
+    nothing new). Positions past the pages the table holds, or past the contiguous cache, are not valid (never
+    read, never written).
     """
     if PAGED:
-        logical = pos // PAGE_SIZE
-        valid = logical < max_pages
-        if PAGE_PER_TILE:  # one lookup for the tile: its first row's page
-            first = tl.min(logical, 0)
+        if PAGE_PER_TILE:  # a scalar: no reduction over the tile, and one address computation for its rows
+            first = start // PAGE_SIZE
             page = tl.load(BLOCK_TABLE + off_b * stride_tb + first, mask=first < max_pages, other=0)
-            page = tl.zeros_like(pos) + page
+            return page.to(tl.int64), (pos - first * PAGE_SIZE)[:, None], pos < max_pages * PAGE_SIZE
         else:
+            logical = pos // PAGE_SIZE
+            valid = logical < max_pages
             page = tl.load(BLOCK_TABLE + off_b * stride_tb + logical, mask=valid, other=0)
-        return page.to(tl.int64), pos % PAGE_SIZE, valid
-    return (tl.zeros_like(pos) + cache_page).to(tl.int64), pos, pos < cache_len
+            return page.to(tl.int64)[:, None], (pos % PAGE_SIZE)[:, None], valid
+    else:
+        return cache_page, pos[:, None], pos < cache_len
 
 
 @triton.jit
@@ -303,7 +313,7 @@ def _append_kv(
             else:
                 cache_page = off_b.to(tl.int64)
             page, row, valid = _cache_rows(
-                BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, pos, PAGED, PAGE_SIZE, False
+                BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, 0, pos, PAGED, PAGE_SIZE, False
             )
             m = row_ok & valid[:, None]
             k_src = K_NEW + off_b.to(tl.int64) * stride_nb + s * stride_ns + offs_h[:, None] * stride_nh
@@ -313,11 +323,11 @@ def _append_kv(
                 k = _rotate(
                     k, k_src + partner[None, :], row_ok, COS, SIN, stride_cs, pos, offs_d, rotary_dim, INTERLEAVED
                 )
-            dst = page.to(tl.int64)[:, None] * stride_kp + row[:, None] * stride_ks + offs_h[:, None] * stride_kh
+            dst = page * stride_kp + row * stride_ks + offs_h[:, None] * stride_kh
             tl.store(K_CACHE + dst + offs_d[None, :], k.to(K_CACHE.dtype.element_ty), mask=m)
             v_src = V_NEW + off_b.to(tl.int64) * stride_vnb + s * stride_vns + offs_h[:, None] * stride_vnh
             v = tl.load(v_src + offs_d[None, :], mask=row_ok, other=0.0)
-            dst = page.to(tl.int64)[:, None] * stride_vp + row[:, None] * stride_vs + offs_h[:, None] * stride_vh
+            dst = page * stride_vp + row * stride_vs + offs_h[:, None] * stride_vh
             tl.store(V_CACHE + dst + offs_d[None, :], v.to(V_CACHE.dtype.element_ty), mask=m)
     if ROTARY:
         if s < seqlen_q:
@@ -478,6 +488,7 @@ def _split_kv(
             cache_page,
             cache_len,
             off_b,
+            start_n,
             offs_n,
             PAGED,
             PAGE_SIZE,
@@ -485,7 +496,7 @@ def _split_kv(
         )
         kv_mask = (valid & (offs_n < seqlen_k))[:, None] & d_ok[None, :]
         k = tl.load(
-            K_CACHE + page[:, None] * stride_kp + row[:, None] * stride_ks + off_hk * stride_kh + offs_d[None, :],
+            K_CACHE + page * stride_kp + row * stride_ks + off_hk * stride_kh + offs_d[None, :],
             mask=kv_mask,
             other=0.0,
         )
@@ -512,7 +523,7 @@ def _split_kv(
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(
-            V_CACHE + page[:, None] * stride_vp + row[:, None] * stride_vs + off_hk * stride_vh + offs_d[None, :],
+            V_CACHE + page * stride_vp + row * stride_vs + off_hk * stride_vh + offs_d[None, :],
             mask=kv_mask,
             other=0.0,
         )

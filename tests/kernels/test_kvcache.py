@@ -292,15 +292,19 @@ def test_window_both_sides_and_alibi():
 
 
 def test_num_splits_heuristic():
-    """flash-attn's choice: no split once the grid nearly fills the GPU; otherwise the fewest splits within 85%
-    of the best last-wave efficiency. 8 programs on 264 slots: 32 splits would fill 256 of them (97%), 29 fill
-    232 (88%, within 85% of 97%) and win; with 64 key tiles, 29 and 30 and 31 cut them like 32 does (3 each)
-    and are skipped."""
+    """No split once the grid nearly fills the GPU; while two or more splits fit in one wave, the most that do,
+    cut as finely with the fewest; otherwise flash-attn's rule, the fewest splits within 85% of the best
+    last-wave efficiency."""
     assert num_splits_heuristic(512, 264, 512) == 1
-    assert num_splits_heuristic(8, 264, 2048) == 29
+    # 8 programs on 264 slots: 33 splits fill the wave; 2048 tiles in 33 splits are 63 a split, and so are 33's
+    assert num_splits_heuristic(8, 264, 2048) == 33
+    # 64 tiles: 33 splits would be 2 a split, and 32 splits cut them the same way
     assert num_splits_heuristic(8, 264, 64) == 32
+    assert num_splits_heuristic(8, 132, 256) == 16  # flash-attn's 85% would stop at 14 (112 of 132 busy)
     assert num_splits_heuristic(64, 264, 512) == 4
     assert num_splits_heuristic(8, 264, 3) == 3  # never more splits than key tiles
+    # 80 programs on 132 slots: two splits overflow a wave; flash-attn's rule takes 3 (240 in two waves, 91%)
+    assert num_splits_heuristic(80, 132, 256) == 3
 
 
 def test_op_traces_under_fake_tensors():
@@ -799,14 +803,14 @@ def test_gpu_long_cache_many_splits():
 
 
 def test_decode_config_takes_the_entry_for_the_layout_and_grid(monkeypatch):
-    """A paged cache takes its page size's entry for the grid it launches (split or full), a contiguous cache the
-    head dim's default; fp32 caches halve the tile's keys (the same bytes per tile)."""
+    """A cache takes its layout's entry for the grid it launches (split or full) where the table has one, else
+    the head dim's default; fp32 caches halve the tile's keys (the same bytes per tile)."""
     from flashdoc.kernels import decode as dk
 
     monkeypatch.setattr(dk, "INTERPRET", False)
     for (d, page, full), config in dk.TUNED_CONFIGS.items():
         assert dk.decode_config(d, torch.bfloat16, page, full) == config
-    assert dk.decode_config(128, torch.bfloat16, 0, True) == dk.DECODE_CONFIGS[128]
+    assert dk.decode_config(128, torch.bfloat16, 0, False) == dk.DECODE_CONFIGS[128]
     assert dk.decode_config(100, torch.float16, 256, False) == dk.DECODE_CONFIGS[128]  # padded to 128, untuned page
     half = dk.decode_config(128, torch.float32)
     assert half.block_n == dk.DECODE_CONFIGS[128].block_n // 2
