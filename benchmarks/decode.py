@@ -4,6 +4,8 @@ on one GPU in one run.
 
     python3 benchmarks/decode.py --out OUT            # the benchmark: OUT/decode.json, decode.md, decode_roofline.png
     python3 benchmarks/decode.py --out OUT --sweep    # time candidate split-KV configs: OUT/decode_sweep.{json,md}
+    python3 benchmarks/decode.py --out OUT --sweep --graph --points 1x4096,1x32768 --configs 128,4,3,1 128,8,3,1
+                                                      # some configs at small points, timed as CUDA graphs
     python3 benchmarks/decode.py --out OUT --quick    # a few points, for a smoke run
     python3 benchmarks/decode.py --out OUT --smoke    # tiny shapes on the CPU (the default without a GPU)
     PYTHONPATH=/tmp/t36:. python benchmarks/decode.py --aot   # compile the configs for sm_90 without a GPU
@@ -218,21 +220,29 @@ def time_ms(calls):
     events_ms = triton.testing.do_bench(calls[0], warmup=25, rep=200, return_mode="median")
     graph_ms = None
     try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for call in calls:
-                call()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                for i in range(GRAPH_CALLS):
-                    calls[i % len(calls)]()
-        torch.cuda.synchronize()
-        graph_ms = triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") / GRAPH_CALLS
-        del graph
+        graph_ms = graph_time_ms(calls)
     except Exception as e:  # a method that cannot be captured gets no graph timing
         print(f"  (no CUDA-graph timing: {str(e).splitlines()[0][:100]})", flush=True)
     return events_ms, graph_ms
+
+
+def graph_time_ms(calls):
+    """ms per call of a CUDA graph of GRAPH_CALLS calls cycling over ``calls`` (warmed up first)."""
+    for call in calls:
+        call()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for call in calls:
+            call()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(GRAPH_CALLS):
+                calls[i % len(calls)]()
+    torch.cuda.synchronize()
+    ms = triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") / GRAPH_CALLS
+    del graph
+    return ms
 
 
 def copy_bandwidth():
@@ -560,21 +570,28 @@ def fills_gpu(batch: int) -> bool:
     return dk.fills_gpu(batch * KV_HEADS, 0)
 
 
-def sweep(out_dir, verbose=True):
-    """Time every candidate config (do_bench, L2 flushed) at a few points and page sizes; write the table and the
-    best config per page size and regime (split grid or full grid: the geometric mean of its bandwidth over
-    that regime's points), with the entry ``decode_config`` would take for it."""
+def sweep(out_dir, verbose=True, points=None, graph=False, configs=None):
+    """Time every candidate config (or ``configs``) at a few points (or ``points``) and page sizes; write the
+    table and the best config per page size and regime (split grid or full grid: the geometric mean of its
+    bandwidth over that regime's points), with the entry ``decode_config`` would take for it.
+    Timed with do_bench (L2 flushed), or with ``graph`` as CUDA graphs over copies of the inputs that exceed L2
+    (``graph_time_ms``): the small points, whose steps take tens of microseconds, are only measured that way."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    points = points or SWEEP_POINTS
     rows = []
-    for batch, cache in SWEEP_POINTS:
+    for batch, cache in points:
         for page in SWEEP_PAGES:
-            q, kc, vc, lens, table = make_cache(batch, cache, page)
+            inputs = [make_cache(batch, cache, page, seed=i) for i in range(copies_for(batch, cache) if graph else 1)]
             n_bytes = kv_bytes(batch, cache)
-            for config in sweep_candidates():
+            for config in configs or sweep_candidates():
                 try:
-                    call, splits = config_call(q, kc, vc, lens, table, config)
-                    ms = triton.testing.do_bench(call, warmup=10, rep=60, return_mode="median")
+                    calls = [config_call(*x, config) for x in inputs]
+                    splits = calls[0][1]
+                    if graph:
+                        ms = graph_time_ms([call for call, _ in calls])
+                    else:
+                        ms = triton.testing.do_bench(calls[0][0], warmup=10, rep=60, return_mode="median")
                 except Exception as e:  # out of shared memory or registers: not a candidate
                     if verbose:
                         print(f"{config}: {str(e).splitlines()[0][:100]}", flush=True)
@@ -587,9 +604,9 @@ def sweep(out_dir, verbose=True):
                     print(
                         f"{batch} x {cache} page {page}: {config} splits {splits}: {row['tbps']:.2f} TB/s", flush=True
                     )
-            del kc, vc
+            del inputs
             torch.cuda.empty_cache()
-    best = sweep_winners(rows)
+    best = sweep_winners(rows, points, configs)
     (out / "decode_sweep.json").write_text(json.dumps(dict(rows=rows, best=best), indent=1))
     lines = [
         "| page | grid | block_n | warps | stages | programs/SM | geomean TB/s | table's config TB/s |",
@@ -621,24 +638,24 @@ def sweep(out_dir, verbose=True):
         print("\n".join(lines))
 
 
-def sweep_winners(rows) -> list:
+def sweep_winners(rows, points=None, configs=None) -> list:
     """For each page size and regime (``fills_gpu``) among the rows: the config with the best geometric mean of
     its bandwidth over that regime's points (only configs measured at all of them), and the table's own."""
     best = []
     for page in SWEEP_PAGES:
         for full in (False, True):
-            points = {(b, c) for b, c in SWEEP_POINTS if fills_gpu(b) == full}
+            regime = {(b, c) for b, c in points or SWEEP_POINTS if fills_gpu(b) == full}
             scores = {}
-            for config in sweep_candidates():
+            for config in configs or sweep_candidates():
                 got = [
                     r["tbps"]
                     for r in rows
                     if r["page"] == page
-                    and (r["batch"], r["cache"]) in points
+                    and (r["batch"], r["cache"]) in regime
                     and (r["block_n"], r["warps"], r["stages"], r["programs_per_sm"])
                     == (config.block_n, config.warps, config.stages, config.programs_per_sm)
                 ]
-                if points and len(got) == len(points):
+                if regime and len(got) == len(regime):
                     scores[config] = torch.tensor(got).log().mean().exp().item()
             if scores:
                 winner = max(scores, key=scores.get)
@@ -792,6 +809,13 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU (the default without a GPU)")
     ap.add_argument("--points", help="only these points, e.g. 1x4096,64x32768")
     ap.add_argument("--sweep", action="store_true", help="time candidate split-KV configs instead")
+    ap.add_argument("--graph", action="store_true", help="with --sweep: time CUDA graphs, not do_bench")
+    ap.add_argument(
+        "--configs",
+        nargs="+",
+        type=lambda text: dk.DecodeConfig(*(int(x) for x in text.split(","))),
+        help="with --sweep: only these configs, block_n,warps,stages,programs_per_sm (e.g. 128,4,3,1)",
+    )
     ap.add_argument("--aot", action="store_true", help="compile for sm_90 without a GPU, print registers/spills")
     a = ap.parse_args(argv)
     if a.aot:
@@ -801,7 +825,7 @@ def main(argv=None):
     if a.sweep:
         if smoke:
             sys.exit("benchmarks/decode.py --sweep times a GPU; this machine has none (--aot compiles without one)")
-        sweep(a.out)
+        sweep(a.out, points=points(False, a.points) if a.points else None, graph=a.graph, configs=a.configs)
     else:
         if smoke:
             print("No CUDA GPU (or --smoke): tiny shapes on the CPU, whose numbers mean nothing.", flush=True)
