@@ -138,17 +138,24 @@ def num_splits_heuristic(programs: int, slots: int, n_blocks: int, max_splits: i
     No split when the grid nearly fills the GPU already. When at least two splits fit in one wave, the most
     that do: every program then starts at once, and a second wave would pay each program's fixed cost (its
     queries, the pipeline's first tiles, its partial output) again. Of the split counts that cut the tiles as
-    finely (64 tiles in 11 or 12 splits are both 6 per split), the fewest: less to merge. Otherwise flash-attn's
-    rule (``flash_api.cpp``): for each split count the *efficiency of the last wave* (with
-    ``w = programs x splits / slots`` waves the GPU is busy ``w / ceil(w)`` of the time), and the smallest count
-    within 85% of the best.
+    finely (64 tiles in 11 or 12 splits are both 6 per split), the fewest: less to merge. Otherwise
+    flash-attn's rule, ``last_wave_splits``.
     """
     if programs >= 0.8 * slots:
         return 1
-    max_splits = min(max_splits, slots, n_blocks)
-    one_wave = min(max_splits, slots // programs)
+    one_wave = min(max_splits, slots, n_blocks, slots // programs)
     if one_wave >= 2:
         return cdiv(n_blocks, cdiv(n_blocks, one_wave))
+    return last_wave_splits(programs, slots, n_blocks, max_splits)
+
+
+def last_wave_splits(programs: int, slots: int, n_blocks: int, max_splits: int = MAX_SPLITS) -> int:
+    """flash-attn's split count (``flash_api.cpp``): for each split count, the *efficiency of the last wave* (with
+    ``w = programs x splits / slots`` waves the GPU is busy ``w / ceil(w)`` of the time), and the smallest count
+    within 85% of the best. Split counts that cut the tiles as the one before does are skipped."""
+    if programs >= 0.8 * slots:
+        return 1
+    max_splits = min(max_splits, slots, n_blocks)
 
     def eligible(s: int) -> bool:
         return s == 1 or cdiv(n_blocks, s) != cdiv(n_blocks, s - 1)

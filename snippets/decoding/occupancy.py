@@ -6,7 +6,7 @@ shape (32 query heads over 8 KV heads, head dim 128, bf16)."""
 import torch
 import triton
 
-from flashdoc.kernels.decode import DECODE_CONFIGS, num_splits_heuristic, query_tiles
+from flashdoc.kernels.decode import DECODE_CONFIGS, last_wave_splits, num_splits_heuristic, query_tiles
 from flashdoc.kernels.forward import FWD_CONFIGS
 
 if torch.cuda.is_available():
@@ -35,7 +35,7 @@ def training_programs(batch):
 # --8<-- [start:decode]
 # The decode kernel: the group's query heads are packed into the rows of one tile
 # (one program per KV head), and each sequence's keys are cut into splits that run
-# in parallel, as many as fill the GPU (flash-attn's heuristic).
+# in parallel, as many as fill the GPU.
 config = DECODE_CONFIGS[128]
 block_m, query_tiles_per_head = query_tiles(group, seqlen_q)  # 16 rows, 1 tile
 
@@ -73,3 +73,34 @@ table = "\n".join(lines) + "\n"
 print(table)
 with open("occupancy.md", "w") as f:
     f.write(table)
+
+# --8<-- [start:splits]
+# Two rules for the split count at a cache of 32k tokens: flash-attn's (the fewest splits
+# within 85% of the best last-wave efficiency) and flashdoc's (the most splits that fit
+# in one wave, where two or more do; flash-attn's rule otherwise).
+slots = sms * config.programs_per_sm
+n_blocks = triton.cdiv(32768, config.block_n)
+rules = {"flash-attn": last_wave_splits, "flashdoc": num_splits_heuristic}
+# --8<-- [end:splits]
+lines = [
+    f"{slots} programs run at once ({sms} SMs x {config.programs_per_sm}); a cache of 32k tokens "
+    f"is {n_blocks} tiles of {config.block_n} keys. Busy: programs / (waves x slots), the rule's efficiency.",
+    "",
+    "| batch | programs per split | flash-attn: splits | programs | waves | busy "
+    "| flashdoc: splits | programs | waves | busy |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+]
+for batch in (1, 2, 3, 4, 8, 12):
+    programs = batch * kv_heads * query_tiles_per_head
+    cells = []
+    for rule in rules.values():
+        splits = rule(programs, slots, n_blocks)
+        total = programs * splits
+        waves = triton.cdiv(total, slots)
+        busy = total / (waves * slots)
+        cells.append(f"{splits} | {total} | {waves} | {busy:.0%}")
+    lines.append(f"| {batch} | {programs} | " + " | ".join(cells) + " |")
+splits_table = "\n".join(lines) + "\n"
+print(splits_table)
+with open("splits.md", "w") as f:
+    f.write(splits_table)

@@ -14,7 +14,7 @@ from attention_oracle import DEVICE, assert_close_like_flash_attn
 
 import flashdoc
 from flashdoc import flash_attn_with_kvcache
-from flashdoc.kernels.decode import num_splits_heuristic
+from flashdoc.kernels.decode import last_wave_splits, num_splits_heuristic
 
 # ---------------------------------------------------------------------------------------------------------------
 # The oracle
@@ -305,6 +305,17 @@ def test_num_splits_heuristic():
     assert num_splits_heuristic(8, 264, 3) == 3  # never more splits than key tiles
     # 80 programs on 132 slots: two splits overflow a wave; flash-attn's rule takes 3 (240 in two waves, 91%)
     assert num_splits_heuristic(80, 132, 256) == 3
+
+
+def test_last_wave_splits_is_flash_attns_rule():
+    """The fewest splits within 85% of the best last-wave efficiency. 8 programs on 264 slots: 32 splits would
+    fill 256 of them (97%), 29 fill 232 (88%, within 85% of 97%) and win; with 64 key tiles, 29 and 30 and 31 cut
+    them like 32 does (3 each) and are skipped."""
+    assert last_wave_splits(512, 264, 512) == 1
+    assert last_wave_splits(8, 264, 2048) == 29
+    assert last_wave_splits(8, 264, 64) == 32
+    assert last_wave_splits(8, 132, 256) == 14
+    assert last_wave_splits(8, 264, 3) == 3
 
 
 def test_op_traces_under_fake_tensors():
