@@ -532,7 +532,7 @@ def _run_benchmark(out_dir, quick, verbose, only, smoke):
         copy_tbps=copy / 1e12,
         rows=rows,
         targets={key: target_checks(rows, copy, key) for key in TIMERS},
-        decode_configs={str(d): vars(c) for d, c in dk.DECODE_CONFIGS.items()},
+        decode_configs={f"{d}-{'full' if full else 'split'}": vars(c) for (d, full), c in dk.DECODE_CONFIGS.items()},
     )
     (out / "decode.json").write_text(json.dumps(result, indent=1))
     (out / "decode.md").write_text(markdown(rows, copy, env))
@@ -626,8 +626,8 @@ def sweep(out_dir, verbose=True, points=None, graph=False, configs=None):
         entries.append(f"({HEAD_DIM}, {b['page'] or 0}, {b['fills_gpu']}): {config},")
     lines += [
         "",
-        "Entries for the winners (flashdoc/kernels/decode.py: TUNED_CONFIGS, or DECODE_CONFIGS where every",
-        "layout and grid agrees):",
+        "Entries for the winners (flashdoc/kernels/decode.py: TUNED_CONFIGS for a page size, or DECODE_CONFIGS,",
+        "keyed (head dim, grid fills the GPU), where every layout agrees):",
         "",
         "```python",
         *entries,
@@ -726,7 +726,7 @@ def aot():
             src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages)
         )
 
-    for d, config in dk.DECODE_CONFIGS.items():
+    for (d, _), config in dk.DECODE_CONFIGS.items():
         for paged, page in ((False, 0), (True, 16), (True, 256)):
             for split in (False, True):
                 ck = compile_kernel(

@@ -70,22 +70,24 @@ class DecodeConfig:
 
 
 # --8<-- [start:decode_configs]
-# Keyed by padded head dim. Bandwidth needs bytes in flight: each program streams K and V tiles of BLOCK_N keys and
-# keeps ``stages - 1`` of them in flight. At d = 128 the entries are the winners of ``benchmarks/decode.py --sweep``
-# on the H200 (bf16, 32 query heads over 8 KV heads, one query; figures in benchmarks/FINDINGS.md): 128-key tiles,
-# one program per SM, in 4 warps where splits fill the GPU and in 8 where the batch alone does. d = 64 and 256
+# Keyed by (padded head dim, whether the grid fills the GPU without splits: at least one program per SM).
+# Bandwidth needs bytes in flight: each program streams K and V tiles of BLOCK_N keys and keeps ``stages - 1`` of
+# them in flight. At d = 128 the entries are the winners of ``benchmarks/decode.py --sweep`` on the H200 (bf16, 32
+# query heads over 8 KV heads, one query; figures in benchmarks/FINDINGS.md): 128-key tiles, one program per SM,
+# in 4 warps where splits fill the GPU (timed as CUDA graphs) and in 8 where the batch alone does. d = 64 and 256
 # keep the bytes per tile of the first choice (not swept).
 DECODE_CONFIGS = {
-    64: DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=2),
-    128: DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=1),
-    256: DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
+    (64, False): DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=2),
+    (64, True): DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=2),
+    (128, False): DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=1),
+    (128, True): DecodeConfig(block_n=128, warps=8, stages=3, programs_per_sm=1),
+    (256, False): DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
+    (256, True): DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
 }
-# Where a cache layout ran faster with another entry, keyed (padded head dim, page size or 0 for a contiguous
-# cache, whether the grid fills the GPU without splits: at least one program per SM). Pages of 16 and 64 rows
-# ran best on 64-key tiles: with splits, two programs per SM and 3 stages; where the batch alone fills the GPU,
-# fewer tiles in flight per program.
+# Where a paged cache ran faster with another entry, keyed (padded head dim, page size, whether the grid fills the
+# GPU). Pages of 16 and 64 rows ran best on 64-key tiles: with splits, two programs per SM and 3 stages; where the
+# batch alone fills the GPU, fewer tiles in flight per program.
 TUNED_CONFIGS = {
-    (128, 0, True): DecodeConfig(block_n=128, warps=8, stages=3, programs_per_sm=1),
     (128, 16, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
     (128, 16, True): DecodeConfig(block_n=64, warps=4, stages=2, programs_per_sm=1),
     (128, 64, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
@@ -108,7 +110,7 @@ CPU_DECODE_CONFIG = DecodeConfig(block_n=32, warps=4, stages=1, programs_per_sm=
 def table_config(head_dim: int, page_size: int = 0, fills_gpu: bool = False) -> DecodeConfig:
     """The GPU table's entry for this head dim, page size (0: a contiguous cache) and regime (``fills_gpu``)."""
     d = max(64, block_d_for(head_dim))
-    return TUNED_CONFIGS.get((d, page_size, fills_gpu), DECODE_CONFIGS[d])
+    return TUNED_CONFIGS.get((d, page_size, fills_gpu), DECODE_CONFIGS[d, fills_gpu])
 
 
 def fills_gpu(programs: int, device_index: int) -> bool:
@@ -186,34 +188,30 @@ def _cache_rows(
     cache_page,
     cache_len,
     off_b,
-    start,
     pos,
     PAGED: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     PAGE_PER_TILE: tl.constexpr,
 ):
-    """(page, row in page, valid) of cache positions ``pos`` of sequence ``off_b``, ``page`` and ``row`` as
-    columns (``[len(pos), 1]``, or a scalar page) for addressing rows: ``page * stride_page + row * stride_row``.
+    """(page, row in page, valid) of cache positions ``pos`` of sequence ``off_b``.
 
     Paged: the page is ``BLOCK_TABLE[off_b, pos // PAGE_SIZE]``. When the tile lies within one page
-    (PAGE_PER_TILE: PAGE_SIZE is a multiple of the tile and ``start``, its first position, starts a tile), one
-    scalar lookup serves the tile; otherwise each row looks its page up. Contiguous: one page per sequence,
-    ``cache_page``, of ``cache_len`` rows (the cache's seqlen, a runtime value: a new cache length compiles
-    nothing new). Positions past the pages the table holds, or past the contiguous cache, are not valid (never
-    read, never written).
+    (PAGE_PER_TILE: PAGE_SIZE is a multiple of the tile and ``pos`` starts a tile), one lookup serves the tile;
+    otherwise each row looks its page up. Contiguous: one page per sequence, ``cache_page``, of ``cache_len``
+    rows (the cache's seqlen, a runtime value: a new cache length compiles nothing new). Positions past the
+    pages the table holds, or past the contiguous cache, are not valid (never read, never written).
     """
     if PAGED:
-        if PAGE_PER_TILE:  # a scalar: no reduction over the tile, and one address computation for its rows
-            first = start // PAGE_SIZE
+        logical = pos // PAGE_SIZE
+        valid = logical < max_pages
+        if PAGE_PER_TILE:  # one lookup for the tile: its first row's page
+            first = tl.min(logical, 0)
             page = tl.load(BLOCK_TABLE + off_b * stride_tb + first, mask=first < max_pages, other=0)
-            return page.to(tl.int64), (pos - first * PAGE_SIZE)[:, None], pos < max_pages * PAGE_SIZE
+            page = tl.zeros_like(pos) + page
         else:
-            logical = pos // PAGE_SIZE
-            valid = logical < max_pages
             page = tl.load(BLOCK_TABLE + off_b * stride_tb + logical, mask=valid, other=0)
-            return page.to(tl.int64)[:, None], (pos % PAGE_SIZE)[:, None], valid
-    else:
-        return cache_page, pos[:, None], pos < cache_len
+        return page.to(tl.int64), pos % PAGE_SIZE, valid
+    return (tl.zeros_like(pos) + cache_page).to(tl.int64), pos, pos < cache_len
 
 
 @triton.jit
@@ -320,7 +318,7 @@ def _append_kv(
             else:
                 cache_page = off_b.to(tl.int64)
             page, row, valid = _cache_rows(
-                BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, 0, pos, PAGED, PAGE_SIZE, False
+                BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, pos, PAGED, PAGE_SIZE, False
             )
             m = row_ok & valid[:, None]
             k_src = K_NEW + off_b.to(tl.int64) * stride_nb + s * stride_ns + offs_h[:, None] * stride_nh
@@ -330,11 +328,11 @@ def _append_kv(
                 k = _rotate(
                     k, k_src + partner[None, :], row_ok, COS, SIN, stride_cs, pos, offs_d, rotary_dim, INTERLEAVED
                 )
-            dst = page * stride_kp + row * stride_ks + offs_h[:, None] * stride_kh
+            dst = page.to(tl.int64)[:, None] * stride_kp + row[:, None] * stride_ks + offs_h[:, None] * stride_kh
             tl.store(K_CACHE + dst + offs_d[None, :], k.to(K_CACHE.dtype.element_ty), mask=m)
             v_src = V_NEW + off_b.to(tl.int64) * stride_vnb + s * stride_vns + offs_h[:, None] * stride_vnh
             v = tl.load(v_src + offs_d[None, :], mask=row_ok, other=0.0)
-            dst = page * stride_vp + row * stride_vs + offs_h[:, None] * stride_vh
+            dst = page.to(tl.int64)[:, None] * stride_vp + row[:, None] * stride_vs + offs_h[:, None] * stride_vh
             tl.store(V_CACHE + dst + offs_d[None, :], v.to(V_CACHE.dtype.element_ty), mask=m)
     if ROTARY:
         if s < seqlen_q:
@@ -495,7 +493,6 @@ def _split_kv(
             cache_page,
             cache_len,
             off_b,
-            start_n,
             offs_n,
             PAGED,
             PAGE_SIZE,
@@ -503,7 +500,7 @@ def _split_kv(
         )
         kv_mask = (valid & (offs_n < seqlen_k))[:, None] & d_ok[None, :]
         k = tl.load(
-            K_CACHE + page * stride_kp + row * stride_ks + off_hk * stride_kh + offs_d[None, :],
+            K_CACHE + page[:, None] * stride_kp + row[:, None] * stride_ks + off_hk * stride_kh + offs_d[None, :],
             mask=kv_mask,
             other=0.0,
         )
@@ -530,7 +527,7 @@ def _split_kv(
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(
-            V_CACHE + page * stride_vp + row * stride_vs + off_hk * stride_vh + offs_d[None, :],
+            V_CACHE + page[:, None] * stride_vp + row[:, None] * stride_vs + off_hk * stride_vh + offs_d[None, :],
             mask=kv_mask,
             other=0.0,
         )

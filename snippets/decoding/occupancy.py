@@ -36,7 +36,7 @@ def training_programs(batch):
 # The decode kernel: the group's query heads are packed into the rows of one tile
 # (one program per KV head), and each sequence's keys are cut into splits that run
 # in parallel, as many as fill the GPU.
-config = DECODE_CONFIGS[128]
+config = DECODE_CONFIGS[128, False]  # the tiles of a grid of splits
 block_m, query_tiles_per_head = query_tiles(group, seqlen_q)  # 16 rows, 1 tile
 
 

@@ -821,7 +821,10 @@ def test_decode_config_takes_the_entry_for_the_layout_and_grid(monkeypatch):
     monkeypatch.setattr(dk, "INTERPRET", False)
     for (d, page, full), config in dk.TUNED_CONFIGS.items():
         assert dk.decode_config(d, torch.bfloat16, page, full) == config
-    assert dk.decode_config(128, torch.bfloat16, 0, False) == dk.DECODE_CONFIGS[128]
-    assert dk.decode_config(100, torch.float16, 256, False) == dk.DECODE_CONFIGS[128]  # padded to 128, untuned page
+    for full in (False, True):
+        assert dk.decode_config(128, torch.bfloat16, 0, full) == dk.DECODE_CONFIGS[128, full]
+        # padded to 128, an untuned page size: the regime's default
+        assert dk.decode_config(100, torch.float16, 256, full) == dk.DECODE_CONFIGS[128, full]
+    assert dk.DECODE_CONFIGS[128, False].warps == 4 and dk.DECODE_CONFIGS[128, True].warps == 8
     half = dk.decode_config(128, torch.float32)
-    assert half.block_n == dk.DECODE_CONFIGS[128].block_n // 2
+    assert half.block_n == dk.DECODE_CONFIGS[128, False].block_n // 2
