@@ -373,8 +373,12 @@ def test_recording_backs_the_decode_roofline_reading():
     assert min(ratios) >= 0.95 and max(ratios) <= 1.05, ratios
     claim(post, "Two claims do not hold.")
     assert [c["met"] for c in checks.values()].count(False) == 2
-    claim(post, "cuDNN's kernel is a hair faster at several points")
-    assert sum(r < 1 for r in ratios) >= 3 and min(ratios) >= 0.98, ratios
+    by_point = dict(zip(points, ratios))
+    claim(post, "at batches of 1 and 8, flashdoc reads at least as fast as cuDNN at every point")
+    assert all(r >= 1 for (b, _), r in by_point.items() if b < 64), by_point
+    claim(post, "cuDNN's kernel is a hair faster at two of the three points")
+    full = [r for (b, _), r in by_point.items() if b == 64]
+    assert sum(r < 1 for r in full) == 2 and min(full) >= 0.98, by_point
     claim(post, "paged caches fall more than 5% behind contiguous ones at several points, the most at the smallest")
     smallest = min(c for _, c in points)
     assert checks["paged within 5% of contiguous at every point"]["worst"].endswith(f"x {smallest // 1024}k")
@@ -391,12 +395,12 @@ def test_recording_backs_the_decode_roofline_reading():
     claim(post, "At 1 × 4k, 1 × 32k and 8 × 4k the kernels take 12 to 38 µs")
     graph_us = [rows[p + ("flashdoc",)]["graph_ms"] * 1e3 for p in host_bound]
     assert round(min(graph_us)) == 12 and round(max(graph_us)) == 38, graph_us
-    claim(post, "flashdoc's calls there took 68 to 128 µs")
+    claim(post, "flashdoc's calls there took 90 to 117 µs")
     call_us = [rows[p + ("flashdoc",)]["ms"] * 1e3 for p in host_bound]
-    assert round(min(call_us)) == 68 and round(max(call_us)) == 128, call_us
-    claim(post, "and cuDNN's, with less Python in front of them, 36 to 57 µs")
+    assert round(min(call_us)) == 90 and round(max(call_us)) == 117, call_us
+    claim(post, "and cuDNN's, with less Python in front of them, 17 to 62 µs")
     cudnn_us = [rows[p + ("sdpa-cudnn",)]["ms"] * 1e3 for p in host_bound]
-    assert round(min(cudnn_us)) == 36 and round(max(cudnn_us)) == 57, cudnn_us
+    assert round(min(cudnn_us)) == 17 and round(max(cudnn_us)) == 62, cudnn_us
     claim(post, "From 1 × 128k and 8 × 32k up, the GPU work outlasts the host's")
     claim(post, "and the call-by-call bandwidth matches cuDNN's")
     for p in points - host_bound:
@@ -430,33 +434,33 @@ def test_recording_backs_the_variant_costs():
         return ratio
 
     window = "sliding window / dense causal"
-    forward = quoted("The window runs at 0.72× the dense causal rate in the forward", window, "fwd")
-    both = quoted("and 0.73× forward and backward, short of the 0.9× that the claim asks for", window, "fwd_bwd")
+    forward = quoted("The window runs at 0.70× the dense causal rate in the forward", window, "fwd")
+    both = quoted("and 0.77× forward and backward, short of the 0.9× that the claim asks for", window, "fwd_bwd")
     assert not forward["met"] and not both["met"] and forward["threshold"] == 0.9
     visited = "sliding window / dense causal on the pairs in the tiles visited"
-    quoted("Counted on the tiles it visits, the ratios are 0.80×", visited, "fwd", "ratios")
-    quoted("and 0.81×: the difference", visited, "fwd_bwd", "ratios")
+    quoted("Counted on the tiles it visits, the ratios are 0.79×", visited, "fwd", "ratios")
+    quoted("and 0.85×: the difference", visited, "fwd_bwd", "ratios")
     flex = "sliding window / FlexAttention's"
-    forward = quoted("flashdoc's is 1.50× as fast in the forward", flex, "fwd")
-    both = quoted("and 1.28× forward and backward, so that claim holds", flex, "fwd_bwd")
+    forward = quoted("flashdoc's is 1.48× as fast in the forward", flex, "fwd")
+    both = quoted("and 1.32× forward and backward, so that claim holds", flex, "fwd_bwd")
     assert forward["met"] and both["met"]
     softcap = "softcap / the same call without"
-    full = quoted("Softcap's forward runs at 0.78× the rate", softcap, "fwd", causal=False)
-    causal = quoted("and at 0.84× under the causal mask, both short of 0.9×", softcap, "fwd", causal=True)
+    full = quoted("Softcap's forward runs at 0.79× the rate", softcap, "fwd", causal=False)
+    causal = quoted("and at 0.86× under the causal mask, both short of 0.9×", softcap, "fwd", causal=True)
     assert not full["met"] and not causal["met"]
     quoted("the ratios are 0.87×", softcap, "fwd_bwd", "ratios", causal=False)
-    quoted("and 0.84×: the backward", softcap, "fwd_bwd", "ratios", causal=True)
+    quoted("and 0.85×: the backward", softcap, "fwd_bwd", "ratios", causal=True)
     alibi = "ALiBi / FlexAttention's score_mod"
     forward = quoted("flashdoc's is 1.30× as fast in the forward", alibi, "fwd")
-    both = quoted("and 1.10× forward and backward, so that claim holds", alibi, "fwd_bwd")
+    both = quoted("and 1.13× forward and backward, so that claim holds", alibi, "fwd_bwd")
     assert forward["met"] and both["met"]
-    claim(post, "took 1.72 ms in the window rows and 1.58 ms in the dense rows of the same run")
+    claim(post, "took 1.70 ms in the window rows and 1.69 ms in the dense rows of the same run")
     causal_ms = {
         row["group"]: row["ms"]
         for row in recorded["rows"]
         if row["name"] == "flashdoc causal" and row["mode"] == "fwd" and row["group"] in ("window", "dense")
     }
-    assert (round(causal_ms["window"], 2), round(causal_ms["dense"], 2)) == (1.72, 1.58), causal_ms
+    assert (round(causal_ms["window"], 2), round(causal_ms["dense"], 2)) == (1.70, 1.69), causal_ms
     claim(post, "Both calls run on the same Hopper kernels")
     for row in recorded["rows"]:
         if row["group"] == "window" and row["peer"] == "flashdoc":
