@@ -86,9 +86,8 @@ lines = [
     f"{slots} programs run at once ({sms} SMs x {config.programs_per_sm}); a cache of 32k tokens "
     f"is {n_blocks} tiles of {config.block_n} keys. Busy: programs / (waves x slots), the rule's efficiency.",
     "",
-    "| batch | programs per split | flash-attn: splits | programs | waves | busy "
-    "| flashdoc: splits | programs | waves | busy |",
-    "|---|---|---|---|---|---|---|---|---|---|",
+    "| batch | programs per split | flash-attn's rule | flashdoc's rule |",
+    "|---|---|---|---|",
 ]
 for batch in (1, 2, 3, 4, 8, 12):
     programs = batch * kv_heads * query_tiles_per_head
@@ -98,7 +97,7 @@ for batch in (1, 2, 3, 4, 8, 12):
         total = programs * splits
         waves = triton.cdiv(total, slots)
         busy = total / (waves * slots)
-        cells.append(f"{splits} | {total} | {waves} | {busy:.0%}")
+        cells.append(f"{splits} splits: {total} programs, {waves} wave{'s' * (waves > 1)}, {busy:.0%} busy")
     lines.append(f"| {batch} | {programs} | " + " | ".join(cells) + " |")
 splits_table = "\n".join(lines) + "\n"
 print(splits_table)
