@@ -454,8 +454,9 @@ def flash_attn_with_kvcache(
         alibi_slopes: (nheads,) or (batch, nheads) float32, optional: ALiBi, a bias of
             ``-slope * |i + seqlen_k - seqlen_q - j|`` added to the score of query i and key j (after softcap).
         num_splits: how many parts each sequence's keys are cut into, attended in parallel and merged by their
-            log-sum-exp (FlashDecoding). 0 chooses from the shapes, as flash-attn's heuristic does; 1 never
-            splits. Any value gives the same result up to rounding.
+            log-sum-exp (FlashDecoding). 0 chooses from the shapes (as many splits as fill one wave of
+            programs, else flash-attn's heuristic); 1 never splits. Any value gives the same result up to
+            rounding.
         return_softmax_lse: also return the log-sum-exp of each row of scaled scores.
 
     Returns:
