@@ -70,12 +70,10 @@ class DecodeConfig:
 
 
 # --8<-- [start:decode_configs]
-# Keyed by (padded head dim, whether the grid fills the GPU without splits: at least one program per SM).
-# Bandwidth needs bytes in flight: each program streams K and V tiles of BLOCK_N keys and keeps ``stages - 1`` of
-# them in flight. At d = 128 the entries are the winners of ``benchmarks/decode.py --sweep`` on the H200 (bf16, 32
-# query heads over 8 KV heads, one query; figures in benchmarks/FINDINGS.md): 128-key tiles, one program per SM,
-# in 4 warps where splits fill the GPU (timed as CUDA graphs) and in 8 where the batch alone does. d = 64 and 256
-# keep the bytes per tile of the first choice (not swept).
+# Keyed by (padded head dim, whether the grid fills the GPU without splits). Each program keeps ``stages - 1``
+# tiles of BLOCK_N keys and values in flight. At d = 128, the winners of ``benchmarks/decode.py --sweep`` on the
+# H200 (figures in benchmarks/FINDINGS.md): 128-key tiles, one program per SM, 4 warps where splits fill the GPU
+# and 8 where the batch does. d = 64 and 256 keep the first choice's bytes per tile (not swept).
 DECODE_CONFIGS = {
     (64, False): DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=2),
     (64, True): DecodeConfig(block_n=128, warps=4, stages=3, programs_per_sm=2),
@@ -84,9 +82,8 @@ DECODE_CONFIGS = {
     (256, False): DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
     (256, True): DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
 }
-# Where a paged cache ran faster with another entry, keyed (padded head dim, page size, whether the grid fills the
-# GPU). Pages of 16 and 64 rows ran best on 64-key tiles: with splits, two programs per SM and 3 stages; where the
-# batch alone fills the GPU, fewer tiles in flight per program.
+# Paged caches that ran faster with other entries, keyed (padded head dim, page size, grid fills the GPU): pages
+# of 16 and 64 rows want 64-key tiles, and fewer in flight where the batch fills the GPU.
 TUNED_CONFIGS = {
     (128, 16, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
     (128, 16, True): DecodeConfig(block_n=64, warps=4, stages=2, programs_per_sm=1),
@@ -133,15 +130,13 @@ def decode_config(head_dim: int, dtype: torch.dtype, page_size: int = 0, fills_g
 # --8<-- [start:num_splits_heuristic]
 @functools.lru_cache(maxsize=1024)  # a decode loop asks the same question every step
 def num_splits_heuristic(programs: int, slots: int, n_blocks: int, max_splits: int = MAX_SPLITS) -> int:
-    """How many splits to cut each sequence's keys into.
+    """How many splits to cut each sequence's keys into. programs: programs per split (batch x KV heads x query
+    tiles); slots: programs the GPU runs at once (SMs x programs per SM); n_blocks: key tiles in the longest
+    sequence the cache holds.
 
-    programs: programs per split (batch x KV heads x query tiles); slots: programs the GPU runs at once
-    (SMs x programs per SM); n_blocks: key tiles in the longest sequence the cache holds.
-    No split when the grid nearly fills the GPU already. When at least two splits fit in one wave, the most
-    that do: every program then starts at once, and a second wave would pay each program's fixed cost (its
-    queries, the pipeline's first tiles, its partial output) again. Of the split counts that cut the tiles as
-    finely (64 tiles in 11 or 12 splits are both 6 per split), the fewest: less to merge. Otherwise
-    flash-attn's rule, ``last_wave_splits``.
+    No split when the grid nearly fills the GPU already. Where two or more splits fit in one wave, the most that
+    do (a second wave would pay each program's fixed cost again), and of the counts that cut the tiles as finely
+    (64 tiles in 11 or 12 splits are both 6 a split), the fewest. Otherwise flash-attn's ``last_wave_splits``.
     """
     if programs >= 0.8 * slots:
         return 1
@@ -149,6 +144,9 @@ def num_splits_heuristic(programs: int, slots: int, n_blocks: int, max_splits: i
     if one_wave >= 2:
         return cdiv(n_blocks, cdiv(n_blocks, one_wave))
     return last_wave_splits(programs, slots, n_blocks, max_splits)
+
+
+# --8<-- [end:num_splits_heuristic]
 
 
 def last_wave_splits(programs: int, slots: int, n_blocks: int, max_splits: int = MAX_SPLITS) -> int:
@@ -165,9 +163,6 @@ def last_wave_splits(programs: int, slots: int, n_blocks: int, max_splits: int =
     efficiency = {s: programs * s / slots / cdiv(programs * s, slots) for s in range(1, max_splits + 1) if eligible(s)}
     best = max(efficiency.values(), default=1.0)
     return next((s for s, e in efficiency.items() if e >= 0.85 * best), 1)
-
-
-# --8<-- [end:num_splits_heuristic]
 
 
 @functools.cache
@@ -415,19 +410,14 @@ def _split_kv(
     SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
-    """Program (b x KV head, query tile, split): attention of the query tile's packed rows over one split of the
-    keys of sequence b.
+    """Program (b x KV head, query tile, split): the query tile's packed rows over one split of sequence b's keys.
 
-    Packing: a tile holds Q_PER_TILE = BLOCK_M // GROUP query positions, and row r of it is position
-    ``r // GROUP`` (from the tile's first) of query head ``kv_head x GROUP + r % GROUP``: for one position the
-    rows are the group's heads, adjacent in memory. Keys: positions [0, seqlen_k) of the cache, seqlen_k =
-    cache_seqlens[b] + seqlen_new (the new keys were appended already). Which keys each row sees, and how its
-    scores change, is the masking core's rule (``mask.py``), with this sequence's own diagonal: the band's
-    offsets arrive relative to it (``left_rel``, ``right_rel``) and are shifted by seqlen_k - seqlen_q here.
-
-    Without SPLIT (one split: grid axis 2 is 1) the program writes the final output and log-sum-exp; with it,
-    its partial output (normalised over its keys) and their log-sum-exp, for ``_merge_splits``. The split
-    count is a runtime value (the grid's third axis): changing it compiles nothing.
+    Row r of the tile is query position ``r // GROUP`` (from the tile's first) of query head
+    ``kv_head x GROUP + r % GROUP``. Keys: cache positions [0, cache_seqlens[b] + seqlen_new). The masking core
+    (``mask.py``) decides which keys each row sees and how its scores change, with this sequence's own diagonal:
+    the band's offsets arrive relative to it (``left_rel``, ``right_rel``). With SPLIT the program writes its
+    partial output and log-sum-exp for ``_merge_splits``; without, the final ones. The split count is the grid's
+    third axis, a runtime value: changing it compiles nothing.
     """
     Q_PER_TILE: tl.constexpr = BLOCK_M // GROUP
     pid_bh = tl.program_id(0)

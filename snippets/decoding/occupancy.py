@@ -74,20 +74,19 @@ print(table)
 with open("occupancy.md", "w") as f:
     f.write(table)
 
-# --8<-- [start:splits]
 # Two rules for the split count at a cache of 32k tokens: flash-attn's (the fewest splits
 # within 85% of the best last-wave efficiency) and flashdoc's (the most splits that fit
 # in one wave, where two or more do; flash-attn's rule otherwise).
 slots = sms * config.programs_per_sm
 n_blocks = triton.cdiv(32768, config.block_n)
 rules = {"flash-attn": last_wave_splits, "flashdoc": num_splits_heuristic}
-# --8<-- [end:splits]
 lines = [
     f"{slots} programs run at once ({sms} SMs x {config.programs_per_sm}); a cache of 32k tokens "
-    f"is {n_blocks} tiles of {config.block_n} keys. Busy: programs / (waves x slots), the rule's efficiency.",
+    f"is {n_blocks} tiles of {config.block_n} keys; a sequence has {kv_heads} programs (one per KV head) "
+    "before it is split. Busy: programs / (waves x slots).",
     "",
-    "| batch | programs per split | flash-attn's rule | flashdoc's rule |",
-    "|---|---|---|---|",
+    "| batch | flash-attn's rule | flashdoc's rule |",
+    "|---|---|---|",
 ]
 for batch in (1, 2, 3, 4, 8, 12):
     programs = batch * kv_heads * query_tiles_per_head
@@ -97,8 +96,8 @@ for batch in (1, 2, 3, 4, 8, 12):
         total = programs * splits
         waves = triton.cdiv(total, slots)
         busy = total / (waves * slots)
-        cells.append(f"{splits} splits: {total} programs, {waves} wave{'s' * (waves > 1)}, {busy:.0%} busy")
-    lines.append(f"| {batch} | {programs} | " + " | ".join(cells) + " |")
+        cells.append(f"{splits} splits: {total} programs in {waves} wave{'s' * (waves > 1)}, {busy:.0%} busy")
+    lines.append(f"| {batch} | " + " | ".join(cells) + " |")
 splits_table = "\n".join(lines) + "\n"
 print(splits_table)
 with open("splits.md", "w") as f:
