@@ -227,9 +227,8 @@ def time_ms(calls):
 
 
 def graph_time_ms(calls):
-    """ms per call of a CUDA graph of GRAPH_CALLS calls cycling over ``calls`` (warmed up first)."""
-    for call in calls:
-        call()
+    """ms per call of a CUDA graph of GRAPH_CALLS calls cycling over ``calls`` (each called once on the capture
+    stream first, which also compiles them outside the capture)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):

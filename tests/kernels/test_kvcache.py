@@ -296,7 +296,7 @@ def test_num_splits_heuristic():
     cut as finely with the fewest; otherwise flash-attn's rule, the fewest splits within 85% of the best
     last-wave efficiency."""
     assert num_splits_heuristic(512, 264, 512) == 1
-    # 8 programs on 264 slots: 33 splits fill the wave; 2048 tiles in 33 splits are 63 a split, and so are 33's
+    # 8 programs on 264 slots: 33 splits fill the wave (2048 tiles, 63 a split; 32 splits would take 64)
     assert num_splits_heuristic(8, 264, 2048) == 33
     # 64 tiles: 33 splits would be 2 a split, and 32 splits cut them the same way
     assert num_splits_heuristic(8, 264, 64) == 32
