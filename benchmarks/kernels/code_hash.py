@@ -40,7 +40,16 @@ from flashdoc.kernels import backward_hopper as bh
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.launch import constexpr_defaults
 
-POINTERS = {"LSE": "*fp32", "LSE2": "*fp32", "DELTA": "*fp32", "COUNTER": "*i32"}
+POINTERS = {
+    "LSE": "*fp32",
+    "LSE2": "*fp32",
+    "DELTA": "*fp32",
+    "COUNTER": "*i32",
+    "O": "*bf16",
+    "CU_Q": "*i32",
+    "CU_K": "*i32",
+    "ORDER": "*i32",
+}
 FLOATS = {"qk_scale", "softmax_scale", "softcap_scale"}
 QUERY_ROWS = ("q_desc", "do_desc", "o_desc", "dq_desc")  # tiles of query rows; the other descriptors hold keys
 ROWS = ("LSE2", "DELTA")  # the dK/dV kernels' LSE and delta: ``forward_hopper.rows_descriptor``s
@@ -80,10 +89,10 @@ def code_hash(ptx):
     return hashlib.sha1("\n".join(code).encode()).hexdigest()[:12]
 
 
-def compile_sm90(kernel, descriptors, constants):
+def compile_sm90(kernel, descriptors, constants, divisible=()):
     """kernel compiled for sm_90: descriptors (name: host descriptor) and constants (name: value) by parameter
     name, constexprs not given at their defaults; other parameters are typed by name (pointers, float scales, else
-    i32)."""
+    i32), those named in divisible taken as multiples of 16 (bytes for pointers), as Triton specialises them."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
@@ -98,12 +107,13 @@ def compile_sm90(kernel, descriptors, constants):
             consts[(i,)] = constants.get(name, defaults.get(name))
         else:
             sig[name] = POINTERS.get(name, "fp32" if name in FLOATS else "i32")
+    attrs = {(kernel.arg_names.index(name),): [["tt.divisibility", 16]] for name in divisible}
     return triton.compile(
-        GluonASTSource(kernel, sig, consts), target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)
+        GluonASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)
     )
 
 
-def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float32=(), rows=()):
+def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float32=(), rows=(), divisible=()):
     """One of the Gluon kernels compiled for sm_90 in bf16 at head_dim: its query-row descriptors (Q, dO, O, dQ)
     in BLOCK_M rows, its key ones (K, V, dK, dV) in BLOCK_N, all of cols columns (default: head_dim); the
     descriptors named in float32 over fp32 tensors instead (the fused backward's dQ buffer); the parameters named
@@ -115,13 +125,22 @@ def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float3
         if name.endswith("_desc")
     }
     descriptors.update({name: fh.rows_descriptor(torch.empty(2, 4, 1024), block_m) for name in rows})
-    return compile_sm90(kernel, descriptors, constants)
+    return compile_sm90(kernel, descriptors, constants, divisible)
 
 
-def compile_forward(head_dim, causal, config, **constants):
+# the forward's varlen parameters, None (constants) in a dense launch: forward_hopper.VARLEN_ONLY
+VARLEN_ARGS = ("O", "stride_os", "stride_oh", "CU_Q", "CU_K", "ORDER", "n_seqs", "total_q")
+
+
+def compile_forward(head_dim, causal, config, varlen=False, **constants):
     """The Hopper forward compiled for sm_90 in config (block_m, block_n, stages, consumers, persistent), with the
-    constexprs its launcher derives from them (and any variant's, in constants)."""
+    constexprs its launcher derives from them (and any variant's, in constants); varlen: its VARLEN kernel, with
+    the output's pointer and strides specialised as a launch on a packed (total, heads, head_dim) tensor has them."""
     bm, bn, stages, consumers, _persistent = config
+    if varlen:
+        constants["VARLEN"] = True
+    else:
+        constants.update(dict.fromkeys(VARLEN_ARGS))
     return compile_config(
         fh._attn_fwd_hopper,
         head_dim,
@@ -136,6 +155,7 @@ def compile_forward(head_dim, causal, config, **constants):
             O_IN_Q=head_dim > fh.MAX_SEPARATE_O_HEAD_DIM,
             **constants,
         ),
+        divisible=("O", "stride_os", "stride_oh") if varlen else (),
     )
 
 

@@ -33,6 +33,13 @@ the portable kernels). Partitions take their state grouped (``Queries``, ``Ring`
 Same inputs, outputs and semantics as ``forward._attn_fwd`` (GQA, both causal alignments, any lengths); the head
 dims with a tuned config (64, 128, 256), fp16/bf16. ``forward.attn_fwd`` sends the calls this kernel takes here
 (``supports``).
+
+With VARLEN the same partitions run packed sequences of different lengths (``varlen.varlen_fwd_hopper``): the
+producer finds each claimed item's sequence on the device (``_claim_packed``) and hands it to the consumers with
+the item; loads start at the sequence's rows of the packed tensors, the band and the key bound are the
+sequence's own, and the output leaves through masked register stores instead of TMA (``_store_rows``). Every
+varlen step sits behind a compile-time branch, so the dense kernels' machine code does not depend on it (the
+hashes of ``benchmarks/kernels/code_hash.py``).
 """
 
 import functools
@@ -117,8 +124,9 @@ def gluon_runs(q: torch.Tensor) -> bool:
 
 
 def table_key(q: torch.Tensor, causal: bool, window_size=(-1, -1)) -> tuple:
-    """The config tables' key for a call, (head dim, causal): a sliding window takes the causal entry."""
-    return q.shape[3], causal or tuple(window_size) != (-1, -1)
+    """The config tables' key for a call, (head dim, causal): a sliding window takes the causal entry. (q's last
+    dimension is the head dim, in the dense layout and in the packed one of varlen calls.)"""
+    return q.shape[-1], causal or tuple(window_size) != (-1, -1)
 
 
 def supports(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0, alibi: bool = False) -> bool:
@@ -166,6 +174,7 @@ if GLUON:
         group_size: gl.tensor
         seqlen_q: gl.tensor
         seqlen_k: gl.tensor
+        VARLEN: gl.constexpr
 
         @gluon.constexpr_function
         def __init__(self, n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k):
@@ -175,6 +184,44 @@ if GLUON:
             self.group_size = group_size
             self.seqlen_q = seqlen_q
             self.seqlen_k = seqlen_k
+            self.VARLEN = gl.constexpr(False)
+
+    @aggregate
+    class Packed:
+        """A varlen launch's work items (``_claim_packed``), in place of ``Work``: for each of n_seqs sequences
+        packed along the token axis (sequence b's queries are rows CU_Q[b]:CU_Q[b + 1] of the total_q, its keys
+        rows CU_K[b]:CU_K[b + 1]), n_heads x cdiv(its queries, rows per item) items, sequences in ORDER (longest
+        first), at most ``total`` items in all (a bound from the shapes: the real count is on the device). The
+        output goes to O (total_q, n_heads, head dim; row and head strides stride_os, stride_oh) by masked
+        stores, so no item writes into another sequence's rows."""
+
+        total: gl.tensor
+        n_heads: gl.tensor
+        group_size: gl.tensor
+        CU_Q: gl.tensor
+        CU_K: gl.tensor
+        ORDER: gl.tensor
+        n_seqs: gl.tensor
+        total_q: gl.tensor
+        O: gl.tensor
+        stride_os: gl.tensor
+        stride_oh: gl.tensor
+        VARLEN: gl.constexpr
+
+        @gluon.constexpr_function
+        def __init__(self, total, n_heads, group_size, CU_Q, CU_K, ORDER, n_seqs, total_q, O, stride_os, stride_oh):
+            self.total = total
+            self.n_heads = n_heads
+            self.group_size = group_size
+            self.CU_Q = CU_Q
+            self.CU_K = CU_K
+            self.ORDER = ORDER
+            self.n_seqs = n_seqs
+            self.total_q = total_q
+            self.O = O
+            self.stride_os = stride_os
+            self.stride_oh = stride_oh
+            self.VARLEN = gl.constexpr(True)
 
     @aggregate
     class Queries:
@@ -205,6 +252,109 @@ if GLUON:
     def _read_item(item_smem):
         """The work item the producer last published in shared memory (a one-element buffer)."""
         return gl.max(item_smem.load(_item_layout(gl.num_warps())), 0)
+
+    # --8<-- [start:hopper_varlen_claim]
+    @gluon.jit
+    def _add(a, b):
+        return a + b
+
+    @gluon.jit
+    def _claim_packed(COUNTER, work, start, before, ROWS: gl.constexpr):
+        """The next work item of a varlen launch (``Packed``): (i, seq, local, start, before), i the claim or
+        ``work.total`` if none is left, seq its sequence, local its place among the sequence's items (head by
+        head, then tile by tile of ROWS query rows).
+
+        The items are numbered sequence by sequence in work.ORDER, n_heads x cdiv(its queries, ROWS) each. A
+        running sum of these counts over 32 x num_warps sequences a step (``varlen.find_tile``'s search, and
+        FlashAttention-3's VarlenDynamicPersistentTileScheduler's) finds the sequence holding item i. A program's
+        claims only grow, so the search starts where the last one ended: at ORDER[start], whose sequences' items
+        come after the ``before`` items of those before it."""
+        i = gl.atomic_add(COUNTER, 1)
+        layout: gl.constexpr = _item_layout(gl.num_warps())
+        CHUNK: gl.constexpr = 32 * gl.num_warps()
+        seq = -1
+        local = 0
+        while (seq < 0) & (start < work.n_seqs):
+            offs = start + gl.arange(0, CHUNK, layout=layout)
+            valid = offs < work.n_seqs
+            b = gl.load(work.ORDER + offs, mask=valid, other=0)
+            len_q = gl.load(work.CU_Q + b + 1, mask=valid, other=0) - gl.load(work.CU_Q + b, mask=valid, other=0)
+            count = (len_q + ROWS - 1) // ROWS * work.n_heads
+            end = before + gl.associative_scan(count, 0, _add)  # items up to and including each sequence
+            hit = (i >= end - count) & (i < end)  # at most one, and only where count > 0
+            seq = gl.max(gl.where(hit, b, -1), 0)
+            local = gl.max(gl.where(hit, i - (end - count), 0), 0)
+            found = seq >= 0
+            start = gl.where(found, start, start + CHUNK)
+            before = gl.where(found, before, before + gl.sum(count, 0))
+        return gl.where(seq >= 0, i, work.total), seq, local, start, before
+
+    # --8<-- [end:hopper_varlen_claim]
+
+    @gluon.jit
+    def _sequence(work, seq):
+        """(query start, query count, key start, key count) of sequence seq of a varlen launch."""
+        q_start = gl.load(work.CU_Q + seq)
+        k_start = gl.load(work.CU_K + seq)
+        return q_start, gl.load(work.CU_Q + seq + 1) - q_start, k_start, gl.load(work.CU_K + seq + 1) - k_start
+
+    @gluon.jit
+    def _sequence_band(len_q, len_k, scores):
+        """``Scores`` for one sequence of a varlen launch, whose scores' offsets are those of a sequence with as
+        many keys as queries: the band moved to this sequence's bottom-right diagonal (``mask.band``)."""
+        diag = len_k - len_q
+        return Scores(
+            scores.right_offset + diag,
+            scores.left_offset + diag,
+            scores.qk_scale,
+            scores.softcap_scale,
+            scores.IS_CAUSAL,
+            scores.IS_LOCAL,
+            scores.SOFTCAP,
+        )
+
+    @gluon.jit
+    def _publish_packed(item_smem, i, item, q_start, len_q, len_k):
+        """A varlen item for the consumers, in the fields of item_smem: the claim i (``work.total``: none left),
+        the item in its sequence (``_work``'s numbering) and the sequence's first query row and lengths."""
+        layout: gl.constexpr = _item_layout(gl.num_warps())
+        item_smem.slice(0, 1).store(gl.full([1], i, gl.int32, layout))
+        item_smem.slice(1, 1).store(gl.full([1], item, gl.int32, layout))
+        item_smem.slice(2, 1).store(gl.full([1], q_start, gl.int32, layout))
+        item_smem.slice(3, 1).store(gl.full([1], len_q, gl.int32, layout))
+        item_smem.slice(4, 1).store(gl.full([1], len_k, gl.int32, layout))
+
+    @gluon.jit
+    def _read_packed(item_smem):
+        """``_publish_packed``'s fields but the claim: (item, q_start, len_q, len_k)."""
+        return (
+            _read_item(item_smem.slice(1, 1)),
+            _read_item(item_smem.slice(2, 1)),
+            _read_item(item_smem.slice(3, 1)),
+            _read_item(item_smem.slice(4, 1)),
+        )
+
+    @gluon.constexpr_function
+    def _rows_layout(block_d, num_warps):
+        """A register layout of (rows, block_d) 16-bit tiles in which each thread holds 8 consecutive columns:
+        16-byte stores, a row's threads side by side."""
+        cols = min(32, block_d // 8)
+        return gl.BlockedLayout([1, 8], [32 // cols, cols], [num_warps, 1], [1, 0])
+
+    @gluon.jit
+    def _store_rows(o_tile, work, q_start, first, len_q, off_h):
+        """Rows first + [0, BLOCK_M) of a varlen item's output, from the consumer's tile o_tile (BLOCK_M, head
+        dim) to work.O, those in [0, len_q) only: TMA would write a whole tile, into the next sequence's rows
+        (FlashAttention-3 stores a varlen output so, from shared memory, for the same reason)."""
+        BLOCK_M: gl.constexpr = o_tile.shape[0]
+        BLOCK_D: gl.constexpr = o_tile.shape[1]
+        layout: gl.constexpr = _rows_layout(BLOCK_D, gl.num_warps())
+        o = o_tile.load(layout)
+        rows = first + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+        cols = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, layout))
+        offs = (q_start + rows).to(gl.int64)[:, None] * work.stride_os + (off_h * work.stride_oh + cols)[None, :]
+        keep = ((rows >= 0) & (rows < len_q))[:, None] & (cols < BLOCK_D)[None, :]
+        gl.store(work.O + offs, o, mask=keep)
 
     # --8<-- [start:hopper_claim]
     @gluon.jit
@@ -266,9 +416,11 @@ if GLUON:
         through the ring: in a window, only the tiles from the item's first row's first key on."""
         q_smem, item_smem, q_ready, q_empty = queries.q, queries.item, queries.ready, queries.empty
         k_smem, v_smem, k_ready, v_ready, kv_empty = ring.a, ring.b, ring.a_ready, ring.b_ready, ring.empty
-        n_tiles, total, n_heads, group_size = work.n_tiles, work.total, work.n_heads, work.group_size
-        seqlen_q, seqlen_k = work.seqlen_q, work.seqlen_k
-        left_offset, right_offset = scores.left_offset, scores.right_offset
+        total, n_heads, group_size = work.total, work.n_heads, work.group_size
+        VARLEN: gl.constexpr = work.VARLEN
+        if not VARLEN:  # (a varlen item's sequence sets these)
+            n_tiles, seqlen_q, seqlen_k = work.n_tiles, work.seqlen_q, work.seqlen_k
+            left_offset, right_offset = scores.left_offset, scores.right_offset
         IS_CAUSAL: gl.constexpr = scores.IS_CAUSAL
         IS_LOCAL: gl.constexpr = scores.IS_LOCAL
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
@@ -278,10 +430,25 @@ if GLUON:
         layout: gl.constexpr = _item_layout(gl.num_warps())
         kv_it = 0  # key/value tiles loaded so far, over all of this program's work items: the ring's position
         r = 0  # work items so far
-        i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
+        if VARLEN:
+            start = 0  # the search's place in work.ORDER, and the items before it (``_claim_packed``)
+            before = 0
+            i, seq, local, start, before = _claim_packed(COUNTER, work, start, before, N_CONSUMERS * BLOCK_M)
+        else:
+            i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
         while i < total:
+            if VARLEN:
+                q_start, seqlen_q, k_start, seqlen_k = _sequence(work, seq)
+                n_tiles = gl.cdiv(seqlen_q, N_CONSUMERS * BLOCK_M)
+                band = _sequence_band(seqlen_q, seqlen_k, scores)
+                left_offset, right_offset = band.left_offset, band.right_offset
+                item = local
+                if IS_CAUSAL:  # within a head, the last tile (which sees most keys) first, as ``_claim`` orders
+                    item = local // n_tiles * n_tiles + (n_tiles - 1 - local % n_tiles)
+            else:
+                item = i
             _, off_b, off_h, off_hk, row0, hi = _work(
-                i,
+                item,
                 n_tiles,
                 n_heads,
                 group_size,
@@ -295,12 +462,17 @@ if GLUON:
             # the consumers are done with the last item's queries (a fresh barrier counts as having completed the
             # phase before its first: the first item never waits)
             mbarrier.wait(q_empty, (r & 1) ^ 1)
-            item_smem.store(gl.full([1], i, gl.int32, layout))
+            if VARLEN:
+                _publish_packed(item_smem, i, item, q_start, seqlen_q, seqlen_k)
+            else:
+                item_smem.store(gl.full([1], i, gl.int32, layout))
             mbarrier.expect(q_ready, N_CONSUMERS * q_desc.block_type.nbytes)
             for c in gl.static_range(N_CONSUMERS):
                 q_row = row0 + c * BLOCK_M
                 if IS_CAUSAL:  # a skipped consumer's tile loads rows from 0 (unused: the barrier counts every tile)
                     q_row = gl.maximum(q_row, 0)
+                if VARLEN:  # rows of the packed tensor (off_b is 0): past the sequence's end, the next one's
+                    q_row += q_start
                 tma_load(q_desc, [off_b, q_row, off_h, 0], q_ready, q_smem.index(c))
             n_kv = gl.cdiv(hi, BLOCK_N)
             j0 = _first_tile(row0, seqlen_k, left_offset, right_offset, n_kv, IS_CAUSAL, IS_LOCAL, BLOCK_N)
@@ -309,15 +481,24 @@ if GLUON:
                 s = it % STAGES
                 mbarrier.wait(kv_empty.index(s), ((it // STAGES) & 1) ^ 1)
                 mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-                tma_load(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s), k_smem.index(s))
+                key_row = j * BLOCK_N
+                if VARLEN:  # the keys past the sequence's end that a tile holds are masked (``_consumer``)
+                    key_row += k_start
+                tma_load(k_desc, [off_b, key_row, off_hk, 0], k_ready.index(s), k_smem.index(s))
                 mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-                tma_load(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s), v_smem.index(s))
+                tma_load(v_desc, [off_b, key_row, off_hk, 0], v_ready.index(s), v_smem.index(s))
             kv_it += n_kv - j0
             r += 1
-            i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
+            if VARLEN:
+                i, seq, local, start, before = _claim_packed(COUNTER, work, start, before, N_CONSUMERS * BLOCK_M)
+            else:
+                i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
         # no work left: the consumers read an item past the end and stop
         mbarrier.wait(q_empty, (r & 1) ^ 1)
-        item_smem.store(gl.full([1], total, gl.int32, layout))
+        if VARLEN:
+            item_smem.slice(0, 1).store(gl.full([1], total, gl.int32, layout))
+        else:
+            item_smem.store(gl.full([1], total, gl.int32, layout))
         mbarrier.arrive(q_ready, count=1)
 
     # --8<-- [start:hopper_consume]
@@ -400,9 +581,11 @@ if GLUON:
         O_IN_Q, queries.o is queries.q: the output goes out through the query tile, which is released only then."""
         q_smem, o_smem, item_smem, q_ready, q_empty = queries.q, queries.o, queries.item, queries.ready, queries.empty
         k_smem, k_ready, kv_empty = ring.a, ring.a_ready, ring.empty
-        n_tiles, total, n_heads, group_size = work.n_tiles, work.total, work.n_heads, work.group_size
-        seqlen_q, seqlen_k = work.seqlen_q, work.seqlen_k
-        left_offset, right_offset = scores.left_offset, scores.right_offset
+        total, n_heads, group_size = work.total, work.n_heads, work.group_size
+        VARLEN: gl.constexpr = work.VARLEN
+        if not VARLEN:  # (a varlen item's sequence sets these)
+            n_tiles, seqlen_q, seqlen_k = work.n_tiles, work.seqlen_q, work.seqlen_k
+            left_offset, right_offset = scores.left_offset, scores.right_offset
         IS_CAUSAL: gl.constexpr = scores.IS_CAUSAL
         IS_LOCAL: gl.constexpr = scores.IS_LOCAL
         BLOCK_M: gl.constexpr = q_smem.shape[2]
@@ -425,10 +608,21 @@ if GLUON:
         kv_it = 0
         r = 0
         mbarrier.wait(q_ready, 0)  # the first item's queries have landed, or the producer found no work
-        i = _read_item(item_smem)
+        if VARLEN:
+            i = _read_item(item_smem.slice(0, 1))
+        else:
+            i = _read_item(item_smem)
         while i < total:
+            if VARLEN:
+                item, q_start, seqlen_q, seqlen_k = _read_packed(item_smem)
+                n_tiles = gl.cdiv(seqlen_q, N_CONSUMERS * BLOCK_M)
+                band = _sequence_band(seqlen_q, seqlen_k, scores)
+                left_offset, right_offset = band.left_offset, band.right_offset
+            else:
+                item = i
+                band = scores
             pid_bh, off_b, off_h, _, row0, hi = _work(
-                i,
+                item,
                 n_tiles,
                 n_heads,
                 group_size,
@@ -475,7 +669,7 @@ if GLUON:
                     kv_base,
                     offs_m,
                     seqlen_k,
-                    scores,
+                    band,
                     my_lo,
                     full_lo,
                     True,
@@ -494,7 +688,7 @@ if GLUON:
                 kv_base,
                 offs_m,
                 seqlen_k,
-                scores,
+                band,
                 full_lo,
                 full_hi,
                 False,
@@ -511,7 +705,7 @@ if GLUON:
                 kv_base,
                 offs_m,
                 seqlen_k,
-                scores,
+                band,
                 full_hi,
                 my_hi,
                 True,
@@ -529,15 +723,24 @@ if GLUON:
             in_range = offs_m < seqlen_q
             if IS_CAUSAL:
                 in_range = in_range & (offs_m >= 0)
-            gl.store(LSE + pid_bh.to(gl.int64) * seqlen_q + offs_m, lse, mask=in_range)
+            if VARLEN:  # LSE (n_heads, total_q), as varlen._varlen_fwd writes it
+                gl.store(LSE + off_h.to(gl.int64) * work.total_q + (q_start + offs_m), lse, mask=in_range)
+            else:
+                gl.store(LSE + pid_bh.to(gl.int64) * seqlen_q + offs_m, lse, mask=in_range)
             acc = acc / gl.convert_layout(l_safe, row_o)[:, None]
             o_tile = o_smem.index(SUB)
-            if not O_IN_Q:
-                tma.store_wait(0)  # the last item's output has left o_tile
-            if not skipped:
-                o_tile.reshape([BLOCK_M, BLOCK_D]).store(acc.to(dtype))
-                fence_async_shared()
-                tma_store(o_desc, [off_b, first, off_h, 0], o_tile)
+            if VARLEN:
+                if not skipped:
+                    o_rows = o_tile.reshape([BLOCK_M, BLOCK_D])
+                    o_rows.store(acc.to(dtype))
+                    _store_rows(o_rows, work, q_start, first, seqlen_q, off_h)
+            else:
+                if not O_IN_Q:
+                    tma.store_wait(0)  # the last item's output has left o_tile
+                if not skipped:
+                    o_tile.reshape([BLOCK_M, BLOCK_D]).store(acc.to(dtype))
+                    fence_async_shared()
+                    tma_store(o_desc, [off_b, first, off_h, 0], o_tile)
             # the key tiles this warpgroup skipped are still released, in order, once loaded (an early arrival
             # would count towards the stage's previous use). (backward_hopper._release_skipped does the same; called
             # here, it made ptxas spill 260 bytes instead of 12 at d = 128, so the loop stays written out.)
@@ -550,14 +753,21 @@ if GLUON:
                 mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
                 mbarrier.arrive(kv_empty.index(it % STAGES), count=1)
             if O_IN_Q:
-                tma.store_wait(0)  # the output has left the query tile: the next item's queries may land in it
+                if VARLEN:
+                    gl.thread_barrier()  # every warp has read its rows out of the query tile (``_store_rows``)
+                else:
+                    tma.store_wait(0)  # the output has left the query tile: the next item's queries may land in it
                 mbarrier.arrive(q_empty, count=1)
             kv_it = kv_base + gl.cdiv(hi, BLOCK_N)
             r += 1
             mbarrier.wait(q_ready, r & 1)
-            i = _read_item(item_smem)
+            if VARLEN:
+                i = _read_item(item_smem.slice(0, 1))
+            else:
+                i = _read_item(item_smem)
         if not O_IN_Q:  # (with O_IN_Q, each item's output has been waited for)
-            tma.store_wait(0)
+            if not VARLEN:  # (a varlen output leaves by register stores)
+                tma.store_wait(0)
 
     # --8<-- [start:hopper_kernel]
     # Lengths, offsets and counts change from call to call: no specialising on their value.
@@ -572,6 +782,8 @@ if GLUON:
             "seqlen_k",
             "right_offset",
             "left_offset",
+            "n_seqs",
+            "total_q",
         ]
     )
     def _attn_fwd_hopper(
@@ -592,6 +804,14 @@ if GLUON:
         qk_scale,
         left_offset,
         softcap_scale,
+        O,
+        stride_os,
+        stride_oh,
+        CU_Q,
+        CU_K,
+        ORDER,
+        n_seqs,
+        total_q,
         IS_CAUSAL: gl.constexpr,
         BLOCK_M: gl.constexpr,
         BLOCK_N: gl.constexpr,
@@ -600,13 +820,20 @@ if GLUON:
         O_IN_Q: gl.constexpr,
         IS_LOCAL: gl.constexpr = False,
         SOFTCAP: gl.constexpr = False,
+        VARLEN: gl.constexpr = False,
     ):
         """Work items: ``total`` tiles of N_CONSUMERS * BLOCK_M query rows (``n_tiles`` per (batch, head)), claimed
         one at a time through COUNTER (an int32 zero): one per program, or, on a persistent grid of one program per
         SM, as many as each program gets through, the producer loading an item's queries and first keys while the
         consumers finish the one before; causal ones in sections of ``section`` (batch, head) pairs
         (``_causal_item``). q/k/v/o_desc: ``descriptors``. The mask and the score change: ``Scores`` (IS_LOCAL, a
-        sliding window's left edge, comes with IS_CAUSAL: ``hopper_common.mask``)."""
+        sliding window's left edge, comes with IS_CAUSAL: ``hopper_common.mask``).
+
+        VARLEN: packed sequences (``varlen.varlen_fwd_hopper``, ``Packed``): the descriptors are
+        ``hopper_common.packed_descriptor``s, ``total`` bounds the items, right_offset and left_offset are the
+        band's offsets from each sequence's own bottom-right diagonal, LSE is (heads, total_q), and O, stride_os,
+        stride_oh, CU_Q, CU_K, ORDER, n_seqs and total_q are ``Packed``'s; n_tiles, section, seqlen_q and seqlen_k
+        go unread. Without it those eight are None (``VARLEN_ONLY``)."""
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         q_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
@@ -616,7 +843,8 @@ if GLUON:
             o_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], o_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
-        item_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        # (a varlen item comes with its sequence's rows: ``_publish_packed``)
+        item_smem = gl.allocate_shared_memory(gl.int32, [8 if VARLEN else 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -631,7 +859,10 @@ if GLUON:
 
         queries = Queries(q_smem, o_smem, item_smem, q_ready, q_empty)
         ring = Ring(k_smem, v_smem, k_ready, v_ready, kv_empty)
-        work = Work(n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k)
+        if VARLEN:
+            work = Packed(total, n_heads, group_size, CU_Q, CU_K, ORDER, n_seqs, total_q, O, stride_os, stride_oh)
+        else:
+            work = Work(n_tiles, total, n_heads, group_size, seqlen_q, seqlen_k)
         scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
         # (Gluon needs each partition written out in the list, so the two consumer counts are spelled out: in Triton
         # 3.6 a tuple assigned to a name turns its functions and constexprs into tensors)
@@ -707,6 +938,10 @@ def attn_fwd_hopper(
 
 _plans = plan_cache()
 
+# The kernel's varlen parameters (O, stride_os, stride_oh, CU_Q, CU_K, ORDER, n_seqs, total_q): None in a dense
+# launch, which Triton compiles as constants, so that the dense kernels keep their parameters and code.
+VARLEN_ONLY = (None,) * 8
+
 
 def _plan(objects, softmax_scale, causal, bottom_right, config, window_size, softcap):
     """``attn_fwd_hopper``'s launch for the layout of ``objects`` (q, k, v, out, lse, counter)."""
@@ -741,6 +976,7 @@ def _plan(objects, softmax_scale, causal, bottom_right, config, window_size, sof
             m.qk_scale,
             m.left_offset,
             m.softcap_scale,
+            *VARLEN_ONLY,
         ),
         dict(
             **m.constexprs,

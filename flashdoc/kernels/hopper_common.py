@@ -55,6 +55,21 @@ def descriptor(t, rows: int, cols: int = 0):
     )
 
 
+def packed_descriptor(t, rows: int):
+    """``descriptor`` over a packed (total, heads, head_dim) tensor (varlen) seen as one batch of ``total`` rows:
+    (1, rows, 1, head_dim) tiles of one head from any row on. Rows past ``total`` read as zeros; rows past a
+    sequence's end are the next sequence's, which the kernel masks (keys) or does not store (queries)."""
+    total, heads, head_dim = t.shape
+    return unchecked_descriptor(
+        TensorDescriptor,
+        base=t,
+        shape=[1, total, heads, head_dim],
+        strides=[total * t.stride(0), *t.stride()],
+        block_shape=[1, rows, 1, head_dim],
+        layout=_smem_layout(rows, head_dim, t.dtype),
+    )
+
+
 def rows_descriptor(t: torch.Tensor, rows: int):
     """A Gluon host descriptor over a contiguous fp32 (batch, heads, seqlen) tensor (the Hopper dK/dV kernels' LSE
     and delta), read in (1, rows) tiles of one (batch, head)'s row; elements past seqlen read as zeros. TMA needs
@@ -118,15 +133,21 @@ def mask(
         # put it past every key, from every row
         is_causal = True
         right_offset = (seqlen_k - seqlen_q if bottom_right else 0) + max(seqlen_q, seqlen_k)
+    qk_scale, softcap_scale = score_scales(softcap, softmax_scale)
     return Mask(
         is_causal=is_causal,
         is_local=is_local,
         softcap=softcap > 0,
         right_offset=right_offset,
         left_offset=left_offset,
-        qk_scale=(softcap if softcap > 0 else softmax_scale) * LOG2E,
-        softcap_scale=softmax_scale / softcap if softcap > 0 else 1.0,
+        qk_scale=qk_scale,
+        softcap_scale=softcap_scale,
     )
+
+
+def score_scales(softcap: float, softmax_scale: float) -> tuple:
+    """(qk_scale, softcap_scale) of ``Mask``: the exponent's scale and, with softcap > 0, the tanh's."""
+    return (softcap if softcap > 0 else softmax_scale) * LOG2E, softmax_scale / softcap if softcap > 0 else 1.0
 
 
 if GLUON:

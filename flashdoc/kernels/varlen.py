@@ -27,18 +27,39 @@ Layout: q (total_q, heads, head_dim), k and v (total_k, kv heads, head_dim); seq
 The dropout mask's Philox counter takes the packed row and column and the head, so it names each element of
 the whole batch once: ``mask.dropout_mask(rng, 1, heads, total_q, total_k, p)[0, :, q_rows, k_rows]`` is one
 sequence's mask. The backward's preprocess is the dense one on the (1, total_q, heads, head_dim) view.
+
+On Hopper, with ``FLASHDOC_GLUON_VARLEN=1``, the forward calls the dense Hopper forward would take run on it
+instead (``varlen_fwd_hopper``: ``forward_hopper``'s kernel with VARLEN): its persistent programs claim items of
+(sequence, head, query rows) in the same longest-first order, found by the same search on the device; TMA loads
+from the packed tensors at each sequence's rows, the mask bounds keys by each sequence's length, and the output
+leaves through masked register stores, as FlashAttention-3's varlen forward does. The backward stays here: it
+recomputes from q, k, v, out and the LSE, which that kernel writes in this module's layout.
 """
+
+import os
 
 import torch
 import triton
 import triton.language as tl
 
-from . import INTERPRET, LOG2E
+from . import INTERPRET, LOG2E, forward_hopper
 from .backward import DKDV_CONFIGS, DQ_CONFIGS, _attn_bwd_dkdv_inner, _attn_bwd_dq_inner, bwd_preprocess
 from .common import all_configs, block_d_for, configs_for, dot_precision, head_desc, prune_for, seq_bucket
 from .forward import FWD_CONFIGS, _attn_fwd_inner
-from .launch import forked_stream, head_tiles, launch, on_device
-from .mask import VARIANT_FLAGS, Variant, key_block_range, query_block_range
+from .hopper_common import packed_descriptor, score_scales
+from .launch import (
+    aligned,
+    distinct,
+    forked_stream,
+    gluon_plan,
+    head_tiles,
+    launch,
+    layout,
+    on_device,
+    plan_cache,
+    planned,
+)
+from .mask import VARIANT_FLAGS, Variant, hopper_supports, key_block_range, query_block_range
 
 # Sequences whose tile counts one step of the in-kernel prefix sum covers: a batch of up to CHUNK sequences
 # finds every program's tile in one step.
@@ -602,6 +623,18 @@ def _common(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, causa
     return sizes, seq_bucket(max(max_seqlen_q, max_seqlen_k, 1)), tail, meta
 
 
+# FLASHDOC_GLUON_VARLEN=1 sends the forward calls the Hopper forward takes to it (``gluon_varlen``).
+GLUON_VARLEN_ENV = "FLASHDOC_GLUON_VARLEN"
+
+
+def gluon_varlen(q: torch.Tensor, causal: bool, variant: Variant) -> bool:
+    """Whether ``varlen_fwd`` runs a call on the Hopper forward: FLASHDOC_GLUON_VARLEN=1, and a call the dense
+    Hopper forward would take (``forward_hopper.supports``: a Hopper GPU, fp16/bf16, a head dim with a tuned
+    config; windows and softcap, not ALiBi or dropout). Off by default until an H200 run has checked the kernel
+    against this module's and timed it."""
+    return os.environ.get(GLUON_VARLEN_ENV, "0") == "1" and hopper_supports(forward_hopper.supports, q, causal, variant)
+
+
 def varlen_fwd(
     q,
     k,
@@ -618,9 +651,15 @@ def varlen_fwd(
     variant: Variant = None,
 ):
     """Launch the varlen forward. q, out: (total_q, H, D); k, v: (total_k, Hk, D); lse: (H, total_q) fp32;
-    cu_seqlens_*: (B + 1,) int32 on q's device. variant and config as in ``forward.attn_fwd`` (no Hopper
-    kernel takes varlen calls)."""
+    cu_seqlens_*: (B + 1,) int32 on q's device. variant and config as in ``forward.attn_fwd``: the calls
+    ``gluon_varlen`` picks go to ``varlen_fwd_hopper``, unless a config keeps them here."""
     variant = variant or Variant()
+    if config is None and gluon_varlen(q, causal, variant):
+        with on_device(q.device):
+            varlen_fwd_hopper(
+                q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, softmax_scale, causal, variant
+            )
+        return
     sizes, bucket, tail, meta = _common(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, causal, variant)
     n_seqs, n_heads, _, total_q = sizes
     args = (
@@ -651,6 +690,118 @@ def varlen_fwd(
             config,
             configs_for(FWD_CONFIGS, meta["BLOCK_D"], q.dtype, meta["IS_CAUSAL"])[0],
         )
+
+
+# A sliding window's right edge where it has none: past every key of any sequence that fits in memory, and far
+# enough from int32's end that no offset computed from it overflows. (The Hopper kernels' left edge comes with a
+# right one, as ``hopper_common.mask`` arranges for dense calls.)
+UNBOUNDED_RIGHT = 1 << 30
+
+
+def varlen_fwd_hopper(
+    q,
+    k,
+    v,
+    out,
+    lse,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    variant: Variant = None,
+    config=None,
+):
+    """``varlen_fwd`` on the Hopper forward (``forward_hopper._attn_fwd_hopper`` with VARLEN; ``gluon_varlen``
+    said yes). Shapes as in ``varlen_fwd``; config as ``forward_hopper.attn_fwd_hopper`` takes it, default the
+    dense call's. Runs inside ``launch.on_device``. Like ``varlen_fwd``, reads nothing on the host."""
+    variant = variant or Variant()
+    band = Band(causal, variant.window_size, max_seqlen_k)
+    counter = torch.zeros(1, device=q.device, dtype=torch.int32)  # the next work item to claim
+    objects = (q, k, v, out, lse, counter, cu_seqlens_q, cu_seqlens_k, schedule(cu_seqlens_k))
+    key = (
+        *map(layout, (q, k, v, out)),
+        aligned(out),
+        aligned(lse),
+        aligned(cu_seqlens_q),
+        aligned(cu_seqlens_k),
+        cu_seqlens_q.shape[0],
+        q.device,
+        softmax_scale,
+        band.is_causal,
+        band.is_local,
+        band.left,
+        band.right,
+        variant.softcap,
+        config,
+    )
+    plan = planned(_hopper_plans, key, lambda: _hopper_plan(distinct(objects), band, softmax_scale, variant, config))
+    plan(objects)
+
+
+_hopper_plans = plan_cache()
+
+
+def _hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant, config):
+    """``varlen_fwd_hopper``'s launch for the layout of ``objects`` (q, k, v, out, lse, counter, cu_seqlens_q,
+    cu_seqlens_k, the schedule)."""
+    q, k, v, out, lse, counter, cu_seqlens_q, cu_seqlens_k, order = objects
+    total_q, n_heads, head_dim = q.shape
+    n_seqs = cu_seqlens_q.shape[0] - 1
+    is_causal, right = band.is_causal, band.right
+    if band.is_local and not is_causal:
+        is_causal, right = True, UNBOUNDED_RIGHT
+    key = (head_dim, is_causal)
+    if config is None and band.is_local:
+        config = forward_hopper.WINDOW_CONFIGS.get(key)
+    block_m, block_n, stages, consumers, persistent = config or forward_hopper.HOPPER_CONFIGS[key]
+    total = n_heads * tile_bound(total_q, n_seqs, consumers * block_m)  # the items' count is on the device
+    grid = (min(total, forward_hopper._sm_count(q.device.index)) if persistent else total,)
+    qk_scale, softcap_scale = score_scales(variant.softcap, softmax_scale)
+    return gluon_plan(
+        forward_hopper._attn_fwd_hopper,
+        grid,
+        (
+            packed_descriptor(q, block_m),
+            packed_descriptor(k, block_n),
+            packed_descriptor(v, block_n),
+            packed_descriptor(out, block_m),
+            lse,
+            counter,
+            0,  # n_tiles, per sequence in the kernel
+            total,
+            1,  # section: the order is the schedule's
+            n_heads,
+            n_heads // k.shape[1],
+            0,  # seqlen_q and seqlen_k, per sequence in the kernel
+            0,
+            right,  # the band's offsets from each sequence's bottom-right diagonal (mask.band)
+            qk_scale,
+            -band.left if band.is_local else 0,
+            softcap_scale,
+            out,
+            out.stride(0),
+            out.stride(1),
+            cu_seqlens_q,
+            cu_seqlens_k,
+            order,
+            n_seqs,
+            total_q,
+        ),
+        dict(
+            IS_CAUSAL=is_causal,
+            IS_LOCAL=band.is_local,
+            SOFTCAP=variant.softcap > 0,
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            STAGES=stages,
+            N_CONSUMERS=consumers,
+            O_IN_Q=head_dim > forward_hopper.MAX_SEPARATE_O_HEAD_DIM,
+            VARLEN=True,
+        ),
+        4,
+        objects,
+    )
 
 
 def varlen_bwd(
