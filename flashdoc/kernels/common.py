@@ -1,6 +1,7 @@
 """What the portable kernels share: the config tables' lookup, the launch grid and each program's place in it,
 and the in-kernel descriptor of one (batch, head). ``forward.py`` and ``backward.py`` import these from here rather
-than from each other; the masking rules live in ``mask.py``."""
+than from each other; the masking rules live in ``mask.py``. Also the search for a varlen work item's sequence
+(``find_item``): a ``@triton.jit`` function that the Hopper forward calls and the interpreter runs in tests."""
 
 import torch
 import triton
@@ -111,6 +112,36 @@ def program_tile(
     if IS_CAUSAL and HEAVIEST_LAST:
         tile = n_tiles - 1 - tile
     return tile, head
+
+
+@triton.jit
+def find_item(i, offs, ORDER, CU, n_seqs, n_heads, ROWS: tl.constexpr, start, before):
+    """(seq, local, start, before): the sequence holding varlen work item i (-1 past the last item) and i's place
+    among that sequence's items, for a persistent program that claims items in increasing order (the Hopper
+    forward's producer, ``forward_hopper._claim_packed``).
+
+    Items are numbered sequence by sequence in ORDER (``varlen.schedule``), each sequence holding n_heads x
+    cdiv(its length, ROWS) of them (its length from CU, cu_seqlens); ``local`` counts them head by head. As in
+    ``varlen.find_tile``, a running sum of these counts over a chunk of sequences a step (offs = arange(0,
+    chunk), in the caller's layout) finds the sequence; it starts at ORDER[start], whose sequences' items follow
+    the ``before`` items of those before it, and returns where the next claim's search starts: the chunk where
+    this one ended. (start, before) = (0, 0) searches from the first sequence."""
+    seq = -1
+    local = 0
+    while (seq < 0) & (start < n_seqs):
+        chunk = start + offs
+        valid = chunk < n_seqs
+        b = tl.load(ORDER + chunk, mask=valid, other=0)
+        length = tl.load(CU + b + 1, mask=valid, other=0) - tl.load(CU + b, mask=valid, other=0)
+        count = (length + ROWS - 1) // ROWS * n_heads
+        end = before + tl.cumsum(count, 0)  # items up to and including each sequence
+        hit = (i >= end - count) & (i < end)  # at most one, and only where count > 0
+        seq = tl.max(tl.where(hit, b, -1), 0)
+        local = tl.max(tl.where(hit, i - (end - count), 0), 0)
+        found = seq >= 0
+        start = tl.where(found, start, start + offs.shape[0])
+        before = tl.where(found, before, before + tl.sum(count, 0))
+    return seq, local, start, before
 
 
 @triton.jit

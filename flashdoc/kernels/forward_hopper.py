@@ -48,6 +48,7 @@ import os
 import torch
 
 from . import cdiv, gluon_support
+from .common import find_item
 from .hopper_common import GLUON, descriptor, mask, rows_descriptor  # noqa: F401 (re-exported)
 from .launch import aligned, device_index, distinct, gluon_plan, layout, plan_cache, planned
 
@@ -253,43 +254,19 @@ if GLUON:
         """The work item the producer last published in shared memory (a one-element buffer)."""
         return gl.max(item_smem.load(_item_layout(gl.num_warps())), 0)
 
-    # --8<-- [start:hopper_varlen_claim]
-    @gluon.jit
-    def _add(a, b):
-        return a + b
-
     @gluon.jit
     def _claim_packed(COUNTER, work, start, before, ROWS: gl.constexpr):
         """The next work item of a varlen launch (``Packed``): (i, seq, local, start, before), i the claim or
         ``work.total`` if none is left, seq its sequence, local its place among the sequence's items (head by
-        head, then tile by tile of ROWS query rows).
-
-        The items are numbered sequence by sequence in work.ORDER, n_heads x cdiv(its queries, ROWS) each. A
-        running sum of these counts over 32 x num_warps sequences a step (``varlen.find_tile``'s search, and
-        FlashAttention-3's VarlenDynamicPersistentTileScheduler's) finds the sequence holding item i. A program's
-        claims only grow, so the search starts where the last one ended: at ORDER[start], whose sequences' items
-        come after the ``before`` items of those before it."""
+        head, then tile by tile of ROWS query rows), start and before where the next claim's search starts
+        (``common.find_item``, over 32 x num_warps sequences a step: FlashAttention-3's
+        VarlenDynamicPersistentTileScheduler searches a warp's worth at a time so)."""
         i = gl.atomic_add(COUNTER, 1)
-        layout: gl.constexpr = _item_layout(gl.num_warps())
-        CHUNK: gl.constexpr = 32 * gl.num_warps()
-        seq = -1
-        local = 0
-        while (seq < 0) & (start < work.n_seqs):
-            offs = start + gl.arange(0, CHUNK, layout=layout)
-            valid = offs < work.n_seqs
-            b = gl.load(work.ORDER + offs, mask=valid, other=0)
-            len_q = gl.load(work.CU_Q + b + 1, mask=valid, other=0) - gl.load(work.CU_Q + b, mask=valid, other=0)
-            count = (len_q + ROWS - 1) // ROWS * work.n_heads
-            end = before + gl.associative_scan(count, 0, _add)  # items up to and including each sequence
-            hit = (i >= end - count) & (i < end)  # at most one, and only where count > 0
-            seq = gl.max(gl.where(hit, b, -1), 0)
-            local = gl.max(gl.where(hit, i - (end - count), 0), 0)
-            found = seq >= 0
-            start = gl.where(found, start, start + CHUNK)
-            before = gl.where(found, before, before + gl.sum(count, 0))
+        offs = gl.arange(0, 32 * gl.num_warps(), layout=_item_layout(gl.num_warps()))
+        seq, local, start, before = find_item(
+            i, offs, work.ORDER, work.CU_Q, work.n_seqs, work.n_heads, ROWS, start, before
+        )
         return gl.where(seq >= 0, i, work.total), seq, local, start, before
-
-    # --8<-- [end:hopper_varlen_claim]
 
     @gluon.jit
     def _sequence(work, seq):

@@ -12,13 +12,16 @@ import sys
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from attention_oracle import DEVICE, DTYPE_IDS, assert_close_like_flash_attn, cpu_sweep
 from test_variants import variant_math
 
 import flashdoc
 from flashdoc.kernels import INTERPRET
+from flashdoc.kernels.common import find_item
 from flashdoc.kernels.mask import draw_rng, dropout_mask
-from flashdoc.kernels.varlen import tile_bound
+from flashdoc.kernels.varlen import schedule, tile_bound
 
 # --- inputs and the oracle -------------------------------------------------------------------------------------
 
@@ -246,6 +249,165 @@ def test_tile_bound():
     assert tile_bound(3 * 65, 3, 64) == 6  # three sequences of 65: two tiles each
 
 
+@triton.jit
+def _claims(ORDER, CU, OUT, n_seqs, n_heads, n_claims, ROWS: tl.constexpr, PROGRAMS: tl.constexpr, CHUNK: tl.constexpr):
+    """Program p claims items p, p + PROGRAMS, p + 2 PROGRAMS ... (a persistent program's claims only grow), each
+    found by ``find_item`` from where its last search ended, and stores (seq, local) at the item's place in OUT."""
+    p = tl.program_id(0)
+    start = 0
+    before = 0
+    for c in range(n_claims):
+        i = p + c * PROGRAMS
+        seq, local, start, before = find_item(i, tl.arange(0, CHUNK), ORDER, CU, n_seqs, n_heads, ROWS, start, before)
+        tl.store(OUT + 2 * i, seq)
+        tl.store(OUT + 2 * i + 1, local)
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [[300, 40, 1000, 0, 130], [1, 63, 64, 65, 127, 128, 129, 1000, 0, 0, 8192], list(range(0, 700, 7)), [0, 0, 5]],
+    ids=["mixed", "edges", "more-than-a-chunk", "mostly-empty"],
+)
+def test_find_item_follows_the_schedule(lengths):
+    """The Hopper forward's varlen search (``common.find_item``, run here by the interpreter): programs claiming
+    growing items, each search starting where its last one ended, find every item's sequence and place in the
+    schedule's order (longest first, head by head), and -1 past the last item, over chunks of 16 sequences."""
+    n_heads, rows, programs = 3, 192, 5
+    cu = cu_seqlens(lengths)
+    order = schedule(cu)
+    expected = []  # (seq, local) of every item, in claim order
+    for b in order.tolist():
+        expected += [(b, local) for local in range(n_heads * -(-lengths[b] // rows))]
+    n_claims = -(-(len(expected) + programs) // programs)  # every program claims past the last item
+    out = torch.full((programs * n_claims, 2), -2, dtype=torch.int32, device=DEVICE)
+    _claims[(programs,)](order, cu, out, len(lengths), n_heads, n_claims, rows, programs, 16)
+    found = [tuple(pair) for pair in out.tolist()]
+    assert found[: len(expected)] == expected
+    assert all(seq == -1 for seq, _ in found[len(expected) :])
+
+
+def _recording(monkeypatch):
+    """Calls to ``varlen_fwd_hopper`` recorded (and not run: on a CPU no Gluon kernel can), with the Hopper checks
+    of ``forward_hopper.gluon_runs`` (GPU, dtype, Triton) passed as on an H200."""
+    from flashdoc.kernels import forward_hopper, varlen
+
+    calls = []
+    monkeypatch.setattr(varlen, "varlen_fwd_hopper", lambda *args, **kwargs: calls.append(args))
+    monkeypatch.setattr(forward_hopper, "gluon_runs", lambda q: q.dtype in (torch.float16, torch.bfloat16))
+    return calls
+
+
+def test_varlen_takes_the_gluon_forward_when_asked(monkeypatch):
+    """FLASHDOC_GLUON_VARLEN=1 sends the forward calls the dense Hopper forward takes (fp16/bf16, head dims with a
+    tuned config, plain, causal, windows, softcap) to ``varlen_fwd_hopper``; ALiBi, dropout, other head dims,
+    fp32 and calls without the switch stay on the portable kernel, and so does the backward."""
+    calls = _recording(monkeypatch)
+
+    def routed(head_dim=64, dtype=torch.float16, **options):
+        q, k, v, cu_q, cu_k = packed_inputs([20, 0, 33], [20, 0, 33], 4, 2, head_dim, dtype, seed=3)
+        calls.clear()
+        with torch.no_grad():
+            flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 33, 33, **options)
+        return len(calls) == 1
+
+    assert not routed()  # the switch is off by default
+    monkeypatch.setenv("FLASHDOC_GLUON_VARLEN", "1")
+    assert routed()
+    assert routed(causal=True)
+    assert routed(head_dim=128, window_size=(8, 0))
+    assert routed(head_dim=256, softcap=20.0)
+    assert routed(head_dim=59)  # padded to 64
+    assert not routed(head_dim=32)
+    assert not routed(dtype=torch.float32)
+    assert not routed(alibi_slopes=torch.full((4,), 0.1, device=DEVICE))
+    assert not routed(dropout_p=0.1)
+    monkeypatch.setenv("FLASHDOC_GLUON_VARLEN", "0")
+    assert not routed()
+    # the backward recomputes on the portable kernels from the forward's output and LSE
+    monkeypatch.setenv("FLASHDOC_GLUON_VARLEN", "1")
+    q, k, v, cu_q, cu_k = packed_inputs([20, 7], [20, 7], 2, 2, 64, torch.float16)
+    calls.clear()
+    out, lse = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 20, 20, return_lse=True)
+    assert len(calls) == 1
+    args = calls[0]
+    assert args[3] is out or args[3].shape == out.shape  # written in place
+    assert args[4] is lse
+
+
+# the Hopper forward's parameters, in order, up to its constexprs (forward_hopper._attn_fwd_hopper)
+HOPPER_FWD_ARGS = (
+    "q_desc k_desc v_desc o_desc LSE COUNTER n_tiles total section n_heads group_size seqlen_q seqlen_k "
+    "right_offset qk_scale left_offset softcap_scale O stride_os stride_oh CU_Q CU_K ORDER n_seqs total_q"
+).split()
+
+
+def _hopper_launch(monkeypatch, lens_q, lens_k, head_dim=64, n_heads=4, n_kv_heads=2, **options):
+    """The launch ``varlen_fwd_hopper`` plans for a call (grid, arguments by name, constexprs), worked out on the
+    host as on an H200 with 132 SMs, and not run."""
+    from flashdoc.kernels import forward_hopper, varlen
+    from flashdoc.kernels.mask import Variant
+
+    launches = []
+
+    def plan(kernel, grid, args, constexprs, num_warps, objects):
+        launches.append((grid, dict(zip(HOPPER_FWD_ARGS, args, strict=True)), constexprs, objects))
+        return lambda objects: None
+
+    monkeypatch.setattr(varlen, "gluon_plan", plan)
+    monkeypatch.setattr(varlen, "_hopper_plans", {})
+    monkeypatch.setattr(forward_hopper, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(forward_hopper, "_attn_fwd_hopper", None, raising=False)
+    q, k, v, cu_q, cu_k = packed_inputs(lens_q, lens_k, n_heads, n_kv_heads, head_dim, torch.float16)
+    out = torch.empty_like(q)
+    lse = torch.empty(n_heads, q.shape[0])
+    causal = options.pop("causal", False)
+    varlen.varlen_fwd_hopper(q, k, v, out, lse, cu_q, cu_k, max(lens_k), head_dim**-0.5, causal, Variant(**options))
+    (launch,) = launches
+    return launch, (q, k, v, out, lse, cu_q, cu_k)
+
+
+def test_varlen_hopper_launch(monkeypatch):
+    """The Gluon varlen launch's host side: TMA descriptors over the packed tensors seen as one batch, a
+    persistent grid bounded by the items the shapes allow, the band's offsets from each sequence's diagonal
+    (a window open to the right runs the causal kernel with its right edge past every key), and the output,
+    cu_seqlens and the schedule passed through."""
+    from flashdoc.kernels import LOG2E
+    from flashdoc.kernels.forward_hopper import HOPPER_CONFIGS, WINDOW_CONFIGS
+    from flashdoc.kernels.varlen import UNBOUNDED_RIGHT
+
+    lens = [100, 0, 300, 1]
+    (grid, args, constexprs, objects), (q, k, v, out, lse, cu_q, cu_k) = _hopper_launch(monkeypatch, lens, lens)
+    block_m, block_n, stages, consumers, _ = HOPPER_CONFIGS[(64, False)]
+    items = 4 * tile_bound(401, 4, consumers * block_m)
+    assert args["total"] == items and grid == (min(items, 132),)
+    assert args["q_desc"].base is q and args["q_desc"].shape == [1, 401, 4, 64]
+    assert args["q_desc"].block_shape == [1, block_m, 1, 64] and args["o_desc"].base is out
+    assert args["k_desc"].base is k and args["k_desc"].block_shape == [1, block_n, 1, 64]
+    assert args["k_desc"].strides == [401 * 2 * 64, 2 * 64, 64, 1]
+    assert (args["n_heads"], args["group_size"], args["n_seqs"], args["total_q"]) == (4, 2, 4, 401)
+    assert args["LSE"] is lse and args["O"] is out and (args["stride_os"], args["stride_oh"]) == (256, 64)
+    assert args["CU_Q"] is cu_q and args["CU_K"] is cu_k
+    assert args["ORDER"].tolist() == schedule(cu_k).tolist() and args["COUNTER"].tolist() == [0]
+    assert constexprs["VARLEN"] and not constexprs["IS_CAUSAL"] and not constexprs["IS_LOCAL"]
+    assert (constexprs["BLOCK_M"], constexprs["STAGES"], constexprs["N_CONSUMERS"]) == (block_m, stages, consumers)
+    assert args["qk_scale"] == pytest.approx(64**-0.5 * LOG2E)
+
+    (_, args, constexprs, _), _ = _hopper_launch(monkeypatch, [5, 9], [7, 9], causal=True, head_dim=128)
+    assert constexprs["IS_CAUSAL"] and args["right_offset"] == 0 and not constexprs["O_IN_Q"]
+    (_, args, constexprs, _), _ = _hopper_launch(monkeypatch, [5, 9], [7, 9], window_size=(4, 2))
+    assert constexprs["IS_CAUSAL"] and constexprs["IS_LOCAL"]
+    assert (args["right_offset"], args["left_offset"]) == (2, -4)
+    assert constexprs["BLOCK_N"] == WINDOW_CONFIGS[(64, True)][1]
+    (_, args, constexprs, _), _ = _hopper_launch(monkeypatch, [5, 9], [7, 9], window_size=(4, -1))
+    assert constexprs["IS_CAUSAL"] and constexprs["IS_LOCAL"] and args["right_offset"] == UNBOUNDED_RIGHT
+    (_, args, constexprs, _), _ = _hopper_launch(monkeypatch, [5, 9], [7, 9], window_size=(9, -1), head_dim=256)
+    assert not constexprs["IS_CAUSAL"] and not constexprs["IS_LOCAL"]  # as wide as max_seqlen_k: no edge
+    assert constexprs["O_IN_Q"]
+    (_, args, constexprs, _), _ = _hopper_launch(monkeypatch, [5, 9], [7, 9], causal=True, softcap=30.0)
+    assert constexprs["SOFTCAP"] and args["qk_scale"] == pytest.approx(30.0 * LOG2E)
+    assert args["softcap_scale"] == pytest.approx(64**-0.5 / 30.0)
+
+
 def _no_host_reads(monkeypatch):
     """Make every Tensor -> Python value conversion made by flashdoc's own code raise (Triton's interpreter, which
     reads the kernels' arguments on the host, is not flashdoc's code)."""
@@ -451,6 +613,53 @@ def test_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant):
     check_varlen(lens_q, lens_k, n_heads, n_kv_heads, head_dim, torch.bfloat16, seed=head_dim, **options)
 
 
+# The sweep again on the Hopper forward (FLASHDOC_GLUON_VARLEN=1): the variants it takes (ALiBi and dropout stay
+# portable), at the head dims with a config (59 runs padded to 64). The backward stays portable, from its LSE.
+HOPPER = DEVICE == "cuda" and torch.cuda.get_device_capability()[0] == 9
+GLUON_VARIANTS = [name for name in GPU_VARIANTS if name not in ("alibi", "dropout")]
+on_hopper = pytest.mark.skipif(not HOPPER, reason="the Gluon varlen forward runs on Hopper GPUs only")
+
+
+def gluon_forward(monkeypatch, on: bool = True) -> list:
+    """FLASHDOC_GLUON_VARLEN=1 (if on), and the list that each call reaching the Hopper varlen forward adds to."""
+    from flashdoc.kernels import varlen
+
+    calls = []
+    if on:
+        monkeypatch.setenv("FLASHDOC_GLUON_VARLEN", "1")
+        real = varlen.varlen_fwd_hopper
+        monkeypatch.setattr(varlen, "varlen_fwd_hopper", lambda *a, **kw: calls.append(a[0].shape) or real(*a, **kw))
+    return calls
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("variant", GLUON_VARIANTS)
+@pytest.mark.parametrize("mha_type", list(HEADS))
+@pytest.mark.parametrize("head_dim", [59, 64, 128, 256])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", GPU_SEQLENS)
+def test_gpu_varlen_gluon(seqlen_q, seqlen_k, head_dim, mha_type, variant, monkeypatch):
+    calls = gluon_forward(monkeypatch)
+    test_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant)
+    assert calls
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_varlen_gluon_tile_edges(causal, dtype, head_dim, monkeypatch):
+    """Sequences one row either side of the Hopper forward's 64-row consumer tiles and 192-row items, one of one
+    token, empty ones and a long one, in one batch; cross-attention lengths shifted by one too."""
+    calls = gluon_forward(monkeypatch)
+    lens = [1, 63, 64, 65, 0, 127, 128, 129, 191, 192, 193, 1000, 0, 8192]
+    check_varlen(lens, lens, 4, 2, head_dim, dtype, causal)
+    shifted = [n + 1 if b % 2 else max(n - 1, 0) for b, n in enumerate(lens)]
+    check_varlen(lens, shifted, 4, 2, head_dim, dtype, causal)
+    assert len(calls) == 2
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("causal", [False, True])
@@ -460,11 +669,15 @@ def test_gpu_varlen_dtypes(causal, dtype):
 
 
 @pytest.mark.gpu
-def test_gpu_varlen_many_short_sequences():
-    """More sequences than one step of the in-kernel search covers (varlen.CHUNK), most shorter than a tile."""
+@pytest.mark.parametrize("gluon", [False, pytest.param(True, marks=on_hopper)], ids=["portable", "gluon"])
+def test_gpu_varlen_many_short_sequences(gluon, monkeypatch):
+    """More sequences than one step of the in-kernel search covers (varlen.CHUNK, and the Hopper forward's 128),
+    most shorter than a tile."""
+    calls = gluon_forward(monkeypatch, gluon)
     g = torch.Generator().manual_seed(11)
     lengths = torch.randint(0, 40, (300,), generator=g).tolist()
     check_varlen(lengths, lengths, 4, 4, 64, torch.bfloat16, True)
+    assert bool(calls) == gluon
 
 
 def _graph_inputs():
@@ -474,10 +687,12 @@ def _graph_inputs():
 
 
 @pytest.mark.gpu
-def test_gpu_varlen_cuda_graph():
+@pytest.mark.parametrize("gluon", [False, pytest.param(True, marks=on_hopper)], ids=["portable", "gluon"])
+def test_gpu_varlen_cuda_graph(gluon, monkeypatch):
     """Forward and backward captured in a CUDA graph, replayed after cu_seqlens changed in place to another split
     of the same tokens: the replay matches an eager call with the new split, which it can only do if nothing on
     the host read the old one."""
+    calls = gluon_forward(monkeypatch, gluon)
     (q, k, v), cu, max_seqlen = _graph_inputs()
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
 
@@ -508,18 +723,23 @@ def test_gpu_varlen_cuda_graph():
     torch.testing.assert_close(out, ref)
     for a, b in zip(leaves, ref_leaves):
         torch.testing.assert_close(a.grad, b.grad)
+    assert bool(calls) == gluon
 
 
 @pytest.mark.gpu
-def test_gpu_varlen_no_sync():
-    """With torch's sync debug mode set to error, a warm forward and backward (variants on) never synchronise."""
+@pytest.mark.parametrize("gluon", [False, pytest.param(True, marks=on_hopper)], ids=["portable", "gluon"])
+def test_gpu_varlen_no_sync(gluon, monkeypatch):
+    """With torch's sync debug mode set to error, a warm forward and backward (variants on) never synchronise.
+    (The Hopper forward takes the window and softcap, not dropout or ALiBi.)"""
+    calls = gluon_forward(monkeypatch, gluon)
     (q, k, v), cu, max_seqlen = _graph_inputs()
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    slopes = torch.full((8,), 0.05, device=DEVICE)
+    slopes = None if gluon else torch.full((8,), 0.05, device=DEVICE)
+    dropout_p = 0.0 if gluon else 0.1
 
     def step():
         out = flashdoc.flash_attn_varlen_func(
-            *leaves, cu, cu, max_seqlen, max_seqlen, 0.1, None, True, (256, 0), 30.0, slopes
+            *leaves, cu, cu, max_seqlen, max_seqlen, dropout_p, None, True, (256, 0), 30.0, slopes
         )
         out.backward(torch.ones_like(out))
 
@@ -531,12 +751,15 @@ def test_gpu_varlen_no_sync():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert all(math.isfinite(t.grad.float().sum().item()) for t in leaves)
+    assert bool(calls) == gluon
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("gluon", [False, pytest.param(True, marks=on_hopper)], ids=["portable", "gluon"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_gpu_varlen_equals_dense_long(causal):
+def test_gpu_varlen_equals_dense_long(causal, gluon, monkeypatch):
     """Per-sequence equality with flash_attn_func at lengths where the autotuned configs apply."""
+    calls = gluon_forward(monkeypatch, gluon)
     lens = [2048, 1, 777, 1024]
     q, k, v, cu_q, cu_k = packed_inputs(lens, lens, 8, 8, 128, torch.bfloat16)
     out = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 2048, 2048, causal=causal)
@@ -544,3 +767,4 @@ def test_gpu_varlen_equals_dense_long(causal):
         s0, s1 = cu_q[b : b + 2].tolist()
         dense = flashdoc.flash_attn_func(q[None, s0:s1], k[None, s0:s1], v[None, s0:s1], causal=causal)
         torch.testing.assert_close(out[s0:s1], dense[0], atol=2e-2, rtol=2e-2)
+    assert bool(calls) == gluon
