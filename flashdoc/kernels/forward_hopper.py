@@ -157,6 +157,7 @@ if GLUON:
         gluon,
         mask_scores,
         mbarrier,
+        thread_barrier,
         tma,
         tma_load,
         tma_store,
@@ -731,7 +732,7 @@ if GLUON:
                 mbarrier.arrive(kv_empty.index(it % STAGES), count=1)
             if O_IN_Q:
                 if VARLEN:
-                    gl.thread_barrier()  # every warp has read its rows out of the query tile (``_store_rows``)
+                    thread_barrier()  # every warp has read its rows out of the query tile (``_store_rows``)
                 else:
                     tma.store_wait(0)  # the output has left the query tile: the next item's queries may land in it
                 mbarrier.arrive(q_empty, count=1)

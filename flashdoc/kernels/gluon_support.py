@@ -87,6 +87,12 @@ if HAS_GLUON:
     tma_load = getattr(_tma, "async_load", None) or _tma.async_copy_global_to_shared
     tma_store = getattr(_tma, "async_store", None) or _tma.async_copy_shared_to_global
 
+    # A barrier among the warps of a partition (of the whole CTA outside warp_specialize): ``thread_barrier`` up
+    # to 3.8, ``barrier`` in 3.9. Same instruction.
+    from triton.experimental.gluon import language as _gl
+
+    thread_barrier = getattr(_gl, "barrier", None) or _gl.thread_barrier
+
     if hasattr(_tma, "async_atomic_add"):  # 3.8 and later
         tma_reduce_add = _tma.async_atomic_add
     else:

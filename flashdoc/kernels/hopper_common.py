@@ -30,7 +30,7 @@ if gluon_support.HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from .gluon_support import tma_load, tma_reduce_add, tma_store  # noqa: F401
+    from .gluon_support import thread_barrier, tma_load, tma_reduce_add, tma_store  # noqa: F401
 
 
 @functools.cache
