@@ -108,6 +108,11 @@ def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = No
             "that is faster; portable otherwise",
         ),
         ("variants", variants),
+        (
+            "varlen forward",
+            "Hopper kernel where the forward above takes the call, with FLASHDOC_GLUON_VARLEN=1; portable "
+            "otherwise (the varlen backward: portable)",
+        ),
         ("why", gluon_support.REASON),
     ]
 

@@ -304,13 +304,14 @@ if GLUON:
 
     @gluon.jit
     def _read_packed(item_smem):
-        """``_publish_packed``'s fields but the claim: (item, q_start, len_q, len_k)."""
-        return (
-            _read_item(item_smem.slice(1, 1)),
-            _read_item(item_smem.slice(2, 1)),
-            _read_item(item_smem.slice(3, 1)),
-            _read_item(item_smem.slice(4, 1)),
-        )
+        """``_publish_packed``'s fields that say which rows and keys the item has: (item, len_q, len_k)."""
+        return _read_item(item_smem.slice(1, 1)), _read_item(item_smem.slice(3, 1)), _read_item(item_smem.slice(4, 1))
+
+    @gluon.jit
+    def _read_rows(item_smem):
+        """``_publish_packed``'s fields that say where the item's output goes: (q_start, len_q). Read again after
+        the item's products rather than held through them: registers are what the consumers run short of."""
+        return _read_item(item_smem.slice(2, 1)), _read_item(item_smem.slice(3, 1))
 
     @gluon.constexpr_function
     def _rows_layout(block_d, num_warps):
@@ -592,7 +593,7 @@ if GLUON:
             i = _read_item(item_smem)
         while i < total:
             if VARLEN:
-                item, q_start, seqlen_q, seqlen_k = _read_packed(item_smem)
+                item, seqlen_q, seqlen_k = _read_packed(item_smem)
                 n_tiles = gl.cdiv(seqlen_q, N_CONSUMERS * BLOCK_M)
                 band = _sequence_band(seqlen_q, seqlen_k, scores)
                 left_offset, right_offset = band.left_offset, band.right_offset
@@ -691,6 +692,8 @@ if GLUON:
                 p_layout,
                 row_o,
             )
+            if VARLEN:  # (before the producer may publish the next item)
+                q_start, seqlen_q = _read_rows(item_smem)
             if not O_IN_Q:
                 # every Q K^T of this item is done: the producer may load the next item's queries during the epilogue
                 mbarrier.arrive(q_empty, count=1)
