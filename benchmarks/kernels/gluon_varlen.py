@@ -52,12 +52,14 @@ def table_config(d, causal, local):
 
 def aot(head_dims=(64, 128, 256)):
     """Compile the VARLEN kernel of every variant and head dim for sm_90 without a GPU, in its table config (or
-    each of --configs), and print registers and spills from ptxas."""
+    each of --configs), and print registers and spills from ptxas, and the shared memory it takes (a launch
+    fails past the H200's 227 KiB; the compiler does not check)."""
     for d in head_dims:
         for name, causal, extra in VARIANTS:
             for cfg in CONFIGS or [table_config(d, causal, "IS_LOCAL" in extra)]:
                 try:
-                    info = ptxas_info(compile_forward(d, causal, cfg, varlen=True, **extra))
+                    ck = compile_forward(d, causal, cfg, varlen=True, **extra)
+                    info = f"{ptxas_info(ck)}, {ck.metadata.shared} B shared (at most 232448)"
                 except Exception as e:  # a config that does not compile: say so and go on
                     info = f"COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}"
                 print(f"varlen d={d} {name} {cfg}: {info}", flush=True)

@@ -50,10 +50,13 @@ if [ "$HALF" != dense ]; then
     run alibi $V -k "test_gpu_alibi or test_gpu_all_variants_together" &
     run oddd $V -k "test_gpu_odd_head_dims" &
     run variants $V -k "not test_gpu_window and not test_gpu_softcap and not test_gpu_alibi and not test_gpu_all_variants_together and not test_gpu_odd_head_dims" &
-    run vlwin $L -k "window" &
-    run vlmod $L -k "softcap or alibi" &
-    run vlplain $L -k "plain or dropout" &
-    run vlrest $L -k "not window and not softcap and not alibi and not plain and not dropout" &
+    run vlwin $L -k "window and not gluon" &
+    run vlmod $L -k "(softcap or alibi) and not gluon" &
+    run vlplain $L -k "(plain or dropout) and not gluon" &
+    run vlrest $L -k "not window and not softcap and not alibi and not plain and not dropout and not gluon" &
+    # the varlen forward on the Gluon kernel (FLASHDOC_GLUON_VARLEN=1 inside the tests)
+    run vlgwin $L -k "gluon and window" &
+    run vlgrest $L -k "gluon and not window" &
     run hf tests/kernels/test_transformers.py &
     run kvcache tests/kernels/test_kvcache.py &
     # the Hopper variant paths: --runxfail reports each case that misses while the dispatcher keeps them off
