@@ -18,10 +18,6 @@ SWITCHES = {
     "FLASHDOC_UNVERIFIED_TRITON": ("0", "1 lets the Hopper kernels run on a Triton release they were not verified on"),
     "FLASHDOC_AUTOTUNE": ("1", "0 skips the autotuner and takes each head dim's default tile config"),
     "FLASHDOC_LAUNCH_CACHE": ("1", "0 sends every launch through Triton's own (slower) launch path"),
-    "FLASHDOC_GLUON_VARLEN": (
-        "0",
-        "1 runs varlen forward calls on the Hopper (Gluon) forward where it takes the dense call (not yet verified)",
-    ),
     "FLASHDOC_DEBUG_VARLEN": ("0", "1 checks cu_seqlens' values on the host at every varlen call (waits for the GPU)"),
     "FLASHDOC_DEBUG_CHECKS": (
         "0",
@@ -110,8 +106,8 @@ def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = No
         ("variants", variants),
         (
             "varlen forward",
-            "Hopper kernel where the forward above takes the call, with FLASHDOC_GLUON_VARLEN=1; portable "
-            "otherwise (the varlen backward: portable)",
+            "Hopper kernel where the forward above takes the dense call; portable otherwise (the varlen "
+            "backward: portable)",
         ),
         ("why", gluon_support.REASON),
     ]

@@ -54,7 +54,7 @@ if [ "$HALF" != dense ]; then
     run vlmod $L -k "(softcap or alibi) and not gluon" &
     run vlplain $L -k "(plain or dropout) and not gluon" &
     run vlrest $L -k "not window and not softcap and not alibi and not plain and not dropout and not gluon" &
-    # the varlen forward on the Gluon kernel (FLASHDOC_GLUON_VARLEN=1 inside the tests)
+    # the varlen forward on the Gluon kernel (the shards above pin the portable one)
     run vlgwin $L -k "gluon and window" &
     run vlgrest $L -k "gluon and not window" &
     run hf tests/kernels/test_transformers.py &

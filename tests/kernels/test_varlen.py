@@ -297,10 +297,10 @@ def _recording(monkeypatch):
     return calls
 
 
-def test_varlen_takes_the_gluon_forward_when_asked(monkeypatch):
-    """FLASHDOC_GLUON_VARLEN=1 sends the forward calls the dense Hopper forward takes (fp16/bf16, head dims with a
-    tuned config, plain, causal, windows, softcap) to ``varlen_fwd_hopper``; ALiBi, dropout, other head dims,
-    fp32 and calls without the switch stay on the portable kernel, and so does the backward."""
+def test_varlen_takes_the_gluon_forward_where_dense_does(monkeypatch):
+    """The forward calls the dense Hopper forward takes (fp16/bf16, head dims with a tuned config, plain, causal,
+    windows, softcap) go to ``varlen_fwd_hopper``; ALiBi, dropout, other head dims and fp32 stay on the portable
+    kernel, and so does the backward."""
     calls = _recording(monkeypatch)
 
     def routed(head_dim=64, dtype=torch.float16, **options):
@@ -310,8 +310,6 @@ def test_varlen_takes_the_gluon_forward_when_asked(monkeypatch):
             flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 33, 33, **options)
         return len(calls) == 1
 
-    assert not routed()  # the switch is off by default
-    monkeypatch.setenv("FLASHDOC_GLUON_VARLEN", "1")
     assert routed()
     assert routed(causal=True)
     assert routed(head_dim=128, window_size=(8, 0))
@@ -321,10 +319,7 @@ def test_varlen_takes_the_gluon_forward_when_asked(monkeypatch):
     assert not routed(dtype=torch.float32)
     assert not routed(alibi_slopes=torch.full((4,), 0.1, device=DEVICE))
     assert not routed(dropout_p=0.1)
-    monkeypatch.setenv("FLASHDOC_GLUON_VARLEN", "0")
-    assert not routed()
     # the backward recomputes on the portable kernels from the forward's output and LSE
-    monkeypatch.setenv("FLASHDOC_GLUON_VARLEN", "1")
     q, k, v, cu_q, cu_k = packed_inputs([20, 7], [20, 7], 2, 2, 64, torch.float16)
     calls.clear()
     out, lse = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 20, 20, return_lse=True)
@@ -603,7 +598,12 @@ GPU_VARIANTS = {
 @pytest.mark.parametrize("mha_type", list(HEADS))
 @pytest.mark.parametrize("head_dim", GPU_HEAD_DIMS)
 @pytest.mark.parametrize("seqlen_q,seqlen_k", GPU_SEQLENS)
-def test_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant):
+def test_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant, monkeypatch):
+    gluon_forward(monkeypatch, on=False)
+    check_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant)
+
+
+def check_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant):
     options = dict(GPU_VARIANTS[variant])
     lens_q, lens_k = random_lengths(seqlen_q, seqlen_k, seed=seqlen_q + head_dim)
     n_heads, n_kv_heads = HEADS[mha_type]
@@ -613,7 +613,7 @@ def test_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant):
     check_varlen(lens_q, lens_k, n_heads, n_kv_heads, head_dim, torch.bfloat16, seed=head_dim, **options)
 
 
-# The sweep again on the Hopper forward (FLASHDOC_GLUON_VARLEN=1): the variants it takes (ALiBi and dropout stay
+# The sweep again on the Hopper forward (the one above pins the portable kernel): the variants it takes (ALiBi and dropout stay
 # portable), at the head dims with a config (59 runs padded to 64). The backward stays portable, from its LSE.
 HOPPER = DEVICE == "cuda" and torch.cuda.get_device_capability()[0] == 9
 GLUON_VARIANTS = [name for name in GPU_VARIANTS if name not in ("alibi", "dropout")]
@@ -621,14 +621,16 @@ on_hopper = pytest.mark.skipif(not HOPPER, reason="the Gluon varlen forward runs
 
 
 def gluon_forward(monkeypatch, on: bool = True) -> list:
-    """FLASHDOC_GLUON_VARLEN=1 (if on), and the list that each call reaching the Hopper varlen forward adds to."""
+    """The list that each call reaching the Hopper varlen forward adds to; with on=False no call reaches it (the
+    portable forward takes every call, as it does off Hopper)."""
     from flashdoc.kernels import varlen
 
     calls = []
     if on:
-        monkeypatch.setenv("FLASHDOC_GLUON_VARLEN", "1")
         real = varlen.varlen_fwd_hopper
         monkeypatch.setattr(varlen, "varlen_fwd_hopper", lambda *a, **kw: calls.append(a[0].shape) or real(*a, **kw))
+    else:
+        monkeypatch.setattr(varlen, "gluon_varlen", lambda *args: False)
     return calls
 
 
@@ -640,7 +642,7 @@ def gluon_forward(monkeypatch, on: bool = True) -> list:
 @pytest.mark.parametrize("seqlen_q,seqlen_k", GPU_SEQLENS)
 def test_gpu_varlen_gluon(seqlen_q, seqlen_k, head_dim, mha_type, variant, monkeypatch):
     calls = gluon_forward(monkeypatch)
-    test_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant)
+    check_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant)
     assert calls
 
 
