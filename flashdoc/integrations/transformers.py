@@ -218,7 +218,7 @@ def attention_forward(
     if attention_mask is not None:  # padding: unpad, one varlen call, pad back
         if window != (-1, -1):
             _check_no_holes(attention_mask)
-        q, k, v, index_q, cu_q, cu_k, max_q, max_k = _unpad(q, k, v, attention_mask.bool())
+        q, k, v, index_q, cu_q, cu_k, max_q, max_k = _unpad(q, k, v, attention_mask)
         out = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **options)
         out = out.new_zeros(batch * seqlen_q, *out.shape[1:]).index_copy(0, index_q, out)
     elif (packed := _packed(kwargs, batch, seqlen_q, k.shape[1])) is not None:  # padding-free
@@ -261,14 +261,37 @@ def _check_supported(module, attention_mask, kwargs) -> None:
 
 def _check_no_holes(mask: torch.Tensor) -> None:
     """A sliding window counts positions; after unpadding, a gap inside a row would move the window's edge."""
-    m = mask.bool()
-    starts = (m[:, 1:] & ~m[:, :-1]).sum(-1) + m[:, 0]
-    if bool((starts > 1).any()):
+    if _per_tensor(mask, "holes", (), _has_holes):
         _refuse(
             "a sliding window over a padding mask with holes",
             "unpadding closes the gaps, which would let a query see keys outside its window; pad on the left or "
             "the right only",
         )
+
+
+def _has_holes(mask: torch.Tensor) -> bool:
+    m = mask.bool()
+    starts = (m[:, 1:] & ~m[:, :-1]).sum(-1) + m[:, 0]
+    return bool((starts > 1).any())
+
+
+# Every layer of one forward gets the same mask (or position_ids) tensor, and what the integration derives from it
+# reads the GPU (token counts and the longest sequence decide the calls' shapes). The last answer of each kind is
+# kept for that tensor, so a forward waits for the GPU once, not once a layer: each wait drains the queue of
+# launched work, and in a step whose host time is close to its GPU time, per-layer waits leave the GPU idle while
+# the host queues the next layer.
+_answers = {}  # kind -> (weakref to the tensor, (its version, extra key), the answer)
+
+
+def _per_tensor(tensor: torch.Tensor, kind: str, extra, find):
+    """find(tensor, *extra), or its last answer for this same tensor, unmodified since, and the same extra."""
+    if torch.compiler.is_compiling() or tensor.is_inference():  # an inference tensor has no version to check
+        return find(tensor, *extra)
+    ref, key, answer = _answers.get(kind, (None, None, None))
+    if ref is None or ref() is not tensor or key != (tensor._version, extra):
+        answer = find(tensor, *extra)
+        _answers[kind] = (weakref.ref(tensor), (tensor._version, extra), answer)
+    return answer
 
 
 def _cu_seqlens(lengths: torch.Tensor) -> torch.Tensor:
@@ -287,16 +310,24 @@ def _unpad(q, k, v, mask):
         raise ValueError(f"the attention mask covers {seqlen_k} keys but there are {k.shape[1]}")
     if k.shape[1] > seqlen_k:  # a static cache longer than what was written: its tail is unused
         k, v = k[:, :seqlen_k], v[:, :seqlen_k]
+    index_q, index_k, cu_q, cu_k, max_q, max_k = _per_tensor(mask, "unpadding", (seqlen_q,), _find_unpadding)
+    k, v = (t.reshape(batch * seqlen_k, *t.shape[2:]).index_select(0, index_k) for t in (k, v))
+    q = q.reshape(batch * seqlen_q, *q.shape[2:]).index_select(0, index_q)
+    return q, k, v, index_q, cu_q, cu_k, max_q, max_k
+
+
+def _find_unpadding(mask, seqlen_q):
+    """(index_q, index_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) of a padding mask."""
+    mask = mask.bool()
+    seqlen_k = mask.shape[1]
     index_k = mask.flatten().nonzero().flatten()
     lengths_k = mask.sum(-1, dtype=torch.int32)
     mask_q = mask[:, -seqlen_q:]
     index_q = index_k if seqlen_q == seqlen_k else mask_q.flatten().nonzero().flatten()
     lengths_q = lengths_k if seqlen_q == seqlen_k else mask_q.sum(-1, dtype=torch.int32)
-    k, v = (t.reshape(batch * seqlen_k, *t.shape[2:]).index_select(0, index_k) for t in (k, v))
-    q = q.reshape(batch * seqlen_q, *q.shape[2:]).index_select(0, index_q)
     max_k = int(lengths_k.max())
     max_q = max_k if seqlen_q == seqlen_k else int(lengths_q.max())
-    return q, k, v, index_q, _cu_seqlens(lengths_q), _cu_seqlens(lengths_k), max_q, max_k
+    return index_q, index_k, _cu_seqlens(lengths_q), _cu_seqlens(lengths_k), max_q, max_k
 
 
 def _packed(kwargs, batch, seqlen_q, seqlen_k):
@@ -316,25 +347,7 @@ def _packed(kwargs, batch, seqlen_q, seqlen_k):
         )
     if position_ids.shape[-1] != seqlen_q:
         return None
-    return _packed_from_positions(position_ids, batch)
-
-
-# Every layer of one forward gets the same position_ids tensor, and finding the sequences in it reads the GPU (the
-# number of sequences decides the call). The last answer is kept for that tensor, so a forward waits for the GPU
-# once, not once a layer: each wait drains the queue of launched work, and in a step whose host time is close to
-# its GPU time, per-layer waits leave the GPU idle while the host queues the next layer.
-_last_positions = (None, None, None)  # (weakref to position_ids, (its version, batch), the answer)
-
-
-def _packed_from_positions(position_ids, batch):
-    global _last_positions
-    if torch.compiler.is_compiling() or position_ids.is_inference():  # an inference tensor has no version to check
-        return _find_packed(position_ids, batch)
-    ref, key, answer = _last_positions
-    if ref is None or ref() is not position_ids or key != (position_ids._version, batch):
-        answer = _find_packed(position_ids, batch)
-        _last_positions = (weakref.ref(position_ids), (position_ids._version, batch), answer)
-    return answer
+    return _per_tensor(position_ids, "packed", (batch,), _find_packed)
 
 
 def _find_packed(position_ids, batch):

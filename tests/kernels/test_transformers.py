@@ -332,7 +332,7 @@ def test_packed_sequences_are_found_once_per_position_ids(monkeypatch):
     scans = []
     find = flashdoc_hf._find_packed
     monkeypatch.setattr(flashdoc_hf, "_find_packed", lambda pos, batch: scans.append(1) or find(pos, batch))
-    monkeypatch.setattr(flashdoc_hf, "_last_positions", (None, None, None))
+    monkeypatch.setattr(flashdoc_hf, "_answers", {})
     positions = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2]], device=DEVICE)
     answers = [flashdoc_hf._packed(dict(position_ids=positions), 1, 8, 8) for _ in range(4)]
     assert len(scans) == 1 and all(a is answers[0] for a in answers)
@@ -346,6 +346,25 @@ def test_packed_sequences_are_found_once_per_position_ids(monkeypatch):
         for _ in range(2):
             assert flashdoc_hf._packed(dict(position_ids=positions), 1, 8, 8)[0].tolist() == [0, 3, 5, 8]
     assert len(scans) == 5
+
+
+def test_padding_is_found_once_per_attention_mask(monkeypatch):
+    """Unpadding reads the GPU (token counts, the longest sequence), so it runs once for the mask that every layer
+    of a forward shares, and the rows it gathers are the mask's real tokens; a changed mask is read again."""
+    scans = []
+    find = flashdoc_hf._find_unpadding
+    monkeypatch.setattr(flashdoc_hf, "_find_unpadding", lambda m, n: scans.append(1) or find(m, n))
+    monkeypatch.setattr(flashdoc_hf, "_answers", {})
+    mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]], device=DEVICE)
+    q = torch.arange(2 * 4, dtype=torch.float32, device=DEVICE).reshape(2, 4, 1, 1)
+    for _ in range(3):
+        q_packed, _, _, index_q, cu_q, cu_k, max_q, max_k = flashdoc_hf._unpad(q, q, q, mask)
+    assert len(scans) == 1
+    assert q_packed.flatten().tolist() == [0, 1, 2, 5, 6, 7] and index_q.tolist() == [0, 1, 2, 5, 6, 7]
+    assert cu_q.tolist() == cu_k.tolist() == [0, 3, 6] and max_q == max_k == 3
+    mask[0, 3] = 1
+    assert flashdoc_hf._unpad(q, q, q, mask)[4].tolist() == [0, 4, 7]
+    assert len(scans) == 2
 
 
 # --- GPU: bfloat16, four layers, 8 query heads over 2 key/value heads, sequences up to 500 tokens ------------
