@@ -613,8 +613,8 @@ def check_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant):
     check_varlen(lens_q, lens_k, n_heads, n_kv_heads, head_dim, torch.bfloat16, seed=head_dim, **options)
 
 
-# The sweep again on the Hopper forward (the one above pins the portable kernel): the variants it takes (ALiBi and dropout stay
-# portable), at the head dims with a config (59 runs padded to 64). The backward stays portable, from its LSE.
+# The sweep again on the Hopper forward (the one above pins the portable kernel): the variants it takes (ALiBi and
+# dropout stay portable), at the head dims with a config (59 runs padded to 64). The backward stays portable.
 HOPPER = DEVICE == "cuda" and torch.cuda.get_device_capability()[0] == 9
 GLUON_VARIANTS = [name for name in GPU_VARIANTS if name not in ("alibi", "dropout")]
 on_hopper = pytest.mark.skipif(not HOPPER, reason="the Gluon varlen forward runs on Hopper GPUs only")
