@@ -495,3 +495,27 @@ def test_recording_backs_the_window_cost_floor():
     ]
     sentence = f"the 1,024-key call took {both_ms[1024]:.2f} ms here and {benchmark_ms:.2f} ms in the benchmark"
     claim(post, sentence)
+
+
+def test_recording_backs_what_packing_buys():
+    """Part 10's reading of the varlen benchmark: each ratio it quotes, against the recorded run."""
+    post = read_post("variable-length-batches.md")
+    recorded = json.loads((GENERATED / "varlen/gpu_rate/results.json").read_text())
+    rate = {(r["method"], r["mode"], r["causal"]): r["tflops"] for r in recorded["records"]}
+
+    def quoted(sentence, method, mode, causal):
+        claim(post, sentence)
+        ratio = rate[("flashdoc-varlen", mode, causal)] / rate[(method, mode, causal)]
+        assert f"{ratio:.2f}×" in sentence, (sentence, ratio)
+
+    quoted("the packed batch at 1.02× the rate", "flashdoc-dense", "fwd", False)
+    quoted("and at 1.09× under the causal mask", "flashdoc-dense", "fwd", True)
+    quoted("Forward and backward together reach 0.86×", "flashdoc-dense", "fwd_bwd", False)
+    quoted("and 0.89×, because the varlen backward", "flashdoc-dense", "fwd_bwd", True)
+    quoted("flashdoc is 1.64× as fast in the forward", "flex", "fwd", False)
+    quoted("and 1.19× forward and backward", "flex", "fwd_bwd", False)
+    quoted("it is 12.20× as fast in the forward", "sdpa-flash", "fwd", False)
+    lengths = recorded["meta"]["lengths"]
+    claim(post, f"the padded batch holds {len(lengths) * max(lengths) / sum(lengths):.1f}× the real tokens")
+    both = sorted(rate[("flashdoc-varlen", "fwd_bwd", c)] / rate[("flashdoc-dense", "fwd_bwd", c)] for c in (0, 1))
+    claim(post, f"forward and backward together run at {both[0]:.2f}-{both[1]:.2f}× that rate")
