@@ -252,10 +252,9 @@ def variant_kernels():
     that takes them: the forward, the dK/dV kernels (narrow and wide) and dQ, on the configs the launchers
     pick."""
     for name, (causal, extra) in VARIANTS.items():
-        for (d, tab_causal), config in fh.HOPPER_CONFIGS.items():
+        for d, tab_causal in fh.HOPPER_CONFIGS:
             if tab_causal == causal:
-                if "IS_LOCAL" in extra:
-                    config = fh.WINDOW_CONFIGS.get((d, tab_causal), config)
+                config = fh.table_config((d, tab_causal), "IS_LOCAL" in extra)
                 yield f"fwd  d={d} {name}", partial(compile_forward, d, causal, config, **extra)
         for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
             if tab_causal != causal:

@@ -46,8 +46,7 @@ CONFIGS = []  # --configs: these instead of the tables' picks
 
 def table_config(d, causal, local):
     """The config a call takes by default: the dense call's (``varlen._hopper_plan`` picks it so)."""
-    key = (d, causal or local)
-    return (fh.WINDOW_CONFIGS.get(key) if local else None) or fh.HOPPER_CONFIGS[key]
+    return fh.table_config((d, causal or local), local)
 
 
 def aot(head_dims=(64, 128, 256)):

@@ -130,6 +130,14 @@ def table_key(q: torch.Tensor, causal: bool, window_size=(-1, -1)) -> tuple:
     return q.shape[-1], causal or tuple(window_size) != (-1, -1)
 
 
+def table_config(key: tuple, is_local: bool, config=None) -> tuple:
+    """The config a call runs: ``config`` if given, else for a sliding window its own entry where
+    ``WINDOW_CONFIGS`` has one, else ``HOPPER_CONFIGS[key]`` (key: ``table_key``'s)."""
+    if config is None and is_local:
+        config = WINDOW_CONFIGS.get(key)
+    return config or HOPPER_CONFIGS[key]
+
+
 def supports(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: float = 0.0, alibi: bool = False) -> bool:
     """Whether this kernel takes a forward call: ``gluon_runs``, a head dim with a tuned config, and the variants
     it has (sliding windows and softcap; ALiBi and dropout stay on the portable kernel: the masking core's
@@ -931,9 +939,7 @@ def _plan(objects, softmax_scale, causal, bottom_right, config, window_size, sof
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
     key = table_key(q, causal, window_size)
-    if config is None and m.is_local:
-        config = WINDOW_CONFIGS.get(key)
-    block_m, block_n, stages, consumers, persistent = config or HOPPER_CONFIGS[key]
+    block_m, block_n, stages, consumers, persistent = table_config(key, m.is_local, config)
     n_tiles = cdiv(seqlen_q, consumers * block_m)
     total = n_tiles * batch * n_heads
     # persistent: one program per SM, each taking its work items in turn

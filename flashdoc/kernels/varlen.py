@@ -32,8 +32,8 @@ On Hopper the forward calls that the dense Hopper forward would take run on it i
 ``forward_hopper``'s kernel with VARLEN): its persistent programs claim items of (sequence, head, query rows) in
 the same longest-first order, found by the same search on the device; TMA loads from the packed tensors at each
 sequence's rows, the mask bounds keys by each sequence's length, and the output leaves through masked register
-stores, as FlashAttention-3's varlen forward does. The backward stays here: it
-recomputes from q, k, v, out and the LSE, which that kernel writes in this module's layout.
+stores, as FlashAttention-3's varlen forward does. The backward stays here: it recomputes from q, k, v, out and
+the LSE, which that kernel writes in this module's layout.
 """
 
 import torch
@@ -745,10 +745,9 @@ def _hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant, co
     is_causal, right = band.is_causal, band.right
     if band.is_local and not is_causal:
         is_causal, right = True, UNBOUNDED_RIGHT
-    key = (head_dim, is_causal)
-    if config is None and band.is_local:
-        config = forward_hopper.WINDOW_CONFIGS.get(key)
-    block_m, block_n, stages, consumers, persistent = config or forward_hopper.HOPPER_CONFIGS[key]
+    block_m, block_n, stages, consumers, persistent = forward_hopper.table_config(
+        (head_dim, is_causal), band.is_local, config
+    )
     total = n_heads * tile_bound(total_q, n_seqs, consumers * block_m)  # the items' count is on the device
     grid = (min(total, forward_hopper._sm_count(q.device.index)) if persistent else total,)
     qk_scale, softcap_scale = score_scales(variant.softcap, softmax_scale)
