@@ -157,6 +157,22 @@ def row_order(peers, row, pass_index):
     return order if pass_index % 2 == 0 else order[::-1]
 
 
+def rotated_median_ms(fns: dict, rounds: int = 3) -> dict:
+    """{name: ms} of each function: each called once first (compiles), then timed with do_bench once per round,
+    the order rotated every round so no function is always first, and the median round kept. The kernel A/B
+    harnesses' timing (benchmarks/kernels)."""
+    from triton.testing import do_bench
+
+    for fn in fns.values():
+        fn()
+    times = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            times[name].append(do_bench(fns[name], warmup=25, rep=100))
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
 def keep_best(kept, timing):
     """The record of the pass with the lower median, carrying every pass's median and the first pass's
     first-call time. Interference (another process, a clock dip, a host hiccup) only ever slows a timing."""

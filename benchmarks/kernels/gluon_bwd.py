@@ -19,6 +19,7 @@ import contextlib
 import torch
 
 from benchmarks.kernels.code_hash import ROWS, compile_config, ptxas_info
+from benchmarks.timing import rotated_median_ms
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels.backward import bwd_dkdv, bwd_dq, bwd_preprocess
 from flashdoc.kernels.backward_hopper import (
@@ -174,16 +175,7 @@ def check(head_dims, kernels):
 
 def _time(runs, flops):
     """TFLOP/s of each run: rotated order, median of 3."""
-    from triton.testing import do_bench
-
-    for f in runs.values():
-        f()
-    times = {name: [] for name in runs}
-    names = list(runs)
-    for r in range(3):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            times[name].append(do_bench(runs[name], warmup=25, rep=100))
-    tf = {name: flops / (sorted(t)[1] * 1e-3) / 1e12 for name, t in times.items()}
+    tf = {name: flops / (ms * 1e-3) / 1e12 for name, ms in rotated_median_ms(runs).items()}
     return "  ".join(f"{name} {x:.0f} ({x / tf['portable']:.2f})" for name, x in tf.items())
 
 

@@ -27,6 +27,8 @@ import torch
 
 from benchmarks.kernels.code_hash import compile_forward, ptxas_info
 from benchmarks.kernels.gluon_bwd import _config
+from benchmarks.schema import flops
+from benchmarks.timing import rotated_median_ms
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels import varlen
 from flashdoc.kernels.launch import on_device
@@ -189,16 +191,8 @@ def check(head_dims=(64, 128, 256), seeds=(0,)):
 
 def _time(runs):
     """TFLOP/s of each (fn, flops) run: rotated order, median of 3 do_bench runs."""
-    from triton.testing import do_bench
-
-    for fn, _ in runs.values():
-        fn()
-    times = {name: [] for name in runs}
-    names = list(runs)
-    for r in range(3):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            times[name].append(do_bench(runs[name][0], warmup=25, rep=100))
-    return {name: runs[name][1] / (sorted(t)[1] * 1e-3) / 1e12 for name, t in times.items()}
+    ms = rotated_median_ms({name: fn for name, (fn, _) in runs.items()})
+    return {name: runs[name][1] / (ms[name] * 1e-3) / 1e12 for name in runs}
 
 
 def bench(head_dims=(128,), total=65536, heads=16, seeds=(0,)):
@@ -231,7 +225,7 @@ def bench(head_dims=(128,), total=65536, heads=16, seeds=(0,)):
                     with on_device(qd.device):
                         fh.attn_fwd_hopper(qd, kd, vd, od, lsed, d**-0.5, causal, True)
 
-                runs["dense"] = (dense, 4 * batch * heads * seqlen * seqlen * d / (2 if causal else 1))
+                runs["dense"] = (dense, flops("fwd", batch, heads, seqlen, d, causal))
                 tf = _time(runs)
                 print(
                     f"  d={d} causal={int(causal)}: "
