@@ -46,6 +46,9 @@ POINTERS = {
     "DELTA": "*fp32",
     "COUNTER": "*i32",
     "O": "*bf16",
+    "DK": "*bf16",
+    "DV": "*bf16",
+    "DQ": "*bf16",
     "CU_Q": "*i32",
     "CU_K": "*i32",
     "ORDER": "*i32",
@@ -125,11 +128,30 @@ def compile_config(kernel, head_dim, block_m, block_n, constants, cols=0, float3
         if name.endswith("_desc")
     }
     descriptors.update({name: fh.rows_descriptor(torch.empty(2, 4, 1024), block_m) for name in rows})
+    if not constants.get("VARLEN"):  # a dense launch passes the varlen parameters as None (constants)
+        constants = {**dict.fromkeys(set(kernel.arg_names) & set(VARLEN_ARGS + BWD_VARLEN_ARGS)), **constants}
     return compile_sm90(kernel, descriptors, constants, divisible)
 
 
 # the forward's varlen parameters, None (constants) in a dense launch: forward_hopper.VARLEN_ONLY
 VARLEN_ARGS = ("O", "stride_os", "stride_oh", "CU_Q", "CU_K", "ORDER", "n_seqs", "total_q")
+# the backward kernels' (backward_hopper.DKDV_VARLEN_ONLY, DQ_VARLEN_ONLY)
+BWD_VARLEN_ARGS = (
+    *("DK", "DV", "stride_dks", "stride_dkh", "stride_dvs", "stride_dvh"),
+    *("DQ", "stride_dqs", "stride_dqh"),
+)
+# the ones a launch on packed (total, heads, head dim) tensors gets specialised as multiples of 16
+BWD_VARLEN_DIVISIBLE = (
+    "DK",
+    "DV",
+    "DQ",
+    "stride_dks",
+    "stride_dkh",
+    "stride_dvs",
+    "stride_dvh",
+    "stride_dqs",
+    "stride_dqh",
+)
 
 
 def compile_forward(head_dim, causal, config, varlen=False, **constants):

@@ -46,17 +46,28 @@ fused kernel takes neither (``supports_fused_dq``).
 Same inputs as ``backward.bwd_dkdv`` and ``backward.bwd_dq`` (GQA, both causal alignments, any lengths), the
 head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the calls these kernels take here
 (``supports_dkdv``, ``supports_dq``); ``FLASHDOC_HOPPER=0`` keeps them on the portable kernels, like the forward.
+
+With VARLEN the split kernels (dK/dV narrow and wide, and dQ; not the fused one) run packed sequences of
+different lengths (``varlen.varlen_bwd_dkdv_hopper``, ``varlen_bwd_dq_hopper``), as the forward's VARLEN does:
+a 1-D grid bounds the items from the shapes alone, each program finds its (sequence, head, block) on the device
+(``_packed_item``: ``common.find_item``) and those past the last return; loads start at the sequence's rows of
+the packed tensors, the band is the sequence's own (``forward_hopper._sequence_band``), streamed query rows past
+its end get an infinite LSE (P = 0), dQ masks the keys past it, and every gradient tile leaves by masked
+register stores from shared memory (``_store_packed``), since a TMA store would write into the next sequence's
+rows. The varlen steps sit behind compile-time branches: the dense kernels' machine code does not depend on them
+(``benchmarks/kernels/code_hash.py``).
 """
 
 import torch
 
 from . import cdiv, forward_hopper
-from .common import MAX_GRID_Y
+from .common import MAX_GRID_Y, find_item
 from .forward_hopper import gluon_runs
 from .hopper_common import GLUON, descriptor, mask, rows_descriptor
 from .launch import aligned, distinct, gluon_plan, layout, plan_cache, planned
 
 if GLUON:
+    from .forward_hopper import _item_layout, _rows_layout, _sequence_band
     from .hopper_common import (
         Ring,
         Scores,
@@ -214,6 +225,7 @@ if GLUON:
         group_size: gl.tensor
         seqlen_q: gl.tensor
         seqlen_k: gl.tensor
+        VARLEN: gl.constexpr
 
         @gluon.constexpr_function
         def __init__(self, off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, seqlen_k):
@@ -225,6 +237,70 @@ if GLUON:
             self.group_size = group_size
             self.seqlen_q = seqlen_q
             self.seqlen_k = seqlen_k
+            self.VARLEN = gl.constexpr(False)
+
+    @aggregate
+    class PackedKeyBlock:
+        """``KeyBlock`` for one sequence of a varlen launch (off_b 0, seqlen_q and seqlen_k the sequence's
+        lengths, start_n, lo and hi counted from its first key and query), with where its rows start in the
+        packed tensors (q_start, k_start) and where dK and dV go: DK, DV (total_k, kv heads, head dim) with their
+        row and head strides, written by masked stores (``_store_packed``)."""
+
+        off_b: gl.tensor
+        off_hk: gl.tensor
+        start_n: gl.tensor
+        lo: gl.tensor
+        hi: gl.tensor
+        group_size: gl.tensor
+        seqlen_q: gl.tensor
+        seqlen_k: gl.tensor
+        q_start: gl.tensor
+        k_start: gl.tensor
+        DK: gl.tensor
+        DV: gl.tensor
+        stride_dks: gl.tensor
+        stride_dkh: gl.tensor
+        stride_dvs: gl.tensor
+        stride_dvh: gl.tensor
+        VARLEN: gl.constexpr
+
+        @gluon.constexpr_function
+        def __init__(
+            self,
+            off_b,
+            off_hk,
+            start_n,
+            lo,
+            hi,
+            group_size,
+            seqlen_q,
+            seqlen_k,
+            q_start,
+            k_start,
+            DK,
+            DV,
+            stride_dks,
+            stride_dkh,
+            stride_dvs,
+            stride_dvh,
+        ):
+            self.off_b = off_b
+            self.off_hk = off_hk
+            self.start_n = start_n
+            self.lo = lo
+            self.hi = hi
+            self.group_size = group_size
+            self.seqlen_q = seqlen_q
+            self.seqlen_k = seqlen_k
+            self.q_start = q_start
+            self.k_start = k_start
+            self.DK = DK
+            self.DV = DV
+            self.stride_dks = stride_dks
+            self.stride_dkh = stride_dkh
+            self.stride_dvs = stride_dvs
+            self.stride_dvh = stride_dvh
+            self.VARLEN = gl.constexpr(True)
 
     @aggregate
     class FusedDQ:
@@ -299,6 +375,21 @@ if GLUON:
         off_b = pid_bhk // n_kv_heads
         off_hk = pid_bhk % n_kv_heads
         start_n = pid_n * KEYS
+        lo, hi = _query_tiles(start_n, KEYS, BLOCK_M, seqlen_q, right_offset, left_offset, IS_CAUSAL, IS_LOCAL)
+        return off_b, off_hk, start_n, lo, hi
+
+    @gluon.jit
+    def _query_tiles(
+        start_n,
+        KEYS: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        seqlen_q,
+        right_offset,
+        left_offset,
+        IS_CAUSAL: gl.constexpr,
+        IS_LOCAL: gl.constexpr,
+    ):
+        """The query tiles [lo, hi) of BLOCK_M rows that see any of the KEYS keys from start_n (``_key_block``)."""
         hi = gl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
         if IS_CAUSAL:
             lo = gl.minimum(gl.maximum(start_n - right_offset, 0) // BLOCK_M * BLOCK_M, hi)
@@ -308,7 +399,41 @@ if GLUON:
             hi = gl.maximum(
                 _query_end(start_n, KEYS, hi, seqlen_q, left_offset, right_offset, IS_CAUSAL, IS_LOCAL, BLOCK_M), lo
             )
-        return off_b, off_hk, start_n, lo, hi
+        return lo, hi
+
+    @gluon.jit
+    def _packed_item(ORDER, CU, n_seqs, n_units, ROWS: gl.constexpr):
+        """(seq, local): this varlen program's sequence (-1 past the last item) and its place among that
+        sequence's items. Items are numbered as the portable varlen kernels number their programs: sequence by
+        sequence in ORDER (longest first), n_units (heads) x cdiv(the length in CU, ROWS) each, unit by unit
+        (``common.find_item``, the Hopper forward's search, from the first sequence on)."""
+        offs = gl.arange(0, 32 * gl.num_warps(), layout=_item_layout(gl.num_warps()))
+        zero = gl.to_tensor(0)  # (the search carries these through its loop: tensors, not constants)
+        seq, local, _, _ = find_item(gl.program_id(0), offs, ORDER, CU, n_seqs, n_units, ROWS, zero, zero)
+        return seq, local
+
+    @gluon.jit
+    def _packed_sequence(CU_Q, CU_K, seq):
+        """(query start, query count, key start, key count) of sequence seq of a varlen launch."""
+        q_start = gl.load(CU_Q + seq)
+        k_start = gl.load(CU_K + seq)
+        return q_start, gl.load(CU_Q + seq + 1) - q_start, k_start, gl.load(CU_K + seq + 1) - k_start
+
+    @gluon.jit
+    def _store_packed(tile, PTR, stride_s, stride_h, start, first, length, off_h, col0):
+        """Rows first + [0, ROWS) of a varlen gradient tile (ROWS, COLS) in shared memory to PTR (a packed (total,
+        heads, head dim) tensor; row and head strides stride_s, stride_h) at rows start + row, head off_h,
+        columns col0 + [0, COLS): rows in [0, length) only. A TMA store of the whole tile would write into the
+        next sequence's rows (``forward_hopper._store_rows`` stores a varlen output so)."""
+        ROWS: gl.constexpr = tile.shape[0]
+        COLS: gl.constexpr = tile.shape[1]
+        layout: gl.constexpr = _rows_layout(COLS, gl.num_warps())
+        x = tile.load(layout)
+        rows = first + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+        cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+        offs = (start + rows).to(gl.int64)[:, None] * stride_s + (off_h * stride_h + col0 + cols)[None, :]
+        keep = (rows < length)[:, None] & (cols < COLS)[None, :]
+        gl.store(PTR + offs, x, mask=keep)
 
     @gluon.jit
     def _query_range(
@@ -361,7 +486,12 @@ if GLUON:
         )
         STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
-        _load_resident(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, start_n, off_hk)
+        key_row = start_n
+        q_row = lo
+        if block.VARLEN:  # rows of the packed tensors (off_b is 0): past the sequence's end, the next one's
+            key_row += block.k_start
+            q_row += block.q_start
+        _load_resident(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, key_row, off_hk)
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         nbytes: gl.constexpr = (
             q_desc.block_type.nbytes + do_desc.block_type.nbytes + LSE2.block_type.nbytes + DELTA.block_type.nbytes
@@ -373,8 +503,8 @@ if GLUON:
                 s = it % STAGES
                 mbarrier.wait(qdo_empty.index(s), ((it // STAGES) & 1) ^ 1)
                 mbarrier.expect(qdo_ready.index(s), nbytes)
-                tma_load(q_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s), q_smem.index(s))
-                tma_load(do_desc, [off_b, lo + j * BLOCK_M, off_h, 0], qdo_ready.index(s), do_smem.index(s))
+                tma_load(q_desc, [off_b, q_row + j * BLOCK_M, off_h, 0], qdo_ready.index(s), q_smem.index(s))
+                tma_load(do_desc, [off_b, q_row + j * BLOCK_M, off_h, 0], qdo_ready.index(s), do_smem.index(s))
                 _load_rows(
                     LSE2,
                     DELTA,
@@ -382,7 +512,7 @@ if GLUON:
                     delta_smem.index(s),
                     qdo_ready.index(s),
                     off_b * n_heads + off_h,
-                    lo + j * BLOCK_M,
+                    q_row + j * BLOCK_M,
                 )
 
     # --8<-- [start:hopper_bwd_step]
@@ -728,12 +858,29 @@ if GLUON:
         # every product of this warpgroup has completed: its K and V tiles' shared memory takes dK and dV
         k.store((dk * softmax_scale).to(dtype))
         v.store(dv.to(dtype))
-        fence_async_shared()
-        tma_store(dk_desc, [off_b, first, off_hk, 0], k_tile)
-        tma_store(dv_desc, [off_b, first, off_hk, 0], v_tile)
-        tma.store_wait(0)
+        if block.VARLEN:
+            # the sequence's keys only. (Keys past its end, the next sequence's, went through the products
+            # unmasked: a key's row of dK and dV depends on that key alone, and is not stored.)
+            _store_packed(k, block.DK, block.stride_dks, block.stride_dkh, block.k_start, first, seqlen_k, off_hk, 0)
+            _store_packed(v, block.DV, block.stride_dvs, block.stride_dvh, block.k_start, first, seqlen_k, off_hk, 0)
+        else:
+            fence_async_shared()
+            tma_store(dk_desc, [off_b, first, off_hk, 0], k_tile)
+            tma_store(dv_desc, [off_b, first, off_hk, 0], v_tile)
+            tma.store_wait(0)
 
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "left_offset"])
+    @gluon.jit(
+        do_not_specialize=[
+            "n_heads",
+            "group_size",
+            "seqlen_q",
+            "seqlen_k",
+            "right_offset",
+            "left_offset",
+            "n_seqs",
+            "total_q",
+        ]
+    )
     def _attn_bwd_dkdv_hopper(
         q_desc,
         do_desc,
@@ -753,6 +900,17 @@ if GLUON:
         qk_scale,
         left_offset,
         softcap_scale,
+        DK,
+        DV,
+        stride_dks,
+        stride_dkh,
+        stride_dvs,
+        stride_dvh,
+        CU_Q,
+        CU_K,
+        ORDER,
+        n_seqs,
+        total_q,
         IS_CAUSAL: gl.constexpr,
         STAGES: gl.constexpr,
         N_CONSUMERS: gl.constexpr,
@@ -761,30 +919,56 @@ if GLUON:
         RAGGED_KEYS: gl.constexpr = False,
         IS_LOCAL: gl.constexpr = False,
         SOFTCAP: gl.constexpr = False,
+        VARLEN: gl.constexpr = False,
     ):
         """Grid: (key tiles of N_CONSUMERS * BLOCK_N, batch * kv heads). LSE2: the LSE in log2 units, DELTA:
         rowsum(dO * O) (``backward.bwd_preprocess``): ``forward_hopper.rows_descriptor``s over (batch, heads,
         seqlen_q) buffers, whose rows the producer copies into the ring. With FUSED_DQ, dq_desc is a zeroed fp32 dQ
         buffer into which the program adds dS K (``_tiles``); without it, dq_desc is not read.
         RAGGED_KEYS (fused only): seqlen_k is not a multiple of N_CONSUMERS * BLOCK_N (``_consumer``). The mask and
-        score change: ``Scores`` (not with FUSED_DQ)."""
+        score change: ``Scores`` (not with FUSED_DQ).
+
+        VARLEN (not with FUSED_DQ): packed sequences (``varlen.varlen_bwd_dkdv_hopper``). A 1-D grid bounds the
+        items (sequence, kv head, key block) from the shapes alone; each program finds its own (``_packed_item``),
+        and those past the last return. The descriptors are ``hopper_common.packed_descriptor``s (dk_desc and
+        dv_desc go unread: dK and dV leave through DK and DV by masked stores), LSE2 and DELTA are
+        ``rows_descriptor``s over (1, heads, total_q), right_offset and left_offset are the band's offsets from
+        each sequence's bottom-right diagonal, and seqlen_q, seqlen_k go unread. DK to total_q: ``PackedKeyBlock``'s
+        and the search's (ORDER: the sequences by query length, longest first). Without it those eleven are None
+        (``DKDV_VARLEN_ONLY``)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
-        off_b, off_hk, start_n, lo, hi = _key_block(
-            N_CONSUMERS * BLOCK_N,
-            BLOCK_M,
-            n_heads,
-            group_size,
-            seqlen_q,
-            seqlen_k,
-            right_offset,
-            IS_CAUSAL,
-            SECTION,
-            left_offset,
-            IS_LOCAL,
-        )
+        if VARLEN:
+            seq, local = _packed_item(ORDER, CU_K, n_seqs, n_heads // group_size, N_CONSUMERS * BLOCK_N)
+            if seq < 0:
+                return
+            q_start, len_q, k_start, len_k = _packed_sequence(CU_Q, CU_K, seq)
+            band = _sequence_band(
+                len_q, len_k, Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
+            )
+            # (under the mask, the first keys, seen by the most query rows, go first)
+            n_blocks = gl.cdiv(len_k, N_CONSUMERS * BLOCK_N)
+            off_hk = local // n_blocks
+            start_n = local % n_blocks * (N_CONSUMERS * BLOCK_N)
+            lo, hi = _query_tiles(
+                start_n, N_CONSUMERS * BLOCK_N, BLOCK_M, len_q, band.right_offset, band.left_offset, IS_CAUSAL, IS_LOCAL
+            )
+        else:
+            off_b, off_hk, start_n, lo, hi = _key_block(
+                N_CONSUMERS * BLOCK_N,
+                BLOCK_M,
+                n_heads,
+                group_size,
+                seqlen_q,
+                seqlen_k,
+                right_offset,
+                IS_CAUSAL,
+                SECTION,
+                left_offset,
+                IS_LOCAL,
+            )
 
         k_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
@@ -817,8 +1001,29 @@ if GLUON:
             ds_free = kv_ready
 
         ring = QueryRing(q_smem, do_smem, lse2_smem, delta_smem, qdo_ready, qdo_empty)
-        block = KeyBlock(off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, seqlen_k)
-        scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
+        if VARLEN:
+            block = PackedKeyBlock(
+                gl.to_tensor(0),  # off_b: one batch of packed rows
+                off_hk,
+                start_n,
+                lo,
+                hi,
+                group_size,
+                len_q,
+                len_k,
+                q_start,
+                k_start,
+                DK,
+                DV,
+                stride_dks,
+                stride_dkh,
+                stride_dvs,
+                stride_dvh,
+            )
+            scores = band
+        else:
+            block = KeyBlock(off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, seqlen_k)
+            scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
         fused = FusedDQ(dq_desc, ds_smem, dq_smem, ds_written, ds_free)
         if N_CONSUMERS == 2:
             gl.warp_specialize(
@@ -957,10 +1162,15 @@ if GLUON:
         STAGES: gl.constexpr = lse2_smem.shape[0]
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
+        key_row = start_n
+        q_row = lo
+        if block.VARLEN:  # rows of the packed tensors, as in ``_producer``
+            key_row += block.k_start
+            q_row += block.q_start
         mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
         for h in gl.static_range(2):
-            tma_load(k_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, k_smem.index(h))
-            tma_load(v_desc, [off_b, start_n, off_hk, h * COLS], kv_ready, v_smem.index(h))
+            tma_load(k_desc, [off_b, key_row, off_hk, h * COLS], kv_ready, k_smem.index(h))
+            tma_load(v_desc, [off_b, key_row, off_hk, h * COLS], kv_ready, v_smem.index(h))
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         nbytes: gl.constexpr = (
             2 * (q_desc.block_type.nbytes + do_desc.block_type.nbytes)
@@ -976,11 +1186,14 @@ if GLUON:
                 mbarrier.expect(qdo_ready.index(s), nbytes)
                 for h in gl.static_range(2):
                     tma_load(
-                        q_desc, [off_b, lo + j * BLOCK_M, off_h, h * COLS], qdo_ready.index(s), q_smem.index(2 * s + h)
+                        q_desc,
+                        [off_b, q_row + j * BLOCK_M, off_h, h * COLS],
+                        qdo_ready.index(s),
+                        q_smem.index(2 * s + h),
                     )
                     tma_load(
                         do_desc,
-                        [off_b, lo + j * BLOCK_M, off_h, h * COLS],
+                        [off_b, q_row + j * BLOCK_M, off_h, h * COLS],
                         qdo_ready.index(s),
                         do_smem.index(2 * s + h),
                     )
@@ -991,7 +1204,7 @@ if GLUON:
                     delta_smem.index(s),
                     qdo_ready.index(s),
                     off_b * n_heads + off_h,
-                    lo + j * BLOCK_M,
+                    q_row + j * BLOCK_M,
                 )
 
     # --8<-- [start:hopper_bwd_wide_step]
@@ -1202,12 +1415,34 @@ if GLUON:
         v_tile = v_smem.index(SUB)
         k_tile.reshape([BLOCK_N, COLS]).store((dk * softmax_scale).to(dtype))
         v_tile.reshape([BLOCK_N, COLS]).store(dv.to(dtype))
-        fence_async_shared()
-        tma_store(dk_desc, [off_b, start_n, off_hk, SUB * COLS], k_tile)
-        tma_store(dv_desc, [off_b, start_n, off_hk, SUB * COLS], v_tile)
-        tma.store_wait(0)
+        if block.VARLEN:  # my columns of the sequence's keys only (``_consumer``)
+            k_start, seqlen_k = block.k_start, block.seqlen_k
+            dk_rows = k_tile.reshape([BLOCK_N, COLS])
+            dv_rows = v_tile.reshape([BLOCK_N, COLS])
+            _store_packed(
+                dk_rows, block.DK, block.stride_dks, block.stride_dkh, k_start, start_n, seqlen_k, off_hk, SUB * COLS
+            )
+            _store_packed(
+                dv_rows, block.DV, block.stride_dvs, block.stride_dvh, k_start, start_n, seqlen_k, off_hk, SUB * COLS
+            )
+        else:
+            fence_async_shared()
+            tma_store(dk_desc, [off_b, start_n, off_hk, SUB * COLS], k_tile)
+            tma_store(dv_desc, [off_b, start_n, off_hk, SUB * COLS], v_tile)
+            tma.store_wait(0)
 
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "left_offset"])
+    @gluon.jit(
+        do_not_specialize=[
+            "n_heads",
+            "group_size",
+            "seqlen_q",
+            "seqlen_k",
+            "right_offset",
+            "left_offset",
+            "n_seqs",
+            "total_q",
+        ]
+    )
     def _attn_bwd_dkdv_hopper_wide(
         q_desc,
         do_desc,
@@ -1226,31 +1461,59 @@ if GLUON:
         qk_scale,
         left_offset,
         softcap_scale,
+        DK,
+        DV,
+        stride_dks,
+        stride_dkh,
+        stride_dvs,
+        stride_dvh,
+        CU_Q,
+        CU_K,
+        ORDER,
+        n_seqs,
+        total_q,
         IS_CAUSAL: gl.constexpr,
         STAGES: gl.constexpr,
         SECTION: gl.constexpr = 0,
         IS_LOCAL: gl.constexpr = False,
         SOFTCAP: gl.constexpr = False,
+        VARLEN: gl.constexpr = False,
     ):
         """``_attn_bwd_dkdv_hopper`` for head dims over 128, every tile descriptor in tiles of half the head dim
-        (LSE2, DELTA and the variants as there). Grid: (key tiles of BLOCK_N, batch * kv heads)."""
+        (LSE2, DELTA, the variants and VARLEN as there; a varlen item is BLOCK_N keys). Grid: (key tiles of
+        BLOCK_N, batch * kv heads)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
-        off_b, off_hk, start_n, lo, hi = _key_block(
-            BLOCK_N,
-            BLOCK_M,
-            n_heads,
-            group_size,
-            seqlen_q,
-            seqlen_k,
-            right_offset,
-            IS_CAUSAL,
-            SECTION,
-            left_offset,
-            IS_LOCAL,
-        )
+        if VARLEN:
+            seq, local = _packed_item(ORDER, CU_K, n_seqs, n_heads // group_size, BLOCK_N)
+            if seq < 0:
+                return
+            q_start, len_q, k_start, len_k = _packed_sequence(CU_Q, CU_K, seq)
+            band = _sequence_band(
+                len_q, len_k, Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
+            )
+            n_blocks = gl.cdiv(len_k, BLOCK_N)
+            off_hk = local // n_blocks
+            start_n = local % n_blocks * BLOCK_N
+            lo, hi = _query_tiles(
+                start_n, BLOCK_N, BLOCK_M, len_q, band.right_offset, band.left_offset, IS_CAUSAL, IS_LOCAL
+            )
+        else:
+            off_b, off_hk, start_n, lo, hi = _key_block(
+                BLOCK_N,
+                BLOCK_M,
+                n_heads,
+                group_size,
+                seqlen_q,
+                seqlen_k,
+                right_offset,
+                IS_CAUSAL,
+                SECTION,
+                left_offset,
+                IS_LOCAL,
+            )
 
         k_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [2, 1, BLOCK_N, 1, COLS], v_desc.layout)
@@ -1277,8 +1540,29 @@ if GLUON:
         delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], DELTA.layout)
         ring = QueryRing(q_smem, do_smem, lse2_smem, delta_smem, qdo_ready, qdo_empty)
         exchange = Exchange(pT_smem, dsT_smem, ps_ready, ps_empty, done)
-        block = KeyBlock(off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, seqlen_k)
-        scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
+        if VARLEN:
+            block = PackedKeyBlock(
+                gl.to_tensor(0),
+                off_hk,
+                start_n,
+                lo,
+                hi,
+                group_size,
+                len_q,
+                len_k,
+                q_start,
+                k_start,
+                DK,
+                DV,
+                stride_dks,
+                stride_dkh,
+                stride_dvs,
+                stride_dvh,
+            )
+            scores = band
+        else:
+            block = KeyBlock(off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, seqlen_k)
+            scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
 
         gl.warp_specialize(
             [
@@ -1314,6 +1598,7 @@ if GLUON:
         hi: gl.tensor
         seqlen_q: gl.tensor
         seqlen_k: gl.tensor
+        VARLEN: gl.constexpr
 
         @gluon.constexpr_function
         def __init__(self, off_b, off_h, off_hk, pid_bh, row0, hi, seqlen_q, seqlen_k):
@@ -1325,6 +1610,64 @@ if GLUON:
             self.hi = hi
             self.seqlen_q = seqlen_q
             self.seqlen_k = seqlen_k
+            self.VARLEN = gl.constexpr(False)
+
+    @aggregate
+    class PackedQueryBlock:
+        """``QueryBlock`` for one sequence of a varlen launch (off_b 0, pid_bh unread, row0 and hi counted from
+        the sequence's first query and key, seqlen_q and seqlen_k its lengths), with where its rows start in the
+        packed tensors (q_start, k_start), the LSE's row length total_q, and where dQ goes: DQ (total_q, heads,
+        head dim) with its row and head strides, written by masked stores (``_store_packed``)."""
+
+        off_b: gl.tensor
+        off_h: gl.tensor
+        off_hk: gl.tensor
+        pid_bh: gl.tensor
+        row0: gl.tensor
+        hi: gl.tensor
+        seqlen_q: gl.tensor
+        seqlen_k: gl.tensor
+        q_start: gl.tensor
+        k_start: gl.tensor
+        total_q: gl.tensor
+        DQ: gl.tensor
+        stride_dqs: gl.tensor
+        stride_dqh: gl.tensor
+        VARLEN: gl.constexpr
+
+        @gluon.constexpr_function
+        def __init__(
+            self,
+            off_b,
+            off_h,
+            off_hk,
+            pid_bh,
+            row0,
+            hi,
+            seqlen_q,
+            seqlen_k,
+            q_start,
+            k_start,
+            total_q,
+            DQ,
+            stride_dqs,
+            stride_dqh,
+        ):
+            self.off_b = off_b
+            self.off_h = off_h
+            self.off_hk = off_hk
+            self.pid_bh = pid_bh
+            self.row0 = row0
+            self.hi = hi
+            self.seqlen_q = seqlen_q
+            self.seqlen_k = seqlen_k
+            self.q_start = q_start
+            self.k_start = k_start
+            self.total_q = total_q
+            self.DQ = DQ
+            self.stride_dqs = stride_dqs
+            self.stride_dqh = stride_dqh
+            self.VARLEN = gl.constexpr(True)
 
     @gluon.jit
     def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, qdo_ready, ring, block, scores):
@@ -1334,7 +1677,10 @@ if GLUON:
         off_b, off_h, off_hk, row0, hi = block.off_b, block.off_h, block.off_hk, block.row0, block.hi
         STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
-        _load_resident(q_desc, do_desc, q_smem, do_smem, qdo_ready, off_b, row0, off_h)
+        q_row = row0
+        if block.VARLEN:  # rows of the packed tensors (off_b is 0): past the sequence's end, the next one's
+            q_row += block.q_start
+        _load_resident(q_desc, do_desc, q_smem, do_smem, qdo_ready, off_b, q_row, off_h)
         n_kv = gl.cdiv(hi, BLOCK_N)
         j0 = _first_tile(
             row0,
@@ -1350,10 +1696,13 @@ if GLUON:
             it = j - j0
             s = it % STAGES
             mbarrier.wait(kv_empty.index(s), ((it // STAGES) & 1) ^ 1)
+            key_row = j * BLOCK_N
+            if block.VARLEN:  # the keys past the sequence's end that a tile holds are masked (``_dq_tiles``)
+                key_row += block.k_start
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            tma_load(k_desc, [off_b, j * BLOCK_N, off_hk, 0], k_ready.index(s), k_smem.index(s))
+            tma_load(k_desc, [off_b, key_row, off_hk, 0], k_ready.index(s), k_smem.index(s))
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            tma_load(v_desc, [off_b, j * BLOCK_N, off_hk, 0], v_ready.index(s), v_smem.index(s))
+            tma_load(v_desc, [off_b, key_row, off_hk, 0], v_ready.index(s), v_smem.index(s))
 
     @gluon.jit
     def _dq_tiles(
@@ -1443,7 +1792,10 @@ if GLUON:
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         first = row0 + SUB * BLOCK_M
         offs_m = first + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-        row = pid_bh.to(gl.int64) * seqlen_q + offs_m
+        if block.VARLEN:  # LSE2 and DELTA (heads, total_q); rows past the sequence's end get P = 0
+            row = off_h.to(gl.int64) * block.total_q + (block.q_start + offs_m)
+        else:
+            row = pid_bh.to(gl.int64) * seqlen_q + offs_m
         lse2 = gl.load(LSE2 + row, mask=offs_m < seqlen_q, other=float("inf"))
         delta = gl.load(DELTA + row, mask=offs_m < seqlen_q, other=0.0)
         my_lo, full_lo, full_hi, my_hi = _key_range(
@@ -1481,8 +1833,11 @@ if GLUON:
         )
         # every product of this warpgroup has completed: its query tile's shared memory takes dQ
         q.store((dq * softmax_scale).to(dtype))
-        fence_async_shared()
-        tma_store(dq_desc, [off_b, first, off_h, 0], q_tile)
+        if block.VARLEN:  # the sequence's rows only
+            _store_packed(q, block.DQ, block.stride_dqs, block.stride_dqh, block.q_start, first, seqlen_q, off_h, 0)
+        else:
+            fence_async_shared()
+            tma_store(dq_desc, [off_b, first, off_h, 0], q_tile)
         if IS_LOCAL:
             _release_skipped(
                 k_ready, kv_empty, my_end // BLOCK_N - j0, gl.cdiv(hi, BLOCK_N) - my_end // BLOCK_N, STAGES
@@ -1491,9 +1846,21 @@ if GLUON:
             _release_skipped(
                 k_ready, kv_empty, gl.cdiv(my_hi, BLOCK_N), gl.cdiv(hi, BLOCK_N) - gl.cdiv(my_hi, BLOCK_N), STAGES
             )
-        tma.store_wait(0)
+        if not block.VARLEN:
+            tma.store_wait(0)
 
-    @gluon.jit(do_not_specialize=["n_heads", "group_size", "seqlen_q", "seqlen_k", "right_offset", "left_offset"])
+    @gluon.jit(
+        do_not_specialize=[
+            "n_heads",
+            "group_size",
+            "seqlen_q",
+            "seqlen_k",
+            "right_offset",
+            "left_offset",
+            "n_seqs",
+            "total_q",
+        ]
+    )
     def _attn_bwd_dq_hopper(
         q_desc,
         do_desc,
@@ -1511,34 +1878,66 @@ if GLUON:
         qk_scale,
         left_offset,
         softcap_scale,
+        DQ,
+        stride_dqs,
+        stride_dqh,
+        CU_Q,
+        CU_K,
+        ORDER,
+        n_seqs,
+        total_q,
         IS_CAUSAL: gl.constexpr,
         STAGES: gl.constexpr,
         N_CONSUMERS: gl.constexpr,
         SECTION: gl.constexpr = 0,
         IS_LOCAL: gl.constexpr = False,
         SOFTCAP: gl.constexpr = False,
+        VARLEN: gl.constexpr = False,
     ):
         """Grid: (query tiles of N_CONSUMERS * BLOCK_M, batch * heads); with SECTION (causal only), one axis in
         ``forward_hopper._causal_item``'s order, as ``_key_block``'s. The variants as in
-        ``_attn_bwd_dkdv_hopper``."""
+        ``_attn_bwd_dkdv_hopper``.
+
+        VARLEN: packed sequences (``varlen.varlen_bwd_dq_hopper``), as in ``_attn_bwd_dkdv_hopper``: a 1-D grid
+        bounding the items (sequence, head, query rows), each program finding its own, under the mask the last
+        rows first; LSE2 and DELTA are (heads, total_q) fp32, dq_desc goes unread (dQ leaves through DQ by masked
+        stores); DQ to total_q: ``PackedQueryBlock``'s and the search's (ORDER: the sequences by key length,
+        longest first). Without it those eight are None (``DQ_VARLEN_ONLY``)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
-        if SECTION > 0:
-            n_tiles = gl.cdiv(seqlen_q, N_CONSUMERS * BLOCK_M)
-            rank, pid_bh = _causal_item(gl.program_id(0), n_tiles, gl.num_programs(0) // n_tiles, SECTION)
-            tile = n_tiles - 1 - rank  # the last query rows see the most keys
-        else:
-            tile = gl.program_id(0)
-            pid_bh = gl.program_id(1)
+        if VARLEN:
+            seq, local = _packed_item(ORDER, CU_Q, n_seqs, n_heads, N_CONSUMERS * BLOCK_M)
+            if seq < 0:
+                return
+            q_start, len_q, k_start, len_k = _packed_sequence(CU_Q, CU_K, seq)
+            band = _sequence_band(
+                len_q, len_k, Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
+            )
+            n_tiles = gl.cdiv(len_q, N_CONSUMERS * BLOCK_M)
+            off_h = local // n_tiles
+            tile = local % n_tiles
             if IS_CAUSAL:
-                tile = gl.num_programs(0) - 1 - tile  # the last query rows see the most keys: launch them first
-        off_b = pid_bh // n_heads
-        off_h = pid_bh % n_heads
-        off_hk = off_h // group_size
-        row0 = tile * (N_CONSUMERS * BLOCK_M)
-        hi = _keys_seen(row0, N_CONSUMERS * BLOCK_M, seqlen_k, right_offset, IS_CAUSAL)
+                tile = n_tiles - 1 - tile  # the last query rows see the most keys
+            off_hk = off_h // group_size
+            row0 = tile * (N_CONSUMERS * BLOCK_M)
+            hi = _keys_seen(row0, N_CONSUMERS * BLOCK_M, len_k, band.right_offset, IS_CAUSAL)
+        else:
+            if SECTION > 0:
+                n_tiles = gl.cdiv(seqlen_q, N_CONSUMERS * BLOCK_M)
+                rank, pid_bh = _causal_item(gl.program_id(0), n_tiles, gl.num_programs(0) // n_tiles, SECTION)
+                tile = n_tiles - 1 - rank  # the last query rows see the most keys
+            else:
+                tile = gl.program_id(0)
+                pid_bh = gl.program_id(1)
+                if IS_CAUSAL:
+                    tile = gl.num_programs(0) - 1 - tile  # the last query rows see the most keys: launch them first
+            off_b = pid_bh // n_heads
+            off_h = pid_bh % n_heads
+            off_hk = off_h // group_size
+            row0 = tile * (N_CONSUMERS * BLOCK_M)
+            hi = _keys_seen(row0, N_CONSUMERS * BLOCK_M, seqlen_k, right_offset, IS_CAUSAL)
 
         q_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
         do_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], do_desc.layout)
@@ -1555,8 +1954,15 @@ if GLUON:
             mbarrier.init(kv_empty.index(i), count=N_CONSUMERS)
 
         ring = Ring(k_smem, v_smem, k_ready, v_ready, kv_empty)
-        block = QueryBlock(off_b, off_h, off_hk, pid_bh, row0, hi, seqlen_q, seqlen_k)
-        scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
+        if VARLEN:
+            zero = gl.to_tensor(0)
+            block = PackedQueryBlock(
+                zero, off_h, off_hk, zero, row0, hi, len_q, len_k, q_start, k_start, total_q, DQ, stride_dqs, stride_dqh
+            )
+            scores = band
+        else:
+            block = QueryBlock(off_b, off_h, off_hk, pid_bh, row0, hi, seqlen_q, seqlen_k)
+            scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
         if N_CONSUMERS == 2:
             gl.warp_specialize(
                 [
@@ -1666,6 +2072,12 @@ def bwd_dkdv_hopper(
 
 _plans = plan_cache()
 
+# The dK/dV kernels' varlen parameters (DK, DV, their four strides, CU_Q, CU_K, ORDER, n_seqs, total_q) and the dQ
+# kernel's (DQ, its two strides, CU_Q, CU_K, ORDER, n_seqs, total_q): None in a dense launch, which Triton compiles
+# as constants, so that the dense kernels keep their parameters and code (``forward_hopper.VARLEN_ONLY``).
+DKDV_VARLEN_ONLY = (None,) * 11
+DQ_VARLEN_ONLY = (None,) * 8
+
 
 def _dkdv_plan(objects, softmax_scale, causal, bottom_right, config, window_size, softcap):
     """``bwd_dkdv_hopper``'s launch for the layout of ``objects`` (q, k, v, dout, dk, dv, dq_acc or None, and the
@@ -1687,6 +2099,7 @@ def _dkdv_plan(objects, softmax_scale, causal, bottom_right, config, window_size
         m.qk_scale,
         m.left_offset,
         m.softcap_scale,
+        *DKDV_VARLEN_ONLY,
     )
     if head_dim > MAX_NARROW_HEAD_DIM:
         if consumers != 2:
@@ -1827,6 +2240,7 @@ def _dq_plan(objects, softmax_scale, causal, bottom_right, config, window_size, 
             m.qk_scale,
             m.left_offset,
             m.softcap_scale,
+            *DQ_VARLEN_ONLY,
         ),
         dict(**m.constexprs, STAGES=stages, N_CONSUMERS=consumers, **order),
         4,

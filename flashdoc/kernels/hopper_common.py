@@ -55,18 +55,19 @@ def descriptor(t, rows: int, cols: int = 0):
     )
 
 
-def packed_descriptor(t, rows: int):
+def packed_descriptor(t, rows: int, cols: int = 0):
     """``descriptor`` over a packed (total, heads, head_dim) tensor (varlen) seen as one batch of ``total`` rows:
-    (1, rows, 1, head_dim) tiles of one head from any row on. Rows past ``total`` read as zeros; rows past a
-    sequence's end are the next sequence's, which the kernel masks (keys) or does not store (queries)."""
+    (1, rows, 1, cols) tiles of one head from any row on, cols = head_dim unless given. Rows past ``total`` read
+    as zeros; rows past a sequence's end are the next sequence's, which the kernel masks or does not store."""
     total, heads, head_dim = t.shape
+    cols = cols or head_dim
     return unchecked_descriptor(
         TensorDescriptor,
         base=t,
         shape=[1, total, heads, head_dim],
         strides=[total * t.stride(0), *t.stride()],
-        block_shape=[1, rows, 1, head_dim],
-        layout=_smem_layout(rows, head_dim, t.dtype),
+        block_shape=[1, rows, 1, cols],
+        layout=_smem_layout(rows, cols, t.dtype),
     )
 
 

@@ -32,19 +32,23 @@ On Hopper the forward calls that the dense Hopper forward would take run on it i
 ``forward_hopper``'s kernel with VARLEN): its persistent programs claim items of (sequence, head, query rows) in
 the same longest-first order, found by the same search on the device; TMA loads from the packed tensors at each
 sequence's rows, the mask bounds keys by each sequence's length, and the output leaves through masked register
-stores, as FlashAttention-3's varlen forward does. The backward stays here: it recomputes from q, k, v, out and
-the LSE, which that kernel writes in this module's layout.
+stores, as FlashAttention-3's varlen forward does. Likewise the backward's dK/dV and dQ kernels run on
+``backward_hopper``'s where the dense Hopper backward would take the call (``gluon_varlen_bwd``,
+``varlen_bwd_dkdv_hopper``, ``varlen_bwd_dq_hopper``): the split kernels with VARLEN, each program finding its
+(sequence, head, block) with the same search, query rows past a sequence's end masked by an infinite LSE, keys
+past it by the mask in dQ, and every gradient tile leaving through masked stores; they recompute from the
+output and the LSE that either forward writes in this module's layout.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from . import INTERPRET, LOG2E, forward_hopper
+from . import INTERPRET, LOG2E, backward_hopper, forward_hopper
 from .backward import DKDV_CONFIGS, DQ_CONFIGS, _attn_bwd_dkdv_inner, _attn_bwd_dq_inner, bwd_preprocess
 from .common import all_configs, block_d_for, configs_for, dot_precision, head_desc, prune_for, seq_bucket
 from .forward import FWD_CONFIGS, _attn_fwd_inner
-from .hopper_common import packed_descriptor, score_scales
+from .hopper_common import packed_descriptor, rows_descriptor, score_scales
 from .launch import (
     aligned,
     distinct,
@@ -692,6 +696,16 @@ def varlen_fwd(
 UNBOUNDED_RIGHT = 1 << 30
 
 
+def _hopper_band(band: Band) -> tuple:
+    """(IS_CAUSAL, right_offset, left_offset) of the Hopper kernels for a varlen call's band: the offsets from
+    each sequence's bottom-right diagonal, which the kernels add to their own (a left edge without a right one
+    runs the causal kernels, their right edge past every key)."""
+    is_causal, right = band.is_causal, band.right
+    if band.is_local and not is_causal:
+        is_causal, right = True, UNBOUNDED_RIGHT
+    return is_causal, right, -band.left if band.is_local else 0
+
+
 def varlen_fwd_hopper(
     q,
     k,
@@ -742,9 +756,7 @@ def _hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant, co
     q, k, v, out, lse, counter, cu_seqlens_q, cu_seqlens_k, order = objects
     total_q, n_heads, head_dim = q.shape
     n_seqs = cu_seqlens_q.shape[0] - 1
-    is_causal, right = band.is_causal, band.right
-    if band.is_local and not is_causal:
-        is_causal, right = True, UNBOUNDED_RIGHT
+    is_causal, right, left = _hopper_band(band)
     block_m, block_n, stages, consumers, persistent = forward_hopper.table_config(
         (head_dim, is_causal), band.is_local, config
     )
@@ -770,7 +782,7 @@ def _hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant, co
             0,
             right,  # the band's offsets from each sequence's bottom-right diagonal (mask.band)
             qk_scale,
-            -band.left if band.is_local else 0,
+            left,
             softcap_scale,
             out,
             out.stride(0),
@@ -797,6 +809,19 @@ def _hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant, co
     )
 
 
+def gluon_varlen_bwd(q: torch.Tensor, causal: bool, variant: Variant) -> tuple:
+    """(dK/dV, dQ): whether ``varlen_bwd`` runs each kernel of a call on the Hopper backward: where the dense
+    Hopper backward would take it (``backward_hopper.supports_dkdv`` and ``supports_dq`` on the packed tensors
+    seen as one batch: a Hopper GPU, fp16/bf16, a head dim with a tuned config; windows and softcap, not ALiBi or
+    dropout). Never the fused dK/dV/dQ kernel: its dQ adds every key block's share with atomics, where the split
+    kernels write each gradient element once."""
+    q1 = q.unsqueeze(0)
+    return (
+        hopper_supports(backward_hopper.supports_dkdv, q1, causal, variant),
+        hopper_supports(backward_hopper.supports_dq, q1, causal, variant),
+    )
+
+
 def varlen_bwd(
     dout,
     q,
@@ -819,14 +844,19 @@ def varlen_bwd(
 ):
     """Launch the preprocess (the dense one, on the packed views), dK/dV and dQ. Shapes as in ``varlen_fwd``;
     dlse: None or (H, total_q); dq, dk, dv written in place. config: a (dK/dV, dQ) ``triton.Config`` pair
-    instead of autotuning. Each gradient element is written by one program: deterministic."""
+    instead of autotuning, on the portable kernels; without one, the kernels ``gluon_varlen_bwd`` picks run on
+    the Hopper backward (``varlen_bwd_dkdv_hopper``, ``varlen_bwd_dq_hopper``). Each gradient element is written
+    by one program: deterministic."""
     variant = variant or Variant()
     sizes, bucket, tail, meta = _common(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, causal, variant)
     n_seqs, n_heads, group_size, total_q = sizes
     dkdv_config, dq_config = config if config is not None else (None, None)
+    dkdv_hopper, dq_hopper = gluon_varlen_bwd(q, causal, variant) if config is None else (False, False)
     scalars = (*sizes, softmax_scale, softmax_scale * LOG2E, bucket, *tail)
     with on_device(q.device):
         delta, lse2 = bwd_preprocess(dout.unsqueeze(0), out.unsqueeze(0), lse.unsqueeze(0), dlse)
+        # key blocks cost as many steps as their sequence has queries, query tiles as many as it has keys
+        order_q, order_k = schedule(cu_seqlens_q), schedule(cu_seqlens_k)
         dkdv_args = (
             _packed(q, "BLOCK_M"),
             k,
@@ -838,7 +868,7 @@ def varlen_bwd(
             delta,
             cu_seqlens_q,
             cu_seqlens_k,
-            schedule(cu_seqlens_q),
+            order_q,
             k.stride(0),
             k.stride(1),
             v.stride(0),
@@ -859,7 +889,7 @@ def varlen_bwd(
             delta,
             cu_seqlens_q,
             cu_seqlens_k,
-            schedule(cu_seqlens_k),
+            order_k,
             q.stride(0),
             q.stride(1),
             dout.stride(0),
@@ -868,25 +898,252 @@ def varlen_bwd(
             dq.stride(1),
             *scalars,
         )
+        hopper = (lse2, delta, cu_seqlens_q, cu_seqlens_k)
         # as in the dense backward, the dQ kernel runs on a second stream, overlapping the dK/dV kernel's tail
         dq_stream = forked_stream()
-        launch(
-            _varlen_bwd_dkdv,
-            _varlen_bwd_dkdv_tuned,
-            varlen_grid(k.shape[0], n_seqs, n_heads // group_size, "BLOCK_N"),
-            dkdv_args,
-            meta,
-            dkdv_config,
-            configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype, meta["IS_CAUSAL"])[0],
-        )
-        with dq_stream:
-            launch(
-                _varlen_bwd_dq,
-                _varlen_bwd_dq_tuned,
-                varlen_grid(total_q, n_seqs, n_heads, "BLOCK_M"),
-                dq_args,
-                meta,
-                dq_config,
-                configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype, meta["IS_CAUSAL"])[0],
+        if dkdv_hopper:
+            varlen_bwd_dkdv_hopper(
+                q, k, v, dout, dk, dv, *hopper, order_q, max_seqlen_k, softmax_scale, causal, variant
             )
+        else:
+            launch(
+                _varlen_bwd_dkdv,
+                _varlen_bwd_dkdv_tuned,
+                varlen_grid(k.shape[0], n_seqs, n_heads // group_size, "BLOCK_N"),
+                dkdv_args,
+                meta,
+                dkdv_config,
+                configs_for(DKDV_CONFIGS, meta["BLOCK_D"], q.dtype, meta["IS_CAUSAL"])[0],
+            )
+        with dq_stream:
+            if dq_hopper:
+                varlen_bwd_dq_hopper(q, k, v, dout, dq, *hopper, order_k, max_seqlen_k, softmax_scale, causal, variant)
+            else:
+                launch(
+                    _varlen_bwd_dq,
+                    _varlen_bwd_dq_tuned,
+                    varlen_grid(total_q, n_seqs, n_heads, "BLOCK_M"),
+                    dq_args,
+                    meta,
+                    dq_config,
+                    configs_for(DQ_CONFIGS, meta["BLOCK_D"], q.dtype, meta["IS_CAUSAL"])[0],
+                )
         dq_stream.join()
+
+
+def _bwd_key(band: Band, softmax_scale: float, variant: Variant, config, *tensors) -> tuple:
+    """What a Hopper varlen backward plan depends on besides its tensors' data: the tensors' layouts (pointers'
+    alignment, which Triton specialises on, for those passed as pointers), the band, scale, softcap and config."""
+    return (
+        *map(layout, tensors),
+        *map(aligned, tensors),
+        tensors[0].device,
+        softmax_scale,
+        band.is_causal,
+        band.is_local,
+        band.left,
+        band.right,
+        variant.softcap,
+        config,
+    )
+
+
+def varlen_bwd_dkdv_hopper(
+    q,
+    k,
+    v,
+    dout,
+    dk,
+    dv,
+    lse2,
+    delta,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    order,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    variant: Variant = None,
+    config=None,
+):
+    """``varlen_bwd``'s dK/dV on the Hopper dK/dV kernels (``backward_hopper._attn_bwd_dkdv_hopper``, or its wide
+    form past ``MAX_NARROW_HEAD_DIM``, with VARLEN; ``gluon_varlen_bwd`` said yes). lse2, delta: (1, H, total_q)
+    from ``bwd_preprocess``; order: the ``schedule`` of the query lengths. config as
+    ``backward_hopper.bwd_dkdv_hopper`` takes it, default the dense call's. Runs inside ``launch.on_device``;
+    reads nothing on the host."""
+    variant = variant or Variant()
+    band = Band(causal, variant.window_size, max_seqlen_k)
+    key = forward_hopper.table_key(q, causal, variant.window_size)
+    config = config or backward_hopper.HOPPER_DKDV_CONFIGS[key]
+    # the producer copies each streamed tile's LSE and delta rows into the ring with its Q and dO
+    rows = (rows_descriptor(lse2, config[0]), rows_descriptor(delta, config[0]))
+    objects = (q, k, v, dout, dk, dv, *rows, cu_seqlens_q, cu_seqlens_k, order)
+    plan = planned(
+        _dkdv_hopper_plans,
+        _bwd_key(band, softmax_scale, variant, config, q, k, v, dout, dk, dv, cu_seqlens_q, cu_seqlens_k),
+        lambda: _dkdv_hopper_plan(distinct(objects), band, softmax_scale, variant, config),
+    )
+    plan(objects)
+
+
+_dkdv_hopper_plans = plan_cache()
+
+
+def _dkdv_hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant, config):
+    """``varlen_bwd_dkdv_hopper``'s launch for the layout of ``objects`` (q, k, v, dout, dk, dv, the LSE's and
+    delta's ``rows_descriptor``s, cu_seqlens_q, cu_seqlens_k, the schedule)."""
+    q, k, v, dout, dk, dv, lse2_rows, delta_rows, cu_seqlens_q, cu_seqlens_k, order = objects
+    total_q, n_heads, head_dim = q.shape
+    total_k, n_kv_heads = k.shape[0], k.shape[1]
+    n_seqs = cu_seqlens_q.shape[0] - 1
+    is_causal, right, left = _hopper_band(band)
+    qk_scale, softcap_scale = score_scales(variant.softcap, softmax_scale)
+    block_m, block_n, stages, consumers = config
+    rest = (
+        lse2_rows,
+        delta_rows,
+        n_heads,
+        n_heads // n_kv_heads,
+        0,  # seqlen_q and seqlen_k, per sequence in the kernel
+        0,
+        right,
+        softmax_scale,
+        qk_scale,
+        left,
+        softcap_scale,
+        dk,
+        dv,
+        dk.stride(0),
+        dk.stride(1),
+        dv.stride(0),
+        dv.stride(1),
+        cu_seqlens_q,
+        cu_seqlens_k,
+        order,
+        n_seqs,
+        total_q,
+    )
+    constexprs = dict(IS_CAUSAL=is_causal, IS_LOCAL=band.is_local, SOFTCAP=variant.softcap > 0, STAGES=stages)
+    if head_dim > backward_hopper.MAX_NARROW_HEAD_DIM:
+        if consumers != 2:
+            raise ValueError(f"the wide dK/dV kernel takes configs (BLOCK_M, BLOCK_N, STAGES, 2), got {config}")
+        cols = head_dim // 2
+        descriptors = (
+            packed_descriptor(t, rows, cols)
+            for t, rows in ((q, block_m), (dout, block_m), (k, block_n), (v, block_n), (dk, block_n), (dv, block_n))
+        )
+        grid = (n_kv_heads * tile_bound(total_k, n_seqs, block_n),)  # items: (sequence, kv head, key block)
+        return gluon_plan(
+            backward_hopper._attn_bwd_dkdv_hopper_wide,
+            grid,
+            (*descriptors, *rest),
+            dict(**constexprs, VARLEN=True),
+            4,
+            objects,
+        )
+    dk_desc = packed_descriptor(dk, block_n)  # (unread: dK and dV leave by masked stores)
+    descriptors = (
+        packed_descriptor(q, block_m),
+        packed_descriptor(dout, block_m),
+        packed_descriptor(k, block_n),
+        packed_descriptor(v, block_n),
+        dk_desc,
+        packed_descriptor(dv, block_n),
+        dk_desc,  # dq_desc: the fused kernel's, unread
+    )
+    grid = (n_kv_heads * tile_bound(total_k, n_seqs, consumers * block_n),)
+    return gluon_plan(
+        backward_hopper._attn_bwd_dkdv_hopper,
+        grid,
+        (*descriptors, *rest),
+        dict(**constexprs, N_CONSUMERS=consumers, VARLEN=True),
+        4,
+        objects,
+    )
+
+
+def varlen_bwd_dq_hopper(
+    q,
+    k,
+    v,
+    dout,
+    dq,
+    lse2,
+    delta,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    order,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    variant: Variant = None,
+    config=None,
+):
+    """``varlen_bwd``'s dQ on the Hopper dQ kernel (``backward_hopper._attn_bwd_dq_hopper`` with VARLEN;
+    ``gluon_varlen_bwd`` said yes). order: the ``schedule`` of the key lengths; the rest as in
+    ``varlen_bwd_dkdv_hopper``, config as ``backward_hopper.bwd_dq_hopper`` takes it."""
+    variant = variant or Variant()
+    band = Band(causal, variant.window_size, max_seqlen_k)
+    config = config or backward_hopper.HOPPER_DQ_CONFIGS[forward_hopper.table_key(q, causal, variant.window_size)]
+    objects = (q, k, v, dout, dq, lse2, delta, cu_seqlens_q, cu_seqlens_k, order)
+    plan = planned(
+        _dq_hopper_plans,
+        _bwd_key(band, softmax_scale, variant, config, q, k, v, dout, dq, lse2, delta, cu_seqlens_q, cu_seqlens_k),
+        lambda: _dq_hopper_plan(distinct(objects), band, softmax_scale, variant, config),
+    )
+    plan(objects)
+
+
+_dq_hopper_plans = plan_cache()
+
+
+def _dq_hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant, config):
+    """``varlen_bwd_dq_hopper``'s launch for the layout of ``objects`` (q, k, v, dout, dq, lse2, delta,
+    cu_seqlens_q, cu_seqlens_k, the schedule)."""
+    q, k, v, dout, dq, lse2, delta, cu_seqlens_q, cu_seqlens_k, order = objects
+    total_q, n_heads, head_dim = q.shape
+    n_seqs = cu_seqlens_q.shape[0] - 1
+    is_causal, right, left = _hopper_band(band)
+    qk_scale, softcap_scale = score_scales(variant.softcap, softmax_scale)
+    block_m, block_n, stages, consumers = config
+    grid = (n_heads * tile_bound(total_q, n_seqs, consumers * block_m),)  # items: (sequence, head, query rows)
+    return gluon_plan(
+        backward_hopper._attn_bwd_dq_hopper,
+        grid,
+        (
+            packed_descriptor(q, block_m),
+            packed_descriptor(dout, block_m),
+            packed_descriptor(k, block_n),
+            packed_descriptor(v, block_n),
+            packed_descriptor(dq, block_m),  # (unread: dQ leaves by masked stores)
+            lse2,
+            delta,
+            n_heads,
+            n_heads // k.shape[1],
+            0,  # seqlen_q and seqlen_k, per sequence in the kernel
+            0,
+            right,
+            softmax_scale,
+            qk_scale,
+            left,
+            softcap_scale,
+            dq,
+            dq.stride(0),
+            dq.stride(1),
+            cu_seqlens_q,
+            cu_seqlens_k,
+            order,
+            n_seqs,
+            total_q,
+        ),
+        dict(
+            IS_CAUSAL=is_causal,
+            IS_LOCAL=band.is_local,
+            SOFTCAP=variant.softcap > 0,
+            STAGES=stages,
+            N_CONSUMERS=consumers,
+            VARLEN=True,
+        ),
+        4,
+        objects,
+    )
