@@ -300,8 +300,9 @@ def _recording(monkeypatch):
 def test_varlen_takes_the_gluon_forward_where_dense_does(monkeypatch):
     """The forward calls the dense Hopper forward takes (fp16/bf16, head dims with a tuned config, plain, causal,
     windows, softcap) go to ``varlen_fwd_hopper``; ALiBi, dropout, other head dims and fp32 stay on the portable
-    kernel, and so does the backward."""
+    kernel."""
     calls = _recording(monkeypatch)
+    _recording_backward(monkeypatch)
 
     def routed(head_dim=64, dtype=torch.float16, **options):
         q, k, v, cu_q, cu_k = packed_inputs([20, 0, 33], [20, 0, 33], 4, 2, head_dim, dtype, seed=3)
@@ -319,7 +320,7 @@ def test_varlen_takes_the_gluon_forward_where_dense_does(monkeypatch):
     assert not routed(dtype=torch.float32)
     assert not routed(alibi_slopes=torch.full((4,), 0.1, device=DEVICE))
     assert not routed(dropout_p=0.1)
-    # the backward recomputes on the portable kernels from the forward's output and LSE
+    # the backward recomputes from the forward's output and LSE
     q, k, v, cu_q, cu_k = packed_inputs([20, 7], [20, 7], 2, 2, 64, torch.float16)
     calls.clear()
     out, lse = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 20, 20, return_lse=True)
@@ -327,6 +328,190 @@ def test_varlen_takes_the_gluon_forward_where_dense_does(monkeypatch):
     args = calls[0]
     assert args[3] is out or args[3].shape == out.shape  # written in place
     assert args[4] is lse
+
+
+def _recording_backward(monkeypatch):
+    """Calls to ``varlen_bwd_dkdv_hopper`` and ``varlen_bwd_dq_hopper`` recorded as ("dkdv" or "dq", args) (and
+    not run), with the Hopper checks of ``gluon_runs`` passed as on an H200 for fp16/bf16."""
+    from flashdoc.kernels import backward_hopper, forward_hopper, varlen
+
+    calls = []
+    for name in ("dkdv", "dq"):
+        monkeypatch.setattr(
+            varlen, f"varlen_bwd_{name}_hopper", lambda *args, name=name, **kwargs: calls.append((name, args))
+        )
+    runs = lambda q: q.dtype in (torch.float16, torch.bfloat16)  # noqa: E731
+    monkeypatch.setattr(forward_hopper, "gluon_runs", runs)
+    monkeypatch.setattr(backward_hopper, "gluon_runs", runs)
+    return calls
+
+
+def test_varlen_takes_the_gluon_backward_where_dense_does(monkeypatch):
+    """The backward's dK/dV and dQ go to the Hopper varlen kernels where the dense Hopper backward takes the call
+    (fp16/bf16, the head dims and masks with a tuned config, windows, softcap), never to the fused dK/dV/dQ
+    kernel; ALiBi, dropout, untuned keys (d = 64 without a mask, d = 32), fp32 and a given config stay portable.
+    The Hopper launches get the preprocess's (1, H, total_q) LSE and delta and each kernel its schedule."""
+    from flashdoc.kernels import varlen
+    from flashdoc.kernels.backward import bwd_configs_for
+
+    calls = _recording_backward(monkeypatch)
+    # (nor the Hopper forward: its stand-in writes zeros and an infinite LSE, P = 0, for the portable backward)
+    monkeypatch.setattr(
+        varlen, "varlen_fwd_hopper", lambda q, k, v, out, lse, *args: (out.zero_(), lse.fill_(float("inf")))
+    )
+
+    def routed(head_dim=64, dtype=torch.float16, causal=True, **options):
+        q, k, v, cu_q, cu_k = packed_inputs([20, 0, 33], [20, 0, 33], 4, 2, head_dim, dtype, seed=3)
+        calls.clear()
+        out = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 33, 33, causal=causal, **options)
+        out.float().sum().backward()
+        return sorted(name for name, _ in calls)
+
+    both = ["dkdv", "dq"]
+    assert routed() == both
+    assert routed(head_dim=59) == both  # padded to 64
+    assert routed(head_dim=128, causal=False) == both
+    assert routed(head_dim=128, causal=False, window_size=(8, 0)) == both
+    assert routed(head_dim=64, causal=False, window_size=(8, -1)) == both  # a window takes the causal entry
+    assert routed(head_dim=256, causal=False, softcap=20.0) == both
+    assert routed(head_dim=64, causal=False) == []  # the dense call's key has no config either
+    assert routed(head_dim=32) == []
+    assert routed(dtype=torch.float32) == []
+    assert routed(alibi_slopes=torch.full((4,), 0.1, device=DEVICE)) == []
+    assert routed(dropout_p=0.1) == []
+    assert routed(deterministic=False) == both  # (no fused kernel: split kernels, each element written once)
+
+    q, k, v, cu_q, cu_k = (
+        t.detach() if t.requires_grad else t for t in packed_inputs([20, 7], [9, 30], 4, 2, 128, torch.bfloat16)
+    )
+    out, lse = torch.zeros_like(q), torch.full((4, 27), float("inf"), device=DEVICE)
+    grads = [torch.zeros_like(t) for t in (q, k, v)]
+    calls.clear()
+    varlen.varlen_bwd(torch.ones_like(q), q, k, v, out, lse, None, *grads, cu_q, cu_k, 20, 30, 0.1, True)
+    (_, dkdv), (_, dq) = sorted(calls, key=lambda c: c[0])
+    assert all(a is b for a, b in zip(dkdv[:6], (q, k, v, dkdv[3], grads[1], grads[2]))) and dq[4] is grads[0]
+    for args in (dkdv[6:], dq[5:]):
+        lse2, delta, cu_q_, cu_k_, order, max_seqlen_k, scale, causal, _variant = args
+        assert lse2.shape == delta.shape == (1, 4, 27) and cu_q_ is cu_q and cu_k_ is cu_k
+        assert (max_seqlen_k, scale, causal) == (30, 0.1, True)
+    assert dkdv[10].tolist() == schedule(cu_q).tolist() and dq[9].tolist() == schedule(cu_k).tolist()
+    calls.clear()
+    varlen.varlen_bwd(
+        torch.ones_like(q),
+        q,
+        k,
+        v,
+        out,
+        lse,
+        None,
+        *grads,
+        cu_q,
+        cu_k,
+        20,
+        30,
+        0.1,
+        True,
+        bwd_configs_for(128, torch.bfloat16, True)[0],
+    )
+    assert calls == []  # a config keeps both kernels portable
+
+
+# the Hopper dK/dV and dQ kernels' parameters, in order, up to their constexprs
+HOPPER_DKDV_ARGS = (
+    "q_desc do_desc k_desc v_desc dk_desc dv_desc dq_desc LSE2 DELTA n_heads group_size seqlen_q seqlen_k "
+    "right_offset softmax_scale qk_scale left_offset softcap_scale DK DV stride_dks stride_dkh stride_dvs stride_dvh "
+    "CU_Q CU_K ORDER n_seqs total_q"
+).split()
+HOPPER_WIDE_ARGS = [name for name in HOPPER_DKDV_ARGS if name != "dq_desc"]
+HOPPER_DQ_ARGS = (
+    "q_desc do_desc k_desc v_desc dq_desc LSE2 DELTA n_heads group_size seqlen_q seqlen_k right_offset "
+    "softmax_scale qk_scale left_offset softcap_scale DQ stride_dqs stride_dqh CU_Q CU_K ORDER n_seqs total_q"
+).split()
+
+
+def _hopper_bwd_launches(monkeypatch, lens_q, lens_k, head_dim=64, n_heads=4, n_kv_heads=2, **options):
+    """The launches ``varlen_bwd_dkdv_hopper`` and ``varlen_bwd_dq_hopper`` plan for a call, as (kernel name,
+    grid, arguments by name, constexprs), worked out on the host and not run."""
+    from flashdoc.kernels import backward_hopper, varlen
+    from flashdoc.kernels.mask import Variant
+
+    launches = []
+    for name in ("_attn_bwd_dkdv_hopper", "_attn_bwd_dkdv_hopper_wide", "_attn_bwd_dq_hopper"):
+        monkeypatch.setattr(backward_hopper, name, name, raising=False)
+    names = {
+        "_attn_bwd_dkdv_hopper": HOPPER_DKDV_ARGS,
+        "_attn_bwd_dkdv_hopper_wide": HOPPER_WIDE_ARGS,
+        "_attn_bwd_dq_hopper": HOPPER_DQ_ARGS,
+    }
+
+    def plan(kernel, grid, args, constexprs, num_warps, objects):
+        launches.append((kernel, grid, dict(zip(names[kernel], args, strict=True)), constexprs))
+        return lambda objects: None
+
+    monkeypatch.setattr(varlen, "gluon_plan", plan)
+    monkeypatch.setattr(varlen, "_dkdv_hopper_plans", {})
+    monkeypatch.setattr(varlen, "_dq_hopper_plans", {})
+    q, k, v, cu_q, cu_k = (
+        t.detach() if t.requires_grad else t
+        for t in packed_inputs(lens_q, lens_k, n_heads, n_kv_heads, head_dim, torch.float16)
+    )
+    grads = [torch.empty_like(t) for t in (q, k, v)]
+    lse2 = torch.zeros(1, n_heads, q.shape[0])
+    causal = options.pop("causal", False)
+    variant = Variant(**options)
+    tail = (cu_q, cu_k)
+    varlen.varlen_bwd_dkdv_hopper(
+        q, k, v, q, *grads[1:], lse2, lse2, *tail, schedule(cu_q), max(lens_k), 0.125, causal, variant
+    )
+    varlen.varlen_bwd_dq_hopper(
+        q, k, v, q, grads[0], lse2, lse2, *tail, schedule(cu_k), max(lens_k), 0.125, causal, variant
+    )
+    return launches, (q, k, v, *grads, lse2, cu_q, cu_k)
+
+
+def test_varlen_hopper_backward_launch(monkeypatch):
+    """The Hopper varlen backward's host side: descriptors over the packed tensors seen as one batch, 1-D grids
+    bounded by the items the shapes allow (dK/dV: (sequence, kv head, key block); dQ: (sequence, head, query
+    rows)), the gradients' pointers and strides for the masked stores, the band's offsets from each sequence's
+    diagonal, and the wide dK/dV kernel (half-width tiles) past head dim 128."""
+    from flashdoc.kernels.backward_hopper import HOPPER_DKDV_CONFIGS, HOPPER_DQ_CONFIGS
+    from flashdoc.kernels.varlen import UNBOUNDED_RIGHT
+
+    lens = [100, 0, 300, 1]
+    launches, (q, k, v, dq, dk, dv, lse2, cu_q, cu_k) = _hopper_bwd_launches(monkeypatch, lens, lens, causal=True)
+    (kernel, grid, args, constexprs), (dq_kernel, dq_grid, dq_args, dq_constexprs) = launches
+    block_m, block_n, stages, consumers = HOPPER_DKDV_CONFIGS[(64, True)]
+    assert kernel == "_attn_bwd_dkdv_hopper" and grid == (2 * tile_bound(401, 4, consumers * block_n),)
+    assert args["q_desc"].base is q and args["q_desc"].shape == [1, 401, 4, 64]
+    assert args["q_desc"].block_shape == [1, block_m, 1, 64] and args["k_desc"].block_shape == [1, block_n, 1, 64]
+    assert args["LSE2"].shape == [4, 401] and args["LSE2"].block_shape == [1, block_m]
+    assert args["DK"] is dk and args["DV"] is dv and (args["stride_dks"], args["stride_dkh"]) == (128, 64)
+    assert (args["n_heads"], args["group_size"], args["n_seqs"], args["total_q"]) == (4, 2, 4, 401)
+    assert args["CU_Q"] is cu_q and args["CU_K"] is cu_k and args["ORDER"].tolist() == schedule(cu_q).tolist()
+    assert args["right_offset"] == 0 and args["softmax_scale"] == 0.125
+    assert constexprs == dict(
+        IS_CAUSAL=True, IS_LOCAL=False, SOFTCAP=False, STAGES=stages, N_CONSUMERS=consumers, VARLEN=True
+    )
+    block_m, block_n, stages, consumers = HOPPER_DQ_CONFIGS[(64, True)]
+    assert dq_kernel == "_attn_bwd_dq_hopper" and dq_grid == (4 * tile_bound(401, 4, consumers * block_m),)
+    assert dq_args["DQ"] is dq and (dq_args["stride_dqs"], dq_args["stride_dqh"]) == (256, 64)
+    assert dq_args["LSE2"] is lse2 and dq_args["ORDER"].tolist() == schedule(cu_k).tolist()
+    assert dq_args["q_desc"].block_shape == [1, block_m, 1, 64] and dq_args["k_desc"].block_shape == [1, block_n, 1, 64]
+    assert dq_constexprs["VARLEN"] and dq_constexprs["N_CONSUMERS"] == consumers
+
+    launches, _ = _hopper_bwd_launches(monkeypatch, [5, 9], [7, 9], head_dim=128, window_size=(4, -1))
+    for _, _, args, constexprs in launches:
+        assert constexprs["IS_CAUSAL"] and constexprs["IS_LOCAL"]
+        assert (args["right_offset"], args["left_offset"]) == (UNBOUNDED_RIGHT, -4)
+    launches, (_, _, _, _, dk, _, _, _, _) = _hopper_bwd_launches(
+        monkeypatch, [5, 9], [7, 9], head_dim=256, softcap=30.0
+    )
+    (kernel, grid, args, constexprs), (_, _, dq_args, _) = launches
+    block_m, block_n, stages, _ = HOPPER_DKDV_CONFIGS[(256, False)]
+    assert kernel == "_attn_bwd_dkdv_hopper_wide" and grid == (2 * tile_bound(16, 2, block_n),)
+    assert args["k_desc"].block_shape == [1, block_n, 1, 128] and args["DK"] is dk
+    assert constexprs["SOFTCAP"] and not constexprs["IS_CAUSAL"] and "N_CONSUMERS" not in constexprs
+    assert dq_args["q_desc"].block_shape[3] == 256
 
 
 # the Hopper forward's parameters, in order, up to its constexprs (forward_hopper._attn_fwd_hopper)
@@ -613,16 +798,16 @@ def check_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant):
     check_varlen(lens_q, lens_k, n_heads, n_kv_heads, head_dim, torch.bfloat16, seed=head_dim, **options)
 
 
-# The sweep again on the Hopper forward (the one above pins the portable kernel): the variants it takes (ALiBi and
-# dropout stay portable), at the head dims with a config (59 runs padded to 64). The backward stays portable.
+# The sweep again on the Hopper kernels (the one above pins the portable ones): the variants they take (ALiBi and
+# dropout stay portable), at the head dims with a config (59 runs padded to 64), forward and backward.
 HOPPER = DEVICE == "cuda" and torch.cuda.get_device_capability()[0] == 9
 GLUON_VARIANTS = [name for name in GPU_VARIANTS if name not in ("alibi", "dropout")]
-on_hopper = pytest.mark.skipif(not HOPPER, reason="the Gluon varlen forward runs on Hopper GPUs only")
+on_hopper = pytest.mark.skipif(not HOPPER, reason="the Gluon varlen kernels run on Hopper GPUs only")
 
 
 def gluon_forward(monkeypatch, on: bool = True) -> list:
-    """The list that each call reaching the Hopper varlen forward adds to; with on=False no call reaches it (the
-    portable forward takes every call, as it does off Hopper)."""
+    """The list that each call reaching the Hopper varlen forward adds to; with on=False no call reaches it, nor
+    the Hopper varlen backward (the portable kernels take every call, as they do off Hopper)."""
     from flashdoc.kernels import varlen
 
     calls = []
@@ -631,6 +816,22 @@ def gluon_forward(monkeypatch, on: bool = True) -> list:
         monkeypatch.setattr(varlen, "varlen_fwd_hopper", lambda *a, **kw: calls.append(a[0].shape) or real(*a, **kw))
     else:
         monkeypatch.setattr(varlen, "gluon_varlen", lambda *args: False)
+        monkeypatch.setattr(varlen, "gluon_varlen_bwd", lambda *args: (False, False))
+    return calls
+
+
+def gluon_backward(monkeypatch) -> list:
+    """The list that each launch of the Hopper varlen backward adds its kernel's name to ("dkdv", "dq")."""
+    from flashdoc.kernels import varlen
+
+    calls = []
+    for name in ("dkdv", "dq"):
+        real = getattr(varlen, f"varlen_bwd_{name}_hopper")
+        monkeypatch.setattr(
+            varlen,
+            f"varlen_bwd_{name}_hopper",
+            lambda *a, name=name, real=real, **kw: calls.append(name) or real(*a, **kw),
+        )
     return calls
 
 
@@ -641,25 +842,48 @@ def gluon_forward(monkeypatch, on: bool = True) -> list:
 @pytest.mark.parametrize("head_dim", [59, 64, 128, 256])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", GPU_SEQLENS)
 def test_gpu_varlen_gluon(seqlen_q, seqlen_k, head_dim, mha_type, variant, monkeypatch):
+    """Forward and backward on the Hopper kernels, against the oracle: the backward where the dense Hopper
+    backward runs (not d = 64 without a mask: no tuned config there)."""
     calls = gluon_forward(monkeypatch)
+    backward = gluon_backward(monkeypatch)
     check_gpu_varlen(seqlen_q, seqlen_k, head_dim, mha_type, variant)
     assert calls
+    assert sorted(backward) == ([] if head_dim <= 64 and variant == "plain" else ["dkdv", "dq"])
 
 
 @pytest.mark.gpu
 @on_hopper
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_varlen_gluon_tile_edges(causal, dtype, head_dim, monkeypatch):
-    """Sequences one row either side of the Hopper forward's 64-row consumer tiles and 192-row items, one of one
-    token, empty ones and a long one, in one batch; cross-attention lengths shifted by one too."""
+    """Sequences one row either side of the Hopper forward's 64-row consumer tiles and 192-row items (and of the
+    backward's 64-key and 128-key blocks and 128-row dQ items), one of one token, empty ones and a long one, in
+    one batch; cross-attention lengths shifted by one too. Forward and backward on the Hopper kernels."""
     calls = gluon_forward(monkeypatch)
-    lens = [1, 63, 64, 65, 0, 127, 128, 129, 191, 192, 193, 1000, 0, 8192]
+    backward = gluon_backward(monkeypatch)
+    lens = [1, 63, 64, 65, 0, 127, 128, 129, 191, 192, 193, 255, 256, 257, 1000, 0, 8192]
     check_varlen(lens, lens, 4, 2, head_dim, dtype, causal)
     shifted = [n + 1 if b % 2 else max(n - 1, 0) for b, n in enumerate(lens)]
     check_varlen(lens, shifted, 4, 2, head_dim, dtype, causal)
     assert len(calls) == 2
+    assert sorted(backward) == ([] if head_dim == 64 and not causal else ["dkdv", "dkdv", "dq", "dq"])
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("variant", ["causal-window", "softcap"])
+def test_gpu_varlen_gluon_backward_edges_variants(variant, head_dim, monkeypatch):
+    """The Hopper varlen backward's window and softcap at tile-edge lengths, MQA, against the oracle (the
+    forward on the Hopper kernel too)."""
+    gluon_forward(monkeypatch)
+    backward = gluon_backward(monkeypatch)
+    options = dict(GPU_VARIANTS[variant])
+    lens_q = [129, 1, 0, 64, 257, 65, 700]
+    lens_k = [127, 5, 3, 64, 300, 0, 650]
+    check_varlen(lens_q, lens_k, 4, 1, head_dim, torch.bfloat16, seed=head_dim, **options)
+    assert sorted(backward) == ["dkdv", "dq"]
 
 
 @pytest.mark.gpu
@@ -676,10 +900,12 @@ def test_gpu_varlen_many_short_sequences(gluon, monkeypatch):
     """More sequences than one step of the in-kernel search covers (varlen.CHUNK, and the Hopper forward's 128),
     most shorter than a tile."""
     calls = gluon_forward(monkeypatch, gluon)
+    backward = gluon_backward(monkeypatch)
     g = torch.Generator().manual_seed(11)
     lengths = torch.randint(0, 40, (300,), generator=g).tolist()
     check_varlen(lengths, lengths, 4, 4, 64, torch.bfloat16, True)
     assert bool(calls) == gluon
+    assert sorted(backward) == (["dkdv", "dq"] if gluon else [])
 
 
 def _graph_inputs():
