@@ -106,8 +106,12 @@ def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = No
         ("variants", variants),
         (
             "varlen forward",
-            "Hopper kernel where the forward above takes the dense call; portable otherwise (the varlen "
-            "backward: portable)",
+            "Hopper kernel where the forward above takes the dense call; portable otherwise",
+        ),
+        (
+            "varlen backward",
+            "Hopper dK/dV and dQ kernels where the backward above takes the dense call (the split kernels, "
+            "never the fused one); portable otherwise",
         ),
         ("why", gluon_support.REASON),
     ]

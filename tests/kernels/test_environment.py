@@ -87,6 +87,7 @@ def test_the_report_says_which_path_and_why(monkeypatch):
         assert "Hopper (Gluon) kernel for plain and causal calls at head dims 64/128/256" in paths["forward"]
         assert "windows and softcap: Hopper kernels" in paths["variants"]
         assert "ALiBi and dropout: portable" in paths["variants"]
+        assert "Hopper dK/dV and dQ kernels" in paths["varlen backward"]
     assert "8.0" in dict(_config.kernel_paths((8, 0), interpret=False))["every call"]
     assert "no CUDA GPU" in dict(_config.kernel_paths(None))["every call"]
 
