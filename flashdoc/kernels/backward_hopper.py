@@ -47,15 +47,14 @@ Same inputs as ``backward.bwd_dkdv`` and ``backward.bwd_dq`` (GQA, both causal a
 head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the calls these kernels take here
 (``supports_dkdv``, ``supports_dq``); ``FLASHDOC_HOPPER=0`` keeps them on the portable kernels, like the forward.
 
-With VARLEN the split kernels (dK/dV narrow and wide, and dQ; not the fused one) run packed sequences of
-different lengths (``varlen.varlen_bwd_dkdv_hopper``, ``varlen_bwd_dq_hopper``), as the forward's VARLEN does:
-a 1-D grid bounds the items from the shapes alone, each program finds its (sequence, head, block) on the device
-(``_packed_item``: ``common.find_item``) and those past the last return; loads start at the sequence's rows of
-the packed tensors, the band is the sequence's own (``forward_hopper._sequence_band``), streamed query rows past
-its end get an infinite LSE (P = 0), dQ masks the keys past it, and every gradient tile leaves by masked
-register stores from shared memory (``_store_packed``), since a TMA store would write into the next sequence's
-rows. The varlen steps sit behind compile-time branches: the dense kernels' machine code does not depend on them
-(``benchmarks/kernels/code_hash.py``).
+With VARLEN the split kernels (dK/dV narrow and wide, and dQ; not the fused one) run packed sequences of different
+lengths (``varlen.varlen_bwd_dkdv_hopper``, ``varlen_bwd_dq_hopper``), as the forward's VARLEN does: a 1-D grid bounds
+the items from the shapes alone, each program finds its (sequence, head, block) on the device (``_packed_item``:
+``common.find_item``) and those past the last run an empty one; loads start at the sequence's rows of the packed
+tensors, the band is the sequence's own (``forward_hopper._sequence_band``), streamed query rows past its end get an
+infinite LSE (P = 0), dQ masks the keys past it, and every gradient tile leaves by masked register stores from shared
+memory (``_store_packed``), since a TMA store would write into the next sequence's rows. The varlen steps sit behind
+compile-time branches: the dense kernels' machine code does not depend on them (``benchmarks/kernels/code_hash.py``).
 """
 
 import torch
@@ -418,6 +417,18 @@ if GLUON:
         q_start = gl.load(CU_Q + seq)
         k_start = gl.load(CU_K + seq)
         return q_start, gl.load(CU_Q + seq + 1) - q_start, k_start, gl.load(CU_K + seq + 1) - k_start
+
+    @gluon.jit
+    def _found_sequence(CU_Q, CU_K, seq):
+        """(seq, query count, key count, query start, key start) of the sequence ``_packed_item`` found; past the
+        last item (seq < 0) an empty one, of sequence 0 with no queries and no keys, so that the program streams
+        and stores nothing. It must still run its partitions: a return before ``warp_specialize`` leaves the
+        worker warps, which start with the kernel, waiting on a state that the default warps never write (on the
+        H200 an early return there ended in an illegal instruction)."""
+        found = seq >= 0
+        seq = gl.maximum(seq, 0)
+        q_start, len_q, k_start, len_k = _packed_sequence(CU_Q, CU_K, seq)
+        return seq, gl.where(found, len_q, 0), gl.where(found, len_k, 0), q_start, k_start
 
     @gluon.jit
     def _store_packed(tile, PTR, stride_s, stride_h, start, first, length, off_h, col0):
@@ -928,13 +939,13 @@ if GLUON:
         RAGGED_KEYS (fused only): seqlen_k is not a multiple of N_CONSUMERS * BLOCK_N (``_consumer``). The mask and
         score change: ``Scores`` (not with FUSED_DQ).
 
-        VARLEN (not with FUSED_DQ): packed sequences (``varlen.varlen_bwd_dkdv_hopper``). A 1-D grid bounds the
-        items (sequence, kv head, key block) from the shapes alone; each program finds its own (``_packed_item``),
-        and those past the last return. The descriptors are ``hopper_common.packed_descriptor``s (dk_desc and
-        dv_desc go unread: dK and dV leave through DK and DV by masked stores), LSE2 and DELTA are
-        ``rows_descriptor``s over (1, heads, total_q), right_offset and left_offset are the band's offsets from
-        each sequence's bottom-right diagonal, and seqlen_q, seqlen_k go unread. DK to total_q: ``PackedKeyBlock``'s
-        and the search's (ORDER: the sequences by query length, longest first). Without it those eleven are None
+        VARLEN (not with FUSED_DQ): packed sequences (``varlen.varlen_bwd_dkdv_hopper``). A 1-D grid bounds the items
+        (sequence, kv head, key block) from the shapes alone; each program finds its own (``_packed_item``), and those
+        past the last run an empty one (``_found_sequence``). The descriptors are ``hopper_common.packed_descriptor``s
+        (dk_desc and dv_desc go unread: dK and dV leave through DK and DV by masked stores), LSE2 and DELTA are
+        ``rows_descriptor``s over (1, heads, total_q), right_offset and left_offset are the band's offsets from each
+        sequence's bottom-right diagonal, and seqlen_q, seqlen_k go unread. DK to total_q: ``PackedKeyBlock``'s and the
+        search's (ORDER: the sequences by query length, longest first). Without it those eleven are None
         (``DKDV_VARLEN_ONLY``)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
@@ -942,14 +953,12 @@ if GLUON:
         dtype: gl.constexpr = q_desc.dtype
         if VARLEN:
             seq, local = _packed_item(ORDER, CU_K, n_seqs, n_heads // group_size, N_CONSUMERS * BLOCK_N)
-            if seq < 0:
-                return
-            q_start, len_q, k_start, len_k = _packed_sequence(CU_Q, CU_K, seq)
+            seq, len_q, len_k, q_start, k_start = _found_sequence(CU_Q, CU_K, seq)
             band = _sequence_band(
                 len_q, len_k, Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
             )
             # (under the mask, the first keys, seen by the most query rows, go first)
-            n_blocks = gl.cdiv(len_k, N_CONSUMERS * BLOCK_N)
+            n_blocks = gl.maximum(gl.cdiv(len_k, N_CONSUMERS * BLOCK_N), 1)
             off_hk = local // n_blocks
             start_n = local % n_blocks * (N_CONSUMERS * BLOCK_N)
             lo, hi = _query_tiles(
@@ -1488,13 +1497,11 @@ if GLUON:
         dtype: gl.constexpr = q_desc.dtype
         if VARLEN:
             seq, local = _packed_item(ORDER, CU_K, n_seqs, n_heads // group_size, BLOCK_N)
-            if seq < 0:
-                return
-            q_start, len_q, k_start, len_k = _packed_sequence(CU_Q, CU_K, seq)
+            seq, len_q, len_k, q_start, k_start = _found_sequence(CU_Q, CU_K, seq)
             band = _sequence_band(
                 len_q, len_k, Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
             )
-            n_blocks = gl.cdiv(len_k, BLOCK_N)
+            n_blocks = gl.maximum(gl.cdiv(len_k, BLOCK_N), 1)
             off_hk = local // n_blocks
             start_n = local % n_blocks * BLOCK_N
             lo, hi = _query_tiles(
@@ -1909,13 +1916,11 @@ if GLUON:
         dtype: gl.constexpr = q_desc.dtype
         if VARLEN:
             seq, local = _packed_item(ORDER, CU_Q, n_seqs, n_heads, N_CONSUMERS * BLOCK_M)
-            if seq < 0:
-                return
-            q_start, len_q, k_start, len_k = _packed_sequence(CU_Q, CU_K, seq)
+            seq, len_q, len_k, q_start, k_start = _found_sequence(CU_Q, CU_K, seq)
             band = _sequence_band(
                 len_q, len_k, Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
             )
-            n_tiles = gl.cdiv(len_q, N_CONSUMERS * BLOCK_M)
+            n_tiles = gl.maximum(gl.cdiv(len_q, N_CONSUMERS * BLOCK_M), 1)
             off_h = local // n_tiles
             tile = local % n_tiles
             if IS_CAUSAL:
