@@ -50,7 +50,7 @@ head dims with a tuned config (64, 128, 256), fp16/bf16. ``backward`` sends the 
 With VARLEN the split kernels (dK/dV narrow and wide, and dQ; not the fused one) run packed sequences of different
 lengths (``varlen.varlen_bwd_dkdv_hopper``, ``varlen_bwd_dq_hopper``), as the forward's VARLEN does: a 1-D grid bounds
 the items from the shapes alone, each program finds its (sequence, head, block) on the device (``_packed_item``:
-``common.find_item``) and those past the last run an empty one; loads start at the sequence's rows of the packed
+``varlen.item_table``) and those past the last run an empty one; loads start at the sequence's rows of the packed
 tensors, the band is the sequence's own (``forward_hopper._sequence_band``), streamed query rows past its end get an
 infinite LSE (P = 0), dQ masks the keys past it, and every gradient tile leaves by masked register stores from shared
 memory (``_store_packed``), since a TMA store would write into the next sequence's rows. The varlen steps sit behind
@@ -60,13 +60,13 @@ compile-time branches: the dense kernels' machine code does not depend on them (
 import torch
 
 from . import cdiv, forward_hopper
-from .common import MAX_GRID_Y, find_item
+from .common import MAX_GRID_Y
 from .forward_hopper import gluon_runs
 from .hopper_common import GLUON, descriptor, mask, rows_descriptor
 from .launch import aligned, distinct, gluon_plan, layout, plan_cache, planned
 
 if GLUON:
-    from .forward_hopper import _item_layout, _rows_layout, _sequence_band
+    from .forward_hopper import _rows_layout, _sequence_band
     from .hopper_common import (
         Ring,
         Scores,
@@ -401,15 +401,13 @@ if GLUON:
         return lo, hi
 
     @gluon.jit
-    def _packed_item(ORDER, CU, n_seqs, n_units, ROWS: gl.constexpr):
+    def _packed_item(ITEMS):
         """(seq, local): this varlen program's sequence (-1 past the last item) and its place among that
-        sequence's items. Items are numbered as the portable varlen kernels number their programs: sequence by
-        sequence in ORDER (longest first), n_units (heads) x cdiv(the length in CU, ROWS) each, unit by unit
-        (``common.find_item``, the Hopper forward's search, from the first sequence on)."""
-        offs = gl.arange(0, 32 * gl.num_warps(), layout=_item_layout(gl.num_warps()))
-        zero = gl.to_tensor(0)  # (the search carries these through its loop: tensors, not constants)
-        seq, local, _, _ = find_item(gl.program_id(0), offs, ORDER, CU, n_seqs, n_units, ROWS, zero, zero)
-        return seq, local
+        sequence's items, from the table ``varlen.item_table`` wrote (``common.find_item``'s answers, one pair
+        per program). The search itself does not run here: its reductions over the default warps need shared
+        memory scratch before ``warp_specialize``, and on the H200 a kernel doing so hit an illegal instruction."""
+        pid = gl.program_id(0)
+        return gl.load(ITEMS + 2 * pid), gl.load(ITEMS + 2 * pid + 1)
 
     @gluon.jit
     def _packed_sequence(CU_Q, CU_K, seq):
@@ -919,7 +917,7 @@ if GLUON:
         stride_dvh,
         CU_Q,
         CU_K,
-        ORDER,
+        ITEMS,
         n_seqs,
         total_q,
         IS_CAUSAL: gl.constexpr,
@@ -945,14 +943,14 @@ if GLUON:
         (dk_desc and dv_desc go unread: dK and dV leave through DK and DV by masked stores), LSE2 and DELTA are
         ``rows_descriptor``s over (1, heads, total_q), right_offset and left_offset are the band's offsets from each
         sequence's bottom-right diagonal, and seqlen_q, seqlen_k go unread. DK to total_q: ``PackedKeyBlock``'s and the
-        search's (ORDER: the sequences by query length, longest first). Without it those eleven are None
-        (``DKDV_VARLEN_ONLY``)."""
+        item table (``varlen.item_table``: the sequences by query length, longest first). Without it those eleven are
+        None (``DKDV_VARLEN_ONLY``)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         if VARLEN:
-            seq, local = _packed_item(ORDER, CU_K, n_seqs, n_heads // group_size, N_CONSUMERS * BLOCK_N)
+            seq, local = _packed_item(ITEMS)
             seq, len_q, len_k, q_start, k_start = _found_sequence(CU_Q, CU_K, seq)
             band = _sequence_band(
                 len_q, len_k, Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
@@ -1478,7 +1476,7 @@ if GLUON:
         stride_dvh,
         CU_Q,
         CU_K,
-        ORDER,
+        ITEMS,
         n_seqs,
         total_q,
         IS_CAUSAL: gl.constexpr,
@@ -1496,7 +1494,7 @@ if GLUON:
         COLS: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         if VARLEN:
-            seq, local = _packed_item(ORDER, CU_K, n_seqs, n_heads // group_size, BLOCK_N)
+            seq, local = _packed_item(ITEMS)
             seq, len_q, len_k, q_start, k_start = _found_sequence(CU_Q, CU_K, seq)
             band = _sequence_band(
                 len_q, len_k, Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
@@ -1890,7 +1888,7 @@ if GLUON:
         stride_dqh,
         CU_Q,
         CU_K,
-        ORDER,
+        ITEMS,
         n_seqs,
         total_q,
         IS_CAUSAL: gl.constexpr,
@@ -1905,17 +1903,17 @@ if GLUON:
         ``forward_hopper._causal_item``'s order, as ``_key_block``'s. The variants as in
         ``_attn_bwd_dkdv_hopper``.
 
-        VARLEN: packed sequences (``varlen.varlen_bwd_dq_hopper``), as in ``_attn_bwd_dkdv_hopper``: a 1-D grid
-        bounding the items (sequence, head, query rows), each program finding its own, under the mask the last
-        rows first; LSE2 and DELTA are (heads, total_q) fp32, dq_desc goes unread (dQ leaves through DQ by masked
-        stores); DQ to total_q: ``PackedQueryBlock``'s and the search's (ORDER: the sequences by key length,
-        longest first). Without it those eight are None (``DQ_VARLEN_ONLY``)."""
+        VARLEN: packed sequences (``varlen.varlen_bwd_dq_hopper``), as in ``_attn_bwd_dkdv_hopper``: a 1-D grid bounding
+        the items (sequence, head, query rows), each program finding its own, under the mask the last rows first; LSE2
+        and DELTA are (heads, total_q) fp32, dq_desc goes unread (dQ leaves through DQ by masked stores); DQ to total_q:
+        ``PackedQueryBlock``'s and the item table (``varlen.item_table``: the sequences by key length, longest first).
+        Without it those eight are None (``DQ_VARLEN_ONLY``)."""
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = k_desc.block_type.shape[1]
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         if VARLEN:
-            seq, local = _packed_item(ORDER, CU_Q, n_seqs, n_heads, N_CONSUMERS * BLOCK_M)
+            seq, local = _packed_item(ITEMS)
             seq, len_q, len_k, q_start, k_start = _found_sequence(CU_Q, CU_K, seq)
             band = _sequence_band(
                 len_q, len_k, Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
@@ -2077,8 +2075,8 @@ def bwd_dkdv_hopper(
 
 _plans = plan_cache()
 
-# The dK/dV kernels' varlen parameters (DK, DV, their four strides, CU_Q, CU_K, ORDER, n_seqs, total_q) and the dQ
-# kernel's (DQ, its two strides, CU_Q, CU_K, ORDER, n_seqs, total_q): None in a dense launch, which Triton compiles
+# The dK/dV kernels' varlen parameters (DK, DV, their four strides, CU_Q, CU_K, ITEMS, n_seqs, total_q) and the dQ
+# kernel's (DQ, its two strides, CU_Q, CU_K, ITEMS, n_seqs, total_q): None in a dense launch, which Triton compiles
 # as constants, so that the dense kernels keep their parameters and code (``forward_hopper.VARLEN_ONLY``).
 DKDV_VARLEN_ONLY = (None,) * 11
 DQ_VARLEN_ONLY = (None,) * 8

@@ -46,7 +46,16 @@ import triton.language as tl
 
 from . import INTERPRET, LOG2E, backward_hopper, forward_hopper
 from .backward import DKDV_CONFIGS, DQ_CONFIGS, _attn_bwd_dkdv_inner, _attn_bwd_dq_inner, bwd_preprocess
-from .common import all_configs, block_d_for, configs_for, dot_precision, head_desc, prune_for, seq_bucket
+from .common import (
+    all_configs,
+    block_d_for,
+    configs_for,
+    dot_precision,
+    find_item,
+    head_desc,
+    prune_for,
+    seq_bucket,
+)
 from .forward import FWD_CONFIGS, _attn_fwd_inner
 from .hopper_common import packed_descriptor, rows_descriptor, score_scales
 from .launch import (
@@ -948,6 +957,34 @@ def _bwd_key(band: Band, softmax_scale: float, variant: Variant, config, *tensor
     )
 
 
+@triton.jit
+def _item_table(ITEMS, ORDER, CU, n_seqs, n_units, ROWS: tl.constexpr, CHUNK: tl.constexpr):
+    """ITEMS[2 i], ITEMS[2 i + 1] = (seq, local) of varlen work item i = this program's id (``find_item``; seq =
+    -1 past the last item)."""
+    i = tl.program_id(0)
+    zero = i * 0  # (the search carries these through its loop: tensors, not constants)
+    seq, local, _, _ = find_item(i, tl.arange(0, CHUNK), ORDER, CU, n_seqs, n_units, ROWS, zero, zero)
+    tl.store(ITEMS + 2 * i, seq)
+    tl.store(ITEMS + 2 * i + 1, local)
+
+
+ITEM_TABLE_CONFIG = triton.Config({}, num_warps=4, num_stages=1)
+
+
+def item_table(order, cu_seqlens, n_units: int, rows: int, n_programs: int) -> torch.Tensor:
+    """(seq, local) of each of n_programs varlen work items, as an int32 (n_programs, 2) table on the device: the
+    Hopper backward kernels' programs read theirs from it. Items are numbered as ``find_tile`` numbers the
+    portable kernels' programs (sequences in ``order``, n_units x cdiv(length, rows) items each). The search
+    runs in this small kernel rather than at the top of the warp-specialised ones (``backward_hopper._packed_item``
+    says why); nothing reads the table on the host."""
+    items = torch.empty(n_programs, 2, dtype=torch.int32, device=order.device)
+    n_seqs = cu_seqlens.shape[0] - 1
+    meta = dict(ROWS=rows, CHUNK=CHUNK)
+    args = (items, order, cu_seqlens, n_seqs, n_units)
+    launch(_item_table, None, lambda _: (n_programs,), args, meta, ITEM_TABLE_CONFIG, ITEM_TABLE_CONFIG)
+    return items
+
+
 def varlen_bwd_dkdv_hopper(
     q,
     k,
@@ -977,7 +1014,12 @@ def varlen_bwd_dkdv_hopper(
     config = config or backward_hopper.HOPPER_DKDV_CONFIGS[key]
     # the producer copies each streamed tile's LSE and delta rows into the ring with its Q and dO
     rows = (rows_descriptor(lse2, config[0]), rows_descriptor(delta, config[0]))
-    objects = (q, k, v, dout, dk, dv, *rows, cu_seqlens_q, cu_seqlens_k, order)
+    # items: (sequence, kv head, key block); the wide kernel's two consumers share one block of keys
+    block_m, block_n, _, consumers = config
+    keys = block_n if q.shape[-1] > backward_hopper.MAX_NARROW_HEAD_DIM else consumers * block_n
+    n_programs = k.shape[1] * tile_bound(k.shape[0], cu_seqlens_k.shape[0] - 1, keys)
+    items = item_table(order, cu_seqlens_k, k.shape[1], keys, n_programs)
+    objects = (q, k, v, dout, dk, dv, *rows, cu_seqlens_q, cu_seqlens_k, items)
     plan = planned(
         _dkdv_hopper_plans,
         _bwd_key(band, softmax_scale, variant, config, q, k, v, dout, dk, dv, cu_seqlens_q, cu_seqlens_k),
@@ -991,8 +1033,8 @@ _dkdv_hopper_plans = plan_cache()
 
 def _dkdv_hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant, config):
     """``varlen_bwd_dkdv_hopper``'s launch for the layout of ``objects`` (q, k, v, dout, dk, dv, the LSE's and
-    delta's ``rows_descriptor``s, cu_seqlens_q, cu_seqlens_k, the schedule)."""
-    q, k, v, dout, dk, dv, lse2_rows, delta_rows, cu_seqlens_q, cu_seqlens_k, order = objects
+    delta's ``rows_descriptor``s, cu_seqlens_q, cu_seqlens_k, the ``item_table``)."""
+    q, k, v, dout, dk, dv, lse2_rows, delta_rows, cu_seqlens_q, cu_seqlens_k, items = objects
     total_q, n_heads, head_dim = q.shape
     total_k, n_kv_heads = k.shape[0], k.shape[1]
     n_seqs = cu_seqlens_q.shape[0] - 1
@@ -1019,7 +1061,7 @@ def _dkdv_hopper_plan(objects, band: Band, softmax_scale: float, variant: Varian
         dv.stride(1),
         cu_seqlens_q,
         cu_seqlens_k,
-        order,
+        items,
         n_seqs,
         total_q,
     )
@@ -1085,7 +1127,10 @@ def varlen_bwd_dq_hopper(
     variant = variant or Variant()
     band = Band(causal, variant.window_size, max_seqlen_k)
     config = config or backward_hopper.HOPPER_DQ_CONFIGS[forward_hopper.table_key(q, causal, variant.window_size)]
-    objects = (q, k, v, dout, dq, lse2, delta, cu_seqlens_q, cu_seqlens_k, order)
+    block_m, _, _, consumers = config
+    n_programs = q.shape[1] * tile_bound(q.shape[0], cu_seqlens_q.shape[0] - 1, consumers * block_m)
+    items = item_table(order, cu_seqlens_q, q.shape[1], consumers * block_m, n_programs)
+    objects = (q, k, v, dout, dq, lse2, delta, cu_seqlens_q, cu_seqlens_k, items)
     plan = planned(
         _dq_hopper_plans,
         _bwd_key(band, softmax_scale, variant, config, q, k, v, dout, dq, lse2, delta, cu_seqlens_q, cu_seqlens_k),
@@ -1099,8 +1144,8 @@ _dq_hopper_plans = plan_cache()
 
 def _dq_hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant, config):
     """``varlen_bwd_dq_hopper``'s launch for the layout of ``objects`` (q, k, v, dout, dq, lse2, delta,
-    cu_seqlens_q, cu_seqlens_k, the schedule)."""
-    q, k, v, dout, dq, lse2, delta, cu_seqlens_q, cu_seqlens_k, order = objects
+    cu_seqlens_q, cu_seqlens_k, the ``item_table``)."""
+    q, k, v, dout, dq, lse2, delta, cu_seqlens_q, cu_seqlens_k, items = objects
     total_q, n_heads, head_dim = q.shape
     n_seqs = cu_seqlens_q.shape[0] - 1
     is_causal, right, left = _hopper_band(band)
@@ -1132,7 +1177,7 @@ def _dq_hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant,
             dq.stride(1),
             cu_seqlens_q,
             cu_seqlens_k,
-            order,
+            items,
             n_seqs,
             total_q,
         ),

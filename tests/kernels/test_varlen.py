@@ -420,12 +420,12 @@ def test_varlen_takes_the_gluon_backward_where_dense_does(monkeypatch):
 HOPPER_DKDV_ARGS = (
     "q_desc do_desc k_desc v_desc dk_desc dv_desc dq_desc LSE2 DELTA n_heads group_size seqlen_q seqlen_k "
     "right_offset softmax_scale qk_scale left_offset softcap_scale DK DV stride_dks stride_dkh stride_dvs stride_dvh "
-    "CU_Q CU_K ORDER n_seqs total_q"
+    "CU_Q CU_K ITEMS n_seqs total_q"
 ).split()
 HOPPER_WIDE_ARGS = [name for name in HOPPER_DKDV_ARGS if name != "dq_desc"]
 HOPPER_DQ_ARGS = (
     "q_desc do_desc k_desc v_desc dq_desc LSE2 DELTA n_heads group_size seqlen_q seqlen_k right_offset "
-    "softmax_scale qk_scale left_offset softcap_scale DQ stride_dqs stride_dqh CU_Q CU_K ORDER n_seqs total_q"
+    "softmax_scale qk_scale left_offset softcap_scale DQ stride_dqs stride_dqh CU_Q CU_K ITEMS n_seqs total_q"
 ).split()
 
 
@@ -469,6 +469,12 @@ def _hopper_bwd_launches(monkeypatch, lens_q, lens_k, head_dim=64, n_heads=4, n_
     return launches, (q, k, v, *grads, lse2, cu_q, cu_k)
 
 
+def expected_items(order, lengths, n_units, rows, n_programs):
+    """``varlen.item_table``'s table by hand: (sequence, its item) for each item in order, then (-1, 0)."""
+    items = [[b, local] for b in order.tolist() for local in range(n_units * -(-lengths[b] // rows))]
+    return items + [[-1, 0]] * (n_programs - len(items))
+
+
 def test_varlen_hopper_backward_launch(monkeypatch):
     """The Hopper varlen backward's host side: descriptors over the packed tensors seen as one batch, 1-D grids
     bounded by the items the shapes allow (dK/dV: (sequence, kv head, key block); dQ: (sequence, head, query
@@ -487,7 +493,9 @@ def test_varlen_hopper_backward_launch(monkeypatch):
     assert args["LSE2"].shape == [4, 401] and args["LSE2"].block_shape == [1, block_m]
     assert args["DK"] is dk and args["DV"] is dv and (args["stride_dks"], args["stride_dkh"]) == (128, 64)
     assert (args["n_heads"], args["group_size"], args["n_seqs"], args["total_q"]) == (4, 2, 4, 401)
-    assert args["CU_Q"] is cu_q and args["CU_K"] is cu_k and args["ORDER"].tolist() == schedule(cu_q).tolist()
+    assert args["CU_Q"] is cu_q and args["CU_K"] is cu_k
+    # each program's (sequence, item in it): sequences longest first by queries, 2 kv heads x key blocks each
+    assert args["ITEMS"].tolist() == expected_items(schedule(cu_q), lens, 2, consumers * block_n, grid[0])
     assert args["right_offset"] == 0 and args["softmax_scale"] == 0.125
     assert constexprs == dict(
         IS_CAUSAL=True, IS_LOCAL=False, SOFTCAP=False, STAGES=stages, N_CONSUMERS=consumers, VARLEN=True
@@ -495,7 +503,8 @@ def test_varlen_hopper_backward_launch(monkeypatch):
     block_m, block_n, stages, consumers = HOPPER_DQ_CONFIGS[(64, True)]
     assert dq_kernel == "_attn_bwd_dq_hopper" and dq_grid == (4 * tile_bound(401, 4, consumers * block_m),)
     assert dq_args["DQ"] is dq and (dq_args["stride_dqs"], dq_args["stride_dqh"]) == (256, 64)
-    assert dq_args["LSE2"] is lse2 and dq_args["ORDER"].tolist() == schedule(cu_k).tolist()
+    assert dq_args["LSE2"] is lse2
+    assert dq_args["ITEMS"].tolist() == expected_items(schedule(cu_k), lens, 4, consumers * block_m, dq_grid[0])
     assert dq_args["q_desc"].block_shape == [1, block_m, 1, 64] and dq_args["k_desc"].block_shape == [1, block_n, 1, 64]
     assert dq_constexprs["VARLEN"] and dq_constexprs["N_CONSUMERS"] == consumers
 
