@@ -52,6 +52,7 @@ POINTERS = {
     "CU_Q": "*i32",
     "CU_K": "*i32",
     "ORDER": "*i32",
+    "ITEMS": "*i32",
 }
 FLOATS = {"qk_scale", "softmax_scale", "softcap_scale"}
 QUERY_ROWS = ("q_desc", "do_desc", "o_desc", "dq_desc")  # tiles of query rows; the other descriptors hold keys
@@ -139,6 +140,7 @@ VARLEN_ARGS = ("O", "stride_os", "stride_oh", "CU_Q", "CU_K", "ORDER", "n_seqs",
 BWD_VARLEN_ARGS = (
     *("DK", "DV", "stride_dks", "stride_dkh", "stride_dvs", "stride_dvh"),
     *("DQ", "stride_dqs", "stride_dqh"),
+    "ITEMS",
 )
 # the ones a launch on packed (total, heads, head dim) tensors gets specialised as multiples of 16
 BWD_VARLEN_DIVISIBLE = (
