@@ -334,8 +334,38 @@ def bench(head_dims=(128,), total=65536, heads=16, seeds=(0,)):
                     )
 
 
+def first_call(head_dim=64):
+    """One tiny case per launch, each followed by a synchronize, so that a kernel that faults is the one named
+    (run it under CUDA_LAUNCH_BLOCKING=1, and under compute-sanitizer for the faulting instruction): the LSE's
+    preprocess, the item tables, dK/dV, then dQ, without and with the causal mask."""
+    from flashdoc.kernels.backward import bwd_preprocess
+
+    lens = [100, 0, 300, 1]
+    cu, total = cu_seqlens(lens), sum(lens)
+    order = varlen.schedule(cu)
+    for causal in (False, True):
+        q, k, v, dout, out = (torch.randn(total, 4, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(5))
+        lse = torch.randn(4, total, device="cuda")
+        dq, dk, dv = (torch.full_like(q, float("nan")) for _ in range(3))
+        steps = {
+            "preprocess": lambda: bwd_preprocess(dout.unsqueeze(0), out.unsqueeze(0), lse.unsqueeze(0), None),
+            "item table": lambda: varlen.item_table(order, cu, 4, 128, 4 * varlen.tile_bound(total, 4, 128)),
+        }
+        with on_device(q.device):
+            delta, lse2 = steps["preprocess"]()
+        tail = (cu, cu, order, max(lens), 0.125, causal, Variant())
+        steps["dkdv"] = lambda: varlen.varlen_bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, *tail)
+        steps["dq"] = lambda: varlen.varlen_bwd_dq_hopper(q, k, v, dout, dq, lse2, delta, *tail)
+        with on_device(q.device):
+            for name, step in steps.items():
+                step()
+                torch.cuda.synchronize()
+                print(f"causal={causal} {name}: ok", flush=True)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
+    ap.add_argument("--first-call", action="store_true")
     ap.add_argument("--aot", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
@@ -343,6 +373,8 @@ if __name__ == "__main__":
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     a = ap.parse_args()
     failed = 0
+    if a.first_call:
+        first_call()
     if a.aot:
         aot(a.head_dims or (64, 128, 256))
     if a.check:
