@@ -6,6 +6,8 @@ varlen backward (``varlen._varlen_bwd_dkdv``, ``_varlen_bwd_dq``).
         # compile every variant for sm_90 here (a Triton 3.6 wheel in /tmp/t36, no GPU): registers, spills
     PYTHONPATH=. python benchmarks/kernels/gluon_varlen_bwd.py --check     # on an H200: against the portable one
     PYTHONPATH=. python benchmarks/kernels/gluon_varlen_bwd.py --bench     # on an H200: TFLOP/s, three ways
+    CUDA_LAUNCH_BLOCKING=1 PYTHONPATH=. python benchmarks/kernels/gluon_varlen_bwd.py --first-call
+        # one tiny case, launch by launch, each synchronised: names the kernel that faults
 
 ``--check`` runs random length mixes (with lengths 0, 1, 63, 64, 65, 127, 128, 129, 1000 and 8192 among them)
 through one forward, then both backwards from its output and LSE: causal and not, windows, softcap, GQA, d = 64,
