@@ -6,8 +6,8 @@ varlen backward (``varlen._varlen_bwd_dkdv``, ``_varlen_bwd_dq``).
         # compile every variant for sm_90 here (a Triton 3.6 wheel in /tmp/t36, no GPU): registers, spills
     PYTHONPATH=. python benchmarks/kernels/gluon_varlen_bwd.py --check     # on an H200: against the portable one
     PYTHONPATH=. python benchmarks/kernels/gluon_varlen_bwd.py --bench     # on an H200: TFLOP/s, three ways
-    CUDA_LAUNCH_BLOCKING=1 PYTHONPATH=. python benchmarks/kernels/gluon_varlen_bwd.py --first-call
-        # one tiny case, launch by launch, each synchronised: names the kernel that faults
+    CUDA_LAUNCH_BLOCKING=1 PYTHONPATH=. python benchmarks/kernels/gluon_varlen_bwd.py --first-call --lengths 1 1000
+        # one small case (d = 128), launch by launch, each synchronised: names the kernel that faults
 
 ``--check`` runs random length mixes (with lengths 0, 1, 63, 64, 65, 127, 128, 129, 1000 and 8192 among them)
 through one forward, then both backwards from its output and LSE: causal and not, windows, softcap, GQA, d = 64,
@@ -336,22 +336,23 @@ def bench(head_dims=(128,), total=65536, heads=16, seeds=(0,)):
                     )
 
 
-def first_call(head_dim=64):
+def first_call(lengths=(100, 0, 300, 1), head_dim=128, kv_heads=4):
     """One tiny case per launch, each followed by a synchronize, so that a kernel that faults is the one named
     (run it under CUDA_LAUNCH_BLOCKING=1, and under compute-sanitizer for the faulting instruction): the LSE's
     preprocess, the item tables, dK/dV, then dQ, without and with the causal mask."""
     from flashdoc.kernels.backward import bwd_preprocess
 
-    lens = [100, 0, 300, 1]
+    lens = list(lengths)
     cu, total = cu_seqlens(lens), sum(lens)
     order = varlen.schedule(cu)
     for causal in (False, True):
-        q, k, v, dout, out = (torch.randn(total, 4, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(5))
+        q, dout, out = (torch.randn(total, 4, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        k, v = (torch.randn(total, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         lse = torch.randn(4, total, device="cuda")
         dq, dk, dv = (torch.full_like(q, float("nan")) for _ in range(3))
         steps = {
             "preprocess": lambda: bwd_preprocess(dout.unsqueeze(0), out.unsqueeze(0), lse.unsqueeze(0), None),
-            "item table": lambda: varlen.item_table(order, cu, 4, 128, 4 * varlen.tile_bound(total, 4, 128)),
+            "item table": lambda: varlen.item_table(order, cu, 4, 128, 4 * varlen.tile_bound(total, len(lens), 128)),
         }
         with on_device(q.device):
             delta, lse2 = steps["preprocess"]()
@@ -368,6 +369,7 @@ def first_call(head_dim=64):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--first-call", action="store_true")
+    ap.add_argument("--lengths", type=int, nargs="+", default=[100, 0, 300, 1], help="--first-call's sequences")
     ap.add_argument("--aot", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
@@ -376,7 +378,7 @@ if __name__ == "__main__":
     a = ap.parse_args()
     failed = 0
     if a.first_call:
-        first_call()
+        first_call(a.lengths)
     if a.aot:
         aot(a.head_dims or (64, 128, 256))
     if a.check:
