@@ -404,8 +404,8 @@ if GLUON:
     def _packed_item(ITEMS):
         """(seq, local): this varlen program's sequence (-1 past the last item) and its place among that
         sequence's items, from the table ``varlen.item_table`` wrote (``common.find_item``'s answers, one pair
-        per program). The search itself does not run here: its reductions over the default warps need shared
-        memory scratch before ``warp_specialize``, and on the H200 a kernel doing so hit an illegal instruction."""
+        per program). The search runs in that small kernel rather than here, on the default warps before
+        ``warp_specialize``, where its reductions would need shared-memory scratch of their own."""
         pid = gl.program_id(0)
         return gl.load(ITEMS + 2 * pid), gl.load(ITEMS + 2 * pid + 1)
 
@@ -420,9 +420,8 @@ if GLUON:
     def _found_sequence(CU_Q, CU_K, seq):
         """(seq, query count, key count, query start, key start) of the sequence ``_packed_item`` found; past the
         last item (seq < 0) an empty one, of sequence 0 with no queries and no keys, so that the program streams
-        and stores nothing. It must still run its partitions: a return before ``warp_specialize`` leaves the
-        worker warps, which start with the kernel, waiting on a state that the default warps never write (on the
-        H200 an early return there ended in an illegal instruction)."""
+        and stores nothing. It still runs its partitions: the worker warps start with the kernel and wait for
+        the default warps to hand them their partition, which a return before ``warp_specialize`` never does."""
         found = seq >= 0
         seq = gl.maximum(seq, 0)
         q_start, len_q, k_start, len_k = _packed_sequence(CU_Q, CU_K, seq)
