@@ -242,8 +242,9 @@ if GLUON:
     class PackedKeyBlock:
         """``KeyBlock`` for one sequence of a varlen launch (off_b 0, seqlen_q and seqlen_k the sequence's
         lengths, start_n, lo and hi counted from its first key and query), with where its rows start in the
-        packed tensors (q_start, k_start) and where dK and dV go: DK, DV (total_k, kv heads, head dim) with their
-        row and head strides, written by masked stores (``_store_packed``)."""
+        packed tensors (q_start, k_start), where they start in the LSE's and delta's rows (lse_start:
+        ``_lse_start``), and where dK and dV go: DK, DV (total_k, kv heads, head dim) with their row and head
+        strides, written by masked stores (``_store_packed``)."""
 
         off_b: gl.tensor
         off_hk: gl.tensor
@@ -255,6 +256,7 @@ if GLUON:
         seqlen_k: gl.tensor
         q_start: gl.tensor
         k_start: gl.tensor
+        lse_start: gl.tensor
         DK: gl.tensor
         DV: gl.tensor
         stride_dks: gl.tensor
@@ -276,6 +278,7 @@ if GLUON:
             seqlen_k,
             q_start,
             k_start,
+            lse_start,
             DK,
             DV,
             stride_dks,
@@ -293,6 +296,7 @@ if GLUON:
             self.seqlen_k = seqlen_k
             self.q_start = q_start
             self.k_start = k_start
+            self.lse_start = lse_start
             self.DK = DK
             self.DV = DV
             self.stride_dks = stride_dks
@@ -472,6 +476,14 @@ if GLUON:
             tma_load(b_desc, [off_b, row0 + c * ROWS, off_h, 0], ready, b_smem.index(c))
 
     @gluon.jit
+    def _lse_start(q_start, seq, BLOCK_M: gl.constexpr):
+        """Where sequence seq's rows start in a varlen dK/dV launch's LSE and delta (``varlen.padded_rows``): at a
+        multiple of BLOCK_M, since a TMA tile must start on 16 bytes and q_start need not (FlashAttention-3 pads
+        its varlen LSE and dPsum so). Sequence b's rows start at (q_start + b BLOCK_M) // BLOCK_M * BLOCK_M, which
+        leaves each sequence room for all its rows before the next one's."""
+        return (q_start + seq * BLOCK_M) // BLOCK_M * BLOCK_M
+
+    @gluon.jit
     def _load_rows(lse2_desc, delta_desc, lse2_dst, delta_dst, ready, row, start_m):
         """One streamed tile's rows of the LSE and delta (``rows_descriptor``s), from query start_m of (batch,
         head) row, into a ring slot, arriving on the slot's barrier with its Q and dO."""
@@ -499,6 +511,9 @@ if GLUON:
         if block.VARLEN:  # rows of the packed tensors (off_b is 0): past the sequence's end, the next one's
             key_row += block.k_start
             q_row += block.q_start
+        lse_col = q_row
+        if block.VARLEN:  # the LSE's and delta's rows start elsewhere (``_lse_start``)
+            lse_col = lo + block.lse_start
         _load_resident(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, key_row, off_hk)
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         nbytes: gl.constexpr = (
@@ -520,7 +535,7 @@ if GLUON:
                     delta_smem.index(s),
                     qdo_ready.index(s),
                     off_b * n_heads + off_h,
-                    q_row + j * BLOCK_M,
+                    lse_col + j * BLOCK_M,
                 )
 
     # --8<-- [start:hopper_bwd_step]
@@ -1019,6 +1034,7 @@ if GLUON:
                 len_k,
                 q_start,
                 k_start,
+                _lse_start(q_start, seq, BLOCK_M),
                 DK,
                 DV,
                 stride_dks,
@@ -1173,6 +1189,9 @@ if GLUON:
         if block.VARLEN:  # rows of the packed tensors, as in ``_producer``
             key_row += block.k_start
             q_row += block.q_start
+        lse_col = q_row
+        if block.VARLEN:
+            lse_col = lo + block.lse_start
         mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
         for h in gl.static_range(2):
             tma_load(k_desc, [off_b, key_row, off_hk, h * COLS], kv_ready, k_smem.index(h))
@@ -1210,7 +1229,7 @@ if GLUON:
                     delta_smem.index(s),
                     qdo_ready.index(s),
                     off_b * n_heads + off_h,
-                    q_row + j * BLOCK_M,
+                    lse_col + j * BLOCK_M,
                 )
 
     # --8<-- [start:hopper_bwd_wide_step]
@@ -1556,6 +1575,7 @@ if GLUON:
                 len_k,
                 q_start,
                 k_start,
+                _lse_start(q_start, seq, BLOCK_M),
                 DK,
                 DV,
                 stride_dks,

@@ -456,7 +456,7 @@ def _hopper_bwd_launches(monkeypatch, lens_q, lens_k, head_dim=64, n_heads=4, n_
         for t in packed_inputs(lens_q, lens_k, n_heads, n_kv_heads, head_dim, torch.float16)
     )
     grads = [torch.empty_like(t) for t in (q, k, v)]
-    lse2 = torch.zeros(1, n_heads, q.shape[0])
+    lse2 = torch.randn(1, n_heads, q.shape[0])  # (distinct values: the padded copy must move each one)
     causal = options.pop("causal", False)
     variant = Variant(**options)
     tail = (cu_q, cu_k)
@@ -490,7 +490,12 @@ def test_varlen_hopper_backward_launch(monkeypatch):
     assert kernel == "_attn_bwd_dkdv_hopper" and grid == (2 * tile_bound(401, 4, consumers * block_n),)
     assert args["q_desc"].base is q and args["q_desc"].shape == [1, 401, 4, 64]
     assert args["q_desc"].block_shape == [1, block_m, 1, 64] and args["k_desc"].block_shape == [1, block_n, 1, 64]
-    assert args["LSE2"].shape == [4, 401] and args["LSE2"].block_shape == [1, block_m]
+    # the LSE's rows per sequence from a multiple of block_m (TMA tiles start on 16 bytes; 100 and 400 do not)
+    starts = [(start + b * block_m) // block_m * block_m for b, start in enumerate(cu_q[:-1].tolist())]
+    assert args["LSE2"].shape == [4, -(-(401 + 4 * block_m) // block_m) * block_m]
+    assert args["LSE2"].block_shape == [1, block_m]
+    for b, (start, n) in enumerate(zip(cu_q[:-1].tolist(), lens, strict=True)):
+        assert torch.equal(args["LSE2"].base[:, starts[b] : starts[b] + n], lse2[0, :, start : start + n])
     assert args["DK"] is dk and args["DV"] is dv and (args["stride_dks"], args["stride_dkh"]) == (128, 64)
     assert (args["n_heads"], args["group_size"], args["n_seqs"], args["total_q"]) == (4, 2, 4, 401)
     assert args["CU_Q"] is cu_q and args["CU_K"] is cu_k
