@@ -475,6 +475,26 @@ def expected_items(order, lengths, n_units, rows, n_programs):
     return items + [[-1, 0]] * (n_programs - len(items))
 
 
+@pytest.mark.parametrize("block", [64, 128])
+def test_padded_rows_start_each_sequence_on_a_block(block):
+    """``padded_rows`` moves each sequence's LSE rows to a start that is a multiple of block (where TMA tiles of
+    them start on 16 bytes), keeps every row, and gives each sequence room for its rows before the next one."""
+    from flashdoc.kernels.varlen import padded_rows
+
+    g = torch.Generator().manual_seed(block)
+    lengths = [1, 0, 63, 64, 65, 1000, 0, 3, 129] + torch.randint(0, 300, (20,), generator=g).tolist()
+    cu = cu_seqlens(lengths).cpu()
+    t = torch.randn(1, 3, sum(lengths), generator=g)
+    out = padded_rows(t, cu, block)
+    starts = [(int(cu[b]) + b * block) // block * block for b in range(len(lengths))]
+    assert out.shape[2] % block == 0 and all(start % block == 0 for start in starts)
+    for b, n in enumerate(lengths):
+        assert torch.equal(out[0, :, starts[b] : starts[b] + n], t[0, :, int(cu[b]) : int(cu[b]) + n])
+        if b + 1 < len(lengths):
+            assert starts[b] + n <= starts[b + 1]
+    assert starts[-1] + lengths[-1] <= out.shape[2]
+
+
 def test_varlen_hopper_backward_launch(monkeypatch):
     """The Hopper varlen backward's host side: descriptors over the packed tensors seen as one batch, 1-D grids
     bounded by the items the shapes allow (dK/dV: (sequence, kv head, key block); dQ: (sequence, head, query
