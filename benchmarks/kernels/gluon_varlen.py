@@ -189,8 +189,8 @@ def check(head_dims=(64, 128, 256), seeds=(0,)):
     )
 
 
-def _time(runs):
-    """TFLOP/s of each (fn, flops) run: rotated order, median of 3 do_bench runs."""
+def varlen_tflops(runs):
+    """TFLOP/s of each (fn, flops) run, timed by ``rotated_median_ms``."""
     ms = rotated_median_ms({name: fn for name, (fn, _) in runs.items()})
     return {name: runs[name][1] / (ms[name] * 1e-3) / 1e12 for name in runs}
 
@@ -226,7 +226,7 @@ def bench(head_dims=(128,), total=65536, heads=16, seeds=(0,)):
                         fh.attn_fwd_hopper(qd, kd, vd, od, lsed, d**-0.5, causal, True)
 
                 runs["dense"] = (dense, flops("fwd", batch, heads, seqlen, d, causal))
-                tf = _time(runs)
+                tf = varlen_tflops(runs)
                 print(
                     f"  d={d} causal={int(causal)}: "
                     + "  ".join(f"{name} {x:.0f} ({x / tf['dense']:.2f}x dense)" for name, x in tf.items()),

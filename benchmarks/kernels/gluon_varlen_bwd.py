@@ -30,6 +30,7 @@ import sys
 import torch
 
 from benchmarks.kernels.code_hash import BWD_VARLEN_DIVISIBLE, ROWS, compile_config, ptxas_info
+from benchmarks.kernels.gluon_varlen import varlen_tflops
 from flashdoc.kernels import backward_hopper as bh
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels import varlen
@@ -257,20 +258,6 @@ def check(head_dims=(64, 128, 256), seeds=(0,)):
     return mismatches
 
 
-def _time(runs):
-    """TFLOP/s of each (fn, flops) run: rotated order, median of 3 do_bench runs."""
-    from triton.testing import do_bench
-
-    for fn, _ in runs.values():
-        fn()
-    times = {name: [] for name in runs}
-    names = list(runs)
-    for r in range(3):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            times[name].append(do_bench(runs[name][0], warmup=25, rep=100))
-    return {name: runs[name][1] / (sorted(t)[1] * 1e-3) / 1e12 for name, t in times.items()}
-
-
 def bench(head_dims=(128,), total=65536, heads=16, seeds=(0,)):
     """benchmarks/varlen.py's batch: portable varlen backward, Hopper varlen backward and the dense Hopper path
     on the same token count, backward alone and forward + backward, in TFLOP/s and as ratios to the dense one."""
@@ -328,7 +315,7 @@ def bench(head_dims=(128,), total=65536, heads=16, seeds=(0,)):
                     else:
                         runs = {"portable": (fwd_bwd(bwd(True)), work), "hopper": (fwd_bwd(bwd(False)), work)}
                         runs["dense"] = (lambda: (dense_fwd(), dense_bwd()), dense_work)
-                    tf = _time(runs)
+                    tf = varlen_tflops(runs)
                     print(
                         f"  d={d} causal={int(causal)} {mode}: "
                         + "  ".join(f"{name} {x:.0f} ({x / tf['dense']:.2f}x dense)" for name, x in tf.items()),
