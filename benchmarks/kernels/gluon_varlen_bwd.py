@@ -250,6 +250,8 @@ def check(head_dims=(64, 128, 256), seeds=(0,)):
                                 f"cross={lens_k is cross}: dq {errs[0]:.3g} dk {errs[1]:.3g} dv {errs[2]:.3g}",
                                 flush=True,
                             )
+                so_far = ", ".join(f"{w:.3g}" for w in worst)
+                print(f"  {cases} cases, {mismatches} mismatches; worst dq, dk, dv so far {so_far}", flush=True)
     print(
         f"check done: {cases} cases, {mismatches} mismatches; worst |Hopper - portable| / scale: dq {worst[0]:.3g}, "
         f"dk {worst[1]:.3g}, dv {worst[2]:.3g}",
