@@ -456,7 +456,7 @@ def _hopper_bwd_launches(monkeypatch, lens_q, lens_k, head_dim=64, n_heads=4, n_
         for t in packed_inputs(lens_q, lens_k, n_heads, n_kv_heads, head_dim, torch.float16)
     )
     grads = [torch.empty_like(t) for t in (q, k, v)]
-    lse2 = torch.randn(1, n_heads, q.shape[0])  # (distinct values: the padded copy must move each one)
+    lse2 = torch.randn(1, n_heads, q.shape[0], device=DEVICE)  # (distinct values: the padded copy must move each one)
     causal = options.pop("causal", False)
     variant = Variant(**options)
     tail = (cu_q, cu_k)
