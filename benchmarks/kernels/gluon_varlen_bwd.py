@@ -30,7 +30,8 @@ import sys
 import torch
 
 from benchmarks.kernels.code_hash import BWD_VARLEN_DIVISIBLE, ROWS, compile_config, ptxas_info
-from benchmarks.kernels.gluon_varlen import varlen_tflops
+from benchmarks.kernels.gluon_varlen import LAYOUTS as FORWARD_LAYOUTS
+from benchmarks.kernels.gluon_varlen import MASKS, cu_seqlens, length_mixes, packed, varlen_tflops
 from flashdoc.kernels import backward_hopper as bh
 from flashdoc.kernels import forward_hopper as fh
 from flashdoc.kernels import varlen
@@ -86,18 +87,6 @@ def aot(head_dims=(64, 128, 256)):
                 except Exception as e:  # a config that does not compile: say so and go on
                     info = f"COMPILE ERROR {type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}"
                 print(f"varlen {kernel} d={d} {name} {c}: {info}", flush=True)
-
-
-def cu_seqlens(lengths, device="cuda"):
-    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
-
-
-def packed(lens_q, lens_k, h, hk, d, dtype, q_scale=1.0):
-    """q (total_q, h, d), k and v (total_k, hk, d), and the two cu_seqlens."""
-    q = torch.randn(sum(lens_q), h, d, device="cuda", dtype=dtype) * q_scale
-    k = torch.randn(sum(lens_k), hk, d, device="cuda", dtype=dtype)
-    v = torch.randn(sum(lens_k), hk, d, device="cuda", dtype=dtype)
-    return q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k)
 
 
 def forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, variant=None):
@@ -165,44 +154,8 @@ def portable_backward(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal,
     return grads
 
 
-EDGES = [1, 63, 64, 65, 127, 128, 129, 1000, 8192]
-
-
-def length_mixes(seed):
-    """Length lists: the edge lengths with empty sequences, shuffled; a random mix with an edge length among short
-    and long ones; many short sequences (more than one step of the kernels' search); one long sequence."""
-    g = torch.Generator().manual_seed(seed)
-    edges = EDGES + [0, 0]
-    mixed = torch.randint(0, 3000, (9,), generator=g).tolist()
-    mixed[int(torch.randint(0, 9, (1,), generator=g))] = EDGES[int(torch.randint(0, len(EDGES), (1,), generator=g))]
-    return [
-        [edges[i] for i in torch.randperm(len(edges), generator=g).tolist()],
-        mixed,
-        torch.randint(0, 130, (300,), generator=g).tolist(),
-        [4096],
-    ]
-
-
-# (name, causal, variant, q's scale: softcap's is larger, so that the cap binds)
-MASKS = [
-    ("full", False, Variant(), 1.0),
-    ("causal", True, Variant(), 1.0),
-    ("window", False, Variant(window_size=(300, 40)), 1.0),
-    ("causal window", True, Variant(window_size=(200, -1)), 1.0),
-    ("left window", False, Variant(window_size=(100, -1)), 1.0),
-    ("softcap", False, Variant(softcap=30.0), 4.0),
-    ("causal softcap", True, Variant(softcap=30.0), 4.0),
-]
-# (dtype, head dim, heads, kv heads)
-LAYOUTS = [
-    (torch.bfloat16, 64, 6, 2),
-    (torch.bfloat16, 128, 6, 2),
-    (torch.bfloat16, 128, 4, 4),
-    (torch.bfloat16, 256, 6, 2),
-    (torch.float16, 64, 6, 2),
-    (torch.float16, 128, 6, 2),
-    (torch.float16, 256, 4, 1),
-]
+# the forward's layouts, and d = 256 in fp16 with MQA
+LAYOUTS = [*FORWARD_LAYOUTS, (torch.float16, 256, 4, 1)]
 # the worst |Hopper - portable| over a gradient's largest magnitude that passes: both round the same fp32
 # accumulations to the dtype once, in tiles of different sizes (limits of benchmarks/kernels/gluon_bwd.py's kind)
 LIMIT = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
