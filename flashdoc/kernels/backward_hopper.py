@@ -432,6 +432,55 @@ if GLUON:
         return seq, gl.where(found, len_q, 0), gl.where(found, len_k, 0), q_start, k_start
 
     @gluon.jit
+    def _packed_key_block(
+        ITEMS,
+        CU_Q,
+        CU_K,
+        scores,
+        group_size,
+        DK,
+        DV,
+        stride_dks,
+        stride_dkh,
+        stride_dvs,
+        stride_dvh,
+        KEYS: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+    ):
+        """(``PackedKeyBlock``, the sequence's band) of this varlen dK/dV program: its item (``_packed_item``), a
+        block of KEYS keys of one kv head of one sequence, and the query tiles that see any of them."""
+        seq, local = _packed_item(ITEMS)
+        seq, len_q, len_k, q_start, k_start = _found_sequence(CU_Q, CU_K, seq)
+        band = _sequence_band(len_q, len_k, scores)
+        # (under the mask, the first keys, seen by the most query rows, go first)
+        n_blocks = gl.maximum(gl.cdiv(len_k, KEYS), 1)
+        off_hk = local // n_blocks
+        start_n = local % n_blocks * KEYS
+        lo, hi = _query_tiles(
+            start_n, KEYS, BLOCK_M, len_q, band.right_offset, band.left_offset, scores.IS_CAUSAL, scores.IS_LOCAL
+        )
+        block = PackedKeyBlock(
+            gl.to_tensor(0),  # off_b: one batch of packed rows
+            off_hk,
+            start_n,
+            lo,
+            hi,
+            group_size,
+            len_q,
+            len_k,
+            q_start,
+            k_start,
+            _lse_start(q_start, seq, BLOCK_M),
+            DK,
+            DV,
+            stride_dks,
+            stride_dkh,
+            stride_dvs,
+            stride_dvh,
+        )
+        return block, band
+
+    @gluon.jit
     def _store_packed(tile, PTR, stride_s, stride_h, start, first, length, off_h, col0):
         """Rows first + [0, ROWS) of a varlen gradient tile (ROWS, COLS) in shared memory to PTR (a packed (total,
         heads, head dim) tensor; row and head strides stride_s, stride_h) at rows start + row, head off_h,
@@ -964,17 +1013,20 @@ if GLUON:
         BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         if VARLEN:
-            seq, local = _packed_item(ITEMS)
-            seq, len_q, len_k, q_start, k_start = _found_sequence(CU_Q, CU_K, seq)
-            band = _sequence_band(
-                len_q, len_k, Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
-            )
-            # (under the mask, the first keys, seen by the most query rows, go first)
-            n_blocks = gl.maximum(gl.cdiv(len_k, N_CONSUMERS * BLOCK_N), 1)
-            off_hk = local // n_blocks
-            start_n = local % n_blocks * (N_CONSUMERS * BLOCK_N)
-            lo, hi = _query_tiles(
-                start_n, N_CONSUMERS * BLOCK_N, BLOCK_M, len_q, band.right_offset, band.left_offset, IS_CAUSAL, IS_LOCAL
+            block, scores = _packed_key_block(
+                ITEMS,
+                CU_Q,
+                CU_K,
+                Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP),
+                group_size,
+                DK,
+                DV,
+                stride_dks,
+                stride_dkh,
+                stride_dvs,
+                stride_dvh,
+                N_CONSUMERS * BLOCK_N,
+                BLOCK_M,
             )
         else:
             off_b, off_hk, start_n, lo, hi = _key_block(
@@ -1022,28 +1074,7 @@ if GLUON:
             ds_free = kv_ready
 
         ring = QueryRing(q_smem, do_smem, lse2_smem, delta_smem, qdo_ready, qdo_empty)
-        if VARLEN:
-            block = PackedKeyBlock(
-                gl.to_tensor(0),  # off_b: one batch of packed rows
-                off_hk,
-                start_n,
-                lo,
-                hi,
-                group_size,
-                len_q,
-                len_k,
-                q_start,
-                k_start,
-                _lse_start(q_start, seq, BLOCK_M),
-                DK,
-                DV,
-                stride_dks,
-                stride_dkh,
-                stride_dvs,
-                stride_dvh,
-            )
-            scores = band
-        else:
+        if not VARLEN:  # (``_packed_key_block`` made a varlen program's)
             block = KeyBlock(off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, seqlen_k)
             scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
         fused = FusedDQ(dq_desc, ds_smem, dq_smem, ds_written, ds_free)
@@ -1512,16 +1543,20 @@ if GLUON:
         COLS: gl.constexpr = q_desc.block_type.shape[3]
         dtype: gl.constexpr = q_desc.dtype
         if VARLEN:
-            seq, local = _packed_item(ITEMS)
-            seq, len_q, len_k, q_start, k_start = _found_sequence(CU_Q, CU_K, seq)
-            band = _sequence_band(
-                len_q, len_k, Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
-            )
-            n_blocks = gl.maximum(gl.cdiv(len_k, BLOCK_N), 1)
-            off_hk = local // n_blocks
-            start_n = local % n_blocks * BLOCK_N
-            lo, hi = _query_tiles(
-                start_n, BLOCK_N, BLOCK_M, len_q, band.right_offset, band.left_offset, IS_CAUSAL, IS_LOCAL
+            block, scores = _packed_key_block(
+                ITEMS,
+                CU_Q,
+                CU_K,
+                Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP),
+                group_size,
+                DK,
+                DV,
+                stride_dks,
+                stride_dkh,
+                stride_dvs,
+                stride_dvh,
+                BLOCK_N,
+                BLOCK_M,
             )
         else:
             off_b, off_hk, start_n, lo, hi = _key_block(
@@ -1563,28 +1598,7 @@ if GLUON:
         delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BLOCK_M], DELTA.layout)
         ring = QueryRing(q_smem, do_smem, lse2_smem, delta_smem, qdo_ready, qdo_empty)
         exchange = Exchange(pT_smem, dsT_smem, ps_ready, ps_empty, done)
-        if VARLEN:
-            block = PackedKeyBlock(
-                gl.to_tensor(0),
-                off_hk,
-                start_n,
-                lo,
-                hi,
-                group_size,
-                len_q,
-                len_k,
-                q_start,
-                k_start,
-                _lse_start(q_start, seq, BLOCK_M),
-                DK,
-                DV,
-                stride_dks,
-                stride_dkh,
-                stride_dvs,
-                stride_dvh,
-            )
-            scores = band
-        else:
+        if not VARLEN:  # (``_packed_key_block`` made a varlen program's)
             block = KeyBlock(off_b, off_hk, start_n, lo, hi, group_size, seqlen_q, seqlen_k)
             scores = Scores(right_offset, left_offset, qk_scale, softcap_scale, IS_CAUSAL, IS_LOCAL, SOFTCAP)
 
