@@ -7,8 +7,6 @@ causal triangle.
 """
 # flashdoc: gpu-only
 
-import statistics
-
 import matplotlib.pyplot as plt
 import torch
 
@@ -54,25 +52,13 @@ def cost(window):
 # --8<-- [end:measure]
 
 
-# Narrow windows take well under a millisecond, so a slow stretch of the host moves their times by a fifth.
-# Every window is timed once per round, and each keeps its median round: a stretch slows one round of each.
-rounds = 5 if gpu else 1
-times = {w: ([], []) for w in [None, *windows]}
-for _ in range(rounds):
-    for w, (fwd_times, fb_times) in times.items():
-        fwd, fb = cost(w)
-        fwd_times.append(fwd)
-        fb_times.append(fb)
-median = {w: (statistics.median(f), statistics.median(b)) for w, (f, b) in times.items()}
-
-causal_fwd, causal_fb = median[None]
-print(f"N = {seqlen}, {heads} heads, head dim {head_dim}, {str(dtype)[6:]}: time relative to dense causal")
-print(f"(each time the median of {rounds} rounds)\n" if rounds > 1 else "")
+causal_fwd, causal_fb = cost(None)
+print(f"N = {seqlen}, {heads} heads, head dim {head_dim}, {str(dtype)[6:]}: time relative to dense causal\n")
 print("| window (left, 0) | forward ms | fwd / causal | fwd+bwd ms | fwd+bwd / causal |")
 print("|---|---|---|---|---|")
 rows = []
 for w in windows:
-    fwd, fb = median[w]
+    fwd, fb = cost(w)
     rows.append((w, fwd / causal_fwd, fb / causal_fb))
     print(f"| {w} | {fwd:.3f} | {fwd / causal_fwd:.2f} | {fb:.3f} | {fb / causal_fb:.2f} |")
 print(f"| causal (no window) | {causal_fwd:.3f} | 1.00 | {causal_fb:.3f} | 1.00 |")
