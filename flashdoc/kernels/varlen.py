@@ -866,47 +866,6 @@ def varlen_bwd(
         delta, lse2 = bwd_preprocess(dout.unsqueeze(0), out.unsqueeze(0), lse.unsqueeze(0), dlse)
         # key blocks cost as many steps as their sequence has queries, query tiles as many as it has keys
         order_q, order_k = schedule(cu_seqlens_q), schedule(cu_seqlens_k)
-        dkdv_args = (
-            _packed(q, "BLOCK_M"),
-            k,
-            v,
-            _packed(dout, "BLOCK_M"),
-            dk,
-            dv,
-            lse2,
-            delta,
-            cu_seqlens_q,
-            cu_seqlens_k,
-            order_q,
-            k.stride(0),
-            k.stride(1),
-            v.stride(0),
-            v.stride(1),
-            dk.stride(0),
-            dk.stride(1),
-            dv.stride(0),
-            dv.stride(1),
-            *scalars,
-        )
-        dq_args = (
-            q,
-            _packed(k, "BLOCK_N"),
-            _packed(v, "BLOCK_N"),
-            dout,
-            dq,
-            lse2,
-            delta,
-            cu_seqlens_q,
-            cu_seqlens_k,
-            order_k,
-            q.stride(0),
-            q.stride(1),
-            dout.stride(0),
-            dout.stride(1),
-            dq.stride(0),
-            dq.stride(1),
-            *scalars,
-        )
         hopper = (lse2, delta, cu_seqlens_q, cu_seqlens_k)
         # as in the dense backward, the dQ kernel runs on a second stream, overlapping the dK/dV kernel's tail
         dq_stream = forked_stream()
@@ -915,6 +874,28 @@ def varlen_bwd(
                 q, k, v, dout, dk, dv, *hopper, order_q, max_seqlen_k, softmax_scale, causal, variant
             )
         else:
+            dkdv_args = (
+                _packed(q, "BLOCK_M"),
+                k,
+                v,
+                _packed(dout, "BLOCK_M"),
+                dk,
+                dv,
+                lse2,
+                delta,
+                cu_seqlens_q,
+                cu_seqlens_k,
+                order_q,
+                k.stride(0),
+                k.stride(1),
+                v.stride(0),
+                v.stride(1),
+                dk.stride(0),
+                dk.stride(1),
+                dv.stride(0),
+                dv.stride(1),
+                *scalars,
+            )
             launch(
                 _varlen_bwd_dkdv,
                 _varlen_bwd_dkdv_tuned,
@@ -928,6 +909,25 @@ def varlen_bwd(
             if dq_hopper:
                 varlen_bwd_dq_hopper(q, k, v, dout, dq, *hopper, order_k, max_seqlen_k, softmax_scale, causal, variant)
             else:
+                dq_args = (
+                    q,
+                    _packed(k, "BLOCK_N"),
+                    _packed(v, "BLOCK_N"),
+                    dout,
+                    dq,
+                    lse2,
+                    delta,
+                    cu_seqlens_q,
+                    cu_seqlens_k,
+                    order_k,
+                    q.stride(0),
+                    q.stride(1),
+                    dout.stride(0),
+                    dout.stride(1),
+                    dq.stride(0),
+                    dq.stride(1),
+                    *scalars,
+                )
                 launch(
                     _varlen_bwd_dq,
                     _varlen_bwd_dq_tuned,
