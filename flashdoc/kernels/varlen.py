@@ -986,18 +986,18 @@ def item_table(order, cu_seqlens, n_units: int, rows: int, n_programs: int) -> t
 
 
 def padded_rows(t: torch.Tensor, cu_seqlens: torch.Tensor, block: int) -> torch.Tensor:
-    """t (1, heads, total) with sequence b's columns moved to start at (cu_seqlens[b] + b block) // block x
-    block (``backward_hopper._lse_start``), a multiple of block, in a (1, heads, n) buffer of zeros that holds
+    """t (m, heads, total) with sequence b's columns moved to start at (cu_seqlens[b] + b block) // block x
+    block (``backward_hopper._lse_start``), a multiple of block, in an (m, heads, n) buffer of zeros that holds
     them all; on the device, reading nothing on the host. A TMA tile of a sequence's rows then starts on 16
     bytes, which one at cu_seqlens[b] need not."""
-    heads, total = t.shape[1], t.shape[2]
+    total = t.shape[2]
     n_seqs = cu_seqlens.shape[0] - 1
     n = -(-(total + n_seqs * block) // block) * block
     rows = torch.arange(total, device=t.device)
     seq = torch.searchsorted(cu_seqlens[1:], rows.to(cu_seqlens.dtype), right=True)
     starts = (cu_seqlens[:-1] + torch.arange(n_seqs, device=t.device, dtype=cu_seqlens.dtype) * block) // block * block
-    out = t.new_zeros(1, heads, n)
-    out[0, :, rows - cu_seqlens[seq] + starts[seq]] = t[0]
+    out = t.new_zeros(t.shape[0], t.shape[1], n)
+    out[:, :, rows - cu_seqlens[seq] + starts[seq]] = t
     return out
 
 
@@ -1030,10 +1030,9 @@ def varlen_bwd_dkdv_hopper(
     config = config or backward_hopper.HOPPER_DKDV_CONFIGS[key]
     # the producer copies each streamed tile's LSE and delta rows into the ring with its Q and dO, by TMA, whose
     # tiles start on 16 bytes: each sequence's rows move to a start that is (``padded_rows``)
-    rows = (
-        rows_descriptor(padded_rows(lse2, cu_seqlens_q, config[0]), config[0]),
-        rows_descriptor(padded_rows(delta, cu_seqlens_q, config[0]), config[0]),
-    )
+    # (both in one buffer: one index computation for the two)
+    padded = padded_rows(torch.cat((lse2, delta)), cu_seqlens_q, config[0])
+    rows = (rows_descriptor(padded[0:1], config[0]), rows_descriptor(padded[1:2], config[0]))
     # items: (sequence, kv head, key block); the wide kernel's two consumers share one block of keys
     block_m, block_n, _, consumers = config
     keys = block_n if q.shape[-1] > backward_hopper.MAX_NARROW_HEAD_DIM else consumers * block_n
