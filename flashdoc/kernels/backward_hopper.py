@@ -66,7 +66,7 @@ from .hopper_common import GLUON, descriptor, mask, rows_descriptor
 from .launch import aligned, distinct, gluon_plan, layout, plan_cache, planned
 
 if GLUON:
-    from .forward_hopper import _rows_layout, _sequence_band
+    from .forward_hopper import _packed_sequence, _rows_layout, _sequence_band
     from .hopper_common import (
         Ring,
         Scores,
@@ -412,13 +412,6 @@ if GLUON:
         ``warp_specialize``, where its reductions would need shared-memory scratch of their own."""
         pid = gl.program_id(0)
         return gl.load(ITEMS + 2 * pid), gl.load(ITEMS + 2 * pid + 1)
-
-    @gluon.jit
-    def _packed_sequence(CU_Q, CU_K, seq):
-        """(query start, query count, key start, key count) of sequence seq of a varlen launch."""
-        q_start = gl.load(CU_Q + seq)
-        k_start = gl.load(CU_K + seq)
-        return q_start, gl.load(CU_Q + seq + 1) - q_start, k_start, gl.load(CU_K + seq + 1) - k_start
 
     @gluon.jit
     def _found_sequence(CU_Q, CU_K, seq):

@@ -278,11 +278,11 @@ if GLUON:
         return gl.where(seq >= 0, i, work.total), seq, local, start, before
 
     @gluon.jit
-    def _sequence(work, seq):
+    def _packed_sequence(CU_Q, CU_K, seq):
         """(query start, query count, key start, key count) of sequence seq of a varlen launch."""
-        q_start = gl.load(work.CU_Q + seq)
-        k_start = gl.load(work.CU_K + seq)
-        return q_start, gl.load(work.CU_Q + seq + 1) - q_start, k_start, gl.load(work.CU_K + seq + 1) - k_start
+        q_start = gl.load(CU_Q + seq)
+        k_start = gl.load(CU_K + seq)
+        return q_start, gl.load(CU_Q + seq + 1) - q_start, k_start, gl.load(CU_K + seq + 1) - k_start
 
     @gluon.jit
     def _sequence_band(len_q, len_k, scores):
@@ -425,7 +425,7 @@ if GLUON:
             i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
         while i < total:
             if VARLEN:
-                q_start, seqlen_q, k_start, seqlen_k = _sequence(work, seq)
+                q_start, seqlen_q, k_start, seqlen_k = _packed_sequence(work.CU_Q, work.CU_K, seq)
                 n_tiles = gl.cdiv(seqlen_q, N_CONSUMERS * BLOCK_M)
                 band = _sequence_band(seqlen_q, seqlen_k, scores)
                 left_offset, right_offset = band.left_offset, band.right_offset
