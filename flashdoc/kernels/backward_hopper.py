@@ -526,6 +526,20 @@ if GLUON:
         return (q_start + seq * BLOCK_M) // BLOCK_M * BLOCK_M
 
     @gluon.jit
+    def _streamed_rows(block):
+        """Where a dK/dV program's loads start: its keys' row, its first streamed query row, and that row's column
+        in the LSE and delta. A varlen block's rows are those of the packed tensors (off_b is 0; past the
+        sequence's end, the next one's), and its LSE and delta rows start at ``_lse_start``."""
+        key_row = block.start_n
+        q_row = block.lo
+        lse_col = block.lo
+        if block.VARLEN:
+            key_row += block.k_start
+            q_row += block.q_start
+            lse_col += block.lse_start
+        return key_row, q_row, lse_col
+
+    @gluon.jit
     def _load_rows(lse2_desc, delta_desc, lse2_dst, delta_dst, ready, row, start_m):
         """One streamed tile's rows of the LSE and delta (``rows_descriptor``s), from query start_m of (batch,
         head) row, into a ring slot, arriving on the slot's barrier with its Q and dO."""
@@ -538,24 +552,16 @@ if GLUON:
         ``rows_descriptor``s)."""
         q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta
         qdo_ready, qdo_empty = ring.ready, ring.empty
-        off_b, off_hk, start_n, lo, hi, group_size = (
+        off_b, off_hk, lo, hi, group_size = (
             block.off_b,
             block.off_hk,
-            block.start_n,
             block.lo,
             block.hi,
             block.group_size,
         )
         STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
-        key_row = start_n
-        q_row = lo
-        if block.VARLEN:  # rows of the packed tensors (off_b is 0): past the sequence's end, the next one's
-            key_row += block.k_start
-            q_row += block.q_start
-        lse_col = q_row
-        if block.VARLEN:  # the LSE's and delta's rows start elsewhere (``_lse_start``)
-            lse_col = lo + block.lse_start
+        key_row, q_row, lse_col = _streamed_rows(block)
         _load_resident(k_desc, v_desc, k_smem, v_smem, kv_ready, off_b, key_row, off_hk)
         n_m = gl.cdiv(hi - lo, BLOCK_M)
         nbytes: gl.constexpr = (
@@ -1197,10 +1203,9 @@ if GLUON:
         """``_producer`` with each tile in two column halves: half h of ring slot s is ring.q.index(2 * s + h)."""
         q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta
         qdo_ready, qdo_empty = ring.ready, ring.empty
-        off_b, off_hk, start_n, lo, hi, group_size = (
+        off_b, off_hk, lo, hi, group_size = (
             block.off_b,
             block.off_hk,
-            block.start_n,
             block.lo,
             block.hi,
             block.group_size,
@@ -1208,14 +1213,7 @@ if GLUON:
         STAGES: gl.constexpr = lse2_smem.shape[0]
         BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
         COLS: gl.constexpr = q_desc.block_type.shape[3]
-        key_row = start_n
-        q_row = lo
-        if block.VARLEN:  # rows of the packed tensors, as in ``_producer``
-            key_row += block.k_start
-            q_row += block.q_start
-        lse_col = q_row
-        if block.VARLEN:
-            lse_col = lo + block.lse_start
+        key_row, q_row, lse_col = _streamed_rows(block)
         mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
         for h in gl.static_range(2):
             tma_load(k_desc, [off_b, key_row, off_hk, h * COLS], kv_ready, k_smem.index(h))
