@@ -456,17 +456,18 @@ def _hopper_bwd_launches(monkeypatch, lens_q, lens_k, head_dim=64, n_heads=4, n_
         for t in packed_inputs(lens_q, lens_k, n_heads, n_kv_heads, head_dim, torch.float16)
     )
     grads = [torch.empty_like(t) for t in (q, k, v)]
-    lse2 = torch.randn(1, n_heads, q.shape[0], device=DEVICE)  # (distinct values: the padded copy must move each one)
+    # (distinct values: the padded copies must move each one, each to its own buffer)
+    lse2, delta = torch.randn(2, 1, n_heads, q.shape[0], device=DEVICE)
     causal = options.pop("causal", False)
     variant = Variant(**options)
     tail = (cu_q, cu_k)
     varlen.varlen_bwd_dkdv_hopper(
-        q, k, v, q, *grads[1:], lse2, lse2, *tail, schedule(cu_q), max(lens_k), 0.125, causal, variant
+        q, k, v, q, *grads[1:], lse2, delta, *tail, schedule(cu_q), max(lens_k), 0.125, causal, variant
     )
     varlen.varlen_bwd_dq_hopper(
-        q, k, v, q, grads[0], lse2, lse2, *tail, schedule(cu_k), max(lens_k), 0.125, causal, variant
+        q, k, v, q, grads[0], lse2, delta, *tail, schedule(cu_k), max(lens_k), 0.125, causal, variant
     )
-    return launches, (q, k, v, *grads, lse2, cu_q, cu_k)
+    return launches, (q, k, v, *grads, lse2, delta, cu_q, cu_k)
 
 
 def expected_items(order, lengths, n_units, rows, n_programs):
@@ -504,7 +505,9 @@ def test_varlen_hopper_backward_launch(monkeypatch):
     from flashdoc.kernels.varlen import UNBOUNDED_RIGHT
 
     lens = [100, 0, 300, 1]
-    launches, (q, k, v, dq, dk, dv, lse2, cu_q, cu_k) = _hopper_bwd_launches(monkeypatch, lens, lens, causal=True)
+    launches, (q, k, v, dq, dk, dv, lse2, delta, cu_q, cu_k) = _hopper_bwd_launches(
+        monkeypatch, lens, lens, causal=True
+    )
     (kernel, grid, args, constexprs), (dq_kernel, dq_grid, dq_args, dq_constexprs) = launches
     block_m, block_n, stages, consumers = HOPPER_DKDV_CONFIGS[(64, True)]
     assert kernel == "_attn_bwd_dkdv_hopper" and grid == (2 * tile_bound(401, 4, consumers * block_n),)
@@ -513,9 +516,10 @@ def test_varlen_hopper_backward_launch(monkeypatch):
     # the LSE's rows per sequence from a multiple of block_m (TMA tiles start on 16 bytes; 100 and 400 do not)
     starts = [(start + b * block_m) // block_m * block_m for b, start in enumerate(cu_q[:-1].tolist())]
     assert args["LSE2"].shape == [4, -(-(401 + 4 * block_m) // block_m) * block_m]
-    assert args["LSE2"].block_shape == [1, block_m]
+    assert args["LSE2"].block_shape == [1, block_m] and args["DELTA"].shape == args["LSE2"].shape
     for b, (start, n) in enumerate(zip(cu_q[:-1].tolist(), lens, strict=True)):
         assert torch.equal(args["LSE2"].base[:, starts[b] : starts[b] + n], lse2[0, :, start : start + n])
+        assert torch.equal(args["DELTA"].base[:, starts[b] : starts[b] + n], delta[0, :, start : start + n])
     assert args["DK"] is dk and args["DV"] is dv and (args["stride_dks"], args["stride_dkh"]) == (128, 64)
     assert (args["n_heads"], args["group_size"], args["n_seqs"], args["total_q"]) == (4, 2, 4, 401)
     assert args["CU_Q"] is cu_q and args["CU_K"] is cu_k
@@ -528,7 +532,7 @@ def test_varlen_hopper_backward_launch(monkeypatch):
     block_m, block_n, stages, consumers = HOPPER_DQ_CONFIGS[(64, True)]
     assert dq_kernel == "_attn_bwd_dq_hopper" and dq_grid == (4 * tile_bound(401, 4, consumers * block_m),)
     assert dq_args["DQ"] is dq and (dq_args["stride_dqs"], dq_args["stride_dqh"]) == (256, 64)
-    assert dq_args["LSE2"] is lse2
+    assert dq_args["LSE2"] is lse2 and dq_args["DELTA"] is delta
     assert dq_args["ITEMS"].tolist() == expected_items(schedule(cu_k), lens, 4, consumers * block_m, dq_grid[0])
     assert dq_args["q_desc"].block_shape == [1, block_m, 1, 64] and dq_args["k_desc"].block_shape == [1, block_n, 1, 64]
     assert dq_constexprs["VARLEN"] and dq_constexprs["N_CONSUMERS"] == consumers
@@ -537,7 +541,7 @@ def test_varlen_hopper_backward_launch(monkeypatch):
     for _, _, args, constexprs in launches:
         assert constexprs["IS_CAUSAL"] and constexprs["IS_LOCAL"]
         assert (args["right_offset"], args["left_offset"]) == (UNBOUNDED_RIGHT, -4)
-    launches, (_, _, _, _, dk, _, _, _, _) = _hopper_bwd_launches(
+    launches, (_, _, _, _, dk, _, _, _, _, _) = _hopper_bwd_launches(
         monkeypatch, [5, 9], [7, 9], head_dim=256, softcap=30.0
     )
     (kernel, grid, args, constexprs), (_, _, dq_args, _) = launches
