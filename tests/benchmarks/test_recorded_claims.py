@@ -216,6 +216,17 @@ def test_recording_backs_launch_cache_host_time_as_the_post_reads_it():
         assert on < off, (said, call, off, on)
 
 
+def test_recording_backs_host_time_against_sdpa_as_the_usage_page_reads_it():
+    """Using flashdoc's note on speed in transformers models: flashdoc's host work per call, with the launch cache
+    on, is roughly twice SDPA's in the recorded table."""
+    usage = " ".join((ROOT / "docs/usage.md").read_text().split())
+    claim(usage, "it costs roughly twice SDPA's per call")
+    rows = table("triton/launch_overhead/host_time.md")
+    for call in ("forward", "forward + backward"):
+        flashdoc, sdpa = number(rows[call][1]), number(rows[call][2])
+        assert 1.5 <= flashdoc / sdpa <= 2.6, (call, flashdoc, sdpa)
+
+
 def test_recording_backs_both_references_give_the_same_verdict():
     said = claim(
         read_post("flashattention-in-triton.md"),
