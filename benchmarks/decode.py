@@ -188,9 +188,13 @@ _flex = None
 
 
 def flex_call(q, k_cache, v_cache):
-    """FlexAttention compiled for these static shapes: a query length of 1 takes its decoding kernel (split-KV)."""
+    """FlexAttention compiled for these static shapes: a query length of 1 takes its decoding kernel (split-KV).
+
+    It gets a block mask of 128-key blocks that masks nothing. Without one, FlexAttention treats the whole cache
+    as a single block, and its decoding kernel, which splits a cache by whole blocks, leaves every split but the
+    first empty: one program per sequence and KV head then reads the cache."""
     global _flex
-    from torch.nn.attention.flex_attention import flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention, noop_mask
 
     if _flex is None:
         # one compile per shape; past dynamo's default limit it would silently run eagerly (see NOTES)
@@ -199,9 +203,10 @@ def flex_call(q, k_cache, v_cache):
         _flex = torch.compile(flex_attention, dynamic=False)
     qs = q.transpose(1, 2).contiguous()
     ks, vs = k_cache.transpose(1, 2).contiguous(), v_cache.transpose(1, 2).contiguous()
+    blocks = create_block_mask(noop_mask, None, None, qs.shape[2], ks.shape[2], device=qs.device)
 
     def call():
-        return _flex(qs, ks, vs, enable_gqa=True)
+        return _flex(qs, ks, vs, block_mask=blocks, enable_gqa=True)
 
     return call
 

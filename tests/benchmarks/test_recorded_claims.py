@@ -420,6 +420,20 @@ def test_recording_backs_the_decode_roofline_reading():
         assert 0.97 <= rows[p + ("flashdoc",)]["tbps"] / rows[p + ("sdpa-cudnn",)]["tbps"] <= 1.05, p
 
 
+def test_recording_backs_flex_decoding_without_a_block_mask():
+    """Part 8's reading of FlexAttention's decode column: recorded without a block mask, it reads one program per
+    sequence and KV head, so its bandwidth follows the batch and not the cache."""
+    post = read_post("decoding.md")
+    claim(post, "FlexAttention's column was recorded with its default call, which passes no block mask.")
+    claim(post, "its rows grow with the batch, not with the cache")
+    _, rows = _decode_rows()
+    flex = {(b, c): r["graph_tbps"] for (b, c, m), r in rows.items() if m == "flex" and r.get("graph_tbps")}
+    single = [t for (b, _), t in flex.items() if b == 1]
+    eight = [t for (b, _), t in flex.items() if b == 8]
+    assert len(single) == 3 and max(single) <= 1.3 * min(single), flex
+    assert min(eight) >= 5 * max(single), flex
+
+
 def _variants():
     """The recorded variants benchmark, which Part 7's variant costs and its window-cost reading both quote."""
     return json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())
