@@ -1,0 +1,160 @@
+"""What a sliding window's Hopper programs cost besides their tiles: a fit over window widths, kernel by kernel.
+
+    PYTHONPATH=. python3 benchmarks/kernels/window_fixed_cost.py            # H200: d = 128, 16 heads, 16k tokens
+    PYTHONPATH=. python3 benchmarks/kernels/window_fixed_cost.py --widths 128 512 2048 --n 8192
+
+A window's programs stream few tiles (a 1,024-key window's dK/dV program about 18 query tiles, where dense causal's
+stream 129 on average), so what a program costs before its first tile and after its last (loading the resident
+tile, filling the ring, storing the result) weighs far more than under the causal mask. This separates the two.
+
+For each window (w, 0) and for dense causal it times a forward + backward step under ``torch.profiler``, with the
+backward's dQ kernel on the main stream (``OVERLAP_MIN_FLOPS``) so that no two kernels share the GPU, and takes
+each kernel's GPU time per step: the forward, dK/dV and dQ. Each SM runs its share of a kernel's programs one after
+another (one program fits an SM at d = 128; the forward's persistent programs take its items in turn), so a
+program's time is the kernel's time x SMs / programs. Its tiles are what the masking core's block ranges give for
+the kernel's own config (``flashdoc.kernels.mask.block_ranges``: the key tiles an item of the forward or dQ
+visits, and, for dK/dV, the query tiles that see a program's keys, which under the transposed band are a key
+range of the same rule). Over the window widths, time per program = fixed + per_tile x tiles is fitted by least
+squares; dense causal's per-tile cost is what is left of its program time after the same fixed cost. Printed per
+kernel: the fixed cost, the per-tile cost, the fixed cost's share of a program at each width, and the per-tile
+cost against causal's (what the window would reach with the fixed cost hidden).
+"""
+
+import argparse
+import statistics
+
+import torch
+
+from flashdoc.kernels.mask import band, block_ranges
+
+# the kernels' names, as the profiler lists them, and the config entry each uses for a window at d = 128
+KERNELS = {"forward": "_attn_fwd_hopper", "dK/dV": "_attn_bwd_dkdv_hopper", "dQ": "_attn_bwd_dq_hopper"}
+
+
+def mean_tiles(n: int, kernel: str, config: tuple, window) -> float:
+    """Mean tiles a program of ``kernel`` streams at n tokens (square, bottom-right) under ``window`` ((left, 0),
+    or None for dense causal), with ``config`` (the Hopper kernel's: (BLOCK_M, BLOCK_N, STAGES, N_CONSUMERS, ...)).
+    Forward and dQ: items of N_CONSUMERS x BLOCK_M query rows over BLOCK_N-key tiles. dK/dV: programs of
+    N_CONSUMERS x BLOCK_N keys over BLOCK_M-row query tiles; the rows that see key j are j to j + left, the band
+    (0, left) of the transposed problem, so the same rule gives them."""
+    block_m, block_n, _, consumers = config[:4]
+    if kernel == "dK/dV":
+        rows, cols = consumers * block_n, block_m
+        left = -1 if window is None else window[0]
+        ranges = block_ranges(n, n, rows, cols, causal=False, window_size=(0, left))
+    else:
+        rows, cols = consumers * block_m, block_n
+        ranges = block_ranges(n, n, rows, cols, causal=True, window_size=window or (-1, -1))
+    lo, hi = ranges[:, 0].double(), ranges[:, 3].double()
+    return ((hi - lo) / cols).ceil().mean().item()  # a program loops over whole tiles
+
+
+def programs(n: int, heads: int, kernel: str, config: tuple) -> int:
+    """Programs (the forward's: work items) of ``kernel`` for one sequence of n tokens and ``heads`` heads."""
+    block_m, block_n, _, consumers = config[:4]
+    rows = consumers * (block_n if kernel == "dK/dV" else block_m)
+    return -(-n // rows) * heads
+
+
+def fit(tiles: list, times: list) -> tuple:
+    """(fixed, per_tile): the least-squares line time = fixed + per_tile x tiles."""
+    mt, my = statistics.fmean(tiles), statistics.fmean(times)
+    per_tile = sum((t - mt) * (y - my) for t, y in zip(tiles, times)) / sum((t - mt) ** 2 for t in tiles)
+    return my - per_tile * mt, per_tile
+
+
+def kernel_times(q, k, v, dout, window, steps: int) -> dict:
+    """GPU microseconds per step of each kernel in KERNELS, for a forward + backward step (window (left, 0), or
+    None for dense causal), from torch.profiler over ``steps`` steps after a warm-up."""
+    import flashdoc
+
+    kw = dict(causal=True) if window is None else dict(causal=True, window_size=window)
+
+    def step():
+        q.grad = k.grad = v.grad = None
+        flashdoc.flash_attn_func(q, k, v, **kw).backward(dout)
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    totals = {name: 0.0 for name in KERNELS}
+    for event in prof.key_averages():
+        for name, symbol in KERNELS.items():
+            if event.key.startswith(symbol) and not event.key.startswith(symbol + "_"):
+                totals[name] += event.device_time_total
+    missing = [name for name, total in totals.items() if total == 0]
+    if missing:
+        raise RuntimeError(f"the profiler saw no {missing} kernel: this measures the Hopper kernels (an H100/H200)")
+    return {name: total / steps for name, total in totals.items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=16384, help="tokens of the one sequence (default: %(default)s)")
+    ap.add_argument("--heads", type=int, default=16, help="query heads, as many KV heads (default: %(default)s)")
+    ap.add_argument("--widths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
+    ap.add_argument("--steps", type=int, default=10, help="profiled steps per call (default: %(default)s)")
+    args = ap.parse_args(argv)
+    if len(args.widths) < 2:
+        ap.error("--widths needs at least two window widths to fit a line")
+    if not torch.cuda.is_available():
+        raise SystemExit("window_fixed_cost.py times the Hopper kernels: it needs an H100 or H200")
+
+    from flashdoc.kernels import backward, backward_hopper, forward_hopper
+
+    d = 128
+    backward.OVERLAP_MIN_FLOPS = float("inf")  # dQ on the main stream: one kernel at a time
+    configs = {
+        "forward": forward_hopper.table_config((d, True), True),
+        "dK/dV": backward_hopper.HOPPER_DKDV_CONFIGS[(d, True)],
+        "dQ": backward_hopper.HOPPER_DQ_CONFIGS[(d, True)],
+    }
+    causal_configs = dict(configs, forward=forward_hopper.table_config((d, True), False))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    torch.manual_seed(0)
+    q, k, v = (
+        torch.randn(1, args.n, args.heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)
+    )
+    dout = torch.randn_like(q)
+    windows = [(w, 0) for w in args.widths] + [None]
+    us = {window: kernel_times(q, k, v, dout, window, args.steps) for window in windows}
+    print(f"{torch.cuda.get_device_name()}, 1 x {args.n} tokens x {args.heads} heads, d = {d}, bf16; {sms} SMs")
+    print("| kernel | window | config | programs | tiles a program | kernel us | us a program |")
+    print("|---|---|---|---|---|---|---|")
+    table = {}
+    for name in KERNELS:
+        for window in windows:
+            config = configs[name] if window else causal_configs[name]
+            tiles = mean_tiles(args.n, name, config, window)
+            count = programs(args.n, args.heads, name, config)
+            per_program = us[window][name] * min(sms, count) / count
+            table[name, window] = (tiles, per_program)
+            label = f"({window[0]}, 0)" if window else "causal"
+            print(
+                f"| {name} | {label} | {config[:4]} | {count} | {tiles:.1f} | {us[window][name]:.0f} | "
+                f"{per_program:.2f} |"
+            )
+    print()
+    print("| kernel | fixed us | us a tile | causal us a tile | per tile vs causal | fixed share by width |")
+    print("|---|---|---|---|---|---|")
+    for name in KERNELS:
+        points = [table[name, (w, 0)] for w in args.widths]
+        fixed, per_tile = fit([t for t, _ in points], [y for _, y in points])
+        causal_tiles, causal_us = table[name, None]
+        causal_per_tile = (causal_us - fixed) / causal_tiles
+        shares = " ".join(f"{w}: {fixed / y:.0%}" for w, (_, y) in zip(args.widths, points))
+        print(
+            f"| {name} | {fixed:.2f} | {per_tile:.3f} | {causal_per_tile:.3f} | {causal_per_tile / per_tile:.2f}x "
+            f"| {shares} |"
+        )
+    # the band the kernels ran, for the record (bottom-right, square)
+    print()
+    print("bands (is_causal, is_local, left, right):", {w: band(args.n, args.n, True, (w, 0)) for w in args.widths})
+
+
+if __name__ == "__main__":
+    main()
