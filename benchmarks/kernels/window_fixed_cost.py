@@ -25,9 +25,10 @@ import statistics
 
 import torch
 
+from flashdoc.kernels import cdiv
 from flashdoc.kernels.mask import band, block_ranges
 
-# the kernels' names, as the profiler lists them, and the config entry each uses for a window at d = 128
+# the kernels' names, as the profiler lists them
 KERNELS = {"forward": "_attn_fwd_hopper", "dK/dV": "_attn_bwd_dkdv_hopper", "dQ": "_attn_bwd_dq_hopper"}
 
 
@@ -37,13 +38,11 @@ def mean_tiles(n: int, kernel: str, config: tuple, window) -> float:
     Forward and dQ: items of N_CONSUMERS x BLOCK_M query rows over BLOCK_N-key tiles. dK/dV: programs of
     N_CONSUMERS x BLOCK_N keys over BLOCK_M-row query tiles; the rows that see key j are j to j + left, the band
     (0, left) of the transposed problem, so the same rule gives them."""
-    block_m, block_n, _, consumers = config[:4]
+    rows, cols = _program_shape(kernel, config)
     if kernel == "dK/dV":
-        rows, cols = consumers * block_n, block_m
         left = -1 if window is None else window[0]
         ranges = block_ranges(n, n, rows, cols, causal=False, window_size=(0, left))
     else:
-        rows, cols = consumers * block_m, block_n
         ranges = block_ranges(n, n, rows, cols, causal=True, window_size=window or (-1, -1))
     lo, hi = ranges[:, 0].double(), ranges[:, 3].double()
     return ((hi - lo) / cols).ceil().mean().item()  # a program loops over whole tiles
@@ -51,9 +50,14 @@ def mean_tiles(n: int, kernel: str, config: tuple, window) -> float:
 
 def programs(n: int, heads: int, kernel: str, config: tuple) -> int:
     """Programs (the forward's: work items) of ``kernel`` for one sequence of n tokens and ``heads`` heads."""
+    return cdiv(n, _program_shape(kernel, config)[0]) * heads
+
+
+def _program_shape(kernel: str, config: tuple) -> tuple:
+    """(rows a program keeps, rows of each tile it streams): queries over key tiles for the forward and dQ, keys
+    over query tiles for dK/dV."""
     block_m, block_n, _, consumers = config[:4]
-    rows = consumers * (block_n if kernel == "dK/dV" else block_m)
-    return -(-n // rows) * heads
+    return (consumers * block_n, block_m) if kernel == "dK/dV" else (consumers * block_m, block_n)
 
 
 def fit(tiles: list, times: list) -> tuple:
