@@ -15,9 +15,10 @@ program's time is the kernel's time x SMs / programs. Its tiles are what the mas
 the kernel's own config (``flashdoc.kernels.mask.block_ranges``: the key tiles an item of the forward or dQ
 visits, and, for dK/dV, the query tiles that see a program's keys, which under the transposed band are a key
 range of the same rule). Over the window widths, time per program = fixed + per_tile x tiles is fitted by least
-squares; dense causal's per-tile cost is what is left of its program time after the same fixed cost. Printed per
-kernel: the fixed cost, the per-tile cost, the fixed cost's share of a program at each width, and the per-tile
-cost against causal's (what the window would reach with the fixed cost hidden).
+squares; dense causal's per-tile cost is what is left of its program time after the same fixed cost, scaled to the
+window's tile where the two configs stream tiles of different widths (the forward's). Printed per kernel: the fixed
+cost, the per-tile cost, the fixed cost's share of a program at each width, and the per-tile cost against causal's
+(what the window would reach with the fixed cost hidden).
 """
 
 import argparse
@@ -149,7 +150,9 @@ def main(argv=None):
         points = [table[name, (w, 0)] for w in args.widths]
         fixed, per_tile = fit([t for t, _ in points], [y for _, y in points])
         causal_tiles, causal_us = table[name, None]
-        causal_per_tile = (causal_us - fixed) / causal_tiles
+        # per key: a causal tile of another width (the forward's) is scaled to the window's
+        widths = _program_shape(name, configs[name])[1] / _program_shape(name, causal_configs[name])[1]
+        causal_per_tile = (causal_us - fixed) / causal_tiles * widths
         shares = " ".join(f"{w}: {fixed / y:.0%}" for w, (_, y) in zip(args.widths, points))
         print(
             f"| {name} | {fixed:.2f} | {per_tile:.3f} | {causal_per_tile:.3f} | {causal_per_tile / per_tile:.2f}x "
