@@ -2106,6 +2106,15 @@ DKDV_VARLEN_ONLY = (None,) * 11
 DQ_VARLEN_ONLY = (None,) * 8
 
 
+def dkdv_consumers(config: tuple, head_dim: int) -> tuple:
+    """(N_CONSUMERS, wide) of a dK/dV launch, dense or varlen: the wide kernel (head dims over
+    ``MAX_NARROW_HEAD_DIM``) splits one key block's columns between exactly two consumers, the narrow one builds
+    ``CONSUMER_COUNTS``; any other count is refused (``consumers_of``)."""
+    wide = head_dim > MAX_NARROW_HEAD_DIM
+    kernel = f"the {'wide ' if wide else ''}dK/dV kernel (head_dim {head_dim})"
+    return consumers_of(config, kernel, (2,) if wide else CONSUMER_COUNTS), wide
+
+
 def _dkdv_plan(objects, softmax_scale, causal, bottom_right, config, window_size, softcap):
     """``bwd_dkdv_hopper``'s launch for the layout of ``objects`` (q, k, v, dout, dk, dv, dq_acc or None, and the
     LSE's and delta's ``rows_descriptor``s)."""
@@ -2114,10 +2123,7 @@ def _dkdv_plan(objects, softmax_scale, causal, bottom_right, config, window_size
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
     block_m, block_n, stages, _ = config
-    wide = head_dim > MAX_NARROW_HEAD_DIM  # the wide kernel's two consumers split the columns of one key block
-    consumers = consumers_of(
-        config, f"the {'wide ' if wide else ''}dK/dV kernel (head_dim {head_dim})", (2,) if wide else CONSUMER_COUNTS
-    )
+    consumers, wide = dkdv_consumers(config, head_dim)
     rest = (
         lse2_rows,
         delta_rows,

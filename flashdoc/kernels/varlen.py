@@ -57,7 +57,7 @@ from .common import (
     seq_bucket,
 )
 from .forward import FWD_CONFIGS, _attn_fwd_inner
-from .hopper_common import CONSUMER_COUNTS, consumers_of, packed_descriptor, rows_descriptor, score_scales
+from .hopper_common import consumers_of, packed_descriptor, rows_descriptor, score_scales
 from .launch import (
     aligned,
     distinct,
@@ -1060,12 +1060,7 @@ def _dkdv_hopper_plan(objects, band: Band, softmax_scale: float, variant: Varian
     is_causal, right, left = _hopper_band(band)
     qk_scale, softcap_scale = score_scales(variant.softcap, softmax_scale)
     block_m, block_n, stages, _ = config
-    wide = head_dim > backward_hopper.MAX_NARROW_HEAD_DIM  # two consumers over the columns of one key block
-    consumers = consumers_of(
-        config,
-        f"the {'wide ' if wide else ''}varlen dK/dV kernel (head_dim {head_dim})",
-        (2,) if wide else CONSUMER_COUNTS,
-    )
+    consumers, wide = backward_hopper.dkdv_consumers(config, head_dim)
     grid = (items.shape[0],)  # a program per item: (sequence, kv head, key block)
     rest = (
         lse2_rows,
