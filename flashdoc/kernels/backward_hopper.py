@@ -62,7 +62,7 @@ import torch
 from . import cdiv, forward_hopper
 from .common import MAX_GRID_Y
 from .forward_hopper import gluon_runs
-from .hopper_common import CONSUMER_COUNTS, GLUON, consumers_of, descriptor, mask, rows_descriptor
+from .hopper_common import CONSUMER_COUNTS, GLUON, consumers_of, descriptor, mask, plan_options, rows_descriptor
 from .launch import aligned, distinct, gluon_plan, layout, plan_cache, planned
 
 if GLUON:
@@ -2081,13 +2081,7 @@ def bwd_dkdv_hopper(
     key = (
         *map(layout, (q, k, v, dout, dk, dv)),
         None if dq_acc is None else layout(dq_acc),
-        q.device,
-        softmax_scale,
-        causal,
-        bottom_right,
-        tuple(window_size),
-        softcap,
-        config,
+        *plan_options(q.device, softmax_scale, causal, bottom_right, window_size, softcap, config),
     )
     plan = planned(
         _plans,
@@ -2225,13 +2219,7 @@ def bwd_dq_hopper(
         *map(layout, (q, k, v, dout, dq)),
         aligned(lse2),
         aligned(delta),
-        q.device,
-        softmax_scale,
-        causal,
-        bottom_right,
-        tuple(window_size),
-        softcap,
-        config,
+        *plan_options(q.device, softmax_scale, causal, bottom_right, window_size, softcap, config),
     )
     plan = planned(
         _dq_plans,

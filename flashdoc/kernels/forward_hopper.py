@@ -49,7 +49,7 @@ import torch
 
 from . import cdiv, gluon_support
 from .common import find_item
-from .hopper_common import GLUON, consumers_of, descriptor, mask, rows_descriptor  # noqa: F401 (re-exported)
+from .hopper_common import GLUON, consumers_of, descriptor, mask, plan_options, rows_descriptor  # noqa: F401 (re-exported)
 from .launch import aligned, device_index, distinct, gluon_plan, layout, plan_cache, planned
 
 # FLASHDOC_HOPPER=0 keeps every forward and backward on the portable kernels (for comparisons and debugging).
@@ -911,13 +911,7 @@ def attn_fwd_hopper(
     key = (
         *map(layout, (q, k, v, out)),
         aligned(lse),
-        q.device,
-        softmax_scale,
-        causal,
-        bottom_right,
-        tuple(window_size),
-        softcap,
-        config,
+        *plan_options(q.device, softmax_scale, causal, bottom_right, window_size, softcap, config),
     )
     plan = planned(
         _plans, key, lambda: _plan(distinct(objects), softmax_scale, causal, bottom_right, config, window_size, softcap)

@@ -146,6 +146,12 @@ def mask(
     )
 
 
+def plan_options(device, softmax_scale, causal, bottom_right, window_size, softcap, config) -> tuple:
+    """What a dense Hopper launch plan's key holds besides its tensors' layouts: the device, the score options and
+    the config. (Varlen plans key on their ``Band`` instead.)"""
+    return (device, softmax_scale, causal, bottom_right, tuple(window_size), softcap, config)
+
+
 # Every Gluon kernel lists its consumer warpgroups in its warp_specialize call: two, or else three. A config asking
 # for another count would launch three partitions over shared memory sized for its count.
 CONSUMER_COUNTS = (2, 3)
