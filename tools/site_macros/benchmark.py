@@ -30,9 +30,9 @@ def measured(text: str) -> str:
     return f'<span class="measured">{text}</span>'
 
 
-def times_range(lo: float, hi: float) -> str:
-    """'1.58–1.75×', or '1.04×' when both ends round to the same two decimals."""
-    a, b = f"{lo:.2f}", f"{hi:.2f}"
+def times_range(lo: float, hi: float, digits: int = 2) -> str:
+    """'1.58–1.75×', or '1.04×' when both ends round to the same digits."""
+    a, b = f"{lo:.{digits}f}", f"{hi:.{digits}f}"
     return measured(f"{a if a == b else f'{a}–{b}'}×")
 
 

@@ -1,0 +1,75 @@
+"""The macros that put the variant, decoding, varlen and host-time recordings' numbers into the prose
+(tools/site_macros/recorded.py): every call the pages make evaluates against the recordings, each renders one
+measured number, and a call naming nothing recorded fails with a message that says what it asked for."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tools.site_macros import recorded
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = sorted((ROOT / "docs/blog/posts").glob("*.md")) + [ROOT / "docs/usage.md"]
+
+
+class Env:
+    """What ``register`` needs of mkdocs-macros' env: a ``macro`` decorator, here collecting the functions."""
+
+    def __init__(self):
+        self.macros = {}
+
+    def macro(self, fn):
+        self.macros[fn.__name__] = fn
+        return fn
+
+
+@pytest.fixture(scope="module")
+def macros():
+    env = Env()
+    recorded.register(env)
+    return env.macros
+
+
+def calls(macros):
+    """(page, expression) for every call of one of these macros in the pages."""
+    names = "|".join(macros)
+    for page in PAGES:
+        for expr in re.findall(r"\{\{\s*((?:%s)\(.*?\))\s*\}\}" % names, page.read_text(), flags=re.S):
+            yield page.name, expr
+
+
+def test_the_pages_use_every_macro(macros):
+    used = {expr.split("(")[0] for _, expr in calls(macros)}
+    assert used == set(macros), set(macros) - used
+
+
+def test_every_call_in_the_pages_renders_one_measured_number(macros):
+    found = list(calls(macros))
+    assert len(found) >= 20, found
+    for page, expr in found:
+        # the pages' calls are Python expressions too: strings, numbers, True/False and keywords
+        html = eval(expr, {"__builtins__": {}}, macros)
+        text = re.fullmatch(r'<span class="measured">(.+)</span>', html)
+        assert text, (page, expr, html)
+        assert re.fullmatch(r"[\d.]+(–[\d.]+)?×|[\d.]+ ms|\d+ to \d+ µs|[\d.]+× to [\d.]+×", text.group(1)), (
+            page,
+            expr,
+            html,
+        )
+
+
+def test_a_comparison_nothing_recorded_names_the_recording():
+    with pytest.raises(ValueError, match="masking/gpu_variants: 0 rows of targets for 'no such comparison'"):
+        recorded.variant_row("no such comparison", "fwd")
+
+
+def test_a_window_call_from_an_unknown_recording_says_which_there_are():
+    with pytest.raises(ValueError, match="'window_cost' or 'variants'"):
+        recorded.window_call("flex")
+
+
+def test_host_bound_points_are_the_smallest_caches():
+    _, rows = recorded.decode_rows()
+    points = sorted({(b, c) for b, c, m in rows}, key=lambda p: p[0] * p[1])
+    assert set(recorded.HOST_BOUND_POINTS) == set(points[:3])

@@ -1,0 +1,204 @@
+"""Macros that put numbers from the variant, decoding, varlen and host-time recordings into a page's prose, as
+``benchmark`` does for the kernel benchmark: no sentence quotes one of these numbers by hand, so a new recording
+changes the prose with it, and the build fails if a recording is older than its snippet. The words around the
+numbers ("short of 0.9x", "so that claim holds") are checked against the same functions by
+``tests/benchmarks/test_recorded_claims.py``.
+
+    {{ variant_ratio("sliding window / dense causal", "fwd") }}          0.73x   (Part 7)
+    {{ variant_causal_ms("window") }}                                     1.71 ms (the divisor of the window rows)
+    {{ window_call_ms("window_cost") }}                                   1.26 ms (fwd+bwd, 1,024-key window)
+    {{ decode_call_us("flashdoc", "graph_ms") }}                          12 to 37 us at the host-bound points
+    {{ decode_flex_lead() }}                                              1.06x to 1.47x   (Part 8)
+    {{ varlen_ratio("flashdoc-dense", "fwd", False) }}                    1.03x   (Part 10)
+    {{ varlen_dense_range() }}                                            1.01-1.11x, fwd+bwd, both maskings
+    {{ host_time_vs_sdpa() }}                                             1.8-2.2x SDPA's host time per call
+
+The plain functions (``variant_row``, ``decode_lead_over_flex``, ...) return the numbers themselves, for the
+tests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tools.outputs import snippet
+from tools.site_macros.benchmark import measured, times_range
+
+VARIANTS = "masking/gpu_variants"
+WINDOW_COST = "masking/window_cost"
+DECODE = "decoding/gpu_roofline"
+VARLEN = "varlen/gpu_rate"
+HOST_TIME = "triton/launch_overhead"
+
+# The decode points where a step's kernels take less time than its host work (Part 8 reads them together).
+HOST_BOUND_POINTS = ((1, 4096), (1, 32768), (8, 4096))
+# The window whose forward + backward call Part 7 times in two recordings.
+WINDOW = 1024
+
+
+def _text(name: str, file: str) -> str:
+    return snippet(name).recorded_file(file).read_text()
+
+
+def _json(name: str, file: str) -> dict:
+    return json.loads(_text(name, file))
+
+
+def _table(name: str, file: str) -> dict:
+    """A recorded markdown table as {first cell: [the other cells]}."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in _text(name, file).splitlines()]
+    rows = [cells for cells in rows if len(cells) > 1]
+    return {cells[0]: cells[1:] for cells in rows[2:]}
+
+
+def _number(cell: str) -> float:
+    return float(re.search(r"-?[\d.,]+", cell).group().replace(",", ""))
+
+
+# Part 7: the variants benchmark and the window-cost table
+
+
+def variant_row(what: str, mode: str, table: str = "targets", causal=None) -> dict:
+    """The one row of the variants benchmark's ``targets`` (with ``ratio``, ``met``, ``threshold``) or ``ratios``
+    table for this comparison, mode and, where both maskings are recorded, causal."""
+    rows = [
+        r
+        for r in _json(VARIANTS, "variants.json")[table]
+        if r["what"] == what and r["mode"] == mode and (causal is None or r["causal"] == causal)
+    ]
+    if len(rows) != 1:
+        raise ValueError(f"{VARIANTS}: {len(rows)} rows of {table} for {what!r}, {mode}, causal={causal}")
+    return rows[0]
+
+
+def causal_forward_ms(group: str) -> float:
+    """The dense causal forward's time in this group of the variants benchmark's rows."""
+    (ms,) = [
+        r["ms"]
+        for r in _json(VARIANTS, "variants.json")["rows"]
+        if r["name"] == "flashdoc causal" and r["mode"] == "fwd" and r["group"] == group
+    ]
+    return ms
+
+
+def window_cost_rows() -> dict:
+    """The window-cost table as {width: (forward ms, forward + backward ms, forward + backward / causal)}."""
+    rows = re.findall(
+        r"^\| (\d+) \| ([\d.]+) \| [\d.]+ \| ([\d.]+) \| ([\d.]+) \|$", _text(WINDOW_COST, "stdout.txt"), re.M
+    )
+    return {int(w): (float(fwd), float(both), float(ratio)) for w, fwd, both, ratio in rows}
+
+
+def window_call(source: str) -> float:
+    """The forward + backward time of the (1,024, 0) window, as the window-cost table (``window_cost``) or the
+    variants benchmark (``variants``) recorded it."""
+    if source == "window_cost":
+        return window_cost_rows()[WINDOW][1]
+    if source == "variants":
+        rows = _json(VARIANTS, "variants.json")["rows"]
+        (ms,) = [
+            r["ms"]
+            for r in rows
+            if (r["group"], r["peer"], r["mode"], r["window"]) == ("window", "flashdoc", "fwd_bwd", [WINDOW, 0])
+        ]
+        return ms
+    raise ValueError(f"window_call: source is 'window_cost' or 'variants', got {source!r}")
+
+
+# Part 8: the decode benchmark
+
+
+def decode_rows() -> tuple[dict, dict]:
+    """(the recorded decode benchmark, its rows as {(batch, cache, method): row}), rows that failed left out."""
+    recorded = _json(DECODE, "decode.json")
+    return recorded, {(r["batch"], r["cache"], r["method"]): r for r in recorded["rows"] if "error" not in r}
+
+
+def decode_call_range(method: str, timing: str) -> tuple[float, float]:
+    """The least and most microseconds a call of method took at the host-bound points: ``ms`` call by call,
+    ``graph_ms`` replayed in a CUDA graph (the kernels alone)."""
+    _, rows = decode_rows()
+    us = [rows[p + (method,)][timing] * 1e3 for p in HOST_BOUND_POINTS]
+    return min(us), max(us)
+
+
+def decode_lead_over_flex() -> dict:
+    """flashdoc's bandwidth over FlexAttention's at each point where FlexAttention has a graph timing."""
+    _, rows = decode_rows()
+    points = {(b, c) for b, c, m in rows if m == "flashdoc"}
+    return {
+        p: rows[p + ("flashdoc",)]["graph_tbps"] / rows[p + ("flex",)]["graph_tbps"]
+        for p in points
+        if (rows.get(p + ("flex",)) or {}).get("graph_tbps")
+    }
+
+
+# Part 10: the varlen benchmark
+
+
+def varlen_rates() -> dict:
+    """{(method, mode, causal): TFLOP/s} of the recorded varlen benchmark."""
+    return {(r["method"], r["mode"], r["causal"]): r["tflops"] for r in _json(VARLEN, "results.json")["records"]}
+
+
+def varlen_over(method: str, mode: str, causal) -> float:
+    """The packed varlen call's rate over method's, in this mode and masking."""
+    rate = varlen_rates()
+    return rate[("flashdoc-varlen", mode, causal)] / rate[(method, mode, causal)]
+
+
+# Host time per call (the usage page)
+
+
+def host_time_ratios() -> dict:
+    """flashdoc's host time per call (launch cache on) over SDPA's, for each call of the recorded table."""
+    return {call: _number(cells[1]) / _number(cells[2]) for call, cells in _table(HOST_TIME, "host_time.md").items()}
+
+
+def register(env):
+    @env.macro
+    def variant_ratio(what, mode, table="targets", causal=None):
+        """One ratio of the variants benchmark, as '0.73×'."""
+        ratio = variant_row(what, mode, table, causal)["ratio"]
+        return times_range(ratio, ratio)
+
+    @env.macro
+    def variant_causal_ms(group):
+        """'1.71 ms': the dense causal forward that a group of variant rows divides by."""
+        return measured(f"{causal_forward_ms(group):.2f} ms")
+
+    @env.macro
+    def window_call_ms(source):
+        """'1.26 ms': the (1,024, 0) window's forward + backward call in one of the two recordings."""
+        return measured(f"{window_call(source):.2f} ms")
+
+    @env.macro
+    def decode_call_us(method, timing):
+        """'12 to 37 µs': a method's calls at the host-bound decode points."""
+        lo, hi = decode_call_range(method, timing)
+        return measured(f"{lo:.0f} to {hi:.0f} µs")
+
+    @env.macro
+    def decode_flex_lead():
+        """'1.06× to 1.47×': the range of flashdoc's lead over FlexAttention's decoding kernel."""
+        lead = decode_lead_over_flex().values()
+        return measured(f"{min(lead):.2f}× to {max(lead):.2f}×")
+
+    @env.macro
+    def varlen_ratio(method, mode, causal):
+        """'1.03×': the packed varlen call's rate over method's."""
+        ratio = varlen_over(method, mode, causal)
+        return times_range(ratio, ratio)
+
+    @env.macro
+    def varlen_dense_range():
+        """'1.01–1.11×': the packed forward + backward over the dense one's rate, over both maskings."""
+        ratios = [varlen_over("flashdoc-dense", "fwd_bwd", causal) for causal in (False, True)]
+        return times_range(min(ratios), max(ratios))
+
+    @env.macro
+    def host_time_vs_sdpa():
+        """'1.8–2.2×': flashdoc's host time per call over SDPA's, over the recorded calls."""
+        ratios = host_time_ratios().values()
+        return times_range(min(ratios), max(ratios), digits=1)
