@@ -97,18 +97,18 @@ def kernel_times(q, k, v, dout, window, steps: int) -> dict:
     return {name: total / steps for name, total in totals.items()}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=16384, help="tokens of the one sequence (default: %(default)s)")
-    ap.add_argument("--heads", type=int, default=16, help="query heads, as many KV heads (default: %(default)s)")
-    ap.add_argument("--widths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
-    ap.add_argument("--steps", type=int, default=10, help="profiled steps per call (default: %(default)s)")
-    args = ap.parse_args(argv)
-    if len(args.widths) < 2:
-        ap.error("--widths needs at least two window widths to fit a line")
-    if not torch.cuda.is_available():
-        raise SystemExit("window_fixed_cost.py times the Hopper kernels: it needs an H100 or H200")
+WIDTHS = (128, 256, 512, 1024, 2048, 4096)
 
+
+def measure(n: int = 16384, heads: int = 16, widths=WIDTHS, steps: int = 10) -> dict:
+    """Time each kernel at each window width and at dense causal, and fit each kernel's line. Returns
+    {"device", "sms", "programs": one row per (kernel, window: left or None for causal) with its config, programs,
+    tiles a program, kernel us and us a program, "fits": one row per kernel with fixed_us, tile_us, causal_tile_us
+    (per the window's tile width) and shares ({width: the fixed cost's share of a program})}."""
+    if len(widths) < 2:
+        raise ValueError(f"widths: at least two window widths are needed to fit a line, got {list(widths)}")
+    if not torch.cuda.is_available():
+        raise RuntimeError("window_fixed_cost times the Hopper kernels: it needs an H100 or H200")
     from flashdoc.kernels import backward, backward_hopper, forward_hopper
 
     d = 128
@@ -121,42 +121,73 @@ def main(argv=None):
     causal_configs = dict(configs, forward=forward_hopper.table_config((d, True), False))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     torch.manual_seed(0)
-    q, k, v = (
-        torch.randn(1, args.n, args.heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)
-    )
+    q, k, v = (torch.randn(1, n, heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     dout = torch.randn_like(q)
-    windows = [(w, 0) for w in args.widths] + [None]
-    us = {window: kernel_times(q, k, v, dout, window, args.steps) for window in windows}
-    print(f"{torch.cuda.get_device_name()}, 1 x {args.n} tokens x {args.heads} heads, d = {d}, bf16; {sms} SMs")
-    print("| kernel | window | config | programs | tiles a program | kernel us | us a program |")
-    print("|---|---|---|---|---|---|---|")
-    table = {}
+    windows = [(w, 0) for w in widths] + [None]
+    us = {window: kernel_times(q, k, v, dout, window, steps) for window in windows}
+    rows, fits = [], []
     for name in KERNELS:
         for window in windows:
             config = configs[name] if window else causal_configs[name]
-            tiles = mean_tiles(args.n, name, config, window)
-            count = programs(args.n, args.heads, name, config)
-            per_program = us[window][name] * min(sms, count) / count
-            table[name, window] = (tiles, per_program)
-            label = f"({window[0]}, 0)" if window else "causal"
-            print(
-                f"| {name} | {label} | {config[:4]} | {count} | {tiles:.1f} | {us[window][name]:.0f} | "
-                f"{per_program:.2f} |"
+            count = programs(n, heads, name, config)
+            rows.append(
+                dict(
+                    kernel=name,
+                    window=window[0] if window else None,
+                    config=tuple(config[:4]),
+                    programs=count,
+                    tiles=mean_tiles(n, name, config, window),
+                    kernel_us=us[window][name],
+                    program_us=us[window][name] * min(sms, count) / count,
+                )
             )
+        mine = {r["window"]: r for r in rows if r["kernel"] == name}
+        fixed, per_tile = fit([mine[w]["tiles"] for w in widths], [mine[w]["program_us"] for w in widths])
+        # per key: a causal tile of another width (the forward's) is scaled to the window's
+        scale = _program_shape(name, configs[name])[1] / _program_shape(name, causal_configs[name])[1]
+        causal = mine[None]
+        fits.append(
+            dict(
+                kernel=name,
+                fixed_us=fixed,
+                tile_us=per_tile,
+                causal_tile_us=(causal["program_us"] - fixed) / causal["tiles"] * scale,
+                shares={w: fixed / mine[w]["program_us"] for w in widths},
+            )
+        )
+    device = f"{torch.cuda.get_device_name()}, 1 x {n} tokens x {heads} heads, d = {d}, bf16; {sms} SMs"
+    return dict(device=device, sms=sms, programs=rows, fits=fits)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=16384, help="tokens of the one sequence (default: %(default)s)")
+    ap.add_argument("--heads", type=int, default=16, help="query heads, as many KV heads (default: %(default)s)")
+    ap.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
+    ap.add_argument("--steps", type=int, default=10, help="profiled steps per call (default: %(default)s)")
+    args = ap.parse_args(argv)
+    if len(args.widths) < 2:
+        ap.error("--widths needs at least two window widths to fit a line")
+    if not torch.cuda.is_available():
+        raise SystemExit("window_fixed_cost.py times the Hopper kernels: it needs an H100 or H200")
+    result = measure(args.n, args.heads, args.widths, args.steps)
+    print(result["device"])
+    print("| kernel | window | config | programs | tiles a program | kernel us | us a program |")
+    print("|---|---|---|---|---|---|---|")
+    for r in result["programs"]:
+        label = "causal" if r["window"] is None else f"({r['window']}, 0)"
+        print(
+            f"| {r['kernel']} | {label} | {r['config']} | {r['programs']} | {r['tiles']:.1f} | {r['kernel_us']:.0f} | "
+            f"{r['program_us']:.2f} |"
+        )
     print()
     print("| kernel | fixed us | us a tile | causal us a tile | per tile vs causal | fixed share by width |")
     print("|---|---|---|---|---|---|")
-    for name in KERNELS:
-        points = [table[name, (w, 0)] for w in args.widths]
-        fixed, per_tile = fit([t for t, _ in points], [y for _, y in points])
-        causal_tiles, causal_us = table[name, None]
-        # per key: a causal tile of another width (the forward's) is scaled to the window's
-        widths = _program_shape(name, configs[name])[1] / _program_shape(name, causal_configs[name])[1]
-        causal_per_tile = (causal_us - fixed) / causal_tiles * widths
-        shares = " ".join(f"{w}: {fixed / y:.0%}" for w, (_, y) in zip(args.widths, points))
+    for f in result["fits"]:
+        shares = " ".join(f"{w}: {share:.0%}" for w, share in f["shares"].items())
         print(
-            f"| {name} | {fixed:.2f} | {per_tile:.3f} | {causal_per_tile:.3f} | {causal_per_tile / per_tile:.2f}x "
-            f"| {shares} |"
+            f"| {f['kernel']} | {f['fixed_us']:.2f} | {f['tile_us']:.3f} | {f['causal_tile_us']:.3f} | "
+            f"{f['causal_tile_us'] / f['tile_us']:.2f}x | {shares} |"
         )
     # the band the kernels ran, for the record (bottom-right, square)
     print()

@@ -1,9 +1,9 @@
 """The words around the recorded numbers, checked against the recordings.
 
 The numbers in the posts' prose come from macros (tools/site_macros/benchmark.py and recorded.py) or from
-recorded outputs, so they follow every new recording. The words around them ("ahead in every row", "about a quarter of the
-speed of a plain copy") do not: each test here reads a recording and fails when it contradicts a sentence of
-a post, naming the sentence, so that a new recording cannot land under prose it disproves.
+recorded outputs, so they follow every new recording. The words around them ("ahead in every row", "about a
+quarter of the speed of a plain copy") do not: each test here reads a recording and fails when it contradicts a
+sentence of a post, naming the sentence, so that a new recording cannot land under prose it disproves.
 """
 
 import inspect

@@ -1,10 +1,13 @@
 """The window fixed-cost fit's host side: the tiles it credits each program with, against a count from the mask's
-definition, and the least-squares line. (The timing itself needs a Hopper GPU.)"""
+definition, the least-squares line, and ``measure``'s assembly of both around stubbed kernel times. (The timing
+itself needs a Hopper GPU.)"""
 
 import math
 
 import pytest
+import torch
 
+from benchmarks.kernels import window_fixed_cost
 from benchmarks.kernels.window_fixed_cost import fit, mean_tiles, programs
 
 
@@ -47,3 +50,49 @@ def test_programs_count_whole_blocks():
 def test_fit_recovers_a_line():
     fixed, per_tile = fit([4, 18, 30], [4 + 1.5 * 4, 4 + 1.5 * 18, 4 + 1.5 * 30])
     assert fixed == pytest.approx(4) and per_tile == pytest.approx(1.5)
+
+
+def test_measure_refuses_one_width():
+    with pytest.raises(ValueError, match="at least two window widths"):
+        window_fixed_cost.measure(widths=[1024])
+
+
+def test_measure_recovers_each_kernels_line(monkeypatch):
+    """With kernel times made from a known line per kernel (GPU and profiler stubbed out), the fit returns that
+    line, and dense causal's per-tile cost is its own, per the window's tile width."""
+    n, heads, sms, widths = 4096, 2, 132, (128, 512, 1024)
+    line = {"forward": (5.0, 1.2), "dK/dV": (4.5, 1.7), "dQ": (5.3, 1.9)}
+    from flashdoc.kernels import backward_hopper, forward_hopper
+
+    configs = {
+        "forward": forward_hopper.table_config((128, True), True),
+        "dK/dV": backward_hopper.HOPPER_DKDV_CONFIGS[(128, True)],
+        "dQ": backward_hopper.HOPPER_DQ_CONFIGS[(128, True)],
+    }
+    causal_forward = forward_hopper.table_config((128, True), False)
+
+    def kernel_times(q, k, v, dout, window, steps):
+        times = {}
+        for name, (fixed, per_tile) in line.items():
+            config = causal_forward if name == "forward" and window is None else configs[name]
+            count = programs(n, heads, name, config)
+            program_us = fixed + per_tile * mean_tiles(n, name, config, window)
+            times[name] = program_us * count / min(sms, count)
+        return times
+
+    class Properties:
+        multi_processor_count = sms
+
+    monkeypatch.setattr(window_fixed_cost, "kernel_times", kernel_times)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Properties)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "stub")
+    randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *shape, device=None, **kw: randn(*shape, **kw))
+    result = window_fixed_cost.measure(n, heads, widths, steps=1)
+    for f in result["fits"]:
+        fixed, per_tile = line[f["kernel"]]
+        assert f["fixed_us"] == pytest.approx(fixed) and f["tile_us"] == pytest.approx(per_tile), f
+        # the causal forward's tiles hold twice the keys: scaled to the window's tile, half the stubbed cost
+        assert f["causal_tile_us"] == pytest.approx(per_tile / (2 if f["kernel"] == "forward" else 1)), f
+        assert set(f["shares"]) == set(widths)
