@@ -11,6 +11,10 @@ from tools.site_macros import recorded
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "docs/blog/posts").glob("*.md")) + [ROOT / "docs/usage.md"]
+# what one macro renders: a ratio or a range of them, a time, a share, a range of times, or a count in words
+NUMBER = re.compile(
+    r"[\d.]+(–[\d.]+)?×|[\d.]+ (ms|µs)|\d+%|\d+ to \d+ µs|[\d.]+× to [\d.]+×|" + "|".join(recorded.NUMBER_WORDS)
+)
 
 
 class Env:
@@ -52,11 +56,7 @@ def test_every_call_in_the_pages_renders_one_measured_number(macros):
         html = eval(expr, {"__builtins__": {}}, macros)
         text = re.fullmatch(r'<span class="measured">(.+)</span>', html)
         assert text, (page, expr, html)
-        assert re.fullmatch(r"[\d.]+(–[\d.]+)?×|[\d.]+ ms|\d+ to \d+ µs|[\d.]+× to [\d.]+×", text.group(1)), (
-            page,
-            expr,
-            html,
-        )
+        assert NUMBER.fullmatch(text.group(1)), (page, expr, html)
 
 
 def test_a_comparison_nothing_recorded_names_the_recording():

@@ -9,6 +9,7 @@ numbers ("short of 0.9x", "so that claim holds") are checked against the same fu
     {{ window_call_ms("window_cost") }}                                   1.26 ms (fwd+bwd, 1,024-key window)
     {{ decode_call_us("flashdoc", "graph_ms") }}                          12 to 37 us at the host-bound points
     {{ decode_flex_lead() }}                                              1.06x to 1.47x   (Part 8)
+    {{ decode_count("sdpa-cudnn", "at_least") }}                          six: points where flashdoc reads as fast
     {{ varlen_ratio("flashdoc-dense", "fwd", False) }}                    1.03x   (Part 10)
     {{ varlen_dense_range() }}                                            1.01-1.11x, fwd+bwd, both maskings
     {{ host_time_vs_sdpa() }}                                             1.8-2.2x SDPA's host time per call
@@ -134,6 +135,20 @@ def decode_lead_over_flex() -> dict:
     }
 
 
+def decode_against(peer: str) -> dict:
+    """flashdoc's graph-timed bandwidth over peer's at each point where both have one."""
+    _, rows = decode_rows()
+    points = {(b, c) for b, c, m in rows if m == "flashdoc"}
+    return {
+        p: rows[p + ("flashdoc",)]["graph_tbps"] / rows[p + (peer,)]["graph_tbps"]
+        for p in points
+        if (rows.get(p + (peer,)) or {}).get("graph_tbps")
+    }
+
+
+NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+
+
 # Part 10: the varlen benchmark
 
 
@@ -184,6 +199,21 @@ def register(env):
         """'1.06× to 1.47×': the range of flashdoc's lead over FlexAttention's decoding kernel."""
         lead = decode_lead_over_flex().values()
         return measured(f"{min(lead):.2f}× to {max(lead):.2f}×")
+
+    @env.macro
+    def decode_count(peer, which):
+        """How many decode points, in words: ``points`` (with a graph timing for both), ``at_least`` (flashdoc
+        reads at least as fast as peer there) or ``behind``."""
+        ratios = decode_against(peer).values()
+        counts = {
+            "points": len(ratios),
+            "at_least": sum(r >= 1 for r in ratios),
+            "behind": sum(r < 1 for r in ratios),
+        }
+        if which not in counts:
+            raise ValueError(f"decode_count: which is one of {sorted(counts)}, got {which!r}")
+        n = counts[which]
+        return measured(NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else str(n))
 
     @env.macro
     def varlen_ratio(method, mode, causal):
