@@ -41,13 +41,10 @@ def post():
 
 def table(path):
     """A recorded markdown table as {first cell: [the other cells]}."""
-    lines = (GENERATED / path).read_text().splitlines()
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines if line.startswith("|")]
-    return {cells[0]: cells[1:] for cells in rows[2:]}
+    return readings.markdown_table((GENERATED / path).read_text())
 
 
-def number(cell):
-    return float(re.search(r"-?[\d.,]+", cell).group().replace(",", ""))
+number = readings.number
 
 
 def rows(results, mode, peer, head_dims=(64, 128, 256), causals=(False, True)):
@@ -376,11 +373,11 @@ def test_recording_backs_the_decode_roofline_reading():
             assert rows[(b, c, m)]["graph_tbps"] >= recorded["copy_tbps"], (b, c, m)
     claim(post, "which it matches to within a few percent at every point")
     points = {(b, c) for b, c, m in rows if m == "flashdoc"}
-    ratios = [rows[p + ("flashdoc",)]["graph_tbps"] / rows[p + ("sdpa-cudnn",)]["graph_tbps"] for p in points]
+    by_point = readings.decode_against("sdpa-cudnn")
+    ratios = list(by_point.values())
     assert min(ratios) >= 0.95 and max(ratios) <= 1.05, ratios
     claim(post, "Two claims do not hold.")
     assert [c["met"] for c in checks.values()].count(False) == 2
-    by_point = readings.decode_against("sdpa-cudnn")
     claim(post, 'flashdoc reads at least as fast as cuDNN at {{ decode_count("sdpa-cudnn", "at_least") }} of the')
     claim(post, 'points and trails it at the other {{ decode_count("sdpa-cudnn", "behind") }}, by at most the margin')
     assert set(by_point) == points and any(r < 1 for r in by_point.values()), by_point
@@ -423,7 +420,7 @@ def test_recording_backs_the_flex_decoding_reading():
     claim(post, "FlexAttention gets a block mask of 128-key blocks that masks nothing")
     _, rows = readings.decode_rows()
     points = {(b, c) for b, c, m in rows if m == "flashdoc"}
-    lead = readings.decode_lead_over_flex()
+    lead = readings.decode_against("flex")
     claim(
         post, "flashdoc reads {{ decode_flex_lead() }} as fast as FlexAttention's split-KV kernel, the least at 64 × 4k"
     )

@@ -14,7 +14,7 @@ numbers ("short of 0.9x", "so that claim holds") are checked against the same fu
     {{ varlen_dense_range() }}                                            1.01-1.11x, fwd+bwd, both maskings
     {{ host_time_vs_sdpa() }}                                             1.8-2.2x SDPA's host time per call
 
-The plain functions (``variant_row``, ``decode_lead_over_flex``, ...) return the numbers themselves, for the
+The plain functions (``variant_row``, ``decode_against``, ...) return the numbers themselves, for the
 tests.
 """
 
@@ -46,14 +46,15 @@ def _json(name: str, file: str) -> dict:
     return json.loads(_text(name, file))
 
 
-def _table(name: str, file: str) -> dict:
-    """A recorded markdown table as {first cell: [the other cells]}."""
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in _text(name, file).splitlines()]
-    rows = [cells for cells in rows if len(cells) > 1]
+def markdown_table(text: str) -> dict:
+    """A markdown table's rows ("|" lines) as {first cell: [the other cells]}, header and rule left out."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
     return {cells[0]: cells[1:] for cells in rows[2:]}
 
 
-def _number(cell: str) -> float:
+def number(cell: str) -> float:
+    """The first number in a table cell ('1,091 µs' -> 1091.0)."""
     return float(re.search(r"-?[\d.,]+", cell).group().replace(",", ""))
 
 
@@ -124,17 +125,6 @@ def decode_call_range(method: str, timing: str) -> tuple[float, float]:
     return min(us), max(us)
 
 
-def decode_lead_over_flex() -> dict:
-    """flashdoc's bandwidth over FlexAttention's at each point where FlexAttention has a graph timing."""
-    _, rows = decode_rows()
-    points = {(b, c) for b, c, m in rows if m == "flashdoc"}
-    return {
-        p: rows[p + ("flashdoc",)]["graph_tbps"] / rows[p + ("flex",)]["graph_tbps"]
-        for p in points
-        if (rows.get(p + ("flex",)) or {}).get("graph_tbps")
-    }
-
-
 def decode_against(peer: str) -> dict:
     """flashdoc's graph-timed bandwidth over peer's at each point where both have one."""
     _, rows = decode_rows()
@@ -168,7 +158,8 @@ def varlen_over(method: str, mode: str, causal) -> float:
 
 def host_time_ratios() -> dict:
     """flashdoc's host time per call (launch cache on) over SDPA's, for each call of the recorded table."""
-    return {call: _number(cells[1]) / _number(cells[2]) for call, cells in _table(HOST_TIME, "host_time.md").items()}
+    rows = markdown_table(_text(HOST_TIME, "host_time.md"))
+    return {call: number(cells[1]) / number(cells[2]) for call, cells in rows.items()}
 
 
 def register(env):
@@ -197,7 +188,7 @@ def register(env):
     @env.macro
     def decode_flex_lead():
         """'1.06× to 1.47×': the range of flashdoc's lead over FlexAttention's decoding kernel."""
-        lead = decode_lead_over_flex().values()
+        lead = decode_against("flex").values()
         return measured(f"{min(lead):.2f}× to {max(lead):.2f}×")
 
     @env.macro
