@@ -62,7 +62,7 @@ import torch
 from . import cdiv, forward_hopper
 from .common import MAX_GRID_Y
 from .forward_hopper import gluon_runs
-from .hopper_common import GLUON, descriptor, mask, rows_descriptor
+from .hopper_common import CONSUMER_COUNTS, GLUON, consumers_of, descriptor, mask, plan_options, rows_descriptor
 from .launch import aligned, distinct, gluon_plan, layout, plan_cache, planned
 
 if GLUON:
@@ -2081,13 +2081,7 @@ def bwd_dkdv_hopper(
     key = (
         *map(layout, (q, k, v, dout, dk, dv)),
         None if dq_acc is None else layout(dq_acc),
-        q.device,
-        softmax_scale,
-        causal,
-        bottom_right,
-        tuple(window_size),
-        softcap,
-        config,
+        *plan_options(q.device, softmax_scale, causal, bottom_right, window_size, softcap, config),
     )
     plan = planned(
         _plans,
@@ -2106,6 +2100,15 @@ DKDV_VARLEN_ONLY = (None,) * 11
 DQ_VARLEN_ONLY = (None,) * 8
 
 
+def dkdv_consumers(config: tuple, head_dim: int) -> tuple:
+    """(N_CONSUMERS, wide) of a dK/dV launch, dense or varlen: the wide kernel (head dims over
+    ``MAX_NARROW_HEAD_DIM``) splits one key block's columns between exactly two consumers, the narrow one builds
+    ``CONSUMER_COUNTS``; any other count is refused (``consumers_of``)."""
+    wide = head_dim > MAX_NARROW_HEAD_DIM
+    kernel = f"the {'wide ' if wide else ''}dK/dV kernel (head_dim {head_dim})"
+    return consumers_of(config, kernel, (2,) if wide else CONSUMER_COUNTS), wide
+
+
 def _dkdv_plan(objects, softmax_scale, causal, bottom_right, config, window_size, softcap):
     """``bwd_dkdv_hopper``'s launch for the layout of ``objects`` (q, k, v, dout, dk, dv, dq_acc or None, and the
     LSE's and delta's ``rows_descriptor``s)."""
@@ -2113,7 +2116,8 @@ def _dkdv_plan(objects, softmax_scale, causal, bottom_right, config, window_size
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
-    block_m, block_n, stages, consumers = config
+    block_m, block_n, stages, _ = config
+    consumers, wide = dkdv_consumers(config, head_dim)
     rest = (
         lse2_rows,
         delta_rows,
@@ -2128,12 +2132,7 @@ def _dkdv_plan(objects, softmax_scale, causal, bottom_right, config, window_size
         m.softcap_scale,
         *DKDV_VARLEN_ONLY,
     )
-    if head_dim > MAX_NARROW_HEAD_DIM:
-        if consumers != 2:
-            raise ValueError(
-                f"the wide dK/dV kernel (head_dim {head_dim}) takes configs (BLOCK_M, BLOCK_N, STAGES, "
-                f"2), got config={config}"
-            )
+    if wide:
         cols = head_dim // 2
         grid, order = _grid(cdiv(seqlen_k, block_n), batch * n_kv_heads, k, head_dim, m.is_causal)
         return gluon_plan(
@@ -2220,13 +2219,7 @@ def bwd_dq_hopper(
         *map(layout, (q, k, v, dout, dq)),
         aligned(lse2),
         aligned(delta),
-        q.device,
-        softmax_scale,
-        causal,
-        bottom_right,
-        tuple(window_size),
-        softcap,
-        config,
+        *plan_options(q.device, softmax_scale, causal, bottom_right, window_size, softcap, config),
     )
     plan = planned(
         _dq_plans,
@@ -2245,7 +2238,9 @@ def _dq_plan(objects, softmax_scale, causal, bottom_right, config, window_size, 
     batch, seqlen_q, n_heads, head_dim = q.shape
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
-    block_m, block_n, stages, consumers = config or HOPPER_DQ_CONFIGS[forward_hopper.table_key(q, causal, window_size)]
+    config = config or HOPPER_DQ_CONFIGS[forward_hopper.table_key(q, causal, window_size)]
+    block_m, block_n, stages, _ = config
+    consumers = consumers_of(config, "the dQ kernel")
     grid, order = _grid(cdiv(seqlen_q, consumers * block_m), batch * n_heads, k, head_dim, m.is_causal)
     return gluon_plan(
         _attn_bwd_dq_hopper,

@@ -49,7 +49,7 @@ import torch
 
 from . import cdiv, gluon_support
 from .common import find_item
-from .hopper_common import GLUON, descriptor, mask, rows_descriptor  # noqa: F401 (re-exported)
+from .hopper_common import GLUON, consumers_of, descriptor, mask, plan_options, rows_descriptor  # noqa: F401 (re-exported)
 from .launch import aligned, device_index, distinct, gluon_plan, layout, plan_cache, planned
 
 # FLASHDOC_HOPPER=0 keeps every forward and backward on the portable kernels (for comparisons and debugging).
@@ -911,13 +911,7 @@ def attn_fwd_hopper(
     key = (
         *map(layout, (q, k, v, out)),
         aligned(lse),
-        q.device,
-        softmax_scale,
-        causal,
-        bottom_right,
-        tuple(window_size),
-        softcap,
-        config,
+        *plan_options(q.device, softmax_scale, causal, bottom_right, window_size, softcap, config),
     )
     plan = planned(
         _plans, key, lambda: _plan(distinct(objects), softmax_scale, causal, bottom_right, config, window_size, softcap)
@@ -939,7 +933,9 @@ def _plan(objects, softmax_scale, causal, bottom_right, config, window_size, sof
     seqlen_k, n_kv_heads = k.shape[1], k.shape[2]
     m = mask(causal, window_size, softcap, softmax_scale, seqlen_q, seqlen_k, bottom_right)
     key = table_key(q, causal, window_size)
-    block_m, block_n, stages, consumers, persistent = table_config(key, m.is_local, config)
+    config = table_config(key, m.is_local, config)
+    block_m, block_n, stages, _, persistent = config
+    consumers = consumers_of(config, "the Hopper forward")
     n_tiles = cdiv(seqlen_q, consumers * block_m)
     total = n_tiles * batch * n_heads
     # persistent: one program per SM, each taking its work items in turn

@@ -146,6 +146,29 @@ def mask(
     )
 
 
+def plan_options(device, softmax_scale, causal, bottom_right, window_size, softcap, config) -> tuple:
+    """What a dense Hopper launch plan's key holds besides its tensors' layouts: the device, the score options and
+    the config. (Varlen plans key on their ``Band`` instead.)"""
+    return (device, softmax_scale, causal, bottom_right, tuple(window_size), softcap, config)
+
+
+# Every Gluon kernel lists its consumer warpgroups in its warp_specialize call: two, or else three. A config asking
+# for another count would launch three partitions over shared memory sized for its count.
+CONSUMER_COUNTS = (2, 3)
+
+
+def consumers_of(config: tuple, kernel: str, allowed: tuple = CONSUMER_COUNTS) -> int:
+    """A Hopper config's N_CONSUMERS (its fourth entry), refused with a ValueError unless the kernel (named in the
+    message) builds that many consumer warpgroups."""
+    if config[3] not in allowed:
+        counts = " or ".join(map(str, allowed))
+        raise ValueError(
+            f"{kernel}: config={tuple(config)} asks for {config[3]} consumer warpgroups (its fourth entry); "
+            f"this kernel builds {counts}"
+        )
+    return config[3]
+
+
 def score_scales(softcap: float, softmax_scale: float) -> tuple:
     """(qk_scale, softcap_scale) of ``Mask``: the exponent's scale and, with softcap > 0, the tanh's."""
     return (softcap if softcap > 0 else softmax_scale) * LOG2E, softmax_scale / softcap if softcap > 0 else 1.0

@@ -57,7 +57,7 @@ from .common import (
     seq_bucket,
 )
 from .forward import FWD_CONFIGS, _attn_fwd_inner
-from .hopper_common import packed_descriptor, rows_descriptor, score_scales
+from .hopper_common import consumers_of, packed_descriptor, rows_descriptor, score_scales
 from .launch import (
     aligned,
     distinct,
@@ -766,9 +766,9 @@ def _hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant, co
     total_q, n_heads, head_dim = q.shape
     n_seqs = cu_seqlens_q.shape[0] - 1
     is_causal, right, left = _hopper_band(band)
-    block_m, block_n, stages, consumers, persistent = forward_hopper.table_config(
-        (head_dim, is_causal), band.is_local, config
-    )
+    config = forward_hopper.table_config((head_dim, is_causal), band.is_local, config)
+    block_m, block_n, stages, _, persistent = config
+    consumers = consumers_of(config, "the Hopper varlen forward")
     total = n_heads * tile_bound(total_q, n_seqs, consumers * block_m)  # the items' count is on the device
     grid = (min(total, forward_hopper._sm_count(q.device.index)) if persistent else total,)
     qk_scale, softcap_scale = score_scales(variant.softcap, softmax_scale)
@@ -1055,11 +1055,13 @@ def _dkdv_hopper_plan(objects, band: Band, softmax_scale: float, variant: Varian
     delta's ``rows_descriptor``s, cu_seqlens_q, cu_seqlens_k, the ``item_table``)."""
     q, k, v, dout, dk, dv, lse2_rows, delta_rows, cu_seqlens_q, cu_seqlens_k, items = objects
     total_q, n_heads, head_dim = q.shape
-    total_k, n_kv_heads = k.shape[0], k.shape[1]
+    n_kv_heads = k.shape[1]
     n_seqs = cu_seqlens_q.shape[0] - 1
     is_causal, right, left = _hopper_band(band)
     qk_scale, softcap_scale = score_scales(variant.softcap, softmax_scale)
-    block_m, block_n, stages, consumers = config
+    block_m, block_n, stages, _ = config
+    consumers, wide = backward_hopper.dkdv_consumers(config, head_dim)
+    grid = (items.shape[0],)  # a program per item: (sequence, kv head, key block)
     rest = (
         lse2_rows,
         delta_rows,
@@ -1085,15 +1087,12 @@ def _dkdv_hopper_plan(objects, band: Band, softmax_scale: float, variant: Varian
         total_q,
     )
     constexprs = dict(IS_CAUSAL=is_causal, IS_LOCAL=band.is_local, SOFTCAP=variant.softcap > 0, STAGES=stages)
-    if head_dim > backward_hopper.MAX_NARROW_HEAD_DIM:
-        if consumers != 2:
-            raise ValueError(f"the wide dK/dV kernel takes configs (BLOCK_M, BLOCK_N, STAGES, 2), got {config}")
+    if wide:
         cols = head_dim // 2
         descriptors = (
             packed_descriptor(t, rows, cols)
             for t, rows in ((q, block_m), (dout, block_m), (k, block_n), (v, block_n), (dk, block_n), (dv, block_n))
         )
-        grid = (n_kv_heads * tile_bound(total_k, n_seqs, block_n),)  # items: (sequence, kv head, key block)
         return gluon_plan(
             backward_hopper._attn_bwd_dkdv_hopper_wide,
             grid,
@@ -1112,7 +1111,6 @@ def _dkdv_hopper_plan(objects, band: Band, softmax_scale: float, variant: Varian
         packed_descriptor(dv, block_n),
         dk_desc,  # dq_desc: the fused kernel's, unread
     )
-    grid = (n_kv_heads * tile_bound(total_k, n_seqs, consumers * block_n),)
     return gluon_plan(
         backward_hopper._attn_bwd_dkdv_hopper,
         grid,
@@ -1169,8 +1167,9 @@ def _dq_hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant,
     n_seqs = cu_seqlens_q.shape[0] - 1
     is_causal, right, left = _hopper_band(band)
     qk_scale, softcap_scale = score_scales(variant.softcap, softmax_scale)
-    block_m, block_n, stages, consumers = config
-    grid = (n_heads * tile_bound(total_q, n_seqs, consumers * block_m),)  # items: (sequence, head, query rows)
+    block_m, block_n, stages, _ = config
+    consumers = consumers_of(config, "the varlen dQ kernel")
+    grid = (items.shape[0],)  # a program per item: (sequence, head, query rows)
     return gluon_plan(
         backward_hopper._attn_bwd_dq_hopper,
         grid,

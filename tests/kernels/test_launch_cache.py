@@ -232,3 +232,31 @@ def test_a_plan_fills_in_each_calls_tensors(monkeypatch):
     assert second[0] is not first[0] and second[0].shape == first[0].shape and second[0].block_rows == "BLOCK_N"
     with pytest.raises(ValueError, match="cannot remake a launch argument"):
         launch.Plan(lambda a: None, None, (k.view(-1),), (k,))
+
+
+@pytest.mark.parametrize("kernel", ["forward", "dK/dV", "dK/dV wide", "dQ"])
+@pytest.mark.parametrize("n_consumers", [1, 4])
+def test_hopper_plans_refuse_a_consumer_count_the_kernels_do_not_build(monkeypatch, kernel, n_consumers):
+    """The Gluon kernels build two consumer warpgroups or else three (one for the wide dK/dV kernel's pair): a
+    config asking for another count is refused on the host, naming the config, before anything launches."""
+    from flashdoc.kernels import backward_hopper, forward_hopper
+
+    monkeypatch.setattr(forward_hopper, "_plans", {})
+    monkeypatch.setattr(backward_hopper, "_plans", {})
+    monkeypatch.setattr(backward_hopper, "_dq_plans", {})
+    head_dim = 256 if kernel == "dK/dV wide" else 128
+    q, k, v, dout = (torch.zeros(1, 128, 2, head_dim, dtype=torch.bfloat16) for _ in range(4))
+    lse2, delta = torch.zeros(2, 1, 2, 128)
+    config = (64, 64, 2, n_consumers)
+    if kernel == "dK/dV wide" and n_consumers == 4:
+        config = (64, 64, 2, 3)  # the wide kernel builds exactly two
+    with pytest.raises(ValueError, match=rf"config=\(64, 64, 2, {config[3]}.*consumer warpgroups"):
+        if kernel == "forward":
+            forward_hopper.attn_fwd_hopper(
+                q, k, v, torch.empty_like(q), torch.empty(1, 2, 128), 0.1, True, True, (*config, True)
+            )
+        elif kernel == "dQ":
+            backward_hopper.bwd_dq_hopper(q, k, v, dout, torch.empty_like(q), lse2, delta, 0.1, True, True, config)
+        else:
+            dk, dv = torch.empty_like(k), torch.empty_like(v)
+            backward_hopper.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, 0.1, True, True, config)

@@ -1034,3 +1034,63 @@ def test_gpu_varlen_equals_dense_long(causal, gluon, monkeypatch):
         dense = flashdoc.flash_attn_func(q[None, s0:s1], k[None, s0:s1], v[None, s0:s1], causal=causal)
         torch.testing.assert_close(out[s0:s1], dense[0], atol=2e-2, rtol=2e-2)
     assert bool(calls) == gluon
+
+
+@pytest.mark.parametrize("kernel", ["forward", "dK/dV", "dQ"])
+def test_varlen_hopper_plans_refuse_a_consumer_count_the_kernels_do_not_build(monkeypatch, kernel):
+    """As the dense plans do (``test_launch_cache``): a config whose consumer count the Gluon kernels do not
+    build is refused on the host with a ValueError that names it."""
+    from flashdoc.kernels import varlen
+    from flashdoc.kernels.mask import Variant
+
+    for plans in ("_hopper_plans", "_dkdv_hopper_plans", "_dq_hopper_plans"):
+        monkeypatch.setattr(varlen, plans, {})
+    lens = [100, 0, 300, 1]
+    q, k, v, cu_q, cu_k = (
+        t.detach() if t.requires_grad else t for t in packed_inputs(lens, lens, 4, 2, 64, torch.float16)
+    )
+    lse2, delta = torch.zeros(2, 1, 4, q.shape[0], device=DEVICE)
+    with pytest.raises(ValueError, match=r"config=\(64, 64, 2, 1.*consumer warpgroups"):
+        if kernel == "forward":
+            lse = torch.empty(4, q.shape[0])
+            varlen.varlen_fwd_hopper(
+                q, k, v, torch.empty_like(q), lse, cu_q, cu_k, 300, 0.125, True, Variant(), (64, 64, 2, 1, True)
+            )
+        elif kernel == "dK/dV":
+            dk, dv = torch.empty_like(k), torch.empty_like(v)
+            varlen.varlen_bwd_dkdv_hopper(
+                q,
+                k,
+                v,
+                q,
+                dk,
+                dv,
+                lse2,
+                delta,
+                cu_q,
+                cu_k,
+                schedule(cu_q),
+                300,
+                0.125,
+                True,
+                Variant(),
+                (64, 64, 2, 1),
+            )
+        else:
+            varlen.varlen_bwd_dq_hopper(
+                q,
+                k,
+                v,
+                q,
+                torch.empty_like(q),
+                lse2,
+                delta,
+                cu_q,
+                cu_k,
+                schedule(cu_k),
+                300,
+                0.125,
+                True,
+                Variant(),
+                (64, 64, 2, 1),
+            )
