@@ -496,6 +496,46 @@ def test_recording_backs_the_window_cost_floor():
     assert abs(here / benchmark - 1) < 0.5, (here, benchmark)
 
 
+def test_recording_backs_what_a_program_costs_besides_its_tiles():
+    """Part 7's reading of the window fixed-cost fit: the fixed cost, worth a few tiles, weighs more as a window
+    narrows and little under dense causal attention; per tile a window keeps pace with causal; and the window's
+    rate on the tiles it visits (the variants benchmark) falls below what its tiles alone would give."""
+    post = read_post("masking-core.md")
+    kernels = ("forward", "dK/dV", "dQ")
+    fit, share = readings.fixed_cost_fit, readings.fixed_share
+    claim(post, "Even counted on the tiles it visits, the window falls short of the dense causal rate.")
+    visited = {
+        mode: readings.variant_row("sliding window / dense causal on the pairs in the tiles visited", mode, "ratios")
+        for mode in ("fwd", "fwd_bwd")
+    }
+    assert all(row["ratio"] < 1 for row in visited.values()), visited
+    claim(post, "a narrow window's program streams a few tiles, so the same cost weighs more")
+    widths = sorted(fit("forward")["shares"], key=int)
+    for kernel in kernels:
+        shares = [share(kernel, int(w)) for w in widths]
+        assert shares == sorted(shares, reverse=True), (kernel, shares)  # the narrower, the larger its share
+        assert share(kernel, readings.WINDOW) > 2 * share(kernel, "causal"), kernel
+    claim(post, "The intercepts are the fixed costs, each worth a few tiles:")
+    for kernel in kernels:
+        assert 2 <= fit(kernel)["fixed_us"] / fit(kernel)["tile_us"] <= 6, (kernel, fit(kernel))
+    claim(post, 'At the 1,024-key window a dK/dV program streams {{ fixed_cost("dK/dV", "tiles") }} of')
+    assert readings.WINDOW == 1024
+    claim(post, "windows of 128 to 4,096 keys (dots)")
+    claim(post, "(stars; the forward's in 64-key tiles)")
+    assert (int(widths[0]), int(widths[-1])) == (128, 4096), widths
+    assert readings.fixed_cost_program("forward", 1024)["config"][1] == 64
+    claim(post, "under dense causal, a few percent.")
+    assert all(share(kernel, "causal") < 0.07 for kernel in kernels), [share(k, "causal") for k in kernels]
+    claim(post, "Per tile the window keeps pace")
+    speed = {kernel: readings.tile_speed_vs_causal(kernel) for kernel in kernels}
+    assert all(s >= 0.85 for s in speed.values()), speed
+    claim(post, "the forward's slowed a little by its second masked edge")
+    assert speed["forward"] < 1, speed
+    claim(post, "what holds a narrow window below the dense causal rate is what its programs do")
+    assert visited["fwd"]["ratio"] < speed["forward"], (visited["fwd"], speed)
+    assert visited["fwd_bwd"]["ratio"] < min(speed.values()), (visited["fwd_bwd"], speed)
+
+
 def test_recording_backs_what_packing_buys():
     """Part 10's reading of the varlen benchmark: its ratios come from the recording (``varlen_ratio``); the
     words around them are checked here."""

@@ -1,5 +1,5 @@
-"""The macros that put the variant, decoding, varlen and host-time recordings' numbers into the prose
-(tools/site_macros/recorded.py): every call the pages make evaluates against the recordings, each renders one
+"""The macros that put the variant, window fixed-cost, decoding, varlen and host-time recordings' numbers into the
+prose (tools/site_macros/recorded.py): every call the pages make evaluates against the recordings, each renders one
 measured number, and a call naming nothing recorded fails with a message that says what it asked for."""
 
 import re
@@ -11,9 +11,11 @@ from tools.site_macros import recorded
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "docs/blog/posts").glob("*.md")) + [ROOT / "docs/usage.md"]
-# what one macro renders: a ratio or a range of them, a time, a share, a range of times, or a count in words
+# what one macro renders: a ratio or a range of them, a time, a share, a range of times, a count of tiles, or a
+# count in words
 NUMBER = re.compile(
-    r"[\d.]+(–[\d.]+)?×|[\d.]+ (ms|µs)|\d+%|\d+ to \d+ µs|[\d.]+× to [\d.]+×|" + "|".join(recorded.NUMBER_WORDS)
+    r"[\d.]+(–[\d.]+)?×|[\d.]+ (ms|µs)|\d+%|\d+ to \d+ µs|[\d.]+× to [\d.]+×|\d+ tiles|"
+    + "|".join(recorded.NUMBER_WORDS)
 )
 
 
@@ -73,3 +75,18 @@ def test_host_bound_points_are_the_smallest_caches():
     _, rows = recorded.decode_rows()
     points = sorted({(b, c) for b, c, m in rows}, key=lambda p: p[0] * p[1])
     assert set(recorded.HOST_BOUND_POINTS) == set(points[:3])
+
+
+def test_a_fixed_cost_of_an_unknown_kernel_says_which_there_are():
+    with pytest.raises(ValueError, match="masking/fixed_cost: 0 fits for kernel 'dK' \\(forward, dK/dV or dQ\\)"):
+        recorded.fixed_cost_fit("dK")
+
+
+def test_a_fixed_cost_at_an_unrecorded_window_names_it():
+    with pytest.raises(ValueError, match="masking/fixed_cost: 0 rows of programs for kernel 'dQ' at window 100"):
+        recorded.fixed_cost_program("dQ", 100)
+
+
+def test_a_fixed_cost_reading_of_an_unknown_kind_says_which_there_are(macros):
+    with pytest.raises(ValueError, match="what is fixed, tile, causal_tile, vs_causal, share or tiles"):
+        macros["fixed_cost"]("dQ", "speed")

@@ -1,12 +1,14 @@
-"""Macros that put numbers from the variant, decoding, varlen and host-time recordings into a page's prose, as
-``benchmark`` does for the kernel benchmark: no sentence quotes one of these numbers by hand, so a new recording
-changes the prose with it, and the build fails if a recording is older than its snippet. The words around the
-numbers ("short of 0.9x", "so that claim holds") are checked against the same functions by
+"""Macros that put numbers from the variant, window fixed-cost, decoding, varlen and host-time recordings into a
+page's prose, as ``benchmark`` does for the kernel benchmark: no sentence quotes one of these numbers by hand, so a
+new recording changes the prose with it, and the build fails if a recording is older than its snippet. The words
+around the numbers ("short of 0.9x", "so that claim holds") are checked against the same functions by
 ``tests/benchmarks/test_recorded_claims.py``.
 
     {{ variant_ratio("sliding window / dense causal", "fwd") }}          0.73x   (Part 7)
     {{ variant_causal_ms("window") }}                                     1.71 ms (the divisor of the window rows)
     {{ window_call_ms("window_cost") }}                                   1.26 ms (fwd+bwd, 1,024-key window)
+    {{ fixed_cost("forward", "fixed") }}                                  5.2 µs a forward program besides its tiles
+    {{ fixed_cost("dQ", "share") }}                                       24% of a dQ program at the 1,024-key window
     {{ decode_call_us("flashdoc", "graph_ms") }}                          12 to 37 us at the host-bound points
     {{ decode_flex_lead() }}                                              1.06x to 1.47x   (Part 8)
     {{ decode_count("sdpa-cudnn", "at_least") }}                          six: points where flashdoc reads as fast
@@ -28,6 +30,7 @@ from tools.site_macros.benchmark import measured, times_range
 
 VARIANTS = "masking/gpu_variants"
 WINDOW_COST = "masking/window_cost"
+FIXED_COST = "masking/fixed_cost"
 DECODE = "decoding/gpu_roofline"
 VARLEN = "varlen/gpu_rate"
 HOST_TIME = "triton/launch_overhead"
@@ -108,6 +111,39 @@ def window_call(source: str) -> float:
     raise ValueError(f"window_call: source is 'window_cost' or 'variants', got {source!r}")
 
 
+# Part 7: what a window's Hopper programs cost besides their tiles (benchmarks/kernels/window_fixed_cost.py)
+
+
+def fixed_cost_fit(kernel: str) -> dict:
+    """The fixed-cost fit of one kernel ("forward", "dK/dV" or "dQ"): ``fixed_us``, ``tile_us`` (a window's tile),
+    ``causal_tile_us`` (dense causal's, per the window's tile width) and ``shares``."""
+    fits = [f for f in _json(FIXED_COST, "fixed_cost.json")["fits"] if f["kernel"] == kernel]
+    if len(fits) != 1:
+        raise ValueError(f"{FIXED_COST}: {len(fits)} fits for kernel {kernel!r} (forward, dK/dV or dQ)")
+    return fits[0]
+
+
+def fixed_cost_program(kernel: str, window=WINDOW) -> dict:
+    """One kernel's programs at a window (left, 0) of this width, or under dense causal (``"causal"``): ``tiles``
+    (a program streams, on average), ``program_us``, ``config``, ``programs``."""
+    left = None if window == "causal" else window
+    rows = [r for r in _json(FIXED_COST, "fixed_cost.json")["programs"] if (r["kernel"], r["window"]) == (kernel, left)]
+    if len(rows) != 1:
+        raise ValueError(f"{FIXED_COST}: {len(rows)} rows of programs for kernel {kernel!r} at window {window!r}")
+    return rows[0]
+
+
+def fixed_share(kernel: str, window=WINDOW) -> float:
+    """The fixed cost's share of one program's time at a window width, or under dense causal (``"causal"``)."""
+    return fixed_cost_fit(kernel)["fixed_us"] / fixed_cost_program(kernel, window)["program_us"]
+
+
+def tile_speed_vs_causal(kernel: str) -> float:
+    """A window's speed a tile against dense causal's, over the same keys: above 1, the window's tiles are faster."""
+    fit = fixed_cost_fit(kernel)
+    return fit["causal_tile_us"] / fit["tile_us"]
+
+
 # Part 8: the decode benchmark
 
 
@@ -178,6 +214,27 @@ def register(env):
     def window_call_ms(source):
         """'1.26 ms': the (1,024, 0) window's forward + backward call in one of the two recordings."""
         return measured(f"{window_call(source):.2f} ms")
+
+    @env.macro
+    def fixed_cost(kernel, what, window=WINDOW):
+        """One number of the window fixed-cost fit for kernel ("forward", "dK/dV" or "dQ"): ``fixed`` ('5.2 µs' a
+        program besides its tiles), ``tile`` ('1.20 µs' a window's tile), ``causal_tile`` (dense causal's, per the
+        same keys), ``vs_causal`` ('0.91×': a window's speed a tile against causal's), ``share`` ('19%': the fixed
+        cost's share of a program at window, a width or "causal") or ``tiles`` ('18 tiles' a program streams
+        there)."""
+        fit = fixed_cost_fit(kernel)
+        if what == "fixed":
+            return measured(f"{fit['fixed_us']:.1f} µs")
+        if what in ("tile", "causal_tile"):
+            return measured(f"{fit[what + '_us']:.2f} µs")
+        if what == "vs_causal":
+            ratio = tile_speed_vs_causal(kernel)
+            return times_range(ratio, ratio)
+        if what == "share":
+            return measured(f"{fixed_share(kernel, window):.0%}")
+        if what == "tiles":
+            return measured(f"{fixed_cost_program(kernel, window)['tiles']:.0f} tiles")
+        raise ValueError(f"fixed_cost: what is fixed, tile, causal_tile, vs_causal, share or tiles, got {what!r}")
 
     @env.macro
     def decode_call_us(method, timing):
