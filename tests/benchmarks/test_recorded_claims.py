@@ -178,7 +178,7 @@ def test_recording_backs_roofline_times_the_fused_kernel_slower_than_the_benchma
     pairs. Each of those facts is read from the two programs and the two recordings."""
     said = claim(
         read_post("benchmarking-attention.md"),
-        "and put it far below the benchmark's row for the same $N$, $d$ and dtype",
+        "and put it below the benchmark's row for the same $N$, $d$ and dtype",
     )
     roofline = number(table("flashattention/gpu_roofline/roofline.md")["fused (flashdoc)"][2])
     (row,) = [
@@ -192,7 +192,7 @@ def test_recording_backs_roofline_times_the_fused_kernel_slower_than_the_benchma
         and not r["causal"]
         and r["seqlen"] == 4096
     ]
-    assert roofline < 0.75 * row["tflops"], (said, roofline, row["tflops"])
+    assert roofline < 0.9 * row["tflops"], (said, roofline, row["tflops"])  # below by more than run-to-run noise
     source = (ROOT / "snippets/flashattention/gpu_roofline.py").read_text()
     timer = source[source.index("def median_seconds") : source.index("return sorted(times)")]
     assert "torch.cuda.synchronize()" in timer, "the roofline no longer synchronises after every call"
@@ -458,9 +458,15 @@ def test_recording_backs_the_variant_costs():
     claim(post, f'{{{{ variant_ratio("{softcap}", "fwd", causal=True) }}}} under the causal mask, both short of 0.9×.')
     assert not row(softcap, "fwd", causal=False)["met"] and not row(softcap, "fwd", causal=True)["met"]
     claim(post, f'the ratios are {{{{ variant_ratio("{softcap}", "fwd_bwd", "ratios", causal=False) }}}}')
-    claim(post, "so the tanh is a smaller share of its time")
-    for causal in (False, True):  # the cap costs a forward + backward less than a forward
-        assert row(softcap, "fwd_bwd", "ratios", causal=causal)["ratio"] > row(softcap, "fwd", causal=causal)["ratio"]
+    claim(post, "so the cap weighs no")
+    claim(post, "the forward: less without the mask, about as much under it")
+    step, forward = (
+        row(softcap, "fwd_bwd", "ratios", causal=False)["ratio"],
+        row(softcap, "fwd", causal=False)["ratio"],
+    )
+    assert step > forward, (step, forward)  # without the mask the cap costs a forward + backward less
+    step, forward = (row(softcap, "fwd_bwd", "ratios", causal=True)["ratio"], row(softcap, "fwd", causal=True)["ratio"])
+    assert step > forward - 0.05, (step, forward)  # under it, about as much (or less)
     alibi = "ALiBi / FlexAttention's score_mod"
     claim(post, f'flashdoc\'s is {{{{ variant_ratio("{alibi}", "fwd") }}}} as fast in the forward')
     assert row(alibi, "fwd")["met"] and row(alibi, "fwd_bwd")["met"]
@@ -486,10 +492,12 @@ def test_recording_backs_the_window_cost_floor():
     rows = readings.window_cost_rows()
     ratio = {w: both for w, (_, _, both) in rows.items()}
     forward_ms = {w: fwd for w, (fwd, _, _) in rows.items()}
-    assert forward_ms[128] < forward_ms[512] < forward_ms[1024], forward_ms
+    both_ms = {w: both for w, (_, both, _) in rows.items()}
+    # from 1,024 keys down to 128 the forward sheds most of its time, the forward and backward little of its own
+    assert forward_ms[128] < forward_ms[512] < forward_ms[1024] and forward_ms[128] < 0.6 * forward_ms[1024], forward_ms
+    assert both_ms[128] > 0.8 * both_ms[1024], both_ms
     narrow = [r for w, r in ratio.items() if w <= 1024]
-    assert len(narrow) >= 4 and max(narrow) - min(narrow) <= 0.05, ratio
-    assert ratio[2048] > max(narrow) + 0.05 and ratio[4096] > ratio[2048], ratio
+    assert len(narrow) >= 4 and ratio[2048] > max(narrow) + 0.05 and ratio[4096] > ratio[2048], ratio
     claim(post, 'the 1,024-key call took {{ window_call_ms("window_cost") }} here and')
     claim(post, '{{ window_call_ms("variants") }} in the benchmark')
     here, benchmark = readings.window_call("window_cost"), readings.window_call("variants")
