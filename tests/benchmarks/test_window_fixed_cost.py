@@ -70,7 +70,7 @@ LINE = {"forward": (5.0, 1.2), "dK/dV": (4.5, 1.7), "dQ": (5.3, 1.9)}  # (fixed 
 def stub_gpu(monkeypatch, sms=132):
     """Stand in for a Hopper GPU under ``measure``: each kernel's time made from its line in LINE (dense causal's
     forward from the same line over its own, wider tiles), and the device's properties."""
-    from flashdoc.kernels import backward_hopper, forward_hopper
+    from flashdoc.kernels import backward, backward_hopper, forward_hopper
 
     configs = {
         "forward": forward_hopper.table_config((128, True), True),
@@ -89,12 +89,26 @@ def stub_gpu(monkeypatch, sms=132):
             times[name] = program_us * count / min(sms, count)
         return times
 
+    # On a machine with a GPU the masking core's block ranges still launch a kernel there, and Triton reads the
+    # device's compute capability through these properties: every field but the SM count stays the real one.
+    real_properties = torch.cuda.get_device_properties if torch.cuda.is_available() else None
+
     class Properties:
         multi_processor_count = sms
 
+        def __init__(self, device):
+            self.device = device
+
+        def __getattr__(self, name):
+            if real_properties is None:
+                raise AttributeError(f"the stubbed GPU has no {name}")
+            return getattr(real_properties(self.device), name)
+
     monkeypatch.setattr(window_fixed_cost, "kernel_times", kernel_times)
+    # measure() puts dQ on the main stream for the whole process; the tests after this one keep the overlap
+    monkeypatch.setattr(backward, "OVERLAP_MIN_FLOPS", backward.OVERLAP_MIN_FLOPS)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Properties)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: Properties(device))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "stub")
     randn = torch.randn
     monkeypatch.setattr(torch, "randn", lambda *shape, device=None, **kw: randn(*shape, **kw))
