@@ -43,6 +43,10 @@ AUTOTUNE = os.environ.get("FLASHDOC_AUTOTUNE", "1") != "0"
 # and debugging).
 LAUNCH_CACHE = os.environ.get("FLASHDOC_LAUNCH_CACHE", "1") != "0"
 
+# FLASHDOC_DIRECT_LAUNCH=0 keeps cached launches on Triton's Python wrapper rather than its C launcher underneath
+# (``DirectLaunch``), for comparison and debugging.
+DIRECT_LAUNCH = os.environ.get("FLASHDOC_DIRECT_LAUNCH", "1") != "0"
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Configs and host descriptors
@@ -255,6 +259,7 @@ class _Launcher:
         self.config = constexprs
         self.tiles = [(i, _tile_shape(a, constexprs)) for i, a in enumerate(args) if isinstance(a, TensorDescriptor)]
         self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
+        self.c_launcher = _c_launcher(compiled.run)
 
     def __call__(self, grid, args, device):
         """grid: the launch grid, or a function of the constexprs giving it (``launch``'s)."""
@@ -283,6 +288,41 @@ _launchers: dict = {}
 
 def _current_stream(device: int):
     return triton.runtime.driver.active.get_current_stream(device)  # the stream Triton's own path launches on
+
+
+def _c_launcher(run):
+    """(Triton's C launch function, {parameter position: its host descriptor's metadata}, whether the launch is
+    cooperative, whether it uses programmatic dependent launch) under a compiled kernel's ``run``, or None where
+    this Triton's launcher is not the one this was written against.
+
+    Why: Triton's Python wrapper around the C launcher (``wrap_handle_tensordesc``) walks every parameter of every
+    launch and encodes each host tensor descriptor again with the driver. A plan's descriptors differ from call
+    to call only in the tensor they point at, so ``DirectLaunch`` encodes each one once per address and calls the
+    C launcher itself: a training step launches four kernels with twenty descriptors between them, and the
+    wrapper's share of the step's host time was about a third. It only reads what the wrapper holds; any
+    difference (another Triton, scratch memory to allocate per launch) leaves launches on the wrapper."""
+    try:
+        from triton.backends.nvidia import driver
+    except ImportError:
+        return None
+    if getattr(driver, "_BASE_ARGS_FORMAT_LEN", None) != 13 or not hasattr(driver, "make_tensordesc_arg"):
+        return None
+    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None  # the wrapper allocates scratch memory for each launch
+    if not hasattr(run, "launch_cooperative_grid") or not hasattr(run, "launch_pdl"):
+        return None
+    wrapper = getattr(run, "launch", None)
+    code = getattr(wrapper, "__code__", None)
+    if code is None:  # no descriptor among the parameters: ``launch`` is the C function itself
+        return (wrapper, {}, run.launch_cooperative_grid, run.launch_pdl) if callable(wrapper) else None
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in wrapper.__closure__ or ())))
+    if code.co_name != "inner" or not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= cells.keys():
+        return None
+    positions = sorted(cells["tensordesc_indices"])
+    metas = cells["tensordesc_meta"]
+    if len(metas) != len(positions) or any(m is None for m in metas):
+        return None  # descriptors passed as their parts carry the tensor itself: nothing to encode once
+    return cells["launcher"], dict(zip(positions, metas)), run.launch_cooperative_grid, run.launch_pdl
 
 
 def no_launch_hooks() -> bool:
@@ -427,9 +467,12 @@ def distinct(objects: tuple) -> tuple:
 
 
 class PerCall(NamedTuple):
-    """A plan's argument that each call makes anew from its own tensors: ``make(objects)``."""
+    """A plan's argument that each call makes anew from its own tensors: ``make(objects)``, from the call's
+    object at ``source``: that object itself, or (``over``) a descriptor over it."""
 
     make: Callable
+    source: int
+    over: bool = False
 
 
 def _descriptor_over(i: int, desc) -> PerCall:
@@ -442,7 +485,7 @@ def _descriptor_over(i: int, desc) -> PerCall:
         d.base = objects[i]
         return d
 
-    return PerCall(make)
+    return PerCall(make, i, over=True)
 
 
 def _hole(arg, objects: tuple):
@@ -451,7 +494,7 @@ def _hole(arg, objects: tuple):
     next call's; anything else is the same for every call with the layout."""
     for i, obj in enumerate(objects):
         if arg is obj:
-            return PerCall(operator.itemgetter(i))
+            return PerCall(operator.itemgetter(i), i)
     if isinstance(arg, TensorDescriptor) or (GluonDescriptor is not None and isinstance(arg, GluonDescriptor)):
         for i, obj in enumerate(objects):
             if arg.base is obj:
@@ -477,19 +520,106 @@ class Plan:
     def __init__(self, first: Callable, grid, args: tuple, objects: tuple):
         self.first, self.grid = first, grid
         held = [_hole(a, objects) for a in args]
-        self.per_call = tuple((i, a.make) for i, a in enumerate(held) if type(a) is PerCall)
+        self.per_call = tuple((i, a) for i, a in enumerate(held) if type(a) is PerCall)
         self.args = held  # the constants in place; each call copies it and fills in the rest
         self.device = None if INTERPRET else torch.cuda.current_device()
         self.launcher = None
+        self.direct = None  # a DirectLaunch, once the launcher is known (False where there can be none)
+
+    def arguments(self, objects: tuple) -> list:
+        """The launch's arguments for a call with these objects."""
+        args = self.args.copy()
+        for i, held in self.per_call:
+            args[i] = held.make(objects)
+        return args
 
     def __call__(self, objects: tuple) -> None:
-        args = self.args.copy()
-        for i, make in self.per_call:
-            args[i] = make(objects)
         if self.launcher is not None and LAUNCH_CACHE and no_launch_hooks():
-            self.launcher(self.grid, args, self.device)
+            if self.direct is None:
+                self.direct = (DIRECT_LAUNCH and DirectLaunch.of(self, objects)) or False
+            if self.direct:
+                self.direct(objects)
+            else:
+                self.launcher(self.grid, self.arguments(objects), self.device)
         else:
-            self.launcher = self.first(args)
+            self.launcher = self.first(self.arguments(objects))
+
+
+# A descriptor's encodings kept per address, at most this many per launch argument: a model's layers each pass
+# their own tensors, which the caching allocator hands out at the same addresses step after step.
+ENCODINGS_KEPT = 64
+
+
+class DirectLaunch:
+    """A plan's launch straight through Triton's C launcher (``_c_launcher``): the parameter list, host
+    descriptors expanded as Triton's wrapper expands them, is built once; a call writes its own tensors into it,
+    and each descriptor's encoding for the address the call's tensor has, made by Triton's own function the first
+    time that address comes (the rest of a plan's descriptor, shape, strides and tile, is the same every call)."""
+
+    def __init__(self, plan, c_launcher, objects: tuple):
+        from triton.backends.nvidia.driver import make_tensordesc_arg
+
+        self.encode = make_tensordesc_arg
+        self.c_launch, metas, cooperative, pdl = c_launcher
+        launcher = plan.launcher
+        self.grid, self.config, self.device = plan.grid, launcher.config, plan.device
+        self.head = (launcher.function, cooperative, pdl, None, None, launcher.packed, None, None, None)
+        args = plan.arguments(objects)
+        for i, shape in launcher.tiles:
+            args[i].block_shape = shape
+        held = dict(plan.per_call)
+        self.params, self.slots = [], []
+        for i, arg in enumerate((*args, *launcher.tail)):
+            start = len(self.params)
+            if i in metas:
+                self.params.extend(self.encode(arg, metas[i]))
+            else:
+                self.params.append(arg)
+            if i in held:  # (where it goes, the object it comes from, how to make its descriptor, its encodings)
+                h = held[i]
+                describe = h.make if h.over else None
+                encodings = None
+                if i in metas:
+                    encodings = {self.address(objects[h.source], describe): self.params[start:]}
+                self.slots.append((start, len(self.params), h.source, describe, metas.get(i), encodings))
+
+    @staticmethod
+    def address(obj, describe):
+        """What a descriptor's encoding depends on, given the rest of the plan: the address of the tensor it is
+        over (``describe``: a plan's descriptor over the call's tensor), or, for a descriptor the call made
+        itself, its tensor's address, shape, strides and padding."""
+        if describe is not None:
+            return obj.data_ptr()
+        return (obj.base.data_ptr(), *obj.shape, *obj.strides, obj.padding)
+
+    @classmethod
+    def of(cls, plan, objects: tuple):
+        c_launcher = plan.launcher.c_launcher
+        return None if c_launcher is None else cls(plan, c_launcher, objects)
+
+    def __call__(self, objects: tuple) -> None:
+        params = self.params.copy()
+        for start, end, source, describe, meta, encodings in self.slots:
+            obj = objects[source]
+            if encodings is None:  # a tensor
+                params[start] = obj
+                continue
+            key = self.address(obj, describe)
+            encoded = encodings.get(key)
+            if encoded is None:
+                if len(encodings) >= ENCODINGS_KEPT:
+                    encodings.clear()
+                encoded = encodings[key] = self.encode(describe(objects) if describe else obj, meta)
+            params[start:end] = encoded
+        g = self.grid(self.config) if callable(self.grid) else self.grid
+        self.c_launch(
+            g[0],
+            g[1] if len(g) > 1 else 1,
+            g[2] if len(g) > 2 else 1,
+            _current_stream(self.device),
+            *self.head,
+            *params,
+        )
 
 
 def gluon_plan(kernel, grid: tuple, args: tuple, constexprs: dict, num_warps: int, objects: tuple) -> Plan:

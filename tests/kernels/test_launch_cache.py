@@ -1,6 +1,7 @@
 """The launch cache (flashdoc/kernels/launch.py): a compiled kernel is reused only for arguments Triton would
 compile the same way, and reusing it changes no bit of any result."""
 
+import types
 from collections import namedtuple
 
 import pytest
@@ -260,3 +261,106 @@ def test_hopper_plans_refuse_a_consumer_count_the_kernels_do_not_build(monkeypat
         else:
             dk, dv = torch.empty_like(k), torch.empty_like(v)
             backward_hopper.bwd_dkdv_hopper(q, k, v, dout, dk, dv, lse2, delta, 0.1, True, True, config)
+
+
+def _triton_launch_wrapper(launcher, tensordesc_indices, tensordesc_meta):
+    """A stand-in for the wrapper Triton 3.6 puts around its C launcher (``wrap_handle_tensordesc``'s ``inner``),
+    holding what ``launch._c_launcher`` reads from it."""
+
+    def inner(*args):
+        return launcher, tensordesc_indices, tensordesc_meta
+
+    return inner
+
+
+def test_a_plan_launches_straight_through_the_c_launcher(monkeypatch):
+    """Once a plan's launcher is known, its calls skip Triton's Python wrapper: the C launcher gets the grid, the
+    stream, the wrapper's leading arguments and every parameter in order with each host descriptor expanded as
+    Triton expands it; each descriptor is encoded once per address (a later call at an address seen before
+    encodes nothing), over the call's own tensors, and at most ``ENCODINGS_KEPT`` encodings are kept per
+    argument."""
+    from triton.backends.nvidia import driver
+
+    encoded, launched = [], []
+
+    def encode(desc, meta):  # Triton's make_tensordesc_arg: the encoded map, then shape and strides
+        encoded.append(desc.base.data_ptr())
+        return [("map", desc.base.data_ptr(), meta), *desc.shape, *desc.strides]
+
+    monkeypatch.setattr(driver, "_BASE_ARGS_FORMAT_LEN", 13, raising=False)
+    monkeypatch.setattr(driver, "make_tensordesc_arg", encode)
+    monkeypatch.setattr(launch, "LAUNCH_CACHE", True)
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    monkeypatch.setattr(launch, "_current_stream", lambda device: "stream")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    class Run:  # a compiled kernel's launcher (CudaLauncher): descriptors at parameter positions 0 and 1
+        global_scratch_size = profile_scratch_size = 0
+        launch_cooperative_grid, launch_pdl = False, False
+        launch = _triton_launch_wrapper(lambda *a: launched.append(a), {0, 1}, ["meta k", "meta v"])
+
+    c_launcher = launch._c_launcher(Run())
+    assert c_launcher[1] == {0: "meta k", 1: "meta v"}
+    first_launcher = types.SimpleNamespace(
+        c_launcher=c_launcher, config={"BLOCK_N": 64}, tiles=[], tail=(64,), function="function", packed="packed"
+    )
+    through_triton = []
+
+    def first(args):
+        through_triton.append(args)
+        return first_launcher
+
+    def grid(meta):
+        return (1000 // meta["BLOCK_N"], 3)
+
+    def objects_of(k, v, lse):
+        return launch.distinct((k, v, lse))
+
+    k, v, lse = torch.zeros(2, 8, 3, 16), torch.ones(2, 8, 3, 16), torch.zeros(2, 3, 8)
+    objects = objects_of(k, v, lse)
+    args = (launch.head_tiles(objects[0], "BLOCK_N"), launch.head_tiles(objects[1], "BLOCK_N"), objects[2], 7, 0.5)
+    plan = launch.Plan(first, grid, args, objects)
+    plan((k, v, lse))  # through Triton's own path: the plan learns its launcher
+    assert len(through_triton) == 1 and not launched
+    shape, strides = list(k.shape), list(k.stride())
+    k_new = torch.full_like(k, 2.0)
+    for k_call in (k, k_new, k):  # a new address for k, then k's first address again
+        plan((k_call, v, lse))
+        head = (15, 3, 1, "stream", "function", False, False, None, None, "packed", None, None, None)
+        expected_k = [("map", k_call.data_ptr(), "meta k"), *shape, *strides]
+        expected_v = [("map", v.data_ptr(), "meta v"), *shape, *strides]
+        assert launched[-1] == (*head, *expected_k, *expected_v, lse, 7, 0.5, 64)
+    assert len(through_triton) == 1
+    # the direct launch encodes k and v when it is built, then only k's new address
+    assert encoded == [k.data_ptr(), v.data_ptr(), k_new.data_ptr()]
+    keys = [torch.zeros_like(k) for _ in range(launch.ENCODINGS_KEPT + 5)]  # all alive: distinct addresses
+    for k_call in keys:
+        plan((k_call, v, lse))
+        assert launched[-1][13][1] == k_call.data_ptr()
+    assert all(len(slot[-1]) <= launch.ENCODINGS_KEPT for slot in plan.direct.slots if slot[-1] is not None)
+
+
+def test_launches_stay_on_tritons_wrapper_where_it_is_not_the_expected_one(monkeypatch):
+    """``_c_launcher`` reads Triton 3.6's wrapper; a launcher that allocates scratch memory per launch, one whose
+    wrapper holds something else, or another driver layout, keeps every launch on Triton's own path."""
+    from triton.backends.nvidia import driver
+
+    monkeypatch.setattr(driver, "_BASE_ARGS_FORMAT_LEN", 13, raising=False)
+    monkeypatch.setattr(driver, "make_tensordesc_arg", lambda desc, meta: [], raising=False)
+
+    def run(scratch=0, wrapper=None):
+        return types.SimpleNamespace(
+            global_scratch_size=scratch,
+            profile_scratch_size=0,
+            launch_cooperative_grid=False,
+            launch_pdl=False,
+            launch=wrapper or _triton_launch_wrapper(print, {0}, ["meta"]),
+        )
+
+    assert launch._c_launcher(run()) is not None
+    assert launch._c_launcher(run(scratch=256)) is None
+    assert launch._c_launcher(run(wrapper=lambda *a: a)) is None
+    assert launch._c_launcher(run(wrapper=_triton_launch_wrapper(print, {0}, [None]))) is None
+    assert launch._c_launcher(run(wrapper=print)) == (print, {}, False, False)  # no descriptors: the C function
+    monkeypatch.setattr(driver, "_BASE_ARGS_FORMAT_LEN", 16)
+    assert launch._c_launcher(run()) is None
