@@ -402,14 +402,15 @@ def test_recording_backs_the_decode_roofline_reading():
     claim(post, 'At 1 × 4k, 1 × 32k and 8 × 4k the kernels take {{ decode_call_us("flashdoc", "graph_ms") }}, less')
     assert host_bound == {(1, 4096), (1, 32768), (8, 4096)} == set(sorted(points, key=lambda p: p[0] * p[1])[:3])
     claim(post, 'than a call\'s host work, so flashdoc\'s calls there took {{ decode_call_us("flashdoc", "ms") }}')
-    claim(post, 'and cuDNN\'s, with less Python in front of them, {{ decode_call_us("sdpa-cudnn", "ms") }}.')
+    claim(post, 'and cuDNN\'s {{ decode_call_us("sdpa-cudnn", "ms") }}: both measure the work in front of the kernel')
     for p in host_bound:
-        flashdoc = rows[p + ("flashdoc",)]
-        assert flashdoc["graph_ms"] < flashdoc["ms"] and rows[p + ("sdpa-cudnn",)]["ms"] < flashdoc["ms"], p
+        for method in ("flashdoc", "sdpa-cudnn"):
+            assert rows[p + (method,)]["graph_ms"] < rows[p + (method,)]["ms"], (p, method)
     claim(post, "From 1 × 128k and 8 × 32k up, the GPU work outlasts the host's")
     claim(post, "and the call-by-call bandwidth matches cuDNN's")
+    host_work = max(rows[p + ("flashdoc",)]["ms"] for p in host_bound)  # a host-bound call is its host work
     for p in points - host_bound:
-        assert rows[p + ("flashdoc",)]["graph_ms"] >= 0.9 * rows[p + ("flashdoc",)]["ms"], p
+        assert rows[p + ("flashdoc",)]["graph_ms"] > host_work, p
         assert 0.97 <= rows[p + ("flashdoc",)]["tbps"] / rows[p + ("sdpa-cudnn",)]["tbps"] <= 1.05, p
 
 
