@@ -18,6 +18,7 @@ SWITCHES = {
     "FLASHDOC_UNVERIFIED_TRITON": ("0", "1 lets the Hopper kernels run on a Triton release they were not verified on"),
     "FLASHDOC_AUTOTUNE": ("1", "0 skips the autotuner and takes each head dim's default tile config"),
     "FLASHDOC_LAUNCH_CACHE": ("1", "0 sends every launch through Triton's own (slower) launch path"),
+    "FLASHDOC_DIRECT_LAUNCH": ("1", "0 keeps cached launches on the Python wrapper around Triton's C launcher"),
     "FLASHDOC_DEBUG_VARLEN": ("0", "1 checks cu_seqlens' values on the host at every varlen call (waits for the GPU)"),
     "FLASHDOC_DEBUG_CHECKS": (
         "0",
