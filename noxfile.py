@@ -191,7 +191,7 @@ def publish(session: nox.Session) -> None:
         session.run(tool("python"), "-m", "tools.record_snippets", "--check", env=env, external=True)
     except nox.command.CommandFailed:
         session.error(
-            "refusing to publish: the outputs above are stale (GPU-only ones are recorded on a CUDA "
+            "refusing to publish: the outputs above are stale or partial (GPU-only ones are recorded on a CUDA "
             "GPU: run `nox -s publish` there, or see CONTRIBUTING.md)"
         )
     for name in ("FLASHDOC_SITE_URL", "FLASHDOC_REPO_URL"):

@@ -2,8 +2,9 @@
 
     python -m tools.record_snippets                 # all snippets
     python -m tools.record_snippets attention/numpy_attention   # only these
-    python -m tools.record_snippets --stale         # only those whose outputs the checkout did not produce
-    python -m tools.record_snippets --check         # record nothing: list the stale ones, exit 1 if any
+    python -m tools.record_snippets --stale         # only those whose outputs the checkout did not produce, or
+                                                    # produced only in part (a run stopped at its time limit)
+    python -m tools.record_snippets --check         # record nothing: list the stale and partial ones, exit 1 if any
     python -m tools.record_snippets --require-gpu   # refuse to run without a CUDA GPU
     python -m tools.record_snippets --time-limit 540 triton/benchmark   # interrupt (Ctrl-C) after 540 s
 
@@ -194,15 +195,32 @@ def format_seconds(seconds: float) -> str:
     return f"{minutes}:{secs:02d}"
 
 
+def partial_snippets() -> list[tuple[outputs.Snippet, dict]]:
+    """Every snippet whose recorded outputs come from a run stopped at its time limit, with their provenance: what
+    such a run wrote on its way out (a benchmark's rows so far) is an output of the code, but not all of it."""
+    found = []
+    for snip in outputs.all_snippets():
+        prov = snip.provenance()
+        if prov and prov.get("interrupted_at_time_limit"):
+            found.append((snip, prov))
+    return found
+
+
 def check(names: list[str]) -> int:
-    """Print one line per stale output (or 'all fresh'); 1 if any is stale."""
+    """Print one line per stale or partial output (or 'all fresh'); 1 if any."""
     stale = [s for s in stale_snippets() if not names or s.snippet.name in names]
     for state in stale:
         where = "GPU-only" if state.snippet.gpu_only else "CPU"
         print(f"stale ({where}): {state.snippet.name}: {state.reason()}")
-    if not stale:
+    partial = [(snip, prov) for snip, prov in partial_snippets() if not names or snip.name in names]
+    for snip, prov in partial:
+        print(
+            f"partial: {snip.name}: its run stopped at the time limit after {prov['seconds']:.0f} s; "
+            "record it again with a longer --time-limit"
+        )
+    if not stale and not partial:
         print("every recorded output is fresh")
-    return 1 if stale else 0
+    return 1 if stale or partial else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stale", action="store_true", help="record only snippets whose outputs are stale (of those named, or of all)"
     )
-    parser.add_argument("--check", action="store_true", help="record nothing; list stale outputs, exit 1 if any")
+    parser.add_argument(
+        "--check", action="store_true", help="record nothing; list stale and partial outputs, exit 1 if any"
+    )
     parser.add_argument(
         "--time-limit",
         type=float,
@@ -235,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 
     snippets = [snippet(n) for n in names] if names else all_snippets()
     if args.stale:
-        stale = {state.snippet.name for state in stale_snippets()}
+        stale = {state.snippet.name for state in stale_snippets()} | {snip.name for snip, _ in partial_snippets()}
         snippets = [s for s in snippets if s.name in stale]
         if not device["gpu"]:
             gpu_only = [s.name for s in snippets if s.gpu_only]
@@ -269,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes.append((snip.name, f"ran on CPU as a smoke test; {kept}", result.seconds))
             else:
                 record(snip, result, device)
-                outcomes.append((snip.name, "recorded", result.seconds))
+                status = "recorded partial outputs: stopped at the time limit" if result.interrupted else "recorded"
+                outcomes.append((snip.name, status, result.seconds))
         print(f"      {outcomes[-1][1]} in {outcomes[-1][2]:.1f} s", flush=True)
 
     width = max(len(name) for name, _, _ in outcomes)

@@ -98,3 +98,19 @@ def test_recorded_file_checks_freshness_and_names_what_was_recorded(sandbox, tmp
     sandbox.path.write_text('print("changed")\n')
     with pytest.raises(outputs.StaleOutputError):
         sandbox.recorded_file("table.md")
+
+
+def test_check_lists_outputs_of_a_run_stopped_at_its_time_limit(sandbox, tmp_path, capsys):
+    """A run stopped at the time limit may write what it has on its way out, and that is recorded; ``--check``
+    lists it as partial (exit 1) until a run that finishes replaces it."""
+    from tools.record_snippets import check, partial_snippets
+
+    sandbox.path.write_text(WAITS_FOR_CTRL_C)
+    record(sandbox, run_snippet(sandbox, tmp_path / "work", timeout=2), describe_device())
+    assert [snip.name for snip, _ in partial_snippets()] == ["demo/hello"]  # what --stale records again
+    assert check([]) == 1
+    assert "partial: demo/hello: its run stopped at the time limit" in capsys.readouterr().out
+    sandbox.path.write_text('print("done")\n')
+    record(sandbox, run_snippet(sandbox, tmp_path / "again"), describe_device())
+    assert check([]) == 0
+    assert "every recorded output is fresh" in capsys.readouterr().out
