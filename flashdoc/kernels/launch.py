@@ -581,6 +581,8 @@ class DirectLaunch:
                 encodings = None
                 if i in metas:
                     encodings = {self.address(objects[h.source], describe): self.params[start:]}
+                else:  # each call puts its own tensor here: the template must not keep this call's alive
+                    self.params[start] = None
                 self.slots.append((start, len(self.params), h.source, describe, metas.get(i), encodings))
 
     @staticmethod

@@ -333,6 +333,8 @@ def test_a_plan_launches_straight_through_the_c_launcher(monkeypatch):
     assert len(through_triton) == 1
     # the direct launch encodes k and v when it is built, then only k's new address
     assert encoded == [k.data_ptr(), v.data_ptr(), k_new.data_ptr()]
+    # and keeps no call's tensor: lse's place in its parameter list is empty between calls
+    assert not any(isinstance(p, torch.Tensor) for p in plan.direct.params)
     keys = [torch.zeros_like(k) for _ in range(launch.ENCODINGS_KEPT + 5)]  # all alive: distinct addresses
     for k_call in keys:
         plan((k_call, v, lse))
