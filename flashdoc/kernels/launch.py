@@ -265,14 +265,10 @@ class _Launcher:
         """grid: the launch grid, or a function of the constexprs giving it (``launch``'s)."""
         for i, shape in self.tiles:
             args[i].block_shape = shape
-        g = grid(self.config) if callable(grid) else grid
-        stream = _current_stream(device)
         # (launch metadata, enter hook, exit hook): none, as there are no launch hooks (see launch)
         self.run(
-            g[0],
-            g[1] if len(g) > 1 else 1,
-            g[2] if len(g) > 2 else 1,
-            stream,
+            *grid_xyz(grid, self.config),
+            _current_stream(device),
             self.function,
             self.packed,
             None,
@@ -284,6 +280,13 @@ class _Launcher:
 
 
 _launchers: dict = {}
+
+
+def grid_xyz(grid, config: dict) -> tuple:
+    """A launch grid as the launcher takes it, three sizes: ``grid`` is the grid, or a function of the launch's
+    constexprs giving it, with one to three sizes."""
+    g = grid(config) if callable(grid) else grid
+    return g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1
 
 
 def _current_stream(device: int):
@@ -613,15 +616,7 @@ class DirectLaunch:
                     encodings.clear()
                 encoded = encodings[key] = self.encode(describe(objects) if describe else obj, meta)
             params[start:end] = encoded
-        g = self.grid(self.config) if callable(self.grid) else self.grid
-        self.c_launch(
-            g[0],
-            g[1] if len(g) > 1 else 1,
-            g[2] if len(g) > 2 else 1,
-            _current_stream(self.device),
-            *self.head,
-            *params,
-        )
+        self.c_launch(*grid_xyz(self.grid, self.config), _current_stream(self.device), *self.head, *params)
 
 
 def gluon_plan(kernel, grid: tuple, args: tuple, constexprs: dict, num_warps: int, objects: tuple) -> Plan:
