@@ -138,3 +138,31 @@ def test_sweep_winners_per_page_and_grid(monkeypatch):
         expected = full_best if w["fills_gpu"] else split_best
         assert bench.dk.DecodeConfig(w["block_n"], w["warps"], w["stages"], w["programs_per_sm"]) == expected
         assert w["geomean_tbps"] == pytest.approx(4.0)
+
+
+def test_graph_rounds_keep_each_methods_median(monkeypatch):
+    """A passing slowdown in one graph timing must not become a method's figure: every graph-timed method but the
+    training forward is timed again, in a rotated order, and keeps its median round."""
+    timings = {"flashdoc": [2.0, 1.0], "sdpa-cudnn": [1.0, 1.0], "flashdoc-paged16": [None, 3.0]}
+    order = []
+
+    def graph_time(calls):
+        name = calls[0]
+        order.append(name)
+        return timings[name].pop(0)
+
+    monkeypatch.setattr(bench, "graph_time_or_none", graph_time)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    point = {}
+    for name, first in [("flashdoc", 0.5), ("sdpa-cudnn", 1.0), ("flashdoc-paged16", 1.0), ("flashdoc-training", 9.0)]:
+        point[name] = dict(batch=1, cache=4096, method=name, graph_ms=first, graph_rounds_ms=[first], bytes=1e9)
+    point["flex"] = dict(batch=1, cache=4096, method="flex", error="no kernel")
+    builders = {name: (lambda i, name=name: name) for name in point}
+    bench._more_graph_rounds(point, builders, 1, verbose=False)
+    # round 1 starts at the second method, round 2 at the third; nothing times the training forward again
+    assert order == ["sdpa-cudnn", "flashdoc-paged16", "flashdoc", "flashdoc-paged16", "flashdoc", "sdpa-cudnn"]
+    assert point["flashdoc"]["graph_rounds_ms"] == [0.5, 2.0, 1.0] and point["flashdoc"]["graph_ms"] == 1.0
+    assert point["flashdoc"]["graph_tbps"] == pytest.approx(1e9 / 1.0 / 1e9)
+    assert point["flashdoc-paged16"]["graph_rounds_ms"] == [1.0, 3.0]  # a round that could not capture is left out
+    assert point["flashdoc-training"]["graph_ms"] == 9.0 and point["flashdoc-training"]["graph_rounds_ms"] == [9.0]
+    assert "graph_ms" not in point["flex"]
