@@ -384,19 +384,20 @@ def test_recording_backs_the_decode_roofline_reading():
     claim(post, "by at most the margin the claim's row gives")
     worst = checks["flashdoc >= sdpa-cudnn at every point"]["worst"]
     assert f"{min(ratios):.2f}x" in worst and min(ratios) >= 0.98, (worst, by_point)
-    paged = {
-        p: min(rows[p + (f"flashdoc-paged{page}",)]["graph_tbps"] for page in (16, 64, 256))
-        / rows[p + ("flashdoc",)]["graph_tbps"]
-        for p in points
-    }
+    paged = readings.decode_paged_ratios()
     claim(post, "where splits fill the GPU and the batch holds fewer than 8 × 32k tokens")
-    missed = {p for p, r in paged.items() if r < 0.95}
-    assert len(missed) >= 3 and all(b < 64 and b * c < 8 * 32768 for b, c in missed), missed
+    small = {p: r for p, r in paged.items() if p[0] * p[1] < readings.LARGE_DECODE_TOKENS}
+    assert len(small) >= 3 and all(r < 0.95 and p[0] < 64 for p, r in small.items()), small
     claim(post, "the most at the smallest, 1 × 4k")
     smallest = min(c for _, c in points)
     assert checks["paged within 5% of contiguous at every point"]["worst"].endswith(f"at 1 x {smallest // 1024}k")
-    claim(post, "From 8 × 32k up, every page size stays within 5%.")
-    assert all(r >= 0.95 for (b, c), r in paged.items() if b * c >= 8 * 32768), paged
+    claim(post, "From 8 × 32k up the slowest page size reads {{ decode_paged_large() }} as fast as the")
+    large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
+    assert min(large) > min(small.values()), paged
+    claim(post, "there the paged rows move more between the graph timing's three rounds than the contiguous rows do")
+    assert readings.decode_round_spread(readings.PAGED_METHODS) > readings.decode_round_spread(("flashdoc",))
+    claim(post, "so a large point can land on either side of the 5% line")
+    assert min(large) > 0.9, large  # beyond this, "either side" would understate a real gap
     host_bound = set(readings.HOST_BOUND_POINTS)
     claim(post, "Timed call by call, the three smallest points measure the host, not the GPU.")
     claim(post, 'At 1 × 4k, 1 × 32k and 8 × 4k the kernels take {{ decode_call_us("flashdoc", "graph_ms") }}, less')
@@ -406,11 +407,18 @@ def test_recording_backs_the_decode_roofline_reading():
     for p in host_bound:
         for method in ("flashdoc", "sdpa-cudnn"):
             assert rows[p + (method,)]["graph_ms"] < rows[p + (method,)]["ms"], (p, method)
-    claim(post, "From 1 × 128k and 8 × 32k up, the GPU work outlasts the host's")
-    claim(post, "and the call-by-call bandwidth matches cuDNN's")
+    claim(post, "of which flashdoc's Python path does more")
+    assert all(rows[p + ("flashdoc",)]["ms"] > rows[p + ("sdpa-cudnn",)]["ms"] for p in host_bound)
+    claim(post, "8 × 32k up, the GPU work outlasts the host's, and the call-by-call bandwidth matches cuDNN's.")
+    claim(post, "1 × 128k sits between the two: its kernels take about as long as a call's host work")
+    claim(post, "and its calls match cuDNN's as well")
     host_work = max(rows[p + ("flashdoc",)]["ms"] for p in host_bound)  # a host-bound call is its host work
+    between = (1, 131072)
+    between_ms = rows[between + ("flashdoc",)]["graph_ms"]
+    assert 0.7 <= between_ms / host_work <= 1.5, (between_ms, host_work)
     for p in points - host_bound:
-        assert rows[p + ("flashdoc",)]["graph_ms"] > host_work, p
+        if p != between:
+            assert p[0] * p[1] >= readings.LARGE_DECODE_TOKENS and rows[p + ("flashdoc",)]["graph_ms"] > host_work, p
         assert 0.97 <= rows[p + ("flashdoc",)]["tbps"] / rows[p + ("sdpa-cudnn",)]["tbps"] <= 1.05, p
 
 

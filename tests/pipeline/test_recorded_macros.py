@@ -90,3 +90,15 @@ def test_a_fixed_cost_at_an_unrecorded_window_names_it():
 def test_a_fixed_cost_reading_of_an_unknown_kind_says_which_there_are(macros):
     with pytest.raises(ValueError, match="what is fixed, tile, causal_tile, vs_causal, share or tiles"):
         macros["fixed_cost"]("dQ", "speed")
+
+
+def test_a_decode_spread_of_an_unknown_kind_says_which_there_are(macros):
+    with pytest.raises(ValueError, match="decode_spread: which is paged or contiguous, got 'split'"):
+        macros["decode_spread"]("split")
+
+
+def test_decode_spreads_read_the_rounds_of_the_rows_they_name():
+    _, rows = recorded.decode_rows()
+    large = [r for (b, c, m), r in rows.items() if m == "flashdoc" and b * c >= recorded.LARGE_DECODE_TOKENS]
+    widest = max(max(r["graph_rounds_ms"]) / min(r["graph_rounds_ms"]) - 1 for r in large)
+    assert recorded.decode_round_spread(("flashdoc",)) == widest

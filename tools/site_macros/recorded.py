@@ -12,6 +12,8 @@ around the numbers ("short of 0.9x", "so that claim holds") are checked against 
     {{ decode_call_us("flashdoc", "graph_ms") }}                          12 to 37 us at the host-bound points
     {{ decode_flex_lead() }}                                              1.06x to 1.47x   (Part 8)
     {{ decode_count("sdpa-cudnn", "at_least") }}                          six: points where flashdoc reads as fast
+    {{ decode_paged_large() }}                                            0.93x to 1.00x: paged / contiguous, large
+    {{ decode_spread("paged") }}                                          9%: the widest spread between graph rounds
     {{ varlen_ratio("flashdoc-dense", "fwd", False) }}                    1.03x   (Part 10)
     {{ varlen_dense_range() }}                                            1.01-1.11x, fwd+bwd, both maskings
     {{ host_time_vs_sdpa() }}                                             1.8-2.2x SDPA's host time per call
@@ -172,6 +174,33 @@ def decode_against(peer: str) -> dict:
     }
 
 
+# The decode points whose caches hold at least this many tokens in all (the copy-share claim's points).
+LARGE_DECODE_TOKENS = 8 * 32768
+PAGED_METHODS = ("flashdoc-paged16", "flashdoc-paged64", "flashdoc-paged256")
+
+
+def decode_paged_ratios() -> dict:
+    """{point: the slowest page size's graph-timed bandwidth over the contiguous cache's}."""
+    _, rows = decode_rows()
+    points = {(b, c) for b, c, m in rows if m == "flashdoc"}
+    return {
+        p: min(rows[p + (m,)]["graph_tbps"] for m in PAGED_METHODS) / rows[p + ("flashdoc",)]["graph_tbps"]
+        for p in points
+    }
+
+
+def decode_round_spread(methods: tuple, large: bool = True) -> float:
+    """The widest spread between one row's graph-timing rounds (fastest over slowest, less one) among methods'
+    rows, at the points that hold at least LARGE_DECODE_TOKENS (``large``) or fewer."""
+    _, rows = decode_rows()
+    spreads = [
+        max(r["graph_rounds_ms"]) / min(r["graph_rounds_ms"]) - 1
+        for (b, c, m), r in rows.items()
+        if m in methods and (b * c >= LARGE_DECODE_TOKENS) == large and r.get("graph_rounds_ms")
+    ]
+    return max(spreads)
+
+
 NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
 
 
@@ -262,6 +291,21 @@ def register(env):
             raise ValueError(f"decode_count: which is one of {sorted(counts)}, got {which!r}")
         n = counts[which]
         return measured(NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else str(n))
+
+    @env.macro
+    def decode_paged_large():
+        """'0.93× to 1.00×': the slowest page size over the contiguous cache, at the points of 8 x 32k tokens up."""
+        ratios = [r for (b, c), r in decode_paged_ratios().items() if b * c >= LARGE_DECODE_TOKENS]
+        return times_range(min(ratios), max(ratios))
+
+    @env.macro
+    def decode_spread(which):
+        """'9%': the widest spread between graph-timing rounds of one row at the points of 8 x 32k tokens up,
+        among the ``paged`` rows or the ``contiguous`` ones."""
+        methods = {"paged": PAGED_METHODS, "contiguous": ("flashdoc",)}
+        if which not in methods:
+            raise ValueError(f"decode_spread: which is paged or contiguous, got {which!r}")
+        return measured(f"{decode_round_spread(methods[which]):.0%}")
 
     @env.macro
     def varlen_ratio(method, mode, causal):
