@@ -1,0 +1,58 @@
+"""How much of the paged decode's gap at the small points is the chain of loads in front of its first tile?
+
+    python3 benchmarks/kernels/paged_chain.py [--points 1x4096,1x32768,8x4096,1x131072] [--page 16]
+
+With ``cache_seqlens`` a tensor, a paged program reads the sequence's length, then (through the split's key range,
+which depends on it) its block-table entries, then its first K tile: three loads, each waiting for the one before,
+where a contiguous cache's chain is two. With ``cache_seqlens`` an int the length is a kernel argument and each
+chain is one load shorter. Timing both layouts both ways (CUDA graphs, as the decode benchmark's graph timer, three
+rotated rounds, medians) says what removing one link is worth: if paged-with-an-int reads as fast as
+contiguous-with-a-tensor, a paged kernel that issues its table loads beside the length's would close the gap.
+"""
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from benchmarks import decode as bench  # noqa: E402
+
+ROUNDS = 3
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", default="1x4096,1x32768,8x4096,1x131072")
+    ap.add_argument("--page", type=int, default=16)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("paged_chain.py times CUDA graphs: it needs a GPU")
+    print("batch x cache | contiguous, tensor | contiguous, int | paged, tensor | paged, int | TB/s, graphs")
+    for point in a.points.split(","):
+        batch, cache = (int(x) for x in point.split("x"))
+        n_bytes = bench.kv_bytes(batch, cache)
+        variants = {}
+        for page in (None, a.page):
+            inputs = [bench.make_cache(batch, cache, page, seed=i) for i in range(bench.copies_for(batch, cache))]
+            layout = "contiguous" if page is None else "paged"
+            variants[f"{layout}, tensor"] = [bench.flashdoc_call(*x) for x in inputs]
+            variants[f"{layout}, int"] = [bench.flashdoc_call(*x[:3], cache, x[4]) for x in inputs]
+        rounds = {name: [] for name in variants}
+        names = list(variants)
+        for r in range(ROUNDS):
+            for name in names[r:] + names[:r]:
+                rounds[name].append(bench.graph_time_ms(variants[name]))
+        tbps = {name: n_bytes / statistics.median(ms) / 1e9 for name, ms in rounds.items()}
+        cells = " | ".join(f"{tbps[name]:.3f}" for name in names)
+        ratio = tbps["paged, int"] / tbps["contiguous, tensor"]
+        print(f"{batch} x {cache} | {cells} | paged int / contiguous tensor {ratio:.3f}", flush=True)
+        del variants
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
