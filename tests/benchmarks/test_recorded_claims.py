@@ -391,12 +391,12 @@ def test_recording_backs_the_decode_roofline_reading():
     claim(post, "the most at the smallest, 1 × 4k")
     smallest = min(c for _, c in points)
     assert checks["paged within 5% of contiguous at every point"]["worst"].endswith(f"at 1 x {smallest // 1024}k")
-    claim(post, "From 8 × 32k up the slowest page size reads {{ decode_paged_large() }} as fast as the")
+    claim(post, "From 8 × 32k up the slowest page size reads {{ decode_paged_large() }} as fast")
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
     assert min(large) > min(small.values()), paged
-    claim(post, "there the paged rows move more between the graph timing's three rounds than the contiguous rows do")
+    claim(post, 'its rounds spread by up to {{ decode_spread("paged") }} where contiguous ones spread by')
     assert readings.decode_round_spread(readings.PAGED_METHODS) > readings.decode_round_spread(("flashdoc",))
-    claim(post, "so a large point can land on either side of the 5% line")
+    claim(post, "there a point can land on either side of 5%.")
     assert min(large) > 0.9, large  # beyond this, "either side" would understate a real gap
     host_bound = set(readings.HOST_BOUND_POINTS)
     claim(post, "Timed call by call, the three smallest points measure the host, not the GPU.")
@@ -409,9 +409,9 @@ def test_recording_backs_the_decode_roofline_reading():
             assert rows[p + (method,)]["graph_ms"] < rows[p + (method,)]["ms"], (p, method)
     claim(post, "of which flashdoc's Python path does more")
     assert all(rows[p + ("flashdoc",)]["ms"] > rows[p + ("sdpa-cudnn",)]["ms"] for p in host_bound)
-    claim(post, "8 × 32k up, the GPU work outlasts the host's, and the call-by-call bandwidth matches cuDNN's.")
-    claim(post, "1 × 128k sits between the two: its kernels take about as long as a call's host work")
-    claim(post, "and its calls match cuDNN's as well")
+    claim(post, "8 × 32k up, the GPU work outlasts the host's, and the call-by-call bandwidth matches cuDNN's;")
+    claim(post, "at 1 × 128k the kernels take about as long as a call's host work")
+    claim(post, "and its calls match cuDNN's too")
     host_work = max(rows[p + ("flashdoc",)]["ms"] for p in host_bound)  # a host-bound call is its host work
     between = (1, 131072)
     between_ms = rows[between + ("flashdoc",)]["graph_ms"]
