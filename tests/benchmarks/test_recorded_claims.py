@@ -369,7 +369,7 @@ def test_recording_backs_the_decode_roofline_reading():
     assert checks["flashdoc >= 85% of the copy where batch x cache >= 8 x 32k"]["met"]
     claim(post, "from there on it reads at least as fast as a copy moves data, and so does cuDNN's kernel")
     for b, c, m in rows:
-        if m in ("flashdoc", "sdpa-cudnn") and b * c >= 8 * 32768:
+        if m in ("flashdoc", "sdpa-cudnn") and b * c >= readings.LARGE_DECODE_TOKENS:
             assert rows[(b, c, m)]["graph_tbps"] >= recorded["copy_tbps"], (b, c, m)
     claim(post, "which it matches to within a few percent at every point")
     points = {(b, c) for b, c, m in rows if m == "flashdoc"}
@@ -395,7 +395,7 @@ def test_recording_backs_the_decode_roofline_reading():
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
     assert min(large) > min(small.values()), paged
     claim(post, 'its rounds spread by up to {{ decode_spread("paged") }} where contiguous ones spread by')
-    assert readings.decode_round_spread(readings.PAGED_METHODS) > readings.decode_round_spread(("flashdoc",))
+    assert readings.decode_round_spread(readings.decode_paged_methods()) > readings.decode_round_spread(("flashdoc",))
     claim(post, "there a point can land on either side of 5%.")
     assert min(large) > 0.9, large  # beyond this, "either side" would understate a real gap
     host_bound = set(readings.HOST_BOUND_POINTS)

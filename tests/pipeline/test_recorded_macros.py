@@ -102,3 +102,10 @@ def test_decode_spreads_read_the_rounds_of_the_rows_they_name():
     large = [r for (b, c, m), r in rows.items() if m == "flashdoc" and b * c >= recorded.LARGE_DECODE_TOKENS]
     widest = max(max(r["graph_rounds_ms"]) / min(r["graph_rounds_ms"]) - 1 for r in large)
     assert recorded.decode_round_spread(("flashdoc",)) == widest
+
+
+def test_large_decode_points_are_the_benchmarks_copy_share_points():
+    from benchmarks.decode import COPY_SHARE_MIN_TOKENS, PAGE_SIZES
+
+    assert recorded.LARGE_DECODE_TOKENS == COPY_SHARE_MIN_TOKENS
+    assert recorded.decode_paged_methods() == tuple(sorted(f"flashdoc-paged{p}" for p in PAGE_SIZES))
