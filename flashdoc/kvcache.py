@@ -175,6 +175,16 @@ def _check_int(value, name: str, minimum: int) -> None:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
+def _check_seqlens_int(cache_seqlens, seqlen_new: int, capacity: int) -> None:
+    """An int cache_seqlens: the same length for every sequence, which with the new tokens must fit the cache."""
+    _check_int(cache_seqlens, "cache_seqlens", 0)
+    if cache_seqlens + seqlen_new > capacity:
+        raise ValueError(
+            f"cache_seqlens ({cache_seqlens}) + new tokens ({seqlen_new}) = "
+            f"{cache_seqlens + seqlen_new} exceeds the cache's {capacity} tokens per sequence"
+        )
+
+
 def _validate(
     q,
     k_cache,
@@ -294,12 +304,7 @@ def _validate(
         if isinstance(cache_seqlens, torch.Tensor):
             _check_index(cache_seqlens, "cache_seqlens", (batch,), q.device, INDEX_DTYPES, f"(batch={batch},)")
         else:
-            _check_int(cache_seqlens, "cache_seqlens", 0)
-            if cache_seqlens + seqlen_new > capacity:
-                raise ValueError(
-                    f"cache_seqlens ({cache_seqlens}) + new tokens ({seqlen_new}) = "
-                    f"{cache_seqlens + seqlen_new} exceeds the cache's {capacity} tokens per sequence"
-                )
+            _check_seqlens_int(cache_seqlens, seqlen_new, capacity)
     if rotary_cos is not None or rotary_sin is not None:
         if rotary_cos is None or rotary_sin is None:
             raise ValueError("rotary_cos and rotary_sin must be given together")
@@ -314,6 +319,11 @@ def _validate(
             raise ValueError(
                 f"rotary_cos and rotary_sin must have one shape, got {tuple(rotary_cos.shape)} and "
                 f"{tuple(rotary_sin.shape)}"
+            )
+        if rotary_cos.stride() != rotary_sin.stride():
+            raise ValueError(
+                f"rotary_cos and rotary_sin must have one layout (the kernel reads both at one row stride), got "
+                f"strides {rotary_cos.stride()} and {rotary_sin.stride()}: call .contiguous() on both"
             )
         rotary_dim = 2 * rotary_cos.shape[1]
         if rotary_dim % 16 != 0 or rotary_dim > head_dim or rotary_dim == 0:
@@ -351,9 +361,81 @@ def _validate(
             raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}")
     if not isinstance(return_softmax_lse, bool):
         raise TypeError(f"return_softmax_lse must be a bool, got {type(return_softmax_lse).__name__}")
-    if DEBUG_CHECKS:
-        _check_device_values(k_cache, cache_seqlens, seqlen_new, cache_batch_idx, block_table, capacity)
     return capacity
+
+
+# Calls whose arguments passed ``_validate``, keyed by ``_signature``, and the cache capacity each gave. A decode
+# loop makes the same call at every step, and checking it again took about as long as the kernels at small
+# batches; the checks read only what the signature holds, so a call with the same signature passes them too.
+_validated = {}
+
+
+def _tensor_signature(t):
+    """What ``_validate`` reads of a tensor argument (None for None); TypeError for anything but a plain tensor."""
+    if t is None:
+        return None
+    if type(t) is not torch.Tensor:
+        raise TypeError
+    return t.shape, t.stride(), t.dtype, t.device
+
+
+def _signature(
+    q,
+    k_cache,
+    v_cache,
+    k,
+    v,
+    rotary_cos,
+    rotary_sin,
+    cache_seqlens,
+    cache_batch_idx,
+    cache_leftpad,
+    block_table,
+    softmax_scale,
+    causal,
+    window_size,
+    softcap,
+    rotary_interleaved,
+    alibi_slopes,
+    num_splits,
+    return_softmax_lse,
+):
+    """Everything ``_validate``'s verdict depends on, as a key of ``_validated``: each tensor's type, shape,
+    strides, dtype and device, and each other argument's type and value, except an int cache_seqlens's value,
+    which changes from step to step and is checked on every call (``_check_seqlens_int``). None when a call
+    cannot be keyed (an argument of a kind no valid call passes), and while torch.compile traces the call."""
+    if cache_leftpad is not None or torch.compiler.is_compiling():
+        return None
+    try:
+        return (
+            _tensor_signature(q),
+            _tensor_signature(k_cache),
+            _tensor_signature(v_cache),
+            _tensor_signature(k),
+            _tensor_signature(v),
+            _tensor_signature(rotary_cos),
+            _tensor_signature(rotary_sin),
+            int if type(cache_seqlens) is int else _tensor_signature(cache_seqlens),
+            _tensor_signature(cache_batch_idx),
+            _tensor_signature(block_table),
+            _tensor_signature(alibi_slopes),
+            type(softmax_scale),
+            softmax_scale,
+            type(causal),
+            causal,
+            type(window_size),
+            *((type(w), w) for w in window_size),
+            type(softcap),
+            softcap,
+            type(rotary_interleaved),
+            rotary_interleaved,
+            type(num_splits),
+            num_splits,
+            type(return_softmax_lse),
+            return_softmax_lse,
+        )
+    except TypeError:  # not a plain tensor, or a window_size that is not a sequence
+        return None
 
 
 def _check_device_values(k_cache, cache_seqlens, seqlen_new, cache_batch_idx, block_table, capacity) -> None:
@@ -470,7 +552,7 @@ def flash_attn_with_kvcache(
     writes memory outside the caches. Set FLASHDOC_DEBUG_CHECKS=1 before importing flashdoc to check all of
     them on the host at every call (which waits for the GPU).
     """
-    capacity = _validate(
+    arguments = (
         q,
         k_cache,
         v_cache,
@@ -491,6 +573,21 @@ def flash_attn_with_kvcache(
         num_splits,
         return_softmax_lse,
     )
+    signature = _signature(*arguments)
+    try:
+        capacity = _validated.get(signature)
+    except TypeError:  # an unhashable argument, which no valid call passes: _validate says which
+        signature = capacity = None
+    checked_before = capacity is not None
+    if not checked_before:
+        capacity = _validate(*arguments)
+        if signature is not None:
+            _validated[signature] = capacity
+    seqlen_new = 0 if k is None else k.shape[1]
+    if checked_before and type(cache_seqlens) is int:
+        _check_seqlens_int(cache_seqlens, seqlen_new, capacity)
+    if DEBUG_CHECKS:
+        _check_device_values(k_cache, cache_seqlens, seqlen_new, cache_batch_idx, block_table, capacity)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
     window_left, window_right = window_size

@@ -663,6 +663,49 @@ def _placeholder(device: torch.device) -> torch.Tensor:
     return t
 
 
+@dataclass
+class _AppendPlan:
+    """What an ``append_kv`` call launches, worked out from everything but its tensors' data and the int cache
+    length (as ``_Plan`` is for the attention): the grid, the constexprs and the launch's int arguments, which
+    the key fixes. ``launcher`` is the compiled kernel's once a first call has launched it."""
+
+    grid: tuple
+    ints: tuple  # the int arguments from the strides to cache_len; cache_seqlen_const and rotary_dim follow
+    rotary_dim: int
+    meta: dict
+    launcher: object = None
+
+
+_append_plans = plan_cache()
+
+
+def _append_key(q, kk, vv, qr, k_cache, v_cache, seqlens, const, batch_idx, table, cos, sin, interleaved, per_row):
+    """Everything an append plan and its launcher's signature depend on, as ``_plan_key`` is for the attention."""
+    return (
+        q.shape,
+        q.stride(),
+        q.dtype,
+        q.device,
+        kk is q,  # no new keys: q stands in for k and v
+        kk.shape,
+        kk.stride(),
+        vv.stride(),
+        qr.stride(),
+        k_cache.shape,
+        k_cache.stride(),
+        v_cache.stride(),
+        k_cache.dtype,
+        None if seqlens is None else seqlens.dtype,
+        None if batch_idx is None else batch_idx.dtype,
+        None if table is None else (table.shape, table.stride()),
+        None if cos is None else (cos.shape, cos.stride(), cos.dtype, sin.dtype),
+        launch_signature(const),
+        interleaved,
+        per_row,
+        all(map(_aligned, (q, kk, vv, qr, k_cache, v_cache, seqlens, batch_idx, table, cos, sin))),
+    )
+
+
 def append_kv(
     q,
     k,
@@ -681,18 +724,50 @@ def append_kv(
 ) -> None:
     """Write k, v (B, S_new, Hk, D) into the caches at each sequence's length (rotated when rotary_cos is given),
     and, when rotary_cos is given, q (B, Sq, H, D) rotated into q_rot. Either part may be absent (k None, or no
-    rotary)."""
-    batch, seqlen_q, n_heads, head_dim = q.shape
-    n_kv_heads = k_cache.shape[-2]
-    seqlen_new = 0 if k is None else k.shape[1]
+    rotary). rotary_sin has rotary_cos's strides."""
     rotary = rotary_cos is not None
-    if seqlen_new == 0 and not rotary:
+    if (k is None or k.shape[1] == 0) and not rotary:
         return
     paged = block_table is not None
     dummy = _placeholder(q.device)
     kk = k if k is not None else q
     vv = v if v is not None else q
     qr = q_rot if q_rot is not None else q
+    key = plan = None
+    if not INTERPRET:
+        key = _append_key(
+            q,
+            kk,
+            vv,
+            qr,
+            k_cache,
+            v_cache,
+            cache_seqlens,
+            cache_seqlen_const,
+            cache_batch_idx,
+            block_table,
+            rotary_cos,
+            rotary_sin,
+            rotary_interleaved,
+            q_pos_per_row,
+        )
+        plan = _append_plans.get(key)
+    if plan is None:
+        plan = _make_append_plan(
+            q,
+            kk,
+            vv,
+            qr,
+            k,
+            k_cache,
+            v_cache,
+            cache_seqlens,
+            cache_batch_idx,
+            block_table,
+            rotary_cos,
+            rotary_interleaved,
+            q_pos_per_row,
+        )
     args = (
         q,
         kk,
@@ -705,6 +780,33 @@ def append_kv(
         block_table if paged else dummy,
         rotary_cos if rotary else dummy,
         rotary_sin if rotary else dummy,
+        *plan.ints,
+        cache_seqlen_const,
+        plan.rotary_dim,
+    )
+    # a plan's launcher takes the arguments straight to the compiled kernel, on the current device's stream
+    if plan.launcher is not None and no_launch_hooks() and torch.cuda.current_device() == device_index(q.device):
+        plan.launcher(plan.grid, args, device_index(q.device))
+        return
+    config = _small_config(4, 1)
+    with on_device(q.device):
+        launcher = launch(_append_kv, None, lambda meta: plan.grid, args, plan.meta, config, config)
+    if key is not None and launcher is not None:
+        plan.launcher = launcher
+        _append_plans[key] = plan
+
+
+def _make_append_plan(
+    q, kk, vv, qr, k, k_cache, v_cache, seqlens, batch_idx, block_table, rotary_cos, interleaved, q_pos_per_row
+) -> _AppendPlan:
+    """The plan of an ``append_kv`` call (``_AppendPlan``); kk, vv, qr: the tensors launched in place of k, v
+    and q_rot (q where one is absent)."""
+    batch, seqlen_q, n_heads, head_dim = q.shape
+    n_kv_heads = k_cache.shape[-2]
+    seqlen_new = 0 if k is None else k.shape[1]
+    rotary = rotary_cos is not None
+    paged = block_table is not None
+    ints = (
         *q.stride()[:3],
         *kk.stride()[:3],
         *vv.stride()[:3],
@@ -719,8 +821,6 @@ def append_kv(
         seqlen_q,
         block_table.shape[1] if paged else 1,
         k_cache.shape[1],
-        cache_seqlen_const,
-        2 * rotary_cos.shape[1] if rotary else 0,
     )
     meta = dict(
         HEAD_DIM=head_dim,
@@ -729,17 +829,15 @@ def append_kv(
         BLOCK_HK=next_power_of_2(n_kv_heads),
         PAGED=paged,
         PAGE_SIZE=k_cache.shape[1] if paged else 0,
-        HAS_BATCH_IDX=cache_batch_idx is not None,
-        SEQLENS_TENSOR=cache_seqlens is not None,
+        HAS_BATCH_IDX=batch_idx is not None,
+        SEQLENS_TENSOR=seqlens is not None,
         APPEND=seqlen_new > 0,
         ROTARY=rotary,
-        INTERLEAVED=rotary_interleaved,
+        INTERLEAVED=interleaved,
         Q_POS_PER_ROW=q_pos_per_row,
     )
     grid = (max(seqlen_new, seqlen_q if rotary else 0), batch)
-    config = _small_config(4, 1)
-    with on_device(q.device):
-        launch(_append_kv, None, lambda meta: grid, args, meta, config, config)
+    return _AppendPlan(grid=grid, ints=ints, rotary_dim=2 * rotary_cos.shape[1] if rotary else 0, meta=meta)
 
 
 def query_tiles(group: int, seqlen_q: int) -> tuple:
@@ -767,6 +865,8 @@ class _Plan:
     merge_grid: tuple
     merge_meta: dict
     merge_config: triton.Config
+    ints: tuple  # the int arguments from q's strides to the cache's length; the call's own values follow
+    merge_ints: tuple  # the merge's int arguments (out's strides, heads, seqlen_q, rows, splits)
     device_index: int = None
     launchers: tuple = None
 
@@ -810,7 +910,7 @@ def _plan_key(
 
 
 def _make_plan(
-    q, k_cache, seqlens, batch_idx, block_table, causal, window_size, softcap, slopes, splits, config
+    q, k_cache, v_cache, out, seqlens, batch_idx, block_table, causal, window_size, softcap, slopes, splits, config
 ) -> _Plan:
     """The plan for a call (``_Plan``): the table's config or ``config``, and ``splits`` splits (0: the
     heuristic's count)."""
@@ -852,6 +952,7 @@ def _make_plan(
     )
     # BLOCK_S: the split counts up to a power of two share one compiled merge
     block_s = next_power_of_2(num_splits)
+    out_strides = out.stride()[:3]
     return _Plan(
         num_splits=num_splits,
         block_d=block_d,
@@ -864,6 +965,18 @@ def _make_plan(
         merge_grid=(batch * n_heads * seqlen_q,),
         merge_meta=dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=block_s, CHUNK=min(MERGE_CHUNK, block_s)),
         merge_config=_small_config(4 if block_d >= 128 else 2, 2),
+        ints=(
+            *q.stride()[:3],
+            *k_cache.stride()[:3],
+            *v_cache.stride()[:3],
+            block_table.stride(0) if paged else 0,
+            *out_strides,
+            n_kv_heads,
+            seqlen_q,
+            block_table.shape[1] if paged else 1,
+            k_cache.shape[1],
+        ),
+        merge_ints=(*out_strides, n_heads, seqlen_q, batch * n_heads * seqlen_q, num_splits),
         device_index=index,
     )
 
@@ -917,6 +1030,8 @@ def decode_attention(
         plan = _make_plan(
             q,
             k_cache,
+            v_cache,
+            out,
             cache_seqlens,
             cache_batch_idx,
             block_table,
@@ -938,7 +1053,6 @@ def decode_attention(
     slopes = None
     if alibi_slopes is not None:  # divided by the scale, as the masking core's scores are
         slopes = (alibi_slopes.float() / softmax_scale).expand(batch, n_heads).contiguous()
-    out_strides = out.stride()[:3]
     args = (
         q,
         k_cache,
@@ -951,15 +1065,7 @@ def decode_attention(
         o_part,
         lse_part,
         slopes if slopes is not None else dummy,
-        *q.stride()[:3],
-        *k_cache.stride()[:3],
-        *v_cache.stride()[:3],
-        block_table.stride(0) if paged else 0,
-        *out_strides,
-        k_cache.shape[-2],
-        seqlen_q,
-        block_table.shape[1] if paged else 1,
-        k_cache.shape[1],
+        *plan.ints,
         cache_seqlen_const,
         seqlen_new,
         softmax_scale * LOG2E,
@@ -970,8 +1076,7 @@ def decode_attention(
     )
     split = plan.num_splits > 1
     if split:
-        n_rows = plan.merge_grid[0]
-        margs = (o_part, lse_part, out, lse, *out_strides, n_heads, seqlen_q, n_rows, plan.num_splits)
+        margs = (o_part, lse_part, out, lse, *plan.merge_ints)
     # a plan's launchers take the arguments straight to the compiled kernels, on the current device's stream
     if plan.launchers is not None and no_launch_hooks() and torch.cuda.current_device() == plan.device_index:
         split_kv, merge = plan.launchers

@@ -5,6 +5,7 @@ flash_attn_with_kvcache (which appends to the cache and applies the rotary embed
 itself). In float32 both must produce the same tokens; the tokens per second of each
 are printed. On a CPU the model is tiny and the speeds mean nothing (flashdoc's kernels
 run in Triton's interpreter there)."""
+# flashdoc: gpu-only
 
 import time
 
@@ -148,28 +149,49 @@ for p in model.parameters():  # wider than the usual 0.02: logits far apart, no 
         nn.init.normal_(p, std=hidden**-0.5)
 prompt = torch.randint(0, vocab, (batch, prompt_len), device=device)
 
-results = {}
+
+def timed_generate(impl, dtype):
+    """(tokens, seconds) of one generation, the GPU's work included."""
+    if gpu:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    tokens = generate(model, prompt, impl, dtype)
+    if gpu:
+        torch.cuda.synchronize()
+    return tokens, time.perf_counter() - start
+
+
+ROUNDS = 3 if gpu else 1
+results, speeds = {}, {}
 for dtype in (torch.float32, torch.bfloat16) if gpu else (torch.float32,):
     model = model.to(dtype)
     cos, sin = rotary_tables(max_len, head_dim)
     ROTARY = (cos.to(device, dtype), sin.to(device, dtype))
-    for impl in ("sdpa", "flashdoc"):
+    name = str(dtype).removeprefix("torch.")
+    seconds = {"sdpa": [], "flashdoc": []}
+    for impl in seconds:
         generate(model, prompt, impl, dtype)  # warm-up: compiles the kernels
-        if gpu:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        tokens = generate(model, prompt, impl, dtype)
-        if gpu:
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-        results[dtype, impl] = tokens
-        name = str(dtype).removeprefix("torch.")
+    # the two loops alternate, and each keeps its fastest round: other work on the
+    # host can slow a round down, never speed it up
+    for _ in range(ROUNDS):
+        for impl in seconds:
+            results[dtype, impl], s = timed_generate(impl, dtype)
+            seconds[impl].append(s)
+    for impl in seconds:
+        speeds[impl] = batch * new_tokens / min(seconds[impl])
         print(
-            f"{name:8s} {impl:8s}: {batch * new_tokens / seconds:8.0f} tokens/s "
+            f"{name:8s} {impl:8s}: {speeds[impl]:8.0f} tokens/s "
             f"({batch} sequences x {new_tokens} new tokens after {prompt_len})"
         )
-    same = (results[dtype, "sdpa"] == results[dtype, "flashdoc"]).float().mean()
-    print(f"{name}: {same:.1%} of the generated tokens are the same in both\n")
+    print(f"{name}: flashdoc's loop runs {speeds['flashdoc'] / speeds['sdpa']:.2f}x as fast as SDPA's")
+    differ = results[dtype, "sdpa"] != results[dtype, "flashdoc"]
+    same = 1 - differ.float().mean()
+    # greedy decoding: after one different token, a sequence continues from another text
+    agree = torch.where(differ.any(1), differ.int().argmax(1), new_tokens)
+    print(
+        f"{name}: {same:.1%} of the generated tokens are the same in both; "
+        f"the sequences agree on their first {agree.min()} to {agree.max()} tokens\n"
+    )
 if not gpu:
     print("(on a CPU flashdoc runs in Triton's interpreter: the speeds mean nothing)")
 first = results[torch.float32, "flashdoc"][0, :16].tolist()

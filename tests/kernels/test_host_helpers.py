@@ -4,7 +4,7 @@ import torch
 import triton
 
 from flashdoc.kernels import cdiv, next_power_of_2
-from flashdoc.kernels.decode import _plan_key, num_splits_heuristic
+from flashdoc.kernels.decode import _append_key, _plan_key, num_splits_heuristic
 
 
 def test_cdiv_and_next_power_of_2_match_triton():
@@ -54,3 +54,44 @@ def test_decode_plan_key_tells_apart_what_the_launch_depends_on():
     args = _decode_args()
     args[0] = torch.zeros(2 * 32 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 1, 32, 128)  # 2 bytes off
     assert _plan_key(*args) != key
+
+
+def _append_args(rotary=True, seqlen_const=0):
+    """append_kv's key arguments for one new token of a batch of 2 (32 query heads over 8, d = 128, a contiguous
+    cache of 256 rows): q, k, v, q_rot, the caches, lengths, int length, batch index, table, cos, sin, the
+    rotary layout and whether queries rotate at their own positions."""
+    q = torch.zeros(2, 1, 32, 128, dtype=torch.bfloat16)
+    k, v = (torch.zeros(2, 1, 8, 128, dtype=torch.bfloat16) for _ in range(2))
+    k_cache, v_cache = (torch.zeros(2, 256, 8, 128, dtype=torch.bfloat16) for _ in range(2))
+    cos, sin = (torch.zeros(256, 64, dtype=torch.bfloat16) for _ in range(2)) if rotary else (None, None)
+    seqlens = torch.full((2,), 100, dtype=torch.int32)
+    q_rot = torch.empty_like(q) if rotary else q
+    return [q, k, v, q_rot, k_cache, v_cache, seqlens, seqlen_const, None, None, cos, sin, False, True]
+
+
+def test_append_plan_key_tells_apart_what_the_launch_depends_on():
+    """The append's plan (grid, constexprs, int arguments, launcher) is reused only for a call of the same
+    layout: not with rotary on or off, another rotary layout or query positions, more new tokens, an int of
+    another Triton signature, a sin table of another dtype, or a pointer off the 16-byte alignment."""
+    key = _append_key(*_append_args())
+    assert _append_key(*_append_args()) == key  # new tensors, same layout
+    assert _append_key(*_append_args(rotary=False)) != key
+    args = _append_args()
+    args[0], args[1], args[2] = (torch.zeros(2, 1, 8, 128, dtype=torch.bfloat16) for _ in range(3))  # q as k
+    rotate_only = list(args)
+    rotate_only[1] = rotate_only[2] = rotate_only[0]  # no new keys: q stands in for k and v
+    assert _append_key(*args) != _append_key(*rotate_only)
+    assert _append_key(*_append_args(seqlen_const=32)) == _append_key(*_append_args(seqlen_const=48))
+    assert _append_key(*_append_args(seqlen_const=32)) != _append_key(*_append_args(seqlen_const=33))
+    for position, value in (
+        (1, torch.zeros(2, 2, 8, 128, dtype=torch.bfloat16)),
+        (11, torch.zeros(256, 64, dtype=torch.float32)),
+        (12, True),
+        (13, False),
+    ):
+        args = _append_args()
+        args[position] = value
+        assert _append_key(*args) != key, position
+    args = _append_args()
+    args[4] = torch.zeros(2 * 256 * 8 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 256, 8, 128)  # 2 bytes off
+    assert _append_key(*args) != key

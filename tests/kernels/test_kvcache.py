@@ -476,7 +476,19 @@ _TABLE = torch.arange(8, dtype=torch.int32, device=DEVICE).reshape(2, 4)
             ValueError,
             "rotary_dim .* is 8; allowed: a multiple of 16",
         ),
+        (
+            dict(
+                k=_new(),
+                v=_new(),
+                rotary_cos=torch.ones(64, 8, dtype=torch.float16, device=DEVICE),
+                rotary_sin=torch.ones(64, 16, dtype=torch.float16, device=DEVICE)[:, :8],
+            ),
+            ValueError,
+            r"rotary_cos and rotary_sin must have one layout .* strides \(8, 1\) and \(16, 1\)",
+        ),
         (dict(window_size=(4,)), TypeError, "window_size must be a pair of ints"),
+        (dict(window_size=([1], 0)), TypeError, "window_size must be a pair of ints"),
+        (dict(softmax_scale=[0.1]), TypeError, "softmax_scale must be a float or None, got list"),
         (dict(window_size=(-2, 0)), ValueError, "window_size must be two ints >= -1"),
         (dict(softcap=-1.0), ValueError, "softcap must be a finite float >= 0"),
         (dict(softcap=float("inf")), ValueError, "softcap must be a finite float >= 0"),
@@ -507,11 +519,39 @@ def test_a_backward_through_a_decode_step_raises():
 
 
 def test_debug_checks_catch_device_values(monkeypatch):
-    """FLASHDOC_DEBUG_CHECKS=1 (read at import, patched here) checks lengths held on the device."""
+    """FLASHDOC_DEBUG_CHECKS=1 (read at import, patched here) checks lengths held on the device, at every call:
+    also after the same call has passed with good lengths."""
     monkeypatch.setattr(flashdoc.kvcache, "DEBUG_CHECKS", True)
+    good = torch.tensor([0, 63], dtype=torch.int32, device=DEVICE)
+    flash_attn_with_kvcache(**_args(k=_new(), v=_new(), cache_seqlens=good))
     lens = torch.tensor([0, 64], dtype=torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match=r"cache_seqlens\[1\] \(64\) \+ new tokens \(1\) = 65 is outside"):
         flash_attn_with_kvcache(**_args(k=_new(), v=_new(), cache_seqlens=lens))
+
+
+def test_a_repeated_call_is_checked_once_and_its_values_every_time(monkeypatch):
+    """A decode loop makes the same call at every step. The checks that read only the arguments' layout and
+    options run once for it (``kvcache._validated``); an int cache_seqlens, which changes from step to step, is
+    checked at every call; and a call that differs only in an argument's type (1 for True, True for 1) is
+    checked anew, and refused."""
+    kvcache = flashdoc.kvcache
+    monkeypatch.setattr(kvcache, "_validated", {})
+    checked = []
+    validate = kvcache._validate
+    monkeypatch.setattr(kvcache, "_validate", lambda *a: checked.append(a) or validate(*a))
+    args = _args(k=_new(), v=_new(), cache_seqlens=10, causal=True, num_splits=1)
+    for step in range(3):
+        flash_attn_with_kvcache(**{**args, "cache_seqlens": 10 + step, "q": torch.randn_like(args["q"])})
+    assert len(checked) == 1 and len(kvcache._validated) == 1
+    with pytest.raises(ValueError, match=r"cache_seqlens \(64\) \+ new tokens \(1\) = 65 exceeds the cache's 64"):
+        flash_attn_with_kvcache(**{**args, "cache_seqlens": 64})
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        flash_attn_with_kvcache(**{**args, "causal": 1})
+    with pytest.raises(TypeError, match="num_splits must be an int, got bool"):
+        flash_attn_with_kvcache(**{**args, "num_splits": True})
+    with pytest.raises(TypeError, match="cache_seqlens must be an int, got bool"):
+        flash_attn_with_kvcache(**{**args, "cache_seqlens": True})
+    assert len(kvcache._validated) == 1  # a refused call leaves nothing behind
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -775,9 +815,9 @@ def test_gpu_decode_step_in_a_cuda_graph():
 @pytest.mark.gpu
 @pytest.mark.parametrize("page_size", [None, 16])
 def test_gpu_decode_plan_reuse(monkeypatch, page_size):
-    """A decode loop's later steps go through the plan the first step made (``decode._Plan``: its split count,
-    meta-parameters and compiled launchers): one plan for the loop, and every step's output and cache bit for bit
-    those of Triton's own launch path."""
+    """A decode loop's later steps go through the plans the first step made (``decode._Plan``: its split count,
+    meta-parameters and compiled launchers; ``decode._AppendPlan`` for the append): one of each for the loop, and
+    every step's output and cache bit for bit those of Triton's own launch path."""
     from flashdoc.kernels import decode as dk
     from flashdoc.kernels import launch
 
@@ -791,6 +831,7 @@ def test_gpu_decode_plan_reuse(monkeypatch, page_size):
     if page_size:
         table = torch.randperm(slots, device="cuda").to(torch.int32).reshape(batch, -1)
     monkeypatch.setattr(dk, "_plans", {})
+    monkeypatch.setattr(dk, "_append_plans", {})
     results = {}
     for cached in (False, True):
         monkeypatch.setattr(launch, "LAUNCH_CACHE", cached)
@@ -802,7 +843,7 @@ def test_gpu_decode_plan_reuse(monkeypatch, page_size):
             out = flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, block_table=table, causal=True)
             results.setdefault(cached, []).append(out)
         results[cached] += [kc, vc]
-        assert len(dk._plans) == (1 if cached else 0)
+        assert len(dk._plans) == len(dk._append_plans) == (1 if cached else 0)
     for a, b in zip(results[False], results[True]):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
 
