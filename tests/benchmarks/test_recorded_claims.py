@@ -493,18 +493,19 @@ def test_recording_backs_the_variant_costs():
 
 
 def test_recording_backs_the_window_cost_floor():
-    """Part 7's reading of the window-cost table: forward and backward stop getting cheaper below about 1,024 keys,
-    while the forward alone keeps shrinking and wider windows still cost more; and the 1,024-key call's two
-    timings it compares, this table's and the variants benchmark's, which differ as short timings do."""
+    """Part 7's reading of the window-cost table: below about 1,024 keys forward and backward get cheaper by far
+    less than the window (an eighth of the keys saves under 30%), while the forward alone keeps shrinking and wider
+    windows still cost more; and the 1,024-key call's two timings it compares, this table's and the variants
+    benchmark's, which differ as short timings do."""
     post = read_post("masking-core.md")
-    claim(post, "Below a window of about 1,024 keys the forward and backward stops getting cheaper while the forward")
+    claim(post, "Below a window of about 1,024 keys the forward and backward gets cheaper by far less than the window")
     rows = readings.window_cost_rows()
     ratio = {w: both for w, (_, _, both) in rows.items()}
     forward_ms = {w: fwd for w, (fwd, _, _) in rows.items()}
     both_ms = {w: both for w, (_, both, _) in rows.items()}
     # from 1,024 keys down to 128 the forward sheds most of its time, the forward and backward little of its own
     assert forward_ms[128] < forward_ms[512] < forward_ms[1024] and forward_ms[128] < 0.6 * forward_ms[1024], forward_ms
-    assert both_ms[128] > 0.8 * both_ms[1024], both_ms
+    assert both_ms[128] > 0.7 * both_ms[1024], both_ms
     narrow = [r for w, r in ratio.items() if w <= 1024]
     assert len(narrow) >= 4 and ratio[2048] > max(narrow) + 0.05 and ratio[4096] > ratio[2048], ratio
     claim(post, 'the 1,024-key call took {{ window_call_ms("window_cost") }} here and')
