@@ -109,3 +109,11 @@ def test_large_decode_points_are_the_benchmarks_copy_share_points():
 
     assert recorded.LARGE_DECODE_TOKENS == COPY_SHARE_MIN_TOKENS
     assert recorded.decode_paged_methods() == tuple(sorted(f"flashdoc-paged{p}" for p in PAGE_SIZES))
+
+
+def test_a_range_of_call_times_that_round_alike_reads_as_one_time(macros, monkeypatch):
+    """'50 µs', not '50 to 50 µs', where a method's calls at the host-bound points round to one figure."""
+    monkeypatch.setattr(recorded, "decode_call_range", lambda method, timing: (49.8, 50.4))
+    assert macros["decode_call_us"]("sdpa-cudnn", "ms") == '<span class="measured">50 µs</span>'
+    monkeypatch.setattr(recorded, "decode_call_range", lambda method, timing: (11.6, 37.6))
+    assert macros["decode_call_us"]("flashdoc", "graph_ms") == '<span class="measured">12 to 38 µs</span>'

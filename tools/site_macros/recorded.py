@@ -271,9 +271,9 @@ def register(env):
 
     @env.macro
     def decode_call_us(method, timing):
-        """'12 to 37 µs': a method's calls at the host-bound decode points."""
-        lo, hi = decode_call_range(method, timing)
-        return measured(f"{lo:.0f} to {hi:.0f} µs")
+        """'12 to 37 µs' (or '50 µs' where they round alike): a method's calls at the host-bound decode points."""
+        low, high = (f"{us:.0f}" for us in decode_call_range(method, timing))
+        return measured(f"{low} µs" if low == high else f"{low} to {high} µs")
 
     @env.macro
     def decode_flex_lead():
