@@ -140,6 +140,12 @@ def fixed_share(kernel: str, window=WINDOW) -> float:
     return fixed_cost_fit(kernel)["fixed_us"] / fixed_cost_program(kernel, window)["program_us"]
 
 
+def window_kernels_us(window) -> float:
+    """A forward + backward step's three Hopper kernels at a window (left, 0) of this width, each timed alone (the
+    fixed-cost recording's kernel times, summed): the GPU's work for the step."""
+    return sum(fixed_cost_program(kernel, window)["kernel_us"] for kernel in ("forward", "dK/dV", "dQ"))
+
+
 def tile_speed_vs_causal(kernel: str) -> float:
     """A window's speed a tile against dense causal's, over the same keys: above 1, the window's tiles are faster."""
     fit = fixed_cost_fit(kernel)
@@ -247,6 +253,16 @@ def register(env):
     def window_call_ms(source):
         """'1.26 ms': the (1,024, 0) window's forward + backward call in one of the two recordings."""
         return measured(f"{window_call(source):.2f} ms")
+
+    @env.macro
+    def window_step_ms(window):
+        """'0.93 ms': the window-cost table's forward + backward time at a window (left, 0) of this width."""
+        return measured(f"{window_cost_rows()[window][1]:.2f} ms")
+
+    @env.macro
+    def window_kernels_ms(window):
+        """'0.44 ms': a window's forward + backward kernels at that width, each timed alone."""
+        return measured(f"{window_kernels_us(window) / 1e3:.2f} ms")
 
     @env.macro
     def fixed_cost(kernel, what, window=WINDOW):
