@@ -21,7 +21,6 @@ import os
 import pstats
 import sys
 import time
-import warnings
 
 import torch
 
@@ -155,18 +154,10 @@ def main():
             line += f", {triton.testing.do_bench(fn, warmup=25, rep=100) * 1e3:8.1f} us under do_bench"
         print(f"{line}  {name}", flush=True)
     if args.sync_debug and GPU:
+        from benchmarks.kernels.host_overhead import print_synchronisations
+
         for name, fn in rows.items():
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                torch.cuda.set_sync_debug_mode("warn")
-                try:
-                    fn()
-                finally:
-                    torch.cuda.set_sync_debug_mode("default")
-            syncs = [w for w in caught if "synchronizing CUDA operation" in str(w.message)]
-            print(f"synchronisations in one call ({name}): {len(syncs)}")
-            for w in syncs:
-                print(f"  {w.filename}:{w.lineno}: {w.message}")
+            print_synchronisations(f"one call ({name})", fn)
     if args.profile:
         fn = rows["append + rotary + causal (a decode loop's call)"]
         prof = cProfile.Profile()

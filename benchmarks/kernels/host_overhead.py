@@ -34,6 +34,27 @@ from flashdoc.kernels.forward import attn_fwd, fwd_configs_for
 CALLS = 2000
 
 
+def synchronisations(fn) -> list:
+    """The warnings of CUDA's synchronisation debug mode for one call of fn: each place it made the host wait."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    # torch's own note that the debug mode is a prototype also says "synchronization": count only its warnings
+    # about an operation
+    return [w for w in caught if "called a synchronizing CUDA operation" in str(w.message)]
+
+
+def print_synchronisations(what: str, fn) -> None:
+    syncs = synchronisations(fn)
+    print(f"synchronisations in {what}: {len(syncs)}")
+    for w in syncs:
+        print(f"  {w.filename}:{w.lineno}: {w.message}")
+
+
 def per_call_us(fn, calls=CALLS):
     for _ in range(50):
         fn()
@@ -140,19 +161,8 @@ def main():
         torch.cuda.synchronize()
         if args.sync_debug:
             # the backward on this thread, so that its warnings are caught here too
-            with torch.autograd.set_multithreading_enabled(False), warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                torch.cuda.set_sync_debug_mode("warn")
-                try:
-                    step()
-                finally:
-                    torch.cuda.set_sync_debug_mode("default")
-            # torch's own note that the debug mode is a prototype also says "synchronization": count only its
-            # warnings about an operation
-            syncs = [w for w in caught if "called a synchronizing CUDA operation" in str(w.message)]
-            print(f"synchronisations in one step: {len(syncs)}")
-            for w in syncs:
-                print(f"  {w.filename}:{w.lineno}: {w.message}")
+            with torch.autograd.set_multithreading_enabled(False):
+                print_synchronisations("one step", step)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
             for _ in range(10):
                 step()

@@ -554,6 +554,72 @@ def test_a_repeated_call_is_checked_once_and_its_values_every_time(monkeypatch):
     assert len(kvcache._validated) == 1  # a refused call leaves nothing behind
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="runs the GPU host path over CPU tensors, launches stubbed out")
+def test_a_decode_loop_launches_through_its_first_steps_plans(monkeypatch):
+    """The GPU's host path run over CPU tensors, every launch stubbed out: the first step of a decode loop makes one
+    plan for the append and one for the attention and launches through Triton's path; the later steps launch
+    straight through the plans' launchers, with the arguments Triton's path would have had (the step's own
+    tensors, the plan's ints, the step's int cache length)."""
+    from flashdoc.kernels import decode as dk
+    from flashdoc.kernels import launch
+
+    launches = []
+
+    def record(kernel, tuned_kernel, grid, args, meta, config, default_config):
+        launches.append((kernel.fn.__name__, "triton", grid(meta), args))
+        return lambda grid, args, device: launches.append((kernel.fn.__name__, "plan", grid, args))
+
+    class NoDevice:
+        def __init__(self, device):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(dk, "INTERPRET", False)
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    monkeypatch.setattr(dk, "device_index", lambda device: 0)
+    monkeypatch.setattr(dk, "num_sms", lambda index: 132)
+    monkeypatch.setattr(dk, "no_launch_hooks", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(dk, "on_device", NoDevice)
+    monkeypatch.setattr(dk, "launch", record)
+    monkeypatch.setattr(dk, "_plans", {})
+    monkeypatch.setattr(dk, "_append_plans", {})
+    f16 = dict(dtype=torch.float16)
+    k_cache, v_cache = (torch.zeros(2, 4096, 8, 128, **f16) for _ in range(2))
+    cos, sin = (torch.randn(4096, 64, **f16) for _ in range(2))
+    steps = []
+    for step in range(3):
+        q = torch.randn(2, 1, 32, 128, **f16)
+        k, v = (torch.randn(2, 1, 8, 128, **f16) for _ in range(2))
+        args = dict(rotary_cos=cos, rotary_sin=sin, causal=True, cache_seqlens=100 + step)
+        flash_attn_with_kvcache(q, k_cache, v_cache, k, v, **args)
+        steps.append((q, k, v))
+    assert len(dk._plans) == len(dk._append_plans) == 1
+    # a split launch at this shape: append, split-KV, merge at every step
+    assert [(name, how) for name, how, _, _ in launches] == [
+        ("_append_kv", "triton"),
+        ("_split_kv", "triton"),
+        ("_merge_splits", "triton"),
+    ] + [("_append_kv", "plan"), ("_split_kv", "plan"), ("_merge_splits", "plan")] * 2
+    first = {name: (grid, args) for name, _, grid, args in launches[:3]}
+    for step, (q, k, v) in enumerate(steps[1:], start=1):
+        for name, _, grid, args in launches[3 * step : 3 * step + 3]:
+            assert grid == first[name][0], name
+            ints = [a for a in args if type(a) is int]
+            first_ints = [a for a in first[name][1] if type(a) is int]
+            if name != "_merge_splits":  # the int cache length is the step's own
+                assert ints.count(100 + step) == 1 and first_ints.count(100) == 1
+                ints, first_ints = [a for a in ints if a != 100 + step], [a for a in first_ints if a != 100]
+            assert ints == first_ints, name
+        append_args = launches[3 * step][3]
+        assert append_args[0] is q and append_args[1] is k and append_args[2] is v
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # GPU sweep
 # ---------------------------------------------------------------------------------------------------------------
