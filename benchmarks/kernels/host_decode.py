@@ -35,40 +35,47 @@ BATCH, CACHE, HEADS, KV_HEADS, HEAD_DIM, PAGE = 1, 4096, 32, 8, 128, 16
 CALLS = 2000
 
 
-class _NoLaunch:
-    """Stands in for a compiled kernel's launcher: takes the arguments, launches nothing."""
+class _NoDevice:
+    """Stands in for ``launch.on_device``: CPU tensors have no CUDA device to make current."""
 
-    def __call__(self, grid, args, device):
+    def __init__(self, device):
         pass
 
+    def __enter__(self):
+        return self
 
-def stub_launches() -> None:
-    """CPU only: run the GPU host path (plans, launch caches) over CPU tensors, launching nothing."""
+    def __exit__(self, *exc):
+        return False
+
+
+def stub_launches(patch=setattr, on_launch=None) -> None:
+    """CPU only: run the GPU host path (plans, launchers) over CPU tensors, launching nothing.
+
+    patch: how each module attribute is replaced (``setattr``, or a test's ``monkeypatch.setattr``, which undoes
+    it). on_launch(kernel name, path, grid, args): called for every launch a GPU would make, path "triton" for
+    a launch through Triton's own path (a plan's first), "plan" for one through a plan's launcher."""
     from flashdoc.kernels import launch
 
-    decode.INTERPRET = launch.INTERPRET = False
-    decode.device_index = lambda device: 0
-    decode.num_sms = lambda index: 132
-    decode.no_launch_hooks = launch.no_launch_hooks = lambda: True
-    torch.cuda.current_device = lambda: 0
-
-    class _NoDevice:
-        def __init__(self, device):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
+    patch(decode, "INTERPRET", False)
+    patch(launch, "INTERPRET", False)
+    patch(decode, "device_index", lambda device: 0)
+    patch(decode, "num_sms", lambda index: 132)
+    patch(decode, "no_launch_hooks", lambda: True)
+    patch(torch.cuda, "current_device", lambda: 0)
+    patch(decode, "on_device", _NoDevice)
 
     def launch_nothing(kernel, tuned_kernel, grid, args, meta, config, default_config):
-        # the launch cache's own key, so that a generic launch costs here what it costs on a GPU before its launcher
-        (kernel, launch.config_key(config), 0, *meta.values(), *map(launch.launch_signature, args))
-        return _NoLaunch()
+        name = kernel.fn.__name__
+        if on_launch is not None:
+            on_launch(name, "triton", grid(meta), args)
 
-    decode.on_device = _NoDevice
-    decode.launch = launch_nothing
+        def launcher(grid, args, device):
+            if on_launch is not None:
+                on_launch(name, "plan", grid, args)
+
+        return launcher
+
+    patch(decode, "launch", launch_nothing)
 
 
 def per_call_us(fn, calls=CALLS) -> float:

@@ -560,33 +560,11 @@ def test_a_decode_loop_launches_through_its_first_steps_plans(monkeypatch):
     plan for the append and one for the attention and launches through Triton's path; the later steps launch
     straight through the plans' launchers, with the arguments Triton's path would have had (the step's own
     tensors, the plan's ints, the step's int cache length)."""
+    from benchmarks.kernels.host_decode import stub_launches
     from flashdoc.kernels import decode as dk
-    from flashdoc.kernels import launch
 
     launches = []
-
-    def record(kernel, tuned_kernel, grid, args, meta, config, default_config):
-        launches.append((kernel.fn.__name__, "triton", grid(meta), args))
-        return lambda grid, args, device: launches.append((kernel.fn.__name__, "plan", grid, args))
-
-    class NoDevice:
-        def __init__(self, device):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    monkeypatch.setattr(dk, "INTERPRET", False)
-    monkeypatch.setattr(launch, "INTERPRET", False)
-    monkeypatch.setattr(dk, "device_index", lambda device: 0)
-    monkeypatch.setattr(dk, "num_sms", lambda index: 132)
-    monkeypatch.setattr(dk, "no_launch_hooks", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(dk, "on_device", NoDevice)
-    monkeypatch.setattr(dk, "launch", record)
+    stub_launches(monkeypatch.setattr, lambda *launch: launches.append(launch))
     monkeypatch.setattr(dk, "_plans", {})
     monkeypatch.setattr(dk, "_append_plans", {})
     f16 = dict(dtype=torch.float16)
