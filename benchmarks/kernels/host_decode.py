@@ -20,7 +20,6 @@ import cProfile
 import os
 import pstats
 import sys
-import time
 
 import torch
 
@@ -29,10 +28,10 @@ if not GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import flashdoc  # noqa: E402
+from benchmarks.kernels.host_overhead import per_call_us, print_synchronisations  # noqa: E402
 from flashdoc.kernels import decode  # noqa: E402
 
 BATCH, CACHE, HEADS, KV_HEADS, HEAD_DIM, PAGE = 1, 4096, 32, 8, 128, 16
-CALLS = 2000
 
 
 class _NoDevice:
@@ -76,21 +75,6 @@ def stub_launches(patch=setattr, on_launch=None) -> None:
         return launcher
 
     patch(decode, "launch", launch_nothing)
-
-
-def per_call_us(fn, calls=CALLS) -> float:
-    for _ in range(50):
-        fn()
-    sync = torch.cuda.synchronize if GPU else (lambda: None)
-    sync()
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
-    return best
 
 
 def calls() -> dict:
@@ -154,22 +138,20 @@ def main():
     where = torch.cuda.get_device_name() if GPU else "CPU, kernel launches stubbed out"
     print(f"host time per call, batch {BATCH} x {CACHE} keys, {HEADS} heads over {KV_HEADS}, d = {HEAD_DIM} ({where})")
     for name, fn in rows.items():
-        line = f"{per_call_us(fn):8.1f} us back to back"
+        line = f"{per_call_us(fn, rounds=5):8.1f} us back to back"
         if GPU:
             import triton
 
             line += f", {triton.testing.do_bench(fn, warmup=25, rep=100) * 1e3:8.1f} us under do_bench"
         print(f"{line}  {name}", flush=True)
     if args.sync_debug and GPU:
-        from benchmarks.kernels.host_overhead import print_synchronisations
-
         for name, fn in rows.items():
             print_synchronisations(f"one call ({name})", fn)
     if args.profile:
         fn = rows["append + rotary + causal (a decode loop's call)"]
         prof = cProfile.Profile()
         prof.enable()
-        per_call_us(fn, calls=500)
+        per_call_us(fn, calls=500, rounds=5)
         prof.disable()
         pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
 

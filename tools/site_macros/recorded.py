@@ -97,11 +97,16 @@ def window_cost_rows() -> dict:
     return {int(w): (float(fwd), float(both), float(ratio)) for w, fwd, both, ratio in rows}
 
 
+def window_step(window) -> float:
+    """The window-cost table's forward + backward time, in ms, at a window (left, 0) of this width."""
+    return window_cost_rows()[window][1]
+
+
 def window_call(source: str) -> float:
     """The forward + backward time of the (1,024, 0) window, as the window-cost table (``window_cost``) or the
     variants benchmark (``variants``) recorded it."""
     if source == "window_cost":
-        return window_cost_rows()[WINDOW][1]
+        return window_step(WINDOW)
     if source == "variants":
         rows = _json(VARIANTS, "variants.json")["rows"]
         (ms,) = [
@@ -257,7 +262,7 @@ def register(env):
     @env.macro
     def window_step_ms(window):
         """'0.93 ms': the window-cost table's forward + backward time at a window (left, 0) of this width."""
-        return measured(f"{window_cost_rows()[window][1]:.2f} ms")
+        return measured(f"{window_step(window):.2f} ms")
 
     @env.macro
     def window_kernels_ms(window):
