@@ -54,6 +54,7 @@ import flashdoc  # noqa: E402, I001  (first: without a GPU it turns on Triton's 
 import triton  # noqa: E402
 
 from flashdoc.kernels import decode as dk  # noqa: E402
+from flashdoc.kernels.forward import attn_fwd  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 BATCHES = (1, 8, 64)
@@ -133,11 +134,16 @@ def flashdoc_call(q, k_cache, v_cache, seqlens, table, num_splits=0):
 
 
 def training_call(q, k_cache, v_cache):
-    """flashdoc's training forward (``flash_attn_func``) on the same cache: the kernel a decode step would get
-    without a decode kernel (the cache is full, so no lengths are needed)."""
+    """flashdoc's training forward on the same cache: the kernel a decode step would get without a decode kernel
+    (the cache is full, so no lengths are needed). Launched directly: ``flash_attn_func`` sends a call of this
+    shape to the split-KV kernel."""
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32)
+    scale = q.shape[-1] ** -0.5
 
     def call():
-        return flashdoc.flash_attn_func(q, k_cache, v_cache)
+        attn_fwd(q, k_cache, v_cache, out, lse, scale, causal=False, bottom_right=True)
+        return out
 
     return call
 

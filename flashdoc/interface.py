@@ -24,6 +24,7 @@ from ._validation import (
 )
 from .kernels import INTERPRET
 from .kernels.backward import attn_bwd
+from .kernels.decode import decode_attention, fits_one_tile
 from .kernels.forward import attn_fwd
 from .kernels.mask import Variant, draw_rng
 from .kernels.varlen import varlen_bwd, varlen_fwd
@@ -136,14 +137,45 @@ def _flash_attn_forward(
     out = _like(q)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), device=q.device, dtype=torch.float32)
     variant = _variant(window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, rng_state)
-    _forward_into(
-        out,
-        q,
-        k,
-        v,
-        lambda q_, k_, v_, out_: attn_fwd(q_, k_, v_, out_, lse, softmax_scale, causal, bottom_right, variant=variant),
-    )
+    if _is_decode_step(q, k, causal, bottom_right, variant):
+
+        def run(q_, k_, v_, out_):
+            decode_attention(
+                q_,
+                k_,
+                v_,
+                out_,
+                lse,
+                cache_seqlens=None,
+                cache_seqlen_const=k_.shape[1],  # k and v as a full cache: each sequence holds all its keys
+                seqlen_new=0,
+                cache_batch_idx=None,
+                block_table=None,
+                softmax_scale=softmax_scale,
+                causal=causal,
+                window_size=tuple(variant.window_size),
+                softcap=softcap,
+                alibi_slopes=alibi_slopes,
+                num_splits=0,
+            )
+
+    else:
+
+        def run(q_, k_, v_, out_):
+            attn_fwd(q_, k_, v_, out_, lse, softmax_scale, causal, bottom_right, variant=variant)
+
+    _forward_into(out, q, k, v, run)
     return out, lse
+
+
+def _is_decode_step(q, k, causal: bool, bottom_right: bool, variant: Variant) -> bool:
+    """Whether a forward is a decode step: a few queries whose rows fit one tile per KV head, as a Hugging Face
+    model's layers pass while generating. Those run on the split-KV kernel, as flash-attn 2's forward splits the
+    keys there: the training kernel gives each (batch, head) one program of mostly empty query rows, too few to
+    fill the GPU, and reads each KV head once per query head. The split kernel has no dropout (nor has
+    flash-attn's), and it aligns masks bottom-right only."""
+    top_left_mask = not bottom_right and (causal or tuple(variant.window_size) != (-1, -1))
+    return variant.dropout_p == 0.0 and not top_left_mask and fits_one_tile(q.shape[2], k.shape[2], q.shape[1])
 
 
 @torch.library.register_fake("flashdoc::fwd")
@@ -386,6 +418,10 @@ def flash_attn_func(
     Inputs may be non-contiguous (e.g. views of a packed QKV projection). A tensor is copied once when its last
     dimension does not have stride 1, when its start or other strides are not 16-byte aligned, or when its
     head_dim is not a multiple of 8 (zero-padded).
+
+    A decode step, whose query rows per KV head (query heads per KV head x seqlen_q) number at most 64, runs on
+    the split-KV kernel of ``flash_attn_with_kvcache`` when there is no dropout, as flash-attn 2's forward splits
+    the keys of such calls; the backward is the same.
     """
     validate_attention_inputs(
         q,

@@ -99,6 +99,9 @@ def calls() -> dict:
         f"paged cache (pages of {PAGE})": lambda: flashdoc.flash_attn_with_kvcache(
             q, k_pages, v_pages, cache_seqlens=full, block_table=table
         ),
+        "flash_attn_func over the cache (a decode step, sent to the same kernels)": lambda: flashdoc.flash_attn_func(
+            q, k_cache, v_cache
+        ),
         "append + rotary + causal (a decode loop's call)": lambda: flashdoc.flash_attn_with_kvcache(
             q,
             k_cache,
@@ -130,6 +133,7 @@ def calls() -> dict:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", action="store_true", help="cProfile's top entries for the decode loop's call")
+    ap.add_argument("--profile-row", default="append + rotary + causal", help="the row --profile profiles (a prefix)")
     ap.add_argument("--sync-debug", action="store_true", help="GPU: list each synchronisation a call makes")
     args = ap.parse_args()
     if not GPU:
@@ -148,7 +152,7 @@ def main():
         for name, fn in rows.items():
             print_synchronisations(f"one call ({name})", fn)
     if args.profile:
-        fn = rows["append + rotary + causal (a decode loop's call)"]
+        fn = next(fn for name, fn in rows.items() if name.startswith(args.profile_row))
         prof = cProfile.Profile()
         prof.enable()
         per_call_us(fn, calls=500, rounds=5)

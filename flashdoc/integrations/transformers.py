@@ -19,7 +19,8 @@ FlashAttention path does, on flashdoc's kernels:
   ``cu_seq_lens_q/k`` and ``max_length_q/k`` keyword arguments, and runs through the same varlen function;
 - anything else is one ``flashdoc.flash_attn_func`` call.
 
-Causal masks are aligned bottom-right, as in flash-attn, so decoding with a cache needs no mask. A layer's
+Causal masks are aligned bottom-right, as in flash-attn, so decoding with a cache needs no mask, and a step's
+few queries against the cache run on the split-KV kernel (``flash_attn_func`` sends them there). A layer's
 ``sliding_window`` becomes ``window_size=(sliding_window - 1, 0)`` when causal (the query and the
 ``sliding_window - 1`` keys before it, exactly eager's mask) and ``(sliding_window - 1, sliding_window - 1)``
 when not (transformers' encoders pass ``sliding_window`` one larger than their half-width for this reason).

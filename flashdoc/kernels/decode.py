@@ -629,6 +629,13 @@ def _small_config(warps: int, stages: int) -> triton.Config:
     return triton.Config({}, num_warps=warps, num_stages=stages)
 
 
+def fits_one_tile(n_heads: int, n_kv_heads: int, seqlen_q: int) -> bool:
+    """Whether the query rows of one KV head (its group's heads x the query positions) fit one tile: a decode
+    step's shape, which ``decode_attention`` reads each KV head once for, where the training forward would launch
+    one program per query head for a tile of mostly empty rows."""
+    return (n_heads // n_kv_heads) * seqlen_q <= MAX_BLOCK_M
+
+
 def block_m_for(rows: int) -> int:
     """Packed query rows per tile: tl.dot needs at least 16."""
     return min(max(16, next_power_of_2(rows)), MAX_BLOCK_M)
@@ -673,6 +680,7 @@ class _AppendPlan:
     ints: tuple  # the int arguments from the strides to cache_len; cache_seqlen_const and rotary_dim follow
     rotary_dim: int
     meta: dict
+    device_index: int = None
     launcher: object = None
 
 
@@ -785,8 +793,8 @@ def append_kv(
         plan.rotary_dim,
     )
     # a plan's launcher takes the arguments straight to the compiled kernel, on the current device's stream
-    if plan.launcher is not None and no_launch_hooks() and torch.cuda.current_device() == device_index(q.device):
-        plan.launcher(plan.grid, args, device_index(q.device))
+    if plan.launcher is not None and no_launch_hooks() and torch.cuda.current_device() == plan.device_index:
+        plan.launcher(plan.grid, args, plan.device_index)
         return
     config = _small_config(4, 1)
     with on_device(q.device):
@@ -837,7 +845,13 @@ def _make_append_plan(
         Q_POS_PER_ROW=q_pos_per_row,
     )
     grid = (max(seqlen_new, seqlen_q if rotary else 0), batch)
-    return _AppendPlan(grid=grid, ints=ints, rotary_dim=2 * rotary_cos.shape[1] if rotary else 0, meta=meta)
+    return _AppendPlan(
+        grid=grid,
+        ints=ints,
+        rotary_dim=2 * rotary_cos.shape[1] if rotary else 0,
+        meta=meta,
+        device_index=None if INTERPRET else device_index(q.device),  # CPU tensors have none
+    )
 
 
 def query_tiles(group: int, seqlen_q: int) -> tuple:

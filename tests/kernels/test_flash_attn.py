@@ -266,6 +266,38 @@ def test_hopper_dispatch_rules(monkeypatch):
     assert not bh.supports_dq(q(4125, 24, 16, key[0]), key[1])  # 66,000 pairs, as in the GPU test of that limit
 
 
+def test_decode_steps_take_the_split_kv_kernel(monkeypatch):
+    """A forward whose query rows (a KV head's group x seqlen_q) fit one decode tile runs on the split-KV kernel,
+    as flash-attn 2's forward splits the keys of such calls; not with dropout, which that kernel lacks, nor under
+    PyTorch's top-left causal mask. Its output and gradients are the oracle tests' (seqlen_q 1 there)."""
+    import flashdoc.interface
+
+    routed = []
+    decode_attention = flashdoc.interface.decode_attention
+    monkeypatch.setattr(
+        flashdoc.interface, "decode_attention", lambda q, *a, **kw: (routed.append(1), decode_attention(q, *a, **kw))
+    )
+
+    def takes_it(seqlen_q, heads, kv_heads, call):
+        routed.clear()
+        q, k, v = make_qkv(1, seqlen_q, 40, heads, kv_heads, 16, torch.float32)
+        call(q, k, v)
+        return bool(routed)
+
+    fa = flashdoc.flash_attn_func
+    sdpa = flashdoc.scaled_dot_product_attention
+
+    def sdpa_call(**kw):
+        return lambda q, k, v: sdpa(*(t.transpose(1, 2) for t in (q, k, v)), enable_gqa=True, **kw)
+
+    assert takes_it(1, 8, 2, lambda q, k, v: fa(q, k, v, causal=True, window_size=(7, 0), softcap=5.0))
+    assert takes_it(16, 8, 2, lambda q, k, v: fa(q, k, v, causal=True))  # 64 rows
+    assert not takes_it(17, 8, 2, lambda q, k, v: fa(q, k, v, causal=True))  # 68 rows
+    assert not takes_it(1, 8, 2, lambda q, k, v: fa(q, k, v, dropout_p=0.1))
+    assert takes_it(1, 8, 2, sdpa_call())
+    assert not takes_it(1, 8, 2, sdpa_call(is_causal=True))  # top-left: query 0 sees key 0 alone
+
+
 def test_hopper_causal_sections(monkeypatch):
     """The Hopper forward hands out causal work in sections of (batch, head) pairs whose keys and values fit in
     L2 (FlashAttention-3's LPT scheduler): a power of two, at most the launch's pairs, at least one."""

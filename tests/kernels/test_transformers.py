@@ -226,6 +226,29 @@ def test_decoding_with_a_cache_matches_eager(kind):
     assert_close_like_flash_attn("decode logits", ours, ref, pt, torch.float32)
 
 
+@pytest.mark.parametrize("kind", ["llama", "gemma2"])
+def test_decode_steps_run_on_the_split_kv_kernel(kind, monkeypatch):
+    """Unpadded prompts, then one token a step: the layers pass flash_attn_func a few queries against the whole
+    cache, which it sends to the decode kernel (as flash-attn 2's forward splits the keys there), and the logits
+    still meet the rule against eager."""
+    import flashdoc.interface
+
+    routed = []
+    decode_attention = flashdoc.interface.decode_attention
+
+    def counted(q, *args, **kwargs):
+        routed.append(q.shape[1])
+        return decode_attention(q, *args, **kwargs)
+
+    monkeypatch.setattr(flashdoc.interface, "decode_attention", counted)
+    config = tiny_config(kind)
+    batch, _ = make_batch("left", (9, 9))  # a mask of ones: no padding, so no mask reaches the layers
+    ref, pt, ours = (decode(build(config, a, d), batch) for a, d in EAGER64_EAGER_OURS(torch.float32))
+    assert_close_like_flash_attn("decode logits", ours, ref, pt, torch.float32)
+    layers = config.num_hidden_layers
+    assert sorted(routed) == [1] * 4 * layers + [9] * layers  # the prompt's 2 x 9 query rows fit one tile too
+
+
 def EAGER64_EAGER_OURS(dtype):
     return [("oracle", torch.float64), ("eager", dtype), ("flashdoc", dtype)]
 

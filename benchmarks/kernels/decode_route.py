@@ -1,0 +1,196 @@
+"""``flash_attn_func`` on decode steps: the split-KV kernel it sends them to, against the training forward they
+ran on before, and a Hugging Face model generating through ``attn_implementation="flashdoc"`` either way.
+
+    python3 benchmarks/kernels/decode_route.py                 # kernels and generation on the GPU
+    python3 benchmarks/kernels/decode_route.py --skip-generate  # the kernels only
+
+Kernels: bf16, 32 query heads over 8 KV heads (and 32 over 32), head dim 128, a full cache of each length, timed
+per call as a CUDA graph of 20 calls (GPU time) and with ``do_bench`` (a call back to back, host included),
+beside SDPA's cuDNN and flash backends on (B, H, S, D) copies. ``training`` is the forward ``flash_attn_func``
+ran before it routed these calls: ``attn_fwd`` launched directly.
+
+Generation: a randomly initialised Llama-style model built from a config (the size of
+``snippets/decoding/generate.py``'s), greedy, with transformers' own cache, timed in rounds that alternate the
+implementations; ``flashdoc-training`` is flashdoc with the routing turned off. In float32 every implementation
+must produce SDPA's tokens.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):  # run as a script: the checkout's flashdoc
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import flashdoc  # noqa: E402, I001
+import flashdoc.interface as interface  # noqa: E402
+import triton  # noqa: E402
+from flashdoc.kernels.forward import attn_fwd  # noqa: E402
+
+GRAPH_CALLS = 20
+# (batch, cache length, query positions, query heads, KV heads)
+POINTS = [
+    (1, 4096, 1, 32, 8),
+    (1, 32768, 1, 32, 8),
+    (8, 4096, 1, 32, 8),
+    (8, 32768, 1, 32, 8),
+    (64, 4096, 1, 32, 8),
+    (64, 512, 1, 32, 8),
+    (256, 128, 1, 32, 8),
+    (1, 32768, 1, 32, 32),
+    (8, 4096, 4, 32, 8),
+    (8, 4096, 16, 32, 8),
+]
+
+
+def graph_ms(call) -> float:
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(GRAPH_CALLS):
+                call()
+    torch.cuda.synchronize()
+    return triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") / GRAPH_CALLS
+
+
+def kernel_calls(batch, cache, seqlen_q, heads, kv_heads):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
+    q = torch.randn(batch, seqlen_q, heads, 128, **kw)
+    k = torch.randn(batch, cache, kv_heads, 128, **kw)
+    v = torch.randn(batch, cache, kv_heads, 128, **kw)
+    out = torch.empty_like(q)
+    lse = torch.empty(batch, heads, seqlen_q, device="cuda", dtype=torch.float32)
+    qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+
+    def sdpa(backend):
+        def call():
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(
+                    qs, ks, vs, is_causal=False, enable_gqa=kv_heads != heads
+                )
+
+        return call
+
+    calls = {
+        "routed": lambda: flashdoc.flash_attn_func(q, k, v, causal=True),
+        "training": lambda: attn_fwd(q, k, v, out, lse, 128**-0.5, True, True),
+        "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+        "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION),
+    }
+    # seqlen_q > 1 with causal: SDPA's mask is top-left, so its rows see fewer keys; it is timed unmasked
+    ref = flashdoc.flash_attn_func(q, k, v, causal=True)
+    attn_fwd(q, k, v, out, lse, 128**-0.5, True, True)
+    error = (ref.float() - out.float()).abs().max().item()
+    return calls, error
+
+
+def time_kernels():
+    print("| batch x cache x Sq (H/Hk) | routed | training | sdpa-cudnn | sdpa-flash | routed / training |")
+    print("|---|---|---|---|---|---|")
+    for batch, cache, seqlen_q, heads, kv_heads in POINTS:
+        calls, error = kernel_calls(batch, cache, seqlen_q, heads, kv_heads)
+        graph, bench = {}, {}
+        for name, call in calls.items():
+            try:
+                call()
+                graph[name] = graph_ms(call) * 1e3
+                bench[name] = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
+            except Exception as e:  # a backend that refuses the shape
+                print(f"  ({name}: {str(e).splitlines()[0][:90]})")
+                graph[name] = bench[name] = float("nan")
+        cells = " | ".join(f"{graph[n]:.1f} / {bench[n]:.1f}" for n in calls)
+        ratio = graph["training"] / graph["routed"]
+        print(f"| {batch} x {cache} x {seqlen_q} ({heads}/{kv_heads}) | {cells} | {ratio:.2f}x |  max diff {error:.1e}")
+    print("(us per call: CUDA graph / do_bench)")
+
+
+def build_model(dtype, impl):
+    import transformers
+
+    import flashdoc.integrations.transformers as flashdoc_hf
+
+    flashdoc_hf.register()
+    config = transformers.LlamaConfig(
+        vocab_size=32000,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=impl)
+    return model.to(dtype).eval()
+
+
+def generate(model, prompt, new_tokens, route):
+    saved = interface._is_decode_step
+    if not route:
+        interface._is_decode_step = lambda *args: False
+    try:
+        with torch.no_grad():
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            tokens = model.generate(
+                prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
+            )
+            torch.cuda.synchronize()
+            return tokens[:, prompt.shape[1] :], time.perf_counter() - start
+    finally:
+        interface._is_decode_step = saved
+
+
+def time_generation(batch, prompt_len, new_tokens, rounds):
+    for dtype in (torch.float32, torch.bfloat16):
+        models = {"sdpa": build_model(dtype, "sdpa"), "flashdoc": build_model(dtype, "flashdoc")}
+        models["flashdoc"].load_state_dict(models["sdpa"].state_dict())
+        runs = {"sdpa": (models["sdpa"], True), "flashdoc": (models["flashdoc"], True)}
+        runs["flashdoc-training"] = (models["flashdoc"], False)
+        prompt = torch.randint(1, 32000, (batch, prompt_len), device="cuda", generator=torch.Generator("cuda"))
+        for model, route in runs.values():
+            generate(model, prompt, 4, route)  # compiles
+        seconds = {name: [] for name in runs}
+        tokens = {}
+        for r in range(rounds):
+            names = list(runs)[r % len(runs) :] + list(runs)[: r % len(runs)]
+            for name in names:
+                model, route = runs[name]
+                tokens[name], s = generate(model, prompt, new_tokens, route)
+                seconds[name].append(s)
+        rate = {name: batch * new_tokens / min(s) for name, s in seconds.items()}
+        same = {name: (tokens[name] == tokens["sdpa"]).float().mean().item() for name in runs}
+        line = ", ".join(f"{n} {rate[n]:.0f} tok/s ({same[n]:.1%} of sdpa's tokens)" for n in runs)
+        print(f"{dtype}, batch {batch}, prompt {prompt_len}, {new_tokens} new: {line}", flush=True)
+        del models, runs
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-generate", action="store_true")
+    parser.add_argument("--skip-kernels", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("decode_route.py times GPU kernels: run it where CUDA is available")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", flush=True)
+    if not args.skip_kernels:
+        time_kernels()
+    if not args.skip_generate:
+        for batch, prompt_len, new_tokens in [(8, 512, 128), (1, 4096, 128)]:
+            time_generation(batch, prompt_len, new_tokens, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
