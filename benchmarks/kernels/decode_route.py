@@ -28,9 +28,9 @@ if __package__ in (None, ""):  # run as a script: the checkout's flashdoc
 import flashdoc  # noqa: E402, I001
 import flashdoc.interface as interface  # noqa: E402
 import triton  # noqa: E402
+from benchmarks.decode import graph_time_ms  # noqa: E402
 from flashdoc.kernels.forward import attn_fwd  # noqa: E402
 
-GRAPH_CALLS = 20
 # (batch, cache length, query positions, query heads, KV heads)
 POINTS = [
     (1, 4096, 1, 32, 8),
@@ -44,19 +44,6 @@ POINTS = [
     (8, 4096, 4, 32, 8),
     (8, 4096, 16, 32, 8),
 ]
-
-
-def graph_ms(call) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(GRAPH_CALLS):
-                call()
-    torch.cuda.synchronize()
-    return triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") / GRAPH_CALLS
 
 
 def kernel_calls(batch, cache, seqlen_q, heads, kv_heads):
@@ -102,7 +89,7 @@ def time_kernels():
         for name, call in calls.items():
             try:
                 call()
-                graph[name] = graph_ms(call) * 1e3
+                graph[name] = graph_time_ms([call]) * 1e3
                 bench[name] = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
             except Exception as e:  # a backend that refuses the shape
                 print(f"  ({name}: {str(e).splitlines()[0][:90]})")
