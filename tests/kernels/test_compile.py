@@ -89,6 +89,12 @@ def test_opcheck_custom_ops():
         (dout, q, k, v, out, lse, None, 0.25, True, True, True, *variant),
         test_utils=checks,
     )
+    # a decode step (two query positions of a group of two: the forward runs on the split-KV kernel)
+    q_step = q[:, :2].contiguous()
+    for args in ((), variant[:4]):
+        torch.library.opcheck(
+            torch.ops.flashdoc.fwd.default, (q_step, k, v, 0.25, True, True, *args), test_utils=checks
+        )
 
 
 @pytest.mark.gpu
