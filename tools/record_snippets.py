@@ -5,6 +5,7 @@
     python -m tools.record_snippets --stale         # only those whose outputs the checkout did not produce, or
                                                     # produced only in part (a run stopped at its time limit)
     python -m tools.record_snippets --check         # record nothing: list the stale and partial ones, exit 1 if any
+                                                    # (stale GPU-only ones also as commands that fit ten minutes)
     python -m tools.record_snippets --require-gpu   # refuse to run without a CUDA GPU
     python -m tools.record_snippets --time-limit 540 triton/benchmark   # interrupt (Ctrl-C) after 540 s
 
@@ -206,12 +207,51 @@ def partial_snippets() -> list[tuple[outputs.Snippet, dict]]:
     return found
 
 
+# The GPU machines stop a command at ten minutes. A recording command gets snippets whose last recorded times add
+# up to GPU_BATCH_SECONDS at most (the runs' own start-up and the copying of outputs take the rest), and each
+# snippet a time limit of GPU_CALL_SECONDS.
+GPU_BATCH_SECONDS = 510
+GPU_CALL_SECONDS = 540
+
+
+def gpu_batches(snippets: list[Snippet], budget: float = GPU_BATCH_SECONDS) -> list[tuple[list[str], float]]:
+    """GPU-only snippets split into recording commands of at most ``budget`` seconds each, by how long each took
+    when last recorded (longest first, each into the first command with room: first-fit decreasing). A snippet
+    never recorded counts as the whole budget. Returns (names, seconds) per command."""
+
+    def seconds(snip: Snippet) -> float:
+        prov = snip.provenance()
+        return float(prov["seconds"]) if prov and prov.get("gpu") and prov.get("seconds") else budget
+
+    batches: list[tuple[list[str], float]] = []
+    for snip in sorted(snippets, key=seconds, reverse=True):
+        need = seconds(snip)
+        for i, (names, total) in enumerate(batches):
+            if total + need <= budget:
+                batches[i] = (names + [snip.name], total + need)
+                break
+        else:
+            batches.append(([snip.name], need))
+    return batches
+
+
+def gpu_commands(snippets: list[Snippet]) -> list[str]:
+    """The commands that record ``snippets`` on a GPU, each within one device call (``gpu_batches``)."""
+    return [
+        f"{GPU_RECORD_COMMAND} --time-limit {GPU_CALL_SECONDS} {' '.join(names)}  # {total:.0f} s when last recorded"
+        for names, total in gpu_batches(snippets)
+    ]
+
+
 def check(names: list[str]) -> int:
     """Print one line per stale or partial output (or 'all fresh'); 1 if any."""
     stale = [s for s in stale_snippets() if not names or s.snippet.name in names]
     for state in stale:
         where = "GPU-only" if state.snippet.gpu_only else "CPU"
         print(f"stale ({where}): {state.snippet.name}: {state.reason()}")
+    gpu_only = [state.snippet for state in stale if state.snippet.gpu_only]
+    if gpu_only:
+        print("on a CUDA GPU, in commands that each fit a ten-minute call:\n  " + "\n  ".join(gpu_commands(gpu_only)))
     partial = [(snip, prov) for snip, prov in partial_snippets() if not names or snip.name in names]
     for snip, prov in partial:
         print(
@@ -261,9 +301,11 @@ def main(argv: list[str] | None = None) -> int:
             gpu_only = [s.name for s in snippets if s.gpu_only]
             snippets = [s for s in snippets if not s.gpu_only]
             if gpu_only:
+                commands = gpu_commands([snippet(name) for name in gpu_only])
                 print(
                     f"Stale GPU-only outputs, which this CPU machine cannot record: {' '.join(gpu_only)}\n"
-                    f"  record them on a CUDA GPU: {GPU_RECORD_COMMAND} {' '.join(gpu_only)}",
+                    "  record them on a CUDA GPU, in commands that each fit a ten-minute call:\n    "
+                    + "\n    ".join(commands),
                     flush=True,
                 )
         if not snippets:

@@ -114,3 +114,27 @@ def test_check_lists_outputs_of_a_run_stopped_at_its_time_limit(sandbox, tmp_pat
     record(sandbox, run_snippet(sandbox, tmp_path / "again"), describe_device())
     assert check([]) == 0
     assert "every recorded output is fresh" in capsys.readouterr().out
+
+
+def test_gpu_recordings_are_batched_into_ten_minute_calls():
+    """Stale GPU-only outputs are listed as recording commands whose snippets' last recorded times fit one call:
+    longest first, each into the first command with room; a snippet never recorded on a GPU gets one alone."""
+    from tools.record_snippets import GPU_BATCH_SECONDS, gpu_batches, gpu_commands
+
+    class Recorded:
+        def __init__(self, name, seconds, gpu=True):
+            self.name, self._prov = name, None if seconds is None else {"seconds": seconds, "gpu": gpu}
+
+        def provenance(self):
+            return self._prov
+
+    snippets = [Recorded(name, s) for name, s in [("a", 470), ("b", 135), ("c", 126), ("d", 26), ("e", 300)]]
+    batches = gpu_batches(snippets, budget=510)
+    assert batches == [(["a", "d"], 496), (["e", "b"], 435), (["c"], 126)]
+    assert all(total <= 510 for _, total in batches)
+    assert gpu_batches([Recorded("new", None), Recorded("cpu", 5, gpu=False), Recorded("x", 20)]) == [
+        (["new"], GPU_BATCH_SECONDS),
+        (["cpu"], GPU_BATCH_SECONDS),
+        (["x"], 20),
+    ]
+    assert gpu_commands(snippets)[0].startswith("python3 -m tools.record_snippets --require-gpu --time-limit 540 a ")
