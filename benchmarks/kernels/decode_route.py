@@ -10,9 +10,10 @@ beside SDPA's cuDNN and flash backends on (B, H, S, D) copies. ``training`` is t
 ran before it routed these calls: ``attn_fwd`` launched directly.
 
 Generation: a randomly initialised Llama-style model built from a config (the size of
-``snippets/decoding/generate.py``'s), greedy, with transformers' own cache, timed in rounds that alternate the
-implementations; ``flashdoc-training`` is flashdoc with the routing turned off. In float32 every implementation
-must produce SDPA's tokens.
+``snippets/decoding/generate.py``'s), greedy, with transformers' own cache, on equal prompts and on left-padded
+ones (whose steps take the integration's varlen path), timed in rounds that alternate the implementations;
+``flashdoc-training`` is flashdoc with the routing turned off. In float32 every implementation must produce
+SDPA's tokens.
 """
 
 import argparse
@@ -122,7 +123,7 @@ def build_model(dtype, impl):
     return model.to(dtype).eval()
 
 
-def generate(model, prompt, new_tokens, route):
+def generate(model, prompt, mask, new_tokens, route):
     saved = interface._is_decode_step
     if not route:
         interface._is_decode_step = lambda *args: False
@@ -131,7 +132,12 @@ def generate(model, prompt, new_tokens, route):
             torch.cuda.synchronize()
             start = time.perf_counter()
             tokens = model.generate(
-                prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
+                prompt,
+                attention_mask=mask,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
             )
             torch.cuda.synchronize()
             return tokens[:, prompt.shape[1] :], time.perf_counter() - start
@@ -139,27 +145,35 @@ def generate(model, prompt, new_tokens, route):
         interface._is_decode_step = saved
 
 
-def time_generation(batch, prompt_len, new_tokens, rounds):
+def time_generation(batch, prompt_len, new_tokens, rounds, padded=False):
+    """Tokens per second of each implementation; ``padded``: prompt b is left-padded by b / (2 x batch) of the
+    prompt length, as a batch of prompts of different lengths is (the integration's varlen path)."""
     for dtype in (torch.float32, torch.bfloat16):
         models = {"sdpa": build_model(dtype, "sdpa"), "flashdoc": build_model(dtype, "flashdoc")}
         models["flashdoc"].load_state_dict(models["sdpa"].state_dict())
         runs = {"sdpa": (models["sdpa"], True), "flashdoc": (models["flashdoc"], True)}
         runs["flashdoc-training"] = (models["flashdoc"], False)
         prompt = torch.randint(1, 32000, (batch, prompt_len), device="cuda", generator=torch.Generator("cuda"))
+        mask = torch.ones_like(prompt)
+        if padded:
+            for b in range(batch):
+                mask[b, : b * prompt_len // (2 * batch)] = 0
+            prompt = prompt * mask
         for model, route in runs.values():
-            generate(model, prompt, 4, route)  # compiles
+            generate(model, prompt, mask, 4, route)  # compiles
         seconds = {name: [] for name in runs}
         tokens = {}
         for r in range(rounds):
             names = list(runs)[r % len(runs) :] + list(runs)[: r % len(runs)]
             for name in names:
                 model, route = runs[name]
-                tokens[name], s = generate(model, prompt, new_tokens, route)
+                tokens[name], s = generate(model, prompt, mask, new_tokens, route)
                 seconds[name].append(s)
         rate = {name: batch * new_tokens / min(s) for name, s in seconds.items()}
         same = {name: (tokens[name] == tokens["sdpa"]).float().mean().item() for name in runs}
         line = ", ".join(f"{n} {rate[n]:.0f} tok/s ({same[n]:.1%} of sdpa's tokens)" for n in runs)
-        print(f"{dtype}, batch {batch}, prompt {prompt_len}, {new_tokens} new: {line}", flush=True)
+        kind = "left-padded prompts up to" if padded else "prompt"
+        print(f"{dtype}, batch {batch}, {kind} {prompt_len}, {new_tokens} new: {line}", flush=True)
         del models, runs
 
 
@@ -175,8 +189,8 @@ def main(argv=None):
     if not args.skip_kernels:
         time_kernels()
     if not args.skip_generate:
-        for batch, prompt_len, new_tokens in [(8, 512, 128), (1, 4096, 128)]:
-            time_generation(batch, prompt_len, new_tokens, args.rounds)
+        for batch, prompt_len, new_tokens, padded in [(8, 512, 128, False), (1, 4096, 128, False), (8, 512, 128, True)]:
+            time_generation(batch, prompt_len, new_tokens, args.rounds, padded)
 
 
 if __name__ == "__main__":
