@@ -223,15 +223,15 @@ def gpu_batches(snippets: list[Snippet], budget: float = GPU_BATCH_SECONDS) -> l
         prov = snip.provenance()
         return float(prov["seconds"]) if prov and prov.get("gpu") and prov.get("seconds") else budget
 
+    timed = sorted(((seconds(snip), snip.name) for snip in snippets), key=lambda item: item[0], reverse=True)
     batches: list[tuple[list[str], float]] = []
-    for snip in sorted(snippets, key=seconds, reverse=True):
-        need = seconds(snip)
+    for need, name in timed:
         for i, (names, total) in enumerate(batches):
             if total + need <= budget:
-                batches[i] = (names + [snip.name], total + need)
+                batches[i] = (names + [name], total + need)
                 break
         else:
-            batches.append(([snip.name], need))
+            batches.append(([name], need))
     return batches
 
 
@@ -298,12 +298,13 @@ def main(argv: list[str] | None = None) -> int:
         stale = {state.snippet.name for state in stale_snippets()} | {snip.name for snip, _ in partial_snippets()}
         snippets = [s for s in snippets if s.name in stale]
         if not device["gpu"]:
-            gpu_only = [s.name for s in snippets if s.gpu_only]
+            gpu_only = [s for s in snippets if s.gpu_only]
             snippets = [s for s in snippets if not s.gpu_only]
             if gpu_only:
-                commands = gpu_commands([snippet(name) for name in gpu_only])
+                commands = gpu_commands(gpu_only)
                 print(
-                    f"Stale GPU-only outputs, which this CPU machine cannot record: {' '.join(gpu_only)}\n"
+                    "Stale GPU-only outputs, which this CPU machine cannot record: "
+                    f"{' '.join(s.name for s in gpu_only)}\n"
                     "  record them on a CUDA GPU, in commands that each fit a ten-minute call:\n    "
                     + "\n    ".join(commands),
                     flush=True,
