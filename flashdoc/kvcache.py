@@ -37,8 +37,9 @@ torch.library.define(
     "flashdoc::fwd_kvcache",
     "(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, Tensor? rotary_cos, "
     "Tensor? rotary_sin, Tensor? cache_seqlens, int cache_seqlen_const, Tensor? cache_batch_idx, "
-    "Tensor? block_table, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-    "bool rotary_interleaved, Tensor? alibi_slopes, int num_splits) -> (Tensor, Tensor)",
+    "Tensor? cache_leftpad, Tensor? block_table, float softmax_scale, bool causal, int window_left, "
+    "int window_right, float softcap, bool rotary_interleaved, Tensor? alibi_slopes, int num_splits) "
+    "-> (Tensor, Tensor)",
 )
 
 
@@ -54,6 +55,7 @@ def _fwd_kvcache(
     cache_seqlens,
     cache_seqlen_const,
     cache_batch_idx,
+    cache_leftpad,
     block_table,
     softmax_scale,
     causal,
@@ -110,6 +112,7 @@ def _fwd_kvcache(
         softcap,
         alibi_slopes,
         num_splits,
+        cache_leftpad=cache_leftpad,
     )
     if upcast:
         out.copy_(out_)
@@ -130,6 +133,7 @@ def _(
     cache_seqlens,
     cache_seqlen_const,
     cache_batch_idx,
+    cache_leftpad,
     block_table,
     softmax_scale,
     causal,
@@ -207,11 +211,6 @@ def _validate(
     return_softmax_lse,
 ) -> int:
     """Check every argument; return the cache's capacity in tokens per sequence."""
-    if cache_leftpad is not None:
-        raise NotImplementedError(
-            "cache_leftpad is not supported by flashdoc.flash_attn_with_kvcache (only None):"
-            " every sequence's keys start at position 0 of its cache"
-        )
     _validate_tensor(q, "q")
     _validate_tensor(k_cache, "k_cache", q, "q")
     _validate_tensor(v_cache, "v_cache", q, "q")
@@ -270,8 +269,15 @@ def _validate(
                 f"multiple of {PAGE_MULTIPLE}"
             )
         capacity = block_table.shape[1] * cache_len
+        if cache_leftpad is not None:
+            raise ValueError(
+                "cache_leftpad cannot be combined with block_table (nor can it in flash-attn): a paged cache's "
+                "sequences start at their first page; leave the padding out of the block table instead"
+            )
     else:
         capacity = cache_len
+        if cache_leftpad is not None:
+            _check_index(cache_leftpad, "cache_leftpad", (batch,), q.device, (torch.int32,), f"(batch={batch},)")
         if cache_batch_idx is not None:
             _check_index(
                 cache_batch_idx, "cache_batch_idx", (batch,), q.device, (torch.int32, torch.int64), f"(batch={batch},)"
@@ -404,7 +410,7 @@ def _signature(
     strides, dtype and device, and each other argument's type and value, except an int cache_seqlens's value,
     which changes from step to step and is checked on every call (``_check_seqlens_int``). None when a call
     cannot be keyed (an argument of a kind no valid call passes), and while torch.compile traces the call."""
-    if cache_leftpad is not None or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
         return None
     try:
         return (
@@ -417,6 +423,7 @@ def _signature(
             _tensor_signature(rotary_sin),
             int if type(cache_seqlens) is int else _tensor_signature(cache_seqlens),
             _tensor_signature(cache_batch_idx),
+            _tensor_signature(cache_leftpad),
             _tensor_signature(block_table),
             _tensor_signature(alibi_slopes),
             type(softmax_scale),
@@ -438,8 +445,22 @@ def _signature(
         return None
 
 
-def _check_device_values(k_cache, cache_seqlens, seqlen_new, cache_batch_idx, block_table, capacity) -> None:
+def _check_device_values(
+    k_cache, cache_seqlens, seqlen_new, cache_batch_idx, cache_leftpad, block_table, capacity
+) -> None:
     """FLASHDOC_DEBUG_CHECKS=1: the checks that need device values, read on the host (a synchronisation)."""
+    if cache_leftpad is not None:
+        lengths = (
+            cache_seqlens.tolist()
+            if isinstance(cache_seqlens, torch.Tensor)
+            else [capacity if cache_seqlens is None else cache_seqlens] * cache_leftpad.shape[0]
+        )
+        bad = [(b, p, n) for b, (p, n) in enumerate(zip(cache_leftpad.tolist(), lengths)) if not 0 <= p <= n]
+        if bad:
+            b, p, n = bad[0]
+            raise ValueError(
+                f"cache_leftpad[{b}] is {p}; allowed: 0 to that sequence's cache length, cache_seqlens[{b}] = {n}"
+            )
     if isinstance(cache_seqlens, torch.Tensor):
         lengths = cache_seqlens.tolist()
         bad = [(b, n) for b, n in enumerate(lengths) if n < 0 or n + seqlen_new > capacity]
@@ -523,7 +544,11 @@ def flash_attn_with_kvcache(
             cache is full, and k must be None).
         cache_batch_idx: (batch,) int32/int64, optional: the cache row that sequence b uses (contiguous caches);
             default 0..batch-1.
-        cache_leftpad: not supported (only None): raises NotImplementedError.
+        cache_leftpad: (batch,) int32, optional (contiguous caches only): sequence b's keys start at position
+            cache_leftpad[b] of its cache, as in a left-padded batch; the positions before it are never read.
+            cache_seqlens counts from position 0 (the padding included), so new keys still land at
+            cache_seqlens[b] and rotate at that position, while causal and window masks and ALiBi count the keys
+            from cache_leftpad[b], as in flash-attn.
         block_table: (batch, max_blocks_per_seq) int32, optional: page ``block_table[b, j]`` holds positions
             ``j * page_size`` to ``(j + 1) * page_size - 1`` of sequence b.
         softmax_scale: multiplies q @ k^T before the softmax; default headdim ** -0.5.
@@ -587,7 +612,7 @@ def flash_attn_with_kvcache(
     if checked_before and type(cache_seqlens) is int:
         _check_seqlens_int(cache_seqlens, seqlen_new, capacity)
     if DEBUG_CHECKS:
-        _check_device_values(k_cache, cache_seqlens, seqlen_new, cache_batch_idx, block_table, capacity)
+        _check_device_values(k_cache, cache_seqlens, seqlen_new, cache_batch_idx, cache_leftpad, block_table, capacity)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
     window_left, window_right = window_size
@@ -607,6 +632,7 @@ def flash_attn_with_kvcache(
             seqlens_tensor,
             seqlen_const,
             cache_batch_idx,
+            cache_leftpad,
             block_table,
             float(softmax_scale),
             causal,

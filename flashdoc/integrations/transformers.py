@@ -13,7 +13,9 @@ builds is flash-attn's: nothing, or the 2-D padding mask. The attention function
 FlashAttention path does, on flashdoc's kernels:
 
 - a padded batch (a 2-D mask with zeros) is unpadded into one packed tensor of real tokens, run through
-  ``flashdoc.flash_attn_varlen_func`` with its ``cu_seqlens``, and scattered back to the padded layout;
+  ``flashdoc.flash_attn_varlen_func`` with its ``cu_seqlens``, and scattered back to the padded layout; a decode
+  step of a left-padded batch (a few real queries per sequence) instead attends over the cache in place,
+  through ``flashdoc.flash_attn_with_kvcache`` with each row's padding as its ``cache_leftpad``;
 - a padding-free batch, several sequences packed along each row, is found from ``position_ids`` (a position
   that does not follow the one before it starts a new sequence, the rule eager's mask uses) or taken from the
   ``cu_seq_lens_q/k`` and ``max_length_q/k`` keyword arguments, and runs through the same varlen function;
@@ -41,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 import flashdoc
+from flashdoc.kernels.decode import fits_one_tile
 
 __all__ = ["NAME", "attention_forward", "mask_function", "register"]
 
@@ -216,7 +219,12 @@ def attention_forward(
         v = F.pad(v, (0, head_dim - v_head_dim))
     batch, seqlen_q = q.shape[:2]
 
-    if attention_mask is not None:  # padding: unpad, one varlen call, pad back
+    step = None
+    if attention_mask is not None and _may_be_a_decode_step(q, k, options):
+        step = _decode_over_left_padding(q, k, v, attention_mask, options)
+    if step is not None:
+        out = step
+    elif attention_mask is not None:  # padding: unpad, one varlen call, pad back
         if window != (-1, -1):
             _check_no_holes(attention_mask)
         q, k, v, index_q, cu_q, cu_k, max_q, max_k = _unpad(q, k, v, attention_mask)
@@ -233,6 +241,55 @@ def attention_forward(
 
 
 # --8<-- [end:forward]
+
+
+def _may_be_a_decode_step(q, k, options) -> bool:
+    """Whether a padded call could run as a decode step over the cache in place (``_decode_over_left_padding``),
+    judged from shapes and options alone: a few queries per KV head (they fit the decode kernel's tile), no
+    dropout, no gradient, and a head dimension the decode kernel takes."""
+    head_dim = q.shape[-1]
+    return (
+        options["dropout_p"] == 0.0
+        and fits_one_tile(q.shape[2], k.shape[2], q.shape[1])
+        and head_dim % 8 == 0
+        and head_dim <= 256
+        and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad))
+    )
+
+
+def _decode_over_left_padding(q, k, v, mask, options):
+    """A decode step of a left-padded batch (as ``generate`` makes one) attended over the cache where it lies:
+    ``flash_attn_with_kvcache`` with each row's padding as its ``cache_leftpad``, where unpadding would gather
+    every cached key and value first. None when the mask is not left padding alone, or when a query is padding:
+    the varlen path takes those."""
+    seqlen_k = mask.shape[1]
+    if k.shape[1] < seqlen_k:
+        return None  # _unpad says what is wrong
+    pad = _per_tensor(mask, "left padding", (q.shape[1],), _find_left_padding)
+    if pad is None:
+        return None
+    k, v = k[:, :seqlen_k], v[:, :seqlen_k]  # a static cache longer than what was written: its tail is unused
+    return flashdoc.flash_attn_with_kvcache(
+        q,
+        k,
+        v,
+        cache_seqlens=seqlen_k,
+        cache_leftpad=pad,
+        softmax_scale=options["softmax_scale"],
+        causal=options["causal"],
+        window_size=options["window_size"],
+        softcap=options["softcap"],
+    )
+
+
+def _find_left_padding(mask, seqlen_q):
+    """Each row's count of leading padding, int32 (batch,), when every row is padding and then real tokens only
+    and its last seqlen_q positions (the queries) are real; else None. One read of the mask on the host."""
+    mask = mask.bool()
+    left_only = (mask.cummax(-1).values == mask).all() & mask[:, -seqlen_q:].all()
+    if not bool(left_only):
+        return None
+    return (mask.shape[1] - mask.sum(-1)).to(torch.int32)
 
 
 def _check_supported(module, attention_mask, kwargs) -> None:

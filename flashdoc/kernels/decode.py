@@ -365,6 +365,7 @@ def _split_kv(
     CACHE_SEQLENS,
     CACHE_BATCH_IDX,
     BLOCK_TABLE,
+    CACHE_LEFTPAD,
     O,
     LSE,
     O_PART,
@@ -409,15 +410,18 @@ def _split_kv(
     ALIBI: tl.constexpr,
     SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    HAS_LEFTPAD: tl.constexpr = False,
 ):
     """Program (b x KV head, query tile, split): the query tile's packed rows over one split of sequence b's keys.
 
     Row r of the tile is query position ``r // GROUP`` (from the tile's first) of query head
-    ``kv_head x GROUP + r % GROUP``. Keys: cache positions [0, cache_seqlens[b] + seqlen_new). The masking core
-    (``mask.py``) decides which keys each row sees and how its scores change, with this sequence's own diagonal:
-    the band's offsets arrive relative to it (``left_rel``, ``right_rel``). With SPLIT the program writes its
-    partial output and log-sum-exp for ``_merge_splits``; without, the final ones. The split count is the grid's
-    third axis, a runtime value: changing it compiles nothing.
+    ``kv_head x GROUP + r % GROUP``. Keys: cache positions [0, cache_seqlens[b] + seqlen_new), or with
+    HAS_LEFTPAD from ``CACHE_LEFTPAD[b]`` on, numbered from there (flash-attn's ``cache_leftpad``: the masks and
+    ALiBi see only the keys after the padding). The masking core (``mask.py``) decides which keys each row sees
+    and how its scores change, with this sequence's own diagonal: the band's offsets arrive relative to it
+    (``left_rel``, ``right_rel``). With SPLIT the program writes its partial output and log-sum-exp for
+    ``_merge_splits``; without, the final ones. The split count is the grid's third axis, a runtime value:
+    changing it compiles nothing.
     """
     Q_PER_TILE: tl.constexpr = BLOCK_M // GROUP
     pid_bh = tl.program_id(0)
@@ -434,6 +438,9 @@ def _split_kv(
         seqlen_k = tl.minimum(seqlen_k, max_pages * PAGE_SIZE)  # never read past the pages the table holds
     else:
         seqlen_k = tl.minimum(seqlen_k, cache_len)
+    if HAS_LEFTPAD:  # the sequence starts at row `pad` of its cache: key j is row pad + j
+        pad = tl.load(CACHE_LEFTPAD + off_b).to(tl.int32)
+        seqlen_k = seqlen_k - pad
     if HAS_BATCH_IDX:
         cache_page = tl.load(CACHE_BATCH_IDX + off_b).to(tl.int64)
     else:
@@ -488,6 +495,8 @@ def _split_kv(
             PAGE_SIZE,
             PAGED and PAGE_SIZE % BLOCK_N == 0,
         )
+        if HAS_LEFTPAD:
+            row += pad
         kv_mask = (valid & (offs_n < seqlen_k))[:, None] & d_ok[None, :]
         k = tl.load(
             K_CACHE + page[:, None] * stride_kp + row[:, None] * stride_ks + off_hk * stride_kh + offs_d[None, :],
@@ -893,7 +902,7 @@ def _aligned(t) -> bool:
 
 
 def _plan_key(
-    q, k_cache, v_cache, out, lse, seqlens, const, seqlen_new, batch_idx, table, causal, window, softcap, slopes, n
+    q, k_cache, v_cache, out, lse, seqlens, const, seqlen_new, batch_idx, table, causal, window, softcap, slopes, n, pad
 ):
     """Everything a call's plan and its launchers' signatures depend on (``launch.launch_signature``): shapes, strides,
     dtypes, the device, the options, whether each tensor is 16-byte aligned and the integers' signatures."""
@@ -919,12 +928,13 @@ def _plan_key(
         bool(softcap),
         None if slopes is None else slopes.shape,
         n,
-        all(map(_aligned, (q, k_cache, v_cache, out, lse, seqlens, batch_idx, table))),
+        None if pad is None else pad.dtype,
+        all(map(_aligned, (q, k_cache, v_cache, out, lse, seqlens, batch_idx, table, pad))),
     )
 
 
 def _make_plan(
-    q, k_cache, v_cache, out, seqlens, batch_idx, block_table, causal, window_size, softcap, slopes, splits, config
+    q, k_cache, v_cache, out, seqlens, batch_idx, block_table, causal, window_size, softcap, slopes, splits, config, pad
 ) -> _Plan:
     """The plan for a call (``_Plan``): the table's config or ``config``, and ``splits`` splits (0: the
     heuristic's count)."""
@@ -964,6 +974,8 @@ def _make_plan(
         SPLIT=num_splits > 1,
         DOT_PRECISION=dot_precision(q.dtype),
     )
+    if pad is not None:  # only then: the kernels without it keep their compiled code
+        meta["HAS_LEFTPAD"] = True
     # BLOCK_S: the split counts up to a power of two share one compiled merge
     block_s = next_power_of_2(num_splits)
     out_strides = out.stride()[:3]
@@ -1013,12 +1025,15 @@ def decode_attention(
     alibi_slopes,
     num_splits: int,
     config: DecodeConfig = None,
+    cache_leftpad=None,
 ) -> None:
     """Attention of q (B, Sq, H, D) over the caches, whose sequence b holds ``cache_seqlens[b] + seqlen_new``
     keys (or ``cache_seqlen_const + seqlen_new`` for every b when cache_seqlens is None). Writes out
     (B, Sq, H, D) and lse (B, H, Sq) fp32. causal, window_size, softcap, alibi_slopes ((H,) or (B, H) fp32, or
     None): flash-attn's, bottom-right aligned. num_splits: 0 chooses with ``num_splits_heuristic``.
-    config: a ``DecodeConfig`` instead of the table's (the benchmark's sweep uses it)."""
+    config: a ``DecodeConfig`` instead of the table's (the benchmark's sweep uses it). cache_leftpad: int32 (B,)
+    or None: sequence b's keys start at row ``cache_leftpad[b]`` of a contiguous cache, and are counted from
+    there (the masks, ALiBi and the length), as in flash-attn."""
     batch, seqlen_q, n_heads, _ = q.shape
     key = plan = None
     if config is None and not INTERPRET:
@@ -1038,6 +1053,7 @@ def decode_attention(
             softcap,
             alibi_slopes,
             num_splits,
+            cache_leftpad,
         )
         plan = _plans.get(key)
     if plan is None:
@@ -1055,6 +1071,7 @@ def decode_attention(
             alibi_slopes,
             num_splits,
             config,
+            cache_leftpad,
         )
     paged = block_table is not None
     dummy = _placeholder(q.device)
@@ -1074,6 +1091,7 @@ def decode_attention(
         cache_seqlens if cache_seqlens is not None else dummy,
         cache_batch_idx if cache_batch_idx is not None else dummy,
         block_table if paged else dummy,
+        cache_leftpad,  # None compiles as a constant: the kernel without it has no such parameter
         out,
         lse,
         o_part,

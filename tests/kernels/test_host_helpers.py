@@ -23,7 +23,8 @@ def test_split_heuristic_is_cached():
 
 
 def _decode_args(page_size=None, seqlen_const=0):
-    """decode_attention's arguments up to num_splits for a batch of 2 (32 query heads over 8, d = 128)."""
+    """decode_attention's key arguments for a batch of 2 (32 query heads over 8, d = 128): up to num_splits, then
+    cache_leftpad."""
     q = torch.zeros(2, 1, 32, 128, dtype=torch.bfloat16)
     table = None
     if page_size is None:
@@ -33,7 +34,24 @@ def _decode_args(page_size=None, seqlen_const=0):
         table = torch.arange(2 * 256 // page_size, dtype=torch.int32).reshape(2, -1)
     out, lse = torch.empty_like(q), torch.empty(2, 32, 1)
     seqlens = torch.full((2,), 100, dtype=torch.int32)
-    return [q, k_cache, k_cache.clone(), out, lse, seqlens, seqlen_const, 0, None, table, True, (-1, -1), 0.0, None, 0]
+    return [
+        q,
+        k_cache,
+        k_cache.clone(),
+        out,
+        lse,
+        seqlens,
+        seqlen_const,
+        0,
+        None,
+        table,
+        True,
+        (-1, -1),
+        0.0,
+        None,
+        0,
+        None,
+    ]
 
 
 def test_decode_plan_key_tells_apart_what_the_launch_depends_on():
@@ -47,7 +65,8 @@ def test_decode_plan_key_tells_apart_what_the_launch_depends_on():
     assert _plan_key(*_decode_args(page_size=16)) != _plan_key(*_decode_args(page_size=64))
     assert _plan_key(*_decode_args(seqlen_const=32)) == _plan_key(*_decode_args(seqlen_const=48))
     assert _plan_key(*_decode_args(seqlen_const=32)) != _plan_key(*_decode_args(seqlen_const=33))
-    for position, value in ((10, False), (11, (64, 0)), (12, 30.0), (13, torch.ones(32)), (14, 4)):
+    leftpad = torch.zeros(2, dtype=torch.int32)
+    for position, value in ((10, False), (11, (64, 0)), (12, 30.0), (13, torch.ones(32)), (14, 4), (15, leftpad)):
         args = _decode_args()
         args[position] = value
         assert _plan_key(*args) != key, position

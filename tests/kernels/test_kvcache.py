@@ -60,9 +60,14 @@ def reference(
     softcap=0.0,
     rotary_interleaved=True,
     alibi_slopes=None,
+    cache_leftpad=None,
     dtype=torch.float64,
 ):
-    """(out, lse, k_cache after, v_cache after), attention computed in ``dtype`` (float64: the oracle)."""
+    """(out, lse, k_cache after, v_cache after), attention computed in ``dtype`` (float64: the oracle).
+
+    cache_leftpad: sequence b's keys are its cache positions from cache_leftpad[b] on, counted from there by the
+    masks and ALiBi; the append and the rotary embedding keep their positions in the cache (flash-attn's test
+    builds its reference the same way)."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     n_kv = k_cache.shape[2]
     page_size = k_cache.shape[1]
@@ -87,9 +92,11 @@ def reference(
     q_in = qd.to(dtype) if dtype == torch.float64 else qd.to(q.dtype)
     outs, lses = [], []
     scale = head_dim**-0.5
+    pads = [0] * batch if cache_leftpad is None else cache_leftpad.cpu().tolist()
     for b in range(batch):
-        n = int(lens[b]) + seqlen_new
-        page, row = cache_rows(b, n, cache_batch_idx, block_table, page_size)
+        page, row = cache_rows(b, int(lens[b]) + seqlen_new, cache_batch_idx, block_table, page_size)
+        page, row = page[pads[b] :], row[pads[b] :]
+        n = len(row)
         keys = kc[page, row].to(dtype).repeat_interleave(n_heads // n_kv, 1)  # (n, H, D)
         vals = vc[page, row].to(dtype).repeat_interleave(n_heads // n_kv, 1)
         s = torch.einsum("qhd,khd->hqk", q_in[b].to(dtype), keys) * scale
@@ -138,6 +145,7 @@ def check(
     num_splits=0,
     batch_idx=False,
     seqlens_as_int=False,
+    leftpad=None,
     seed=0,
 ):
     """Build a cache (paged when page_size is given: pages shuffled), call flash_attn_with_kvcache, and compare
@@ -178,6 +186,7 @@ def check(
         slopes = torch.rand(batch, n_heads, generator=g).to(DEVICE) * 0.5
     kw = dict(
         cache_seqlens=cache_seqlens,
+        cache_leftpad=None if leftpad is None else torch.tensor(leftpad, dtype=torch.int32, device=DEVICE),
         cache_batch_idx=cache_batch_idx,
         block_table=block_table,
         causal=causal,
@@ -289,6 +298,23 @@ def test_window_and_softcap():
 def test_window_both_sides_and_alibi():
     """A window open on both sides (keys after the query too, not causal) with per-sequence ALiBi slopes."""
     check(torch.float16, seqlen_q=2, lens=(40, 70), window_size=(9, 4), alibi="batch_heads", num_splits=3)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(),
+        dict(causal=True, seqlen_q=3),
+        dict(seqlen_new=2, rotary_dim=16, causal=True, seqlen_q=2),
+        dict(window_size=(9, 0), causal=True, alibi="heads", batch_idx=True),
+        dict(num_splits=3, seqlens_as_int=True, lens=(60, 60)),
+    ],
+    ids=["plain", "causal", "append_rotary", "window_alibi_batch_idx", "splits"],
+)
+def test_cache_leftpad(options):
+    """Left-padded sequences (flash-attn's cache_leftpad): each one's keys start past its padding, and the masks
+    and ALiBi count them from there, while new keys land, and rotate, at their positions in the cache."""
+    check(**{"lens": (37, 80), "leftpad": (5, 31), **options})
 
 
 def test_num_splits_heuristic():
@@ -431,7 +457,21 @@ _TABLE = torch.arange(8, dtype=torch.int32, device=DEVICE).reshape(2, 4)
             "alibi_slopes must be a float32 tensor",
         ),
         (dict(alibi_slopes=torch.ones(3, device=DEVICE)), ValueError, r"alibi_slopes must have shape \(nheads=4,\)"),
-        (dict(cache_leftpad=torch.zeros(2, dtype=torch.int32)), NotImplementedError, "cache_leftpad is not supported"),
+        (
+            dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE, cache_leftpad=_TABLE[:, 0].clone()),
+            ValueError,
+            "cache_leftpad cannot be combined with block_table",
+        ),
+        (
+            dict(cache_leftpad=torch.zeros(2, dtype=torch.int64, device=DEVICE)),
+            TypeError,
+            "cache_leftpad has dtype torch.int64; allowed: torch.int32",
+        ),
+        (
+            dict(cache_leftpad=torch.zeros(3, dtype=torch.int32, device=DEVICE)),
+            ValueError,
+            r"cache_leftpad must have shape \(batch=2,\)",
+        ),
         (
             dict(
                 k_cache=torch.randn(2, 64, 3, 32, dtype=torch.float16, device=DEVICE),
@@ -527,6 +567,10 @@ def test_debug_checks_catch_device_values(monkeypatch):
     lens = torch.tensor([0, 64], dtype=torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match=r"cache_seqlens\[1\] \(64\) \+ new tokens \(1\) = 65 is outside"):
         flash_attn_with_kvcache(**_args(k=_new(), v=_new(), cache_seqlens=lens))
+    pad = torch.tensor([0, 50], dtype=torch.int32, device=DEVICE)
+    flash_attn_with_kvcache(**_args(cache_seqlens=good, cache_leftpad=pad))
+    with pytest.raises(ValueError, match=r"cache_leftpad\[0\] is 1; allowed: 0 to .* cache_seqlens\[0\] = 0"):
+        flash_attn_with_kvcache(**_args(cache_seqlens=good, cache_leftpad=pad + 1))
 
 
 def test_a_repeated_call_is_checked_once_and_its_values_every_time(monkeypatch):
@@ -668,6 +712,30 @@ def test_gpu_batch_that_fills_the_gpu(page_size):
         seqlen_new=1,
         page_size=page_size,
         causal=True,
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [0, 1, 7])
+@pytest.mark.parametrize(
+    "options",
+    [dict(), dict(seqlen_q=4, causal=True, seqlen_new=4, rotary_dim=64), dict(window_size=(255, 0), causal=True)],
+    ids=["plain", "append_rotary_causal", "window"],
+)
+def test_gpu_cache_leftpad(num_splits, options):
+    """Left-padded sequences on the GPU: pads from none to most of the cache, over the heuristic's splits and
+    others, with the append, rotary and a window."""
+    check(
+        torch.bfloat16,
+        batch=3,
+        n_heads=32,
+        n_kv=8,
+        head_dim=128,
+        cache_len=2048,
+        lens=(1000, 2000, 1500),
+        leftpad=(0, 1999, 700),
+        num_splits=num_splits,
+        **{"seqlen_q": 1, **options},
     )
 
 

@@ -226,6 +226,26 @@ def test_decoding_with_a_cache_matches_eager(kind):
     assert_close_like_flash_attn("decode logits", ours, ref, pt, torch.float32)
 
 
+def test_left_padded_decode_steps_attend_over_the_cache_in_place(monkeypatch):
+    """A left-padded batch's decode steps go to flash_attn_with_kvcache with each row's padding as cache_leftpad
+    (no gather of the cache); its prompt, whose padded rows are queries too, keeps the varlen path. The logits
+    meet the rule against eager. (A sliding-window model's cache drops the padding as it slides, and its steps
+    then need no mask: test_decoding_with_a_cache_matches_eager covers those.)"""
+    calls = []
+    kvcache = flashdoc_hf.flashdoc.flash_attn_with_kvcache
+
+    def counted(q, k_cache, v_cache, **kwargs):
+        calls.append(kwargs["cache_leftpad"].tolist())
+        return kvcache(q, k_cache, v_cache, **kwargs)
+
+    monkeypatch.setattr(flashdoc_hf.flashdoc, "flash_attn_with_kvcache", counted)
+    config = tiny_config("llama")
+    batch, _ = make_batch("left", (11, 5))
+    ref, pt, ours = (decode(build(config, a, d), batch) for a, d in EAGER64_EAGER_OURS(torch.float32))
+    assert_close_like_flash_attn("decode logits", ours, ref, pt, torch.float32)
+    assert calls == [[0, 6]] * 4 * config.num_hidden_layers  # the steps, not the prompt
+
+
 @pytest.mark.parametrize("kind", ["llama", "gemma2"])
 def test_decode_steps_run_on_the_split_kv_kernel(kind, monkeypatch):
     """Unpadded prompts, then one token a step: the layers pass flash_attn_func a few queries against the whole
