@@ -385,64 +385,27 @@ def _tensor_signature(t):
     return t.shape, t.stride(), t.dtype, t.device
 
 
-def _signature(
-    q,
-    k_cache,
-    v_cache,
-    k,
-    v,
-    rotary_cos,
-    rotary_sin,
-    cache_seqlens,
-    cache_batch_idx,
-    cache_leftpad,
-    block_table,
-    softmax_scale,
-    causal,
-    window_size,
-    softcap,
-    rotary_interleaved,
-    alibi_slopes,
-    num_splits,
-    return_softmax_lse,
-):
+def _signature(arguments: dict):
     """Everything ``_validate``'s verdict depends on, as a key of ``_validated``: each tensor's type, shape,
     strides, dtype and device, and each other argument's type and value, except an int cache_seqlens's value,
     which changes from step to step and is checked on every call (``_check_seqlens_int``). None when a call
-    cannot be keyed (an argument of a kind no valid call passes), and while torch.compile traces the call."""
+    cannot be keyed (a tensor subclass, which no valid call passes), and while torch.compile traces the call."""
     if torch.compiler.is_compiling():
         return None
     try:
-        return (
-            _tensor_signature(q),
-            _tensor_signature(k_cache),
-            _tensor_signature(v_cache),
-            _tensor_signature(k),
-            _tensor_signature(v),
-            _tensor_signature(rotary_cos),
-            _tensor_signature(rotary_sin),
-            int if type(cache_seqlens) is int else _tensor_signature(cache_seqlens),
-            _tensor_signature(cache_batch_idx),
-            _tensor_signature(cache_leftpad),
-            _tensor_signature(block_table),
-            _tensor_signature(alibi_slopes),
-            type(softmax_scale),
-            softmax_scale,
-            type(causal),
-            causal,
-            type(window_size),
-            *((type(w), w) for w in window_size),
-            type(softcap),
-            softcap,
-            type(rotary_interleaved),
-            rotary_interleaved,
-            type(num_splits),
-            num_splits,
-            type(return_softmax_lse),
-            return_softmax_lse,
-        )
-    except TypeError:  # not a plain tensor, or a window_size that is not a sequence
+        return tuple(_argument_signature(name, value) for name, value in arguments.items())
+    except TypeError:
         return None
+
+
+def _argument_signature(name: str, value):
+    if name == "cache_seqlens" and type(value) is int:
+        return int
+    if value is None or isinstance(value, torch.Tensor):
+        return _tensor_signature(value)
+    if type(value) in (tuple, list):  # window_size
+        return (type(value), *((type(x), x) for x in value))
+    return type(value), value
 
 
 def _check_device_values(
@@ -577,35 +540,36 @@ def flash_attn_with_kvcache(
     writes memory outside the caches. Set FLASHDOC_DEBUG_CHECKS=1 before importing flashdoc to check all of
     them on the host at every call (which waits for the GPU).
     """
-    arguments = (
-        q,
-        k_cache,
-        v_cache,
-        k,
-        v,
-        rotary_cos,
-        rotary_sin,
-        cache_seqlens,
-        cache_batch_idx,
-        cache_leftpad,
-        block_table,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        rotary_interleaved,
-        alibi_slopes,
-        num_splits,
-        return_softmax_lse,
+    # every parameter by name, in the signature's order (torch.compile cannot trace locals())
+    arguments = dict(
+        q=q,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        k=k,
+        v=v,
+        rotary_cos=rotary_cos,
+        rotary_sin=rotary_sin,
+        cache_seqlens=cache_seqlens,
+        cache_batch_idx=cache_batch_idx,
+        cache_leftpad=cache_leftpad,
+        block_table=block_table,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=window_size,
+        softcap=softcap,
+        rotary_interleaved=rotary_interleaved,
+        alibi_slopes=alibi_slopes,
+        num_splits=num_splits,
+        return_softmax_lse=return_softmax_lse,
     )
-    signature = _signature(*arguments)
+    signature = _signature(arguments)
     try:
         capacity = _validated.get(signature)
     except TypeError:  # an unhashable argument, which no valid call passes: _validate says which
         signature = capacity = None
     checked_before = capacity is not None
     if not checked_before:
-        capacity = _validate(*arguments)
+        capacity = _validate(**arguments)
         if signature is not None:
             _validated[signature] = capacity
     seqlen_new = 0 if k is None else k.shape[1]

@@ -582,7 +582,7 @@ def test_a_repeated_call_is_checked_once_and_its_values_every_time(monkeypatch):
     monkeypatch.setattr(kvcache, "_validated", {})
     checked = []
     validate = kvcache._validate
-    monkeypatch.setattr(kvcache, "_validate", lambda *a: checked.append(a) or validate(*a))
+    monkeypatch.setattr(kvcache, "_validate", lambda **a: checked.append(a) or validate(**a))
     args = _args(k=_new(), v=_new(), cache_seqlens=10, causal=True, num_splits=1)
     for step in range(3):
         flash_attn_with_kvcache(**{**args, "cache_seqlens": 10 + step, "q": torch.randn_like(args["q"])})
