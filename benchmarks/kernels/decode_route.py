@@ -3,6 +3,7 @@ ran on before, and a Hugging Face model generating through ``attn_implementation
 
     python3 benchmarks/kernels/decode_route.py                 # kernels and generation on the GPU
     python3 benchmarks/kernels/decode_route.py --skip-generate  # the kernels only
+    python3 benchmarks/kernels/decode_route.py --skip-kernels --prompts padded  # left-padded generation only
 
 Kernels: bf16, 32 query heads over 8 KV heads (and 32 over 32), head dim 128, a full cache of each length, timed
 per call as a CUDA graph of 20 calls (GPU time) and with ``do_bench`` (a call back to back, host included),
@@ -11,9 +12,10 @@ ran before it routed these calls: ``attn_fwd`` launched directly.
 
 Generation: a randomly initialised Llama-style model built from a config (the size of
 ``snippets/decoding/generate.py``'s), greedy, with transformers' own cache, on equal prompts and on left-padded
-ones (whose steps take the integration's varlen path), timed in rounds that alternate the implementations;
-``flashdoc-training`` is flashdoc with the routing turned off. In float32 every implementation must produce
-SDPA's tokens.
+ones, timed in rounds that alternate the implementations. ``flashdoc-training`` is flashdoc with the routing
+turned off; on left-padded prompts, whose decode steps attend over the cache in place (``flash_attn_with_kvcache``
+with ``cache_leftpad``), ``flashdoc-varlen`` is flashdoc with that branch turned off, so that every step unpads
+the cache and runs the varlen training kernel. In float32 every implementation must produce SDPA's tokens.
 """
 
 import argparse
@@ -27,6 +29,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's flashdoc
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import flashdoc  # noqa: E402, I001
+import flashdoc.integrations.transformers as flashdoc_hf  # noqa: E402
 import flashdoc.interface as interface  # noqa: E402
 import triton  # noqa: E402
 from benchmarks.decode import graph_time_ms  # noqa: E402
@@ -123,10 +126,15 @@ def build_model(dtype, impl):
     return model.to(dtype).eval()
 
 
-def generate(model, prompt, mask, new_tokens, route):
-    saved = interface._is_decode_step
-    if not route:
-        interface._is_decode_step = lambda *args: False
+# the switches a run turns off, as (module, function): each is patched to answer False
+NO_ROUTE = ((interface, "_is_decode_step"),)
+NO_IN_PLACE = ((flashdoc_hf, "_may_be_a_decode_step"),)
+
+
+def generate(model, prompt, mask, new_tokens, off=()):
+    saved = [(module, name, getattr(module, name)) for module, name in off]
+    for module, name in off:
+        setattr(module, name, lambda *args: False)
     try:
         with torch.no_grad():
             torch.cuda.synchronize()
@@ -142,32 +150,35 @@ def generate(model, prompt, mask, new_tokens, route):
             torch.cuda.synchronize()
             return tokens[:, prompt.shape[1] :], time.perf_counter() - start
     finally:
-        interface._is_decode_step = saved
+        for module, name, function in saved:
+            setattr(module, name, function)
 
 
 def time_generation(batch, prompt_len, new_tokens, rounds, padded=False):
     """Tokens per second of each implementation; ``padded``: prompt b is left-padded by b / (2 x batch) of the
-    prompt length, as a batch of prompts of different lengths is (the integration's varlen path)."""
+    prompt length, as a batch of prompts of different lengths is."""
     for dtype in (torch.float32, torch.bfloat16):
         models = {"sdpa": build_model(dtype, "sdpa"), "flashdoc": build_model(dtype, "flashdoc")}
         models["flashdoc"].load_state_dict(models["sdpa"].state_dict())
-        runs = {"sdpa": (models["sdpa"], True), "flashdoc": (models["flashdoc"], True)}
-        runs["flashdoc-training"] = (models["flashdoc"], False)
+        runs = {"sdpa": (models["sdpa"], ()), "flashdoc": (models["flashdoc"], ())}
+        runs["flashdoc-training"] = (models["flashdoc"], NO_ROUTE)
+        if padded:
+            runs["flashdoc-varlen"] = (models["flashdoc"], NO_IN_PLACE)
         prompt = torch.randint(1, 32000, (batch, prompt_len), device="cuda", generator=torch.Generator("cuda"))
         mask = torch.ones_like(prompt)
         if padded:
             for b in range(batch):
                 mask[b, : b * prompt_len // (2 * batch)] = 0
             prompt = prompt * mask
-        for model, route in runs.values():
-            generate(model, prompt, mask, 4, route)  # compiles
+        for model, off in runs.values():
+            generate(model, prompt, mask, 4, off)  # compiles
         seconds = {name: [] for name in runs}
         tokens = {}
         for r in range(rounds):
             names = list(runs)[r % len(runs) :] + list(runs)[: r % len(runs)]
             for name in names:
-                model, route = runs[name]
-                tokens[name], s = generate(model, prompt, mask, new_tokens, route)
+                model, off = runs[name]
+                tokens[name], s = generate(model, prompt, mask, new_tokens, off)
                 seconds[name].append(s)
         rate = {name: batch * new_tokens / min(s) for name, s in seconds.items()}
         same = {name: (tokens[name] == tokens["sdpa"]).float().mean().item() for name in runs}
@@ -182,6 +193,9 @@ def main(argv=None):
     parser.add_argument("--skip-generate", action="store_true")
     parser.add_argument("--skip-kernels", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--prompts", choices=("all", "equal", "padded"), default="all", help="which generation cases to time"
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("decode_route.py times GPU kernels: run it where CUDA is available")
@@ -189,8 +203,10 @@ def main(argv=None):
     if not args.skip_kernels:
         time_kernels()
     if not args.skip_generate:
-        for batch, prompt_len, new_tokens, padded in [(8, 512, 128, False), (1, 4096, 128, False), (8, 512, 128, True)]:
-            time_generation(batch, prompt_len, new_tokens, args.rounds, padded)
+        cases = [(8, 512, 128, False), (1, 4096, 128, False), (8, 512, 128, True), (8, 2048, 128, True)]
+        for batch, prompt_len, new_tokens, padded in cases:
+            if args.prompts in ("all", "padded" if padded else "equal"):
+                time_generation(batch, prompt_len, new_tokens, args.rounds, padded)
 
 
 if __name__ == "__main__":
