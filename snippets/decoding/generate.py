@@ -188,10 +188,11 @@ for dtype in (torch.float32, torch.bfloat16) if gpu else (torch.float32,):
     same = 1 - differ.float().mean()
     # greedy decoding: after one different token, a sequence continues from another text
     agree = torch.where(differ.any(1), differ.int().argmax(1), new_tokens)
-    print(
-        f"{name}: {same:.1%} of the generated tokens are the same in both; "
-        f"the sequences agree on their first {agree.min()} to {agree.max()} tokens\n"
-    )
+    if agree.min() == new_tokens:
+        agreement = f"every sequence agrees on all {new_tokens}"
+    else:
+        agreement = f"the sequences agree on their first {agree.min()} to {agree.max()} tokens"
+    print(f"{name}: {same:.1%} of the generated tokens are the same in both; {agreement}\n")
 if not gpu:
     print("(on a CPU flashdoc runs in Triton's interpreter: the speeds mean nothing)")
 first = results[torch.float32, "flashdoc"][0, :16].tolist()
