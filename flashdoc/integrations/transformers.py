@@ -219,11 +219,8 @@ def attention_forward(
         v = F.pad(v, (0, head_dim - v_head_dim))
     batch, seqlen_q = q.shape[:2]
 
-    step = None
-    if attention_mask is not None and _may_be_a_decode_step(q, k, options):
-        step = _decode_over_left_padding(q, k, v, attention_mask, options)
-    if step is not None:
-        out = step
+    if (left_pad := _decode_step_left_padding(q, k, attention_mask, options)) is not None:
+        out = _decode_in_place(q, k, v, left_pad, attention_mask.shape[1], options)
     elif attention_mask is not None:  # padding: unpad, one varlen call, pad back
         if window != (-1, -1):
             _check_no_holes(attention_mask)
@@ -244,9 +241,9 @@ def attention_forward(
 
 
 def _may_be_a_decode_step(q, k, options) -> bool:
-    """Whether a padded call could run as a decode step over the cache in place (``_decode_over_left_padding``),
-    judged from shapes and options alone: a few queries per KV head (they fit the decode kernel's tile), no
-    dropout, no gradient, and a head dimension the decode kernel takes."""
+    """Whether a padded call could run as a decode step over the cache in place (``_decode_in_place``), judged
+    from shapes and options alone: a few queries per KV head (they fit the decode kernel's tile), no dropout, no
+    gradient, and a head dimension the decode kernel takes."""
     head_dim = q.shape[-1]
     return (
         options["dropout_p"] == 0.0
@@ -257,24 +254,25 @@ def _may_be_a_decode_step(q, k, options) -> bool:
     )
 
 
-def _decode_over_left_padding(q, k, v, mask, options):
-    """A decode step of a left-padded batch (as ``generate`` makes one) attended over the cache where it lies:
-    ``flash_attn_with_kvcache`` with each row's padding as its ``cache_leftpad``, where unpadding would gather
-    every cached key and value first. None when the mask is not left padding alone, or when a query is padding:
-    the varlen path takes those."""
-    seqlen_k = mask.shape[1]
-    if k.shape[1] < seqlen_k:
-        return None  # _unpad says what is wrong
-    pad = _per_tensor(mask, "left padding", (q.shape[1],), _find_left_padding)
-    if pad is None:
+def _decode_step_left_padding(q, k, mask, options):
+    """Each row's count of leading padding, int32 (batch,), when this call is a decode step of a left-padded batch
+    (as ``generate`` makes one): its mask is left padding alone and its few queries are real tokens. Else None,
+    and the varlen path takes the call (a mask shorter than the keys included: ``_unpad`` says what is wrong)."""
+    if mask is None or not _may_be_a_decode_step(q, k, options) or k.shape[1] < mask.shape[1]:
         return None
+    return _per_tensor(mask, "left padding", (q.shape[1],), _find_left_padding)
+
+
+def _decode_in_place(q, k, v, left_pad, seqlen_k, options):
+    """The decode step attended over the cache where it lies: ``flash_attn_with_kvcache`` with each row's padding
+    as its ``cache_leftpad``, where unpadding would gather every cached key and value first."""
     k, v = k[:, :seqlen_k], v[:, :seqlen_k]  # a static cache longer than what was written: its tail is unused
     return flashdoc.flash_attn_with_kvcache(
         q,
         k,
         v,
         cache_seqlens=seqlen_k,
-        cache_leftpad=pad,
+        cache_leftpad=left_pad,
         softmax_scale=options["softmax_scale"],
         causal=options["causal"],
         window_size=options["window_size"],
