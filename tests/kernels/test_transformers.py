@@ -246,6 +246,36 @@ def test_left_padded_decode_steps_attend_over_the_cache_in_place(monkeypatch):
     assert calls == [[0, 6]] * 4 * config.num_hidden_layers  # the steps, not the prompt
 
 
+def test_which_padded_calls_decode_in_place():
+    """The rule that sends a padded call to the cache in place (``_decode_step_left_padding``): a few real queries
+    over a mask that is left padding alone, with no dropout and no gradient; everything else keeps the varlen
+    path. Shapes are flash-attn's (batch, seqlen, heads, head_dim): 8 query heads over 2 KV heads."""
+    options = dict(dropout_p=0.0)
+
+    def rule(mask, seqlen_q=1, seqlen_k=None, heads=8, head_dim=16, grad=False, **changed):
+        mask = torch.tensor(mask, dtype=torch.bool)
+        q = torch.zeros(mask.shape[0], seqlen_q, heads, head_dim, requires_grad=grad)
+        k = torch.zeros(mask.shape[0], seqlen_k or mask.shape[1], 2, head_dim)
+        pad = flashdoc_hf._decode_step_left_padding(q, k, mask, {**options, **changed})
+        return None if pad is None else (pad.dtype, pad.tolist())
+
+    left = [[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
+    assert rule(left) == (torch.int32, [2, 0])
+    assert rule(left, seqlen_q=3) == (torch.int32, [2, 0])  # a few queries, all real
+    assert rule(left, seqlen_k=8) == (torch.int32, [2, 0])  # a static cache longer than what was written
+    assert rule(left, seqlen_q=4) is None  # a query on padding
+    assert rule([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]) is None  # right padding
+    assert rule([[1, 0, 1, 1, 1], [1, 1, 1, 1, 1]]) is None  # a hole
+    assert rule(left, seqlen_k=4) is None  # a mask over more keys than there are: _unpad says so
+    assert rule(left, dropout_p=0.1) is None
+    assert rule(left, grad=True) is None
+    assert rule(left, seqlen_q=17) is None  # 17 positions x 4 heads a group: more rows than a decode tile
+    assert rule(left, head_dim=12) is None  # the decode kernel takes multiples of 8
+    assert (
+        flashdoc_hf._decode_step_left_padding(torch.zeros(2, 1, 8, 16), torch.zeros(2, 5, 2, 16), None, options) is None
+    )
+
+
 @pytest.mark.parametrize("kind", ["llama", "gemma2"])
 def test_decode_steps_run_on_the_split_kv_kernel(kind, monkeypatch):
     """Unpadded prompts, then one token a step: the layers pass flash_attn_func a few queries against the whole
