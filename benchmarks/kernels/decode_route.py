@@ -19,9 +19,11 @@ the cache and runs the varlen training kernel. In float32 every implementation m
 """
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -132,26 +134,21 @@ NO_IN_PLACE = ((flashdoc_hf, "_may_be_a_decode_step"),)
 
 
 def generate(model, prompt, mask, new_tokens, off=()):
-    saved = [(module, name, getattr(module, name)) for module, name in off]
-    for module, name in off:
-        setattr(module, name, lambda *args: False)
-    try:
-        with torch.no_grad():
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            tokens = model.generate(
-                prompt,
-                attention_mask=mask,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                do_sample=False,
-                pad_token_id=0,
-            )
-            torch.cuda.synchronize()
-            return tokens[:, prompt.shape[1] :], time.perf_counter() - start
-    finally:
-        for module, name, function in saved:
-            setattr(module, name, function)
+    with contextlib.ExitStack() as switches, torch.no_grad():
+        for module, name in off:
+            switches.enter_context(mock.patch.object(module, name, return_value=False))
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        tokens = model.generate(
+            prompt,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=0,
+        )
+        torch.cuda.synchronize()
+        return tokens[:, prompt.shape[1] :], time.perf_counter() - start
 
 
 def time_generation(batch, prompt_len, new_tokens, rounds, padded=False):
