@@ -1,0 +1,153 @@
+"""flash-attn 2's seven attention functions under flash-attn's module name, for code written against ``flash_attn``.
+
+    from flashdoc.flash_attn_interface import flash_attn_qkvpacked_func   # was: from flash_attn import ...
+
+``flash_attn_func``, ``flash_attn_varlen_func`` and ``flash_attn_with_kvcache`` are flashdoc's own, re-exported.
+The four packed forms take the tensors that a fused projection produces, Q, K and V stacked in one (or K and V in
+one), with flash-attn's signatures, and call those three on views of their slices: nothing is copied on the way
+in, and autograd gathers the three gradients into one gradient of the stacked tensor. flash-attn's packed backward
+writes that gradient in place; here autograd stacks it, one extra copy of the gradient per call.
+"""
+
+import torch
+
+from .interface import flash_attn_func, flash_attn_varlen_func
+from .kvcache import flash_attn_with_kvcache
+
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
+]
+
+
+def _unstack(name: str, packed, dim: int, count: int, layout: str):
+    """The ``count`` views of ``packed`` along ``dim``, after checking that it has ``layout``'s shape."""
+    if not isinstance(packed, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape {layout}, got {type(packed).__name__}")
+    if packed.dim() != len(layout.split(",")) or packed.shape[dim] != count:
+        raise ValueError(
+            f"{name} must have shape {layout}, got {tuple(packed.shape)}; stack the tensors along dim {dim} "
+            f"(torch.stack(..., dim={dim}))"
+        )
+    return packed.unbind(dim)
+
+
+def flash_attn_qkvpacked_func(
+    qkv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """``flash_attn_func`` on ``qkv`` (batch, seqlen, 3, nheads, headdim): queries, keys and values stacked on
+    dim 2, as one projection to ``3 x nheads x headdim`` features gives them after a reshape. The heads are the
+    same for all three (no GQA: use ``flash_attn_kvpacked_func``). Every other argument, and the result, as
+    ``flash_attn_func``'s."""
+    q, k, v = _unstack("qkv", qkv, 2, 3, "(batch, seqlen, 3, nheads, headdim)")
+    return flash_attn_func(
+        q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs
+    )
+
+
+def flash_attn_kvpacked_func(
+    q,
+    kv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """``flash_attn_func`` on ``q`` (batch, seqlen_q, nheads, headdim) and ``kv`` (batch, seqlen_k, 2, nheads_k,
+    headdim), keys and values stacked on dim 2 (nheads a multiple of nheads_k: GQA/MQA). Every other argument, and
+    the result, as ``flash_attn_func``'s."""
+    k, v = _unstack("kv", kv, 2, 2, "(batch, seqlen_k, 2, nheads_k, headdim)")
+    return flash_attn_func(
+        q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs
+    )
+
+
+def flash_attn_varlen_qkvpacked_func(
+    qkv,
+    cu_seqlens,
+    max_seqlen,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """``flash_attn_varlen_func`` on ``qkv`` (total, 3, nheads, headdim), a packed batch's queries, keys and values
+    stacked on dim 1; the same ``cu_seqlens`` and ``max_seqlen`` serve queries and keys. Every other argument, and
+    the result, as ``flash_attn_varlen_func``'s."""
+    q, k, v = _unstack("qkv", qkv, 1, 3, "(total, 3, nheads, headdim)")
+    return flash_attn_varlen_func(
+        q,
+        k,
+        v,
+        cu_seqlens,
+        cu_seqlens,
+        max_seqlen,
+        max_seqlen,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+    )
+
+
+def flash_attn_varlen_kvpacked_func(
+    q,
+    kv,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """``flash_attn_varlen_func`` on ``q`` (total_q, nheads, headdim) and ``kv`` (total_k, 2, nheads_k, headdim),
+    keys and values stacked on dim 1. Every other argument, and the result, as ``flash_attn_varlen_func``'s."""
+    k, v = _unstack("kv", kv, 1, 2, "(total_k, 2, nheads_k, headdim)")
+    return flash_attn_varlen_func(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+    )

@@ -1,0 +1,165 @@
+"""flashdoc.flash_attn_interface: flash-attn's seven functions by its module's name. The packed forms must give what
+the unpacked functions give on the same tensors, output and gradients, with every option passed through in
+flash-attn's positional order, and refuse a tensor that is not stacked as they expect."""
+
+import inspect
+
+import pytest
+import torch
+from attention_oracle import DEVICE, assert_close_like_flash_attn, attention_math
+
+import flashdoc
+from flashdoc import flash_attn_interface as fai
+
+# On the CPU the interpreter runs fp32 (it computes bf16 wrongly); on a GPU the half types too.
+DTYPES = [torch.float32] if DEVICE == "cpu" else [torch.float16, torch.bfloat16]
+FLASH_ATTN_FUNCTIONS = {
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
+}
+
+
+def test_exports_flash_attns_seven_functions():
+    assert set(fai.__all__) == FLASH_ATTN_FUNCTIONS
+    assert fai.flash_attn_func is flashdoc.flash_attn_func
+    assert fai.flash_attn_varlen_func is flashdoc.flash_attn_varlen_func
+    assert fai.flash_attn_with_kvcache is flashdoc.flash_attn_with_kvcache
+
+
+@pytest.mark.parametrize(
+    "packed,unpacked,leading",
+    [
+        ("flash_attn_qkvpacked_func", "flash_attn_func", ["qkv"]),
+        ("flash_attn_kvpacked_func", "flash_attn_func", ["q", "kv"]),
+        ("flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_func", ["qkv", "cu_seqlens", "max_seqlen"]),
+        (
+            "flash_attn_varlen_kvpacked_func",
+            "flash_attn_varlen_func",
+            ["q", "kv", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"],
+        ),
+    ],
+)
+def test_signatures_are_flash_attns(packed, unpacked, leading):
+    """flash-attn's order: the tensors, then the options of the unpacked function with its defaults."""
+    params = inspect.signature(getattr(fai, packed)).parameters
+    options = [
+        p for p in inspect.signature(getattr(flashdoc, unpacked)).parameters.values() if p.default is not p.empty
+    ]
+    options = [p for p in options if p.kind is not p.KEYWORD_ONLY]  # flashdoc's own return_lse keyword
+    assert list(params)[: len(leading)] == leading
+    assert [(p.name, p.default) for p in list(params.values())[len(leading) :]] == [
+        (p.name, p.default) for p in options
+    ]
+
+
+def _leaf(t):
+    return t.detach().clone().requires_grad_(True)
+
+
+def _check_against_unpacked(packed_out, packed_tensor, unpacked_out, parts, dim):
+    """Same output, and the packed tensor's gradient is the parts' gradients stacked on ``dim``."""
+    torch.testing.assert_close(packed_out, unpacked_out, rtol=0, atol=0)
+    g = torch.randn_like(packed_out)
+    (packed_grad,) = torch.autograd.grad(packed_out, packed_tensor, g)
+    part_grads = torch.autograd.grad(unpacked_out, parts, g)
+    torch.testing.assert_close(packed_grad, torch.stack(part_grads, dim=dim), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal,window", [(False, (-1, -1)), (True, (-1, -1)), (True, (9, -1))])
+def test_qkvpacked_matches_flash_attn_func(dtype, causal, window):
+    torch.manual_seed(0)
+    qkv = torch.randn(2, 37, 3, 4, 24, device=DEVICE, dtype=dtype, requires_grad=True)
+    # positionally, in flash-attn's order: dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+    # deterministic (bit-identical gradients, so that the two calls' can be compared exactly)
+    out = fai.flash_attn_qkvpacked_func(qkv, 0.0, 0.3, causal, window, 0.0, None, True)
+    parts = [_leaf(t) for t in qkv.unbind(2)]
+    want = flashdoc.flash_attn_func(*parts, 0.0, 0.3, causal, window, 0.0, None, True)
+    _check_against_unpacked(out, qkv, want, parts, 2)
+    if window == (-1, -1):  # and the oracle, which knows no window
+        ref, _ = attention_math(*qkv.unbind(2), 0.3, causal)
+        pt, _ = attention_math(*qkv.unbind(2), 0.3, causal, dtype=dtype)
+        assert_close_like_flash_attn("out", out.detach(), ref, pt.detach(), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_kvpacked_matches_flash_attn_func(dtype, kv_heads):
+    """GQA/MQA: the packed keys and values have their own head count."""
+    torch.manual_seed(1)
+    q = torch.randn(2, 19, 4, 32, device=DEVICE, dtype=dtype, requires_grad=True)
+    kv = torch.randn(2, 45, 2, kv_heads, 32, device=DEVICE, dtype=dtype, requires_grad=True)
+    out, lse, probs = fai.flash_attn_kvpacked_func(q, kv, causal=True, softcap=5.0, return_attn_probs=True)
+    parts = [_leaf(t) for t in kv.unbind(2)]
+    want, want_lse = flashdoc.flash_attn_func(q, *parts, causal=True, softcap=5.0, return_lse=True)
+    torch.testing.assert_close(lse, want_lse, rtol=0, atol=0)
+    assert probs is None
+    _check_against_unpacked(out, kv, want, parts, 2)
+
+
+def _cu_seqlens(lengths):
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_varlen_qkvpacked_matches_flash_attn_varlen_func(dtype):
+    torch.manual_seed(2)
+    lengths = [5, 0, 23, 11]
+    cu = _cu_seqlens(lengths)
+    qkv = torch.randn(sum(lengths), 3, 2, 16, device=DEVICE, dtype=dtype, requires_grad=True)
+    out = fai.flash_attn_varlen_qkvpacked_func(qkv, cu, max(lengths), causal=True, window_size=(4, 0))
+    parts = [_leaf(t) for t in qkv.unbind(1)]
+    want = flashdoc.flash_attn_varlen_func(*parts, cu, cu, max(lengths), max(lengths), causal=True, window_size=(4, 0))
+    _check_against_unpacked(out, qkv, want, parts, 1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_varlen_kvpacked_matches_flash_attn_varlen_func(dtype):
+    torch.manual_seed(3)
+    q_lengths, k_lengths = [3, 17, 1], [20, 17, 9]
+    cu_q, cu_k = _cu_seqlens(q_lengths), _cu_seqlens(k_lengths)
+    q = torch.randn(sum(q_lengths), 4, 16, device=DEVICE, dtype=dtype, requires_grad=True)
+    kv = torch.randn(sum(k_lengths), 2, 2, 16, device=DEVICE, dtype=dtype, requires_grad=True)
+    slopes = torch.rand(4, device=DEVICE) * 0.3
+    args = (cu_q, cu_k, max(q_lengths), max(k_lengths), 0.0, None, True, (-1, -1), 0.0, slopes)
+    out = fai.flash_attn_varlen_kvpacked_func(q, kv, *args)
+    parts = [_leaf(t) for t in kv.unbind(1)]
+    want = flashdoc.flash_attn_varlen_func(q, *parts, *args)
+    _check_against_unpacked(out, kv, want, parts, 1)
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda t: fai.flash_attn_qkvpacked_func(t(2, 8, 2, 4, 16)), r"qkv must have shape \(batch, seqlen, 3"),
+        (lambda t: fai.flash_attn_qkvpacked_func(t(8, 3, 4, 16)), r"qkv must have shape .* got \(8, 3, 4, 16\)"),
+        (lambda t: fai.flash_attn_kvpacked_func(t(2, 8, 4, 16), t(2, 8, 3, 4, 16)), r"kv must have shape .*dim=2"),
+        (
+            lambda t: fai.flash_attn_varlen_qkvpacked_func(t(8, 2, 4, 16), _cu_seqlens([8]), 8),
+            r"qkv must have shape \(total, 3",
+        ),
+        (
+            lambda t: fai.flash_attn_varlen_kvpacked_func(
+                t(8, 4, 16), t(8, 4, 16), _cu_seqlens([8]), _cu_seqlens([8]), 8, 8
+            ),
+            r"kv must have shape \(total_k, 2",
+        ),
+    ],
+)
+def test_refuses_a_tensor_stacked_otherwise(call, match):
+    def t(*shape):
+        return torch.zeros(shape, device=DEVICE)
+
+    with pytest.raises(ValueError, match=match):
+        call(t)
+
+
+def test_refuses_a_list_of_tensors():
+    q = torch.zeros(1, 4, 2, 16, device=DEVICE)
+    with pytest.raises(TypeError, match=r"qkv must be a torch.Tensor .* got list"):
+        fai.flash_attn_qkvpacked_func([q, q, q])
