@@ -32,7 +32,6 @@ graph timer), and prints each one's TB/s and its ratio to cuDNN's.
 
 import argparse
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -255,15 +254,13 @@ def check(device: str) -> int:
 
 
 def aot(configs) -> None:
-    """Compile each config for sm_90 (Triton 3.6 from /tmp/t36, no GPU) and print what says whether the fused loop
-    is pipelined: the loops left in the TTGIR, its asynchronous copies, ptxas's registers and spills, and the
+    """Compile each config for sm_90 (Triton 3.6 from /tmp/t36, no GPU) and print what says whether the loops were
+    fused and pipelined (``describe_loops``), then ptxas's registers and spills (``code_hash.ptxas_info``) and the
     shared memory."""
-    import os
-    import subprocess
-    import tempfile
-
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+
+    from benchmarks.kernels.code_hash import ptxas_info
 
     kernel = _persistent_decode
     for config in configs:
@@ -286,18 +283,8 @@ def aot(configs) -> None:
             target=GPUTarget("cuda", 90, 32),
             options=dict(num_warps=config.warps, num_stages=config.stages),
         )
-        ttgir = compiled.asm["ttgir"]
-        bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
-        with tempfile.TemporaryDirectory() as tmp:
-            ptx = os.path.join(tmp, "k.ptx")
-            Path(ptx).write_text(compiled.asm["ptx"])
-            res = subprocess.run(
-                [os.path.join(bin_dir, "ptxas"), "-v", "--gpu-name=sm_90a", ptx, "-o", os.path.join(tmp, "k.cubin")],
-                capture_output=True,
-                text=True,
-            )
-        ptxas = ", ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores", res.stderr))
-        print(f"{config}: {', '.join(describe_loops(ttgir))}; {ptxas}, {compiled.metadata.shared // 1024} KiB shared")
+        loops = ", ".join(describe_loops(compiled.asm["ttgir"]))
+        print(f"{config}: {loops}; {ptxas_info(compiled)}, {compiled.metadata.shared // 1024} KiB shared")
 
 
 def describe_loops(ttgir: str) -> list:
