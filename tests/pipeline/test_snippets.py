@@ -67,3 +67,16 @@ def test_no_python_pasted_into_pages(page):
             f"{page.relative_to(ROOT)} has Python pasted into a code block ({pasted[0]!r}); put it in a file under "
             "snippets/ and show it with {{ code(...) }}"
         )
+
+
+def test_repo_file_links_a_file_at_the_built_commit():
+    from tools.hooks.package_source import commit
+    from tools.site_macros.snippets import repository_link
+
+    link = repository_link("https://example.org/flashdoc/", "benchmarks/FINDINGS.md")
+    assert link == (
+        f'<a href="https://example.org/flashdoc/blob/{commit()}/benchmarks/FINDINGS.md">'
+        "<code>benchmarks/FINDINGS.md</code></a>"
+    )
+    with pytest.raises(ValueError, match="repo_file: the repository has no file 'benchmarks/NOTES.md'"):
+        repository_link("https://example.org/flashdoc", "benchmarks/NOTES.md")

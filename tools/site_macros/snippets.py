@@ -7,6 +7,7 @@
     {{ output("triton/benchmark", "ratios.md") }}              a recorded markdown table
     {{ figure("attention/scaling", "saturation.png", "Caption") }}   a recorded image
     {{ install_flashdoc() }}                                   the one line that installs flashdoc
+    {{ repo_file("benchmarks/FINDINGS.md") }}                  a link to a file of the repository
 
 The code itself is pulled in by pymdownx.snippets (``check_paths: true``), so a missing file or section
 fails the build. Each block's copy button copies a complete program (``tools/programs.py``): for a section,
@@ -22,6 +23,7 @@ import html
 import posixpath
 
 from tools import downloads
+from tools.hooks.package_source import commit
 from tools.outputs import DOCS_DIR, ROOT, Freshness, Snippet, snippet
 from tools.programs import copy_program
 
@@ -89,7 +91,21 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line if line else line for line in text.splitlines())
 
 
+def repository_link(repo_url: str, path: str) -> str:
+    """A link to ``path`` in the repository at the commit the site is built from; a file that is not there fails
+    the build, as a missing snippet does."""
+    if not (ROOT / path).is_file():
+        raise ValueError(f"repo_file: the repository has no file {path!r}")
+    url = f"{repo_url.rstrip('/')}/blob/{commit()}/{path}"
+    return f'<a href="{html.escape(url)}"><code>{html.escape(path)}</code></a>'
+
+
 def register(env):
+    @env.macro
+    def repo_file(path):
+        """A link to a file of the repository that a page names (the notes behind a figure, a tool it mentions)."""
+        return repository_link(env.conf["repo_url"], path)
+
     @env.macro
     def install_flashdoc():
         """The one line that installs flashdoc, here (else pages whose code imports it get it under the title)."""
