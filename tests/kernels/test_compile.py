@@ -10,6 +10,7 @@ import torch
 from attention_oracle import DEVICE, make_qkv
 
 import flashdoc
+from flashdoc.flash_attn_interface import flash_attn_kvpacked_func
 
 
 class Block(torch.nn.Module):
@@ -28,6 +29,9 @@ class Block(torch.nn.Module):
         elif api == "variants":  # every option at once: window, softcap, ALiBi, dropout (seeded: see _run)
             slopes = torch.linspace(0.05, 0.3, self.heads, device=x.device)
             o = flashdoc.flash_attn_func(q, k, v, 0.1, None, True, (7, 0), 20.0, slopes)
+        elif api == "kvpacked":  # flash-attn's packed form: keys and values as one view of the projection
+            kv = qkv[:, :, self.heads :].view(b, s, 2, self.kv_heads, self.d)
+            o = flash_attn_kvpacked_func(q, kv, causal=True)
         else:
             o = flashdoc.scaled_dot_product_attention(
                 q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True
@@ -59,7 +63,7 @@ def _run(backend, api, device, dtype, seqlen):
         assert torch.allclose(a, b, atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("api", ["flash", "sdpa", "variants"])
+@pytest.mark.parametrize("api", ["flash", "sdpa", "variants", "kvpacked"])
 def test_compile_fullgraph_aot_eager(api):
     _run("aot_eager", api, DEVICE, torch.float32, 24)
 
@@ -98,7 +102,7 @@ def test_opcheck_custom_ops():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("api", ["flash", "sdpa", "variants"])
+@pytest.mark.parametrize("api", ["flash", "sdpa", "variants", "kvpacked"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16])
 def test_gpu_compile_fullgraph_inductor(api, dtype):
     _run("inductor", api, "cuda", dtype, 512)
