@@ -57,17 +57,21 @@ def test_signatures_are_flash_attns(packed, unpacked, leading):
     ]
 
 
-def _leaf(t):
-    return t.detach().clone().requires_grad_(True)
+def _twin(packed, dim):
+    """A copy of the packed tensor (a leaf of its own) and the views of its slices: the unpacked function gets the
+    same strides as the packed one passes, so the two calls take the same path and must agree bit for bit."""
+    twin = packed.detach().clone().requires_grad_(True)
+    return twin, twin.unbind(dim)
 
 
-def _check_against_unpacked(packed_out, packed_tensor, unpacked_out, parts, dim):
-    """Same output, and the packed tensor's gradient is the parts' gradients stacked on ``dim``."""
+def _check_against_unpacked(packed_out, packed, unpacked_out, twin):
+    """The same output, and the same gradient for the packed tensor as autograd gives its twin through the
+    unpacked call."""
     torch.testing.assert_close(packed_out, unpacked_out, rtol=0, atol=0)
     g = torch.randn_like(packed_out)
-    (packed_grad,) = torch.autograd.grad(packed_out, packed_tensor, g)
-    part_grads = torch.autograd.grad(unpacked_out, parts, g)
-    torch.testing.assert_close(packed_grad, torch.stack(part_grads, dim=dim), rtol=0, atol=0)
+    (packed_grad,) = torch.autograd.grad(packed_out, packed, g)
+    (twin_grad,) = torch.autograd.grad(unpacked_out, twin, g)
+    torch.testing.assert_close(packed_grad, twin_grad, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -78,9 +82,9 @@ def test_qkvpacked_matches_flash_attn_func(dtype, causal, window):
     # positionally, in flash-attn's order: dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
     # deterministic (bit-identical gradients, so that the two calls' can be compared exactly)
     out = fai.flash_attn_qkvpacked_func(qkv, 0.0, 0.3, causal, window, 0.0, None, True)
-    parts = [_leaf(t) for t in qkv.unbind(2)]
+    twin, parts = _twin(qkv, 2)
     want = flashdoc.flash_attn_func(*parts, 0.0, 0.3, causal, window, 0.0, None, True)
-    _check_against_unpacked(out, qkv, want, parts, 2)
+    _check_against_unpacked(out, qkv, want, twin)
     if window == (-1, -1):  # and the oracle, which knows no window
         ref, _ = attention_math(*qkv.unbind(2), 0.3, causal)
         pt, _ = attention_math(*qkv.unbind(2), 0.3, causal, dtype=dtype)
@@ -95,11 +99,11 @@ def test_kvpacked_matches_flash_attn_func(dtype, kv_heads):
     q = torch.randn(2, 19, 4, 32, device=DEVICE, dtype=dtype, requires_grad=True)
     kv = torch.randn(2, 45, 2, kv_heads, 32, device=DEVICE, dtype=dtype, requires_grad=True)
     out, lse, probs = fai.flash_attn_kvpacked_func(q, kv, causal=True, softcap=5.0, return_attn_probs=True)
-    parts = [_leaf(t) for t in kv.unbind(2)]
+    twin, parts = _twin(kv, 2)
     want, want_lse = flashdoc.flash_attn_func(q, *parts, causal=True, softcap=5.0, return_lse=True)
     torch.testing.assert_close(lse, want_lse, rtol=0, atol=0)
     assert probs is None
-    _check_against_unpacked(out, kv, want, parts, 2)
+    _check_against_unpacked(out, kv, want, twin)
 
 
 def _cu_seqlens(lengths):
@@ -113,9 +117,9 @@ def test_varlen_qkvpacked_matches_flash_attn_varlen_func(dtype):
     cu = _cu_seqlens(lengths)
     qkv = torch.randn(sum(lengths), 3, 2, 16, device=DEVICE, dtype=dtype, requires_grad=True)
     out = fai.flash_attn_varlen_qkvpacked_func(qkv, cu, max(lengths), causal=True, window_size=(4, 0))
-    parts = [_leaf(t) for t in qkv.unbind(1)]
+    twin, parts = _twin(qkv, 1)
     want = flashdoc.flash_attn_varlen_func(*parts, cu, cu, max(lengths), max(lengths), causal=True, window_size=(4, 0))
-    _check_against_unpacked(out, qkv, want, parts, 1)
+    _check_against_unpacked(out, qkv, want, twin)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -128,9 +132,9 @@ def test_varlen_kvpacked_matches_flash_attn_varlen_func(dtype):
     slopes = torch.rand(4, device=DEVICE) * 0.3
     args = (cu_q, cu_k, max(q_lengths), max(k_lengths), 0.0, None, True, (-1, -1), 0.0, slopes)
     out = fai.flash_attn_varlen_kvpacked_func(q, kv, *args)
-    parts = [_leaf(t) for t in kv.unbind(1)]
+    twin, parts = _twin(kv, 1)
     want = flashdoc.flash_attn_varlen_func(q, *parts, *args)
-    _check_against_unpacked(out, kv, want, parts, 1)
+    _check_against_unpacked(out, kv, want, twin)
 
 
 @pytest.mark.parametrize(
