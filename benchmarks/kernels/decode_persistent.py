@@ -12,25 +12,31 @@ tiles' latency, about a microsecond of a program that streams 32 tiles at 64 x 4
 eight times longer and that start costs an eighth as much, and there flashdoc reads 1.00-1.01x cuDNN where 64 x 4k
 reads 0.99x.
 
-This kernel launches ``programs_per_sm x SMs`` programs (or one per item, if fewer). Program p takes the items
-(sequence, KV head, query tile) p, p + P, p + 2P, ... and walks all their key tiles as one loop:
-``tl.range(..., flatten=True)`` fuses the item loop with the tile loop, as Triton's persistent matmul tutorial
-does, so the software pipeliner issues the next item's first K and V tiles while the current item's last ones are
-still in use. The fused loop needs the inner trip count to be the same for every item, so each item walks the
-cache's capacity and masks the keys past its sequence's length (the benchmark's caches are full; a model's
-shorter sequences would step through masked tiles, whose loads are predicated off).
+Two persistent kernels launch ``programs_per_sm x SMs`` programs (or one per item, if fewer). Program p takes the
+items (sequence, KV head, query tile) p, p + P, p + 2P, ... and walks all their key tiles as one loop, so that the
+software pipeliner issues the next item's first K and V tiles while the current item's last ones are in use:
+
+- by capacity: ``tl.range(..., flatten=True)`` fuses the item loop with the tile loop, as Triton's persistent
+  matmul tutorial does. Triton fuses a nest only when the inner trip count is the same for every item, so each
+  item walks the cache's capacity and masks the keys past its sequence's length: right for the benchmark's full
+  caches, wasteful for a model's shorter sequences (their masked steps load nothing but still take their turn).
+- by length: the one loop written by hand over exactly the tiles of each item's sequence, as the split-KV kernel
+  walks them. The program reads its items' lengths once, into registers, so a step's item and tile follow from
+  the step number alone and nothing stands between the pipeliner and a later step's addresses. This is the form
+  the package could adopt.
 
 Scope: what the batch-64 points call. Contiguous caches with per-sequence lengths in a tensor, no causal mask or
 window (one query sees every key), no softcap, ALiBi or left padding; the query rows of a KV head's group packed
-into one tile as the split-KV kernel packs them. ``--check`` compares its output and log-sum-exp with
+into one tile as the split-KV kernel packs them. ``--check`` compares both kernels' outputs and log-sum-exps with
 ``flashdoc.flash_attn_with_kvcache`` (on a CPU through Triton's interpreter, where ``flatten`` changes nothing);
 the timing compares, per point, the split-KV kernel at the table's entry and at two-stage entries (64 KB of
-shared memory, so three programs an SM: the other candidate for these points), this kernel at each config and
+shared memory, so three programs an SM: the other candidate for these points), both kernels at each config and
 SDPA-cuDNN, as CUDA graphs over copies of the inputs larger than L2 in rotated rounds (``benchmarks/decode.py``'s
 graph timer), and prints each one's TB/s and its ratio to cuDNN's.
 """
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -58,7 +64,52 @@ SPLIT_KV_CONFIGS = ("128,8,2,1", "128,4,2,1")
 
 
 @triton.jit
-def _persistent_decode(
+def _item_rows(item, m_tiles, n_kv_heads, seqlen_q, BLOCK_M: tl.constexpr, GROUP: tl.constexpr):
+    """(sequence, KV head, query positions, query heads, real rows) of an item: (sequence x KV head) x m_tiles +
+    query tile, its rows packed as the split-KV kernel packs them."""
+    Q_PER_TILE: tl.constexpr = BLOCK_M // GROUP
+    offs_r = tl.arange(0, BLOCK_M)
+    off_bh = item // m_tiles
+    off_b = off_bh // n_kv_heads
+    off_hk = off_bh % n_kv_heads
+    offs_i = (item % m_tiles) * Q_PER_TILE + offs_r // GROUP  # query position
+    offs_h = off_hk * GROUP + offs_r % GROUP  # query head
+    row_ok = (offs_r < Q_PER_TILE * GROUP) & (offs_i < seqlen_q)
+    return off_b, off_hk, offs_i, offs_h, row_ok
+
+
+@triton.jit
+def _tile_step(q, k, v, key_ok, m_i, l_i, acc, qk_scale):
+    """The split-KV kernel's online-softmax step over one tile of keys: (m_i, l_i, acc) updated."""
+    qk = tl.dot(q, tl.trans(k))
+    qk = tl.where(key_ok[None, :], qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp2(-inf - 0) = 0
+    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _store_item(
+    O, LSE, off_b, offs_i, offs_h, row_ok, d_ok, m_i, l_i, acc, stride_ob, stride_os, stride_oh, n_heads, seqlen_q
+):
+    """An item's output and log-sum-exp; a sequence of no keys writes zeros and LSE = -inf."""
+    offs_d = tl.arange(0, acc.shape[1])
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    o_ptrs = O + off_b.to(tl.int64) * stride_ob + offs_i[:, None] * stride_os + offs_h[:, None] * stride_oh
+    tl.store(
+        o_ptrs + offs_d[None, :], (acc / l_safe[:, None]).to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :]
+    )
+    tl.store(LSE + (off_b * n_heads + offs_h) * seqlen_q + offs_i, lse, mask=row_ok)
+
+
+@triton.jit
+def _by_capacity(
     Q,
     K_CACHE,
     V_CACHE,
@@ -88,13 +139,13 @@ def _persistent_decode(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     GROUP: tl.constexpr,
+    MAX_ITEMS: tl.constexpr,
 ):
-    """Program p: items p, p + P, ... (item = (sequence x KV head) x m_tiles + query tile), each the split-KV
-    kernel's program without splits, their key tiles walked as one fused loop."""
-    Q_PER_TILE: tl.constexpr = BLOCK_M // GROUP
+    """Program p: items p, p + P, ..., each over the cache's capacity (the keys past its sequence masked), the item
+    and tile loops fused by Triton (``flatten``), which needs the same trip count for every item. MAX_ITEMS is
+    unused here (the by-length kernel's bound)."""
     n_heads = n_kv_heads * GROUP
     n_tiles = tl.cdiv(cache_len, BLOCK_N)  # the same for every item, so that the loops can be fused
-    offs_r = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -102,21 +153,9 @@ def _persistent_decode(
     # both the fused loop's prologue and its epilogue use would have to live across the whole pipeline.
     item_out = tl.program_id(0) - tl.num_programs(0)
     for item in tl.range(tl.program_id(0), n_items, tl.num_programs(0), flatten=True):
-        off_bh = item // m_tiles
-        off_b = off_bh // n_kv_heads
-        off_hk = off_bh % n_kv_heads
-        offs_i = (item % m_tiles) * Q_PER_TILE + offs_r // GROUP  # query position
-        offs_h = off_hk * GROUP + offs_r % GROUP  # query head
-        row_ok = (offs_r < Q_PER_TILE * GROUP) & (offs_i < seqlen_q)
-        q = tl.load(
-            Q
-            + off_b.to(tl.int64) * stride_qb
-            + offs_i[:, None] * stride_qs
-            + offs_h[:, None] * stride_qh
-            + offs_d[None, :],
-            mask=row_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
+        off_b, off_hk, offs_i, offs_h, row_ok = _item_rows(item, m_tiles, n_kv_heads, seqlen_q, BLOCK_M, GROUP)
+        q_ptrs = Q + off_b.to(tl.int64) * stride_qb + offs_i[:, None] * stride_qs + offs_h[:, None] * stride_qh
+        q = tl.load(q_ptrs + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
         seqlen_k = tl.minimum(tl.load(CACHE_SEQLENS + off_b), cache_len)
         k_base = K_CACHE + off_b.to(tl.int64) * stride_kb + off_hk * stride_kh
         v_base = V_CACHE + off_b.to(tl.int64) * stride_vb + off_hk * stride_vh
@@ -128,36 +167,127 @@ def _persistent_decode(
             key_ok = offs_n < seqlen_k
             kv_mask = key_ok[:, None] & d_ok[None, :]
             k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=kv_mask, other=0.0)
-            qk = tl.dot(q, tl.trans(k))
-            qk = tl.where(key_ok[None, :], qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp2(-inf - 0) = 0
-            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=kv_mask, other=0.0)
-            acc = acc * alpha[:, None]
-            acc = tl.dot(p.to(v.dtype), v, acc)
-            m_i = m_new
+            m_i, l_i, acc = _tile_step(q, k, v, key_ok, m_i, l_i, acc, qk_scale)
 
         item_out += tl.num_programs(0)
-        off_bh_out = item_out // m_tiles
-        off_b_out = off_bh_out // n_kv_heads
-        offs_i_out = (item_out % m_tiles) * Q_PER_TILE + offs_r // GROUP
-        offs_h_out = (off_bh_out % n_kv_heads) * GROUP + offs_r % GROUP
-        rows_out = (offs_r < Q_PER_TILE * GROUP) & (offs_i_out < seqlen_q)
-        l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # a sequence of no keys writes zeros and LSE = -inf
-        lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
-        tl.store(
-            O
-            + off_b_out.to(tl.int64) * stride_ob
-            + offs_i_out[:, None] * stride_os
-            + offs_h_out[:, None] * stride_oh
-            + offs_d[None, :],
-            (acc / l_safe[:, None]).to(O.dtype.element_ty),
-            mask=rows_out[:, None] & d_ok[None, :],
+        off_b, _, offs_i, offs_h, row_ok = _item_rows(item_out, m_tiles, n_kv_heads, seqlen_q, BLOCK_M, GROUP)
+        _store_item(
+            O,
+            LSE,
+            off_b,
+            offs_i,
+            offs_h,
+            row_ok,
+            d_ok,
+            m_i,
+            l_i,
+            acc,
+            stride_ob,
+            stride_os,
+            stride_oh,
+            n_heads,
+            seqlen_q,
         )
-        tl.store(LSE + (off_b_out * n_heads + offs_h_out) * seqlen_q + offs_i_out, lse, mask=rows_out)
+
+
+@triton.jit
+def _by_length(
+    Q,
+    K_CACHE,
+    V_CACHE,
+    CACHE_SEQLENS,
+    O,
+    LSE,
+    stride_qb,
+    stride_qs,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_ob,
+    stride_os,
+    stride_oh,
+    n_items,
+    n_kv_heads,
+    m_tiles,
+    seqlen_q,
+    cache_len,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr,
+    MAX_ITEMS: tl.constexpr,
+):
+    """Program p: items p, p + P, ... (at most MAX_ITEMS), each over its own sequence's tiles, as the split-KV kernel
+    walks them, in one loop over all of them written by hand. The items' tile counts are read once, into registers,
+    so a step's item, tile and whether it ends its item are functions of the step number alone: the pipeliner can
+    work out a later step's addresses, the next item's included, with no load in the way."""
+    n_heads = n_kv_heads * GROUP
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    offs_n0 = tl.arange(0, BLOCK_N)
+    slots = tl.arange(0, MAX_ITEMS)
+    items = tl.program_id(0) + slots * tl.num_programs(0)
+    has_item = items < n_items
+    seq = items // m_tiles // n_kv_heads
+    lengths = tl.minimum(tl.load(CACHE_SEQLENS + seq, mask=has_item, other=0), cache_len)
+    # an empty sequence still takes one (fully masked) step, which writes its zeros and LSE = -inf
+    tiles = tl.where(has_item, tl.maximum(tl.cdiv(lengths, BLOCK_N), 1), 0)
+    ends = tl.cumsum(tiles, 0)  # the step after each item's last
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for step in tl.range(0, tl.sum(tiles, 0)):
+        slot = tl.sum((ends <= step).to(tl.int32), 0)  # this step's item
+        this = slots == slot
+        end = tl.sum(tl.where(this, ends, 0), 0)
+        tile = step - (end - tl.sum(tl.where(this, tiles, 0), 0))
+        seqlen_k = tl.sum(tl.where(this, lengths, 0), 0)
+        off_b, off_hk, offs_i, offs_h, row_ok = _item_rows(
+            tl.program_id(0) + slot * tl.num_programs(0), m_tiles, n_kv_heads, seqlen_q, BLOCK_M, GROUP
+        )
+        q_ptrs = Q + off_b.to(tl.int64) * stride_qb + offs_i[:, None] * stride_qs + offs_h[:, None] * stride_qh
+        q = tl.load(q_ptrs + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # an L2 hit, mostly
+        offs_n = tile * BLOCK_N + offs_n0
+        key_ok = offs_n < seqlen_k
+        kv_mask = key_ok[:, None] & d_ok[None, :]
+        k_base = K_CACHE + off_b.to(tl.int64) * stride_kb + off_hk * stride_kh
+        v_base = V_CACHE + off_b.to(tl.int64) * stride_vb + off_hk * stride_vh
+        k = tl.load(k_base + offs_n[:, None] * stride_ks + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vs + offs_d[None, :], mask=kv_mask, other=0.0)
+        m_i, l_i, acc = _tile_step(q, k, v, key_ok, m_i, l_i, acc, qk_scale)
+        last = step == end - 1
+        if last:
+            _store_item(
+                O,
+                LSE,
+                off_b,
+                offs_i,
+                offs_h,
+                row_ok,
+                d_ok,
+                m_i,
+                l_i,
+                acc,
+                stride_ob,
+                stride_os,
+                stride_oh,
+                n_heads,
+                seqlen_q,
+            )
+        # the next item starts afresh
+        m_i = tl.where(last, float("-inf"), m_i)
+        l_i = tl.where(last, 0.0, l_i)
+        acc = tl.where(last, 0.0, acc)
+
+
+KERNELS = {"capacity": _by_capacity, "length": _by_length}
 
 
 def parse_config(text: str) -> dk.DecodeConfig:
@@ -166,8 +296,9 @@ def parse_config(text: str) -> dk.DecodeConfig:
     return dk.DecodeConfig(block_n, warps, stages, per_sm)
 
 
-def persistent_call(q, k_cache, v_cache, seqlens, config: dk.DecodeConfig, sms: int):
-    """A call of the persistent kernel over a contiguous cache: (call, its output, its LSE (B, H, Sq))."""
+def persistent_call(q, k_cache, v_cache, seqlens, config: dk.DecodeConfig, sms: int, walk: str = "capacity"):
+    """A call of a persistent kernel (``walk``: each item over the cache's ``capacity``, or over its sequence's
+    ``length``) over a contiguous cache: (call, its output, its LSE (B, H, Sq))."""
     batch, seqlen_q, n_heads, head_dim = q.shape
     n_kv_heads = k_cache.shape[2]
     group = n_heads // n_kv_heads
@@ -179,9 +310,11 @@ def persistent_call(q, k_cache, v_cache, seqlens, config: dk.DecodeConfig, sms: 
     lse = torch.empty(batch, n_heads, seqlen_q, device=q.device, dtype=torch.float32)
     grid = (min(n_items, config.programs_per_sm * sms),)
     block_d = triton.next_power_of_2(head_dim)
+    max_items = triton.next_power_of_2(triton.cdiv(n_items, grid[0])) if walk == "length" else 1
+    kernel = KERNELS[walk]
 
     def call():
-        _persistent_decode[grid](
+        kernel[grid](
             q,
             k_cache,
             v_cache,
@@ -203,6 +336,7 @@ def persistent_call(q, k_cache, v_cache, seqlens, config: dk.DecodeConfig, sms: 
             BLOCK_M=block_m,
             BLOCK_N=config.block_n,
             GROUP=group,
+            MAX_ITEMS=max_items,
             num_warps=config.warps,
             num_stages=config.stages,
         )
@@ -211,10 +345,10 @@ def persistent_call(q, k_cache, v_cache, seqlens, config: dk.DecodeConfig, sms: 
     return call, out, lse
 
 
-def check(device: str) -> int:
-    """The kernel's output and LSE against ``flash_attn_with_kvcache`` on uneven lengths (an empty sequence, one
+def check(device: str, walks=tuple(KERNELS)) -> int:
+    """Each kernel's output and LSE against ``flash_attn_with_kvcache`` on uneven lengths (an empty sequence, one
     shorter than a tile, one that ends inside a tile), more items than programs, MHA/GQA/MQA and 1-3 queries.
-    Prints one line per case; returns how many failed."""
+    Prints one line per kernel and case; returns how many failed."""
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     tol = 2e-5 if dtype == torch.float32 else 2e-2
     config = dk.DecodeConfig(32, 4, 2, 1) if device == "cpu" else dk.DecodeConfig(128, 8, 3, 1)
@@ -232,24 +366,25 @@ def check(device: str) -> int:
         v_cache = torch.randn(batch, cache, kv_heads, head_dim, generator=g, **kw)
         lengths = [0, 17, cache, cache - 5][:batch] if batch > 2 else [cache - 6, 33][:batch]
         seqlens = torch.tensor(lengths, dtype=torch.int32, device=device)
-        call, out, lse = persistent_call(q, k_cache, v_cache, seqlens, config, programs)
-        call()
         want, want_lse = flashdoc.flash_attn_with_kvcache(
             q, k_cache, v_cache, cache_seqlens=seqlens, return_softmax_lse=True
         )
-        err = (out.float() - want.float()).abs().max().item()
         finite = want_lse.isfinite()
-        lse_ok = torch.equal(finite, lse.isfinite()) and (
-            (lse[finite] - want_lse[finite]).abs().max().item() < tol if finite.any() else True
-        )
-        ok = err < tol and lse_ok
-        failed += not ok
-        print(
-            f"{'ok  ' if ok else 'FAIL'} batch {batch} cache {cache} heads {heads}/{kv_heads} d {head_dim} "
-            f"seqlen_q {seqlen_q} lengths {lengths} programs {programs}: max |out - API| {err:.1e}, LSE "
-            f"{'agrees' if lse_ok else 'differs'}",
-            flush=True,
-        )
+        for walk in walks:
+            call, out, lse = persistent_call(q, k_cache, v_cache, seqlens, config, programs, walk)
+            call()
+            err = (out.float() - want.float()).abs().max().item()
+            lse_ok = torch.equal(finite, lse.isfinite()) and (
+                (lse[finite] - want_lse[finite]).abs().max().item() < tol if finite.any() else True
+            )
+            ok = err < tol and lse_ok
+            failed += not ok
+            print(
+                f"{'ok  ' if ok else 'FAIL'} by {walk}: batch {batch} cache {cache} heads {heads}/{kv_heads} "
+                f"d {head_dim} seqlen_q {seqlen_q} lengths {lengths} programs {programs}: max |out - API| "
+                f"{err:.1e}, LSE {'agrees' if lse_ok else 'differs'}",
+                flush=True,
+            )
     return failed
 
 
@@ -262,9 +397,9 @@ def aot(configs) -> None:
 
     from benchmarks.kernels.code_hash import ptxas_info
 
-    kernel = _persistent_decode
-    for config in configs:
-        constants = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=config.block_n, GROUP=4)
+    for (walk, kernel), config in itertools.product(KERNELS.items(), configs):
+        # MAX_ITEMS: 64 x 4k's 512 items over one program an SM take at most 4 each
+        constants = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=config.block_n, GROUP=4, MAX_ITEMS=4)
         sig, consts, attrs = {}, {}, {}
         for i, name in enumerate(kernel.arg_names):
             if name in constants:
@@ -284,13 +419,14 @@ def aot(configs) -> None:
             options=dict(num_warps=config.warps, num_stages=config.stages),
         )
         loops = ", ".join(describe_loops(compiled.asm["ttgir"]))
-        print(f"{config}: {loops}; {ptxas_info(compiled)}, {compiled.metadata.shared // 1024} KiB shared")
+        print(f"by {walk}, {config}: {loops}; {ptxas_info(compiled)}, {compiled.metadata.shared // 1024} KiB shared")
 
 
 def describe_loops(ttgir: str) -> list:
     """One phrase per loop of a kernel's TTGIR: nested or not, and how many asynchronous loads it carries from one
-    iteration to the next (tiles the pipeliner issued ahead). Fused and pipelined, the kernel has a top-level loop
-    carrying them; the nest it came from survives only in the branch for a cache of no tiles."""
+    iteration to the next (tiles the pipeliner issued ahead). Fused and pipelined, the by-capacity kernel has a
+    top-level loop carrying them, and the nest it came from survives only in the branch for a cache of no tiles;
+    the by-length kernel has one loop, written so."""
     phrases, depth_of = [], []
     for line in ttgir.splitlines():
         indent = len(line) - len(line.lstrip())
@@ -304,8 +440,8 @@ def describe_loops(ttgir: str) -> list:
 
 
 def time_points(points, configs, split_kv_configs=(), out_path=None) -> list:
-    """Graph-timed TB/s of the split-KV kernel at the table's entry and at ``split_kv_configs``, the persistent
-    kernel at each of ``configs`` and SDPA-cuDNN, per point; printed as rows and written to ``out_path`` as JSON."""
+    """Graph-timed TB/s of the split-KV kernel at the table's entry and at ``split_kv_configs``, both persistent
+    kernels at each of ``configs`` and SDPA-cuDNN, per point; printed as rows and written to ``out_path`` as JSON."""
     sms = dk.num_sms(0)
     rows = []
     for batch, cache in points:
@@ -315,8 +451,8 @@ def time_points(points, configs, split_kv_configs=(), out_path=None) -> list:
         for config in [table, *(c for c in split_kv_configs if c != table)]:
             label = "split-KV (table's) " if config == table else "split-KV "
             methods[f"{label}{config}"] = [bench.config_call(*x, config)[0] for x in inputs]
-        for config in configs:
-            methods[f"persistent {config}"] = [persistent_call(*x[:4], config, sms)[0] for x in inputs]
+        for walk, config in itertools.product(KERNELS, configs):
+            methods[f"persistent by {walk} {config}"] = [persistent_call(*x[:4], config, sms, walk)[0] for x in inputs]
         methods["sdpa-cudnn"] = [bench.sdpa_call("CUDNN_ATTENTION", *x[:3]) for x in inputs]
         rounds = {name: [] for name in methods}
         names = list(methods)

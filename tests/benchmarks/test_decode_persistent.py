@@ -1,6 +1,6 @@
-"""The persistent decode experiment (benchmarks/kernels/decode_persistent.py) off the GPU: its kernel agrees with
-``flash_attn_with_kvcache`` in Triton's interpreter, the check catches a kernel that does not, and the TTGIR reading
-that says whether the loops were fused. (The timing needs a GPU.)"""
+"""The persistent decode experiment (benchmarks/kernels/decode_persistent.py) off the GPU: both its kernels agree
+with ``flash_attn_with_kvcache`` in Triton's interpreter, the check catches a kernel that does not, and the TTGIR
+reading that says whether the loops were fused. (The timing needs a GPU.)"""
 
 import pytest
 import torch
@@ -16,15 +16,15 @@ def test_kernel_agrees_with_the_api():
 
 
 def test_check_catches_a_wrong_kernel(monkeypatch):
-    """One key fewer for the last sequence: every case must fail."""
+    """One key fewer for the last sequence: every case of both kernels must fail."""
     right = exp.persistent_call
 
-    def one_key_short(q, k_cache, v_cache, seqlens, config, sms):
+    def one_key_short(q, k_cache, v_cache, seqlens, config, sms, walk):
         last = torch.arange(len(seqlens), device=seqlens.device) == len(seqlens) - 1
-        return right(q, k_cache, v_cache, seqlens - last.int(), config, sms)
+        return right(q, k_cache, v_cache, seqlens - last.int(), config, sms, walk)
 
     monkeypatch.setattr(exp, "persistent_call", one_key_short)
-    assert exp.check(DEVICE) == 3
+    assert exp.check(DEVICE) == 2 * 3
 
 
 def test_refuses_a_shape_that_is_not_a_decode_step():
