@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 import flashdoc
+from flashdoc.bert_padding import mask_layout
 from flashdoc.kernels.decode import fits_one_tile
 
 __all__ = ["NAME", "attention_forward", "mask_function", "register"]
@@ -350,10 +351,6 @@ def _per_tensor(tensor: torch.Tensor, kind: str, extra, find):
     return answer
 
 
-def _cu_seqlens(lengths: torch.Tensor) -> torch.Tensor:
-    return F.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
-
-
 def _unpad(q, k, v, mask):
     """Gather the real tokens of a padded batch into flash-attn's packed varlen layout.
 
@@ -374,16 +371,11 @@ def _unpad(q, k, v, mask):
 
 def _find_unpadding(mask, seqlen_q):
     """(index_q, index_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) of a padding mask."""
-    mask = mask.bool()
-    seqlen_k = mask.shape[1]
-    index_k = mask.flatten().nonzero().flatten()
-    lengths_k = mask.sum(-1, dtype=torch.int32)
-    mask_q = mask[:, -seqlen_q:]
-    index_q = index_k if seqlen_q == seqlen_k else mask_q.flatten().nonzero().flatten()
-    lengths_q = lengths_k if seqlen_q == seqlen_k else mask_q.sum(-1, dtype=torch.int32)
-    max_k = int(lengths_k.max())
-    max_q = max_k if seqlen_q == seqlen_k else int(lengths_q.max())
-    return index_q, index_k, _cu_seqlens(lengths_q), _cu_seqlens(lengths_k), max_q, max_k
+    index_k, cu_k, max_k, _ = mask_layout(mask)
+    if seqlen_q == mask.shape[1]:
+        return index_k, index_k, cu_k, cu_k, max_k, max_k
+    index_q, cu_q, max_q, _ = mask_layout(mask[:, -seqlen_q:])
+    return index_q, index_k, cu_q, cu_k, max_q, max_k
 
 
 def _packed(kwargs, batch, seqlen_q, seqlen_k):
