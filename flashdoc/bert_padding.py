@@ -35,8 +35,11 @@ def _check_mask(name: str, mask, hidden_states: torch.Tensor) -> None:
             f"{name} must have shape (batch, seqlen) = {tuple(hidden_states.shape[:2])}, hidden_states' first two "
             f"dimensions, got {tuple(mask.shape)}"
         )
-    if mask.is_floating_point() or mask.is_complex():
-        raise TypeError(f"{name} must be bool or integer (nonzero marks a token), got {mask.dtype}")
+    if mask.is_floating_point() or mask.is_complex():  # an additive mask (0 and -inf) would read as all tokens
+        raise TypeError(
+            f"{name} must be bool or integer (nonzero marks a token), got {mask.dtype}; pass {name}.bool() for a "
+            "0/1 mask"
+        )
 
 
 def index_first_axis(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -47,7 +50,7 @@ def index_first_axis(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tenso
 def index_put_first_axis(values: torch.Tensor, indices: torch.Tensor, first_axis_dim: int) -> torch.Tensor:
     """A tensor of ``first_axis_dim`` rows, zeros but for ``values`` at rows ``indices``, differentiable."""
     out = values.new_zeros(first_axis_dim, *values.shape[1:])
-    return out.index_copy(0, indices, values)
+    return out.index_copy(0, indices.long(), values)  # int32 indices too, as flash-attn takes them
 
 
 def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unused_mask: torch.Tensor = None):
@@ -55,7 +58,8 @@ def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unuse
 
     Args:
         hidden_states: (batch, seqlen, ...).
-        attention_mask: (batch, seqlen), bool or integer, nonzero at real tokens.
+        attention_mask: (batch, seqlen), bool or integer, nonzero at real tokens (flash-attn also takes a float 0/1
+            mask; here a float mask is refused, since an additive one of 0 and -inf would count every token).
         unused_mask: (batch, seqlen), optional, nonzero at tokens allocated to a sequence but not used yet; they
             are packed with it (its ``cu_seqlens`` count them) and ``seqused`` leaves them out, as flash-attn's.
 

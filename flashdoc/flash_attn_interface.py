@@ -6,11 +6,14 @@
 The four packed forms take the tensors that a fused projection produces, Q, K and V stacked in one (or K and V in
 one), with flash-attn's signatures, and call those three on views of their slices: nothing is copied on the way
 in, and autograd gathers the three gradients into one gradient of the stacked tensor. flash-attn's packed backward
-writes that gradient in place; here autograd stacks it, one extra copy of the gradient per call.
+writes that gradient in place; here autograd stacks it, one extra copy of the gradient per call. As in the
+functions they call, ``return_attn_probs=True`` gives ``None`` for the probabilities (they are never formed), and
+the varlen functions take no ``block_table`` (``flash_attn_with_kvcache`` reads paged caches).
 """
 
 import torch
 
+from ._validation import _validate_cu_seqlens, _validate_max_seqlen, _validate_tensor
 from .interface import flash_attn_func, flash_attn_varlen_func
 from .kvcache import flash_attn_with_kvcache
 
@@ -26,7 +29,8 @@ __all__ = [
 
 
 def _unstack(name: str, packed, dim: int, count: int, layout: str):
-    """The ``count`` views of ``packed`` along ``dim``, after checking that it has ``layout``'s shape."""
+    """The ``count`` views of ``packed`` along ``dim``, after checking that it has ``layout``'s shape and a dtype the
+    kernels take (so that an error names the tensor the caller passed, not one of its slices)."""
     if not isinstance(packed, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape {layout}, got {type(packed).__name__}")
     if packed.dim() != len(layout.split(",")) or packed.shape[dim] != count:
@@ -34,6 +38,7 @@ def _unstack(name: str, packed, dim: int, count: int, layout: str):
             f"{name} must have shape {layout}, got {tuple(packed.shape)}; stack the tensors along dim {dim} "
             f"(torch.stack(..., dim={dim}))"
         )
+    _validate_tensor(packed, name, dims=packed.dim())
     return packed.unbind(dim)
 
 
@@ -96,6 +101,8 @@ def flash_attn_varlen_qkvpacked_func(
     stacked on dim 1; the same ``cu_seqlens`` and ``max_seqlen`` serve queries and keys. Every other argument, and
     the result, as ``flash_attn_varlen_func``'s."""
     q, k, v = _unstack("qkv", qkv, 1, 3, "(total, 3, nheads, headdim)")
+    _validate_cu_seqlens(cu_seqlens, "cu_seqlens", qkv)
+    _validate_max_seqlen(max_seqlen, "max_seqlen")
     return flash_attn_varlen_func(
         q,
         k,

@@ -304,9 +304,14 @@ def persistent_call(q, k_cache, v_cache, seqlens, config: dk.DecodeConfig, sms: 
     group = n_heads // n_kv_heads
     if n_heads % n_kv_heads or not dk.fits_one_tile(n_heads, n_kv_heads, seqlen_q):
         raise ValueError(f"q's {n_heads} heads over {n_kv_heads} KV heads x seqlen_q {seqlen_q}: not a decode step")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(-1) != 1:  # the kernels step along the head dim one element at a time
+            raise ValueError(f"{name}'s head dim must have stride 1, got {t.stride(-1)}; pass {name}.contiguous()")
     block_m, m_tiles = dk.query_tiles(group, seqlen_q)
     n_items = batch * n_kv_heads * m_tiles
-    out = torch.empty_like(q)
+    if n_items == 0:
+        raise ValueError(f"q has batch {batch}: a decode step needs at least one sequence")
+    out = torch.empty(q.shape, device=q.device, dtype=q.dtype)  # contiguous, whatever q's strides
     lse = torch.empty(batch, n_heads, seqlen_q, device=q.device, dtype=torch.float32)
     grid = (min(n_items, config.programs_per_sm * sms),)
     block_d = triton.next_power_of_2(head_dim)
@@ -345,26 +350,28 @@ def persistent_call(q, k_cache, v_cache, seqlens, config: dk.DecodeConfig, sms: 
     return call, out, lse
 
 
-def check(device: str, walks=tuple(KERNELS)) -> int:
-    """Each kernel's output and LSE against ``flash_attn_with_kvcache`` on uneven lengths (an empty sequence, one
-    shorter than a tile, one that ends inside a tile), more items than programs, MHA/GQA/MQA and 1-3 queries.
-    Prints one line per kernel and case; returns how many failed."""
+def check(device: str, walks=tuple(KERNELS), config: dk.DecodeConfig = None) -> int:
+    """Each kernel's output and LSE against ``flash_attn_with_kvcache`` on uneven lengths, counted in the config's
+    tiles so that items span several (an empty sequence, one key, a tile less one key, a tile and one key, three
+    tiles and more), more items than programs, MHA/GQA/MQA and 1-3 queries. Prints one line per kernel and case;
+    returns how many failed."""
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     tol = 2e-5 if dtype == torch.float32 else 2e-2
-    config = dk.DecodeConfig(32, 4, 2, 1) if device == "cpu" else dk.DecodeConfig(128, 8, 3, 1)
+    config = config or (dk.DecodeConfig(32, 4, 2, 1) if device == "cpu" else dk.DecodeConfig(128, 8, 3, 1))
+    n = config.block_n
     failed = 0
-    # (batch, cache, heads, KV heads, head dim, seqlen_q, programs): few programs, so each takes several items
-    for batch, cache, heads, kv_heads, head_dim, seqlen_q, programs in [
-        (3, 100, 4, 2, 32, 1, 2),
-        (2, 70, 4, 1, 40, 1, 1),
-        (2, 64, 2, 2, 64, 3, 3),
+    # (cache, heads, KV heads, head dim, seqlen_q, programs, lengths): few programs, so each takes several items
+    for cache, heads, kv_heads, head_dim, seqlen_q, programs, lengths in [
+        (3 * n + 4, 4, 2, 32, 1, 2, [0, 1, 3 * n + 4]),
+        (2 * n + 6, 4, 1, 40, 1, 1, [n - 1, n + 1]),
+        (2 * n, 2, 2, 64, 3, 3, [2 * n - 6, n]),
     ]:
-        g = torch.Generator(device=device).manual_seed(batch * cache)
+        batch = len(lengths)
+        g = torch.Generator(device=device).manual_seed(cache)
         kw = dict(device=device, dtype=dtype)
         q = torch.randn(batch, seqlen_q, heads, head_dim, generator=g, **kw)
         k_cache = torch.randn(batch, cache, kv_heads, head_dim, generator=g, **kw)
         v_cache = torch.randn(batch, cache, kv_heads, head_dim, generator=g, **kw)
-        lengths = [0, 17, cache, cache - 5][:batch] if batch > 2 else [cache - 6, 33][:batch]
         seqlens = torch.tensor(lengths, dtype=torch.int32, device=device)
         want, want_lse = flashdoc.flash_attn_with_kvcache(
             q, k_cache, v_cache, cache_seqlens=seqlens, return_softmax_lse=True

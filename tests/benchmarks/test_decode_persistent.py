@@ -15,6 +15,11 @@ def test_kernel_agrees_with_the_api():
     assert exp.check(DEVICE) == 0
 
 
+def test_kernels_agree_over_the_gpu_check_tiles():
+    """The check the timing runs first on a GPU: 128-key tiles, each item spanning several."""
+    assert exp.check(DEVICE, config=dk.DecodeConfig(128, 8, 3, 1)) == 0
+
+
 def test_check_catches_a_wrong_kernel(monkeypatch):
     """One key fewer for the last sequence: every case of both kernels must fail."""
     right = exp.persistent_call
@@ -34,6 +39,17 @@ def test_refuses_a_shape_that_is_not_a_decode_step():
         exp.persistent_call(
             q, cache, cache, torch.zeros(1, dtype=torch.int32, device=DEVICE), exp.parse_config("32,4,2,1"), 1
         )
+
+
+def test_refuses_strides_the_kernels_do_not_take_and_an_empty_batch():
+    config = exp.parse_config("32,4,2,1")
+    cache = torch.zeros(1, 64, 2, 32, device=DEVICE)
+    seqlens = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    q = torch.zeros(1, 1, 32, 8, device=DEVICE).transpose(2, 3)  # (1, 1, 8, 32), head dim stride 8
+    with pytest.raises(ValueError, match="q's head dim must have stride 1, got 8"):
+        exp.persistent_call(q, cache, cache, seqlens, config, 1)
+    with pytest.raises(ValueError, match="q has batch 0"):
+        exp.persistent_call(torch.zeros(0, 1, 8, 32, device=DEVICE), cache[:0], cache[:0], seqlens[:0], config, 1)
 
 
 def test_parse_config():

@@ -46,6 +46,22 @@ def test_unused_tokens_are_packed_but_not_used():
     assert cu_seqlens.tolist() == [0, 3, 6] and max_seqlen == 3 and seqused.tolist() == [2, 1]
 
 
+def test_any_nonzero_value_marks_a_token_and_an_empty_batch_has_none():
+    mask = torch.tensor([[2, 0, -1], [0, 1, 0]], device=DEVICE)  # counted as tokens: nonzero, not summed
+    _, indices, cu_seqlens, max_seqlen, seqused = unpad_input(torch.randn(2, 3, 4, device=DEVICE), mask)
+    assert indices.tolist() == [0, 2, 4] and cu_seqlens.tolist() == [0, 2, 3] and seqused.tolist() == [2, 1]
+    packed, indices, cu_seqlens, max_seqlen, _ = unpad_input(
+        torch.randn(0, 3, 4, device=DEVICE), torch.zeros(0, 3, dtype=torch.bool, device=DEVICE)
+    )
+    assert packed.shape == (0, 4) and cu_seqlens.tolist() == [0] and max_seqlen == 0
+
+
+def test_pad_input_takes_int32_indices_as_flash_attn_does():
+    values = torch.randn(2, 3, device=DEVICE)
+    out = pad_input(values, torch.tensor([3, 0], dtype=torch.int32, device=DEVICE), 2, 2)
+    torch.testing.assert_close(out.reshape(4, 3)[[3, 0]], values, rtol=0, atol=0)
+
+
 def test_index_helpers_are_each_others_inverse():
     values = torch.randn(3, 4, device=DEVICE)
     indices = torch.tensor([5, 0, 2], device=DEVICE)
@@ -74,7 +90,11 @@ def test_varlen_round_trip_attends_each_sequence_alone():
 @pytest.mark.parametrize(
     "make_mask,error,match",
     [
-        (lambda: torch.ones(4, 5, device=DEVICE), TypeError, r"attention_mask must be bool or integer"),
+        (
+            lambda: torch.ones(4, 5, device=DEVICE),
+            TypeError,
+            r"attention_mask must be bool or integer .* pass attention_mask.bool\(\) for a 0/1 mask",
+        ),
         (
             lambda: torch.ones(4, 5, 1, dtype=torch.bool, device=DEVICE),
             ValueError,

@@ -31,30 +31,36 @@ def test_exports_flash_attns_seven_functions():
     assert fai.flash_attn_with_kvcache is flashdoc.flash_attn_with_kvcache
 
 
+# flash-attn 2.8's signatures of its packed functions, written out: the options after the tensors, with defaults
+OPTIONS = [
+    ("dropout_p", 0.0),
+    ("softmax_scale", None),
+    ("causal", False),
+    ("window_size", (-1, -1)),
+    ("softcap", 0.0),
+    ("alibi_slopes", None),
+    ("deterministic", False),
+    ("return_attn_probs", False),
+]
+
+
 @pytest.mark.parametrize(
-    "packed,unpacked,leading",
+    "name,tensors",
     [
-        ("flash_attn_qkvpacked_func", "flash_attn_func", ["qkv"]),
-        ("flash_attn_kvpacked_func", "flash_attn_func", ["q", "kv"]),
-        ("flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_func", ["qkv", "cu_seqlens", "max_seqlen"]),
+        ("flash_attn_qkvpacked_func", ["qkv"]),
+        ("flash_attn_kvpacked_func", ["q", "kv"]),
+        ("flash_attn_varlen_qkvpacked_func", ["qkv", "cu_seqlens", "max_seqlen"]),
         (
             "flash_attn_varlen_kvpacked_func",
-            "flash_attn_varlen_func",
             ["q", "kv", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"],
         ),
     ],
 )
-def test_signatures_are_flash_attns(packed, unpacked, leading):
-    """flash-attn's order: the tensors, then the options of the unpacked function with its defaults."""
-    params = inspect.signature(getattr(fai, packed)).parameters
-    options = [
-        p for p in inspect.signature(getattr(flashdoc, unpacked)).parameters.values() if p.default is not p.empty
-    ]
-    options = [p for p in options if p.kind is not p.KEYWORD_ONLY]  # flashdoc's own return_lse keyword
-    assert list(params)[: len(leading)] == leading
-    assert [(p.name, p.default) for p in list(params.values())[len(leading) :]] == [
-        (p.name, p.default) for p in options
-    ]
+def test_signatures_are_flash_attns(name, tensors):
+    params = list(inspect.signature(getattr(fai, name)).parameters.values())
+    assert [p.name for p in params[: len(tensors)]] == tensors
+    assert all(p.default is p.empty for p in params[: len(tensors)])
+    assert [(p.name, p.default) for p in params[len(tensors) :]] == OPTIONS
 
 
 def _twin(packed, dim):
@@ -161,6 +167,21 @@ def test_refuses_a_tensor_stacked_otherwise(call, match):
 
     with pytest.raises(ValueError, match=match):
         call(t)
+
+
+def test_errors_name_the_arguments_the_caller_passed():
+    """Checks of the packed tensor and of the varlen form's one cu_seqlens and max_seqlen use those names, not the
+    names of the function the wrapper calls."""
+    qkv = torch.zeros(8, 3, 2, 16, device=DEVICE)
+    cu = torch.tensor([0, 8], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(TypeError, match="qkv has dtype torch.int64"):
+        fai.flash_attn_qkvpacked_func(torch.zeros(1, 4, 3, 2, 16, dtype=torch.int64, device=DEVICE))
+    with pytest.raises(TypeError, match="kv has dtype torch.float64"):
+        fai.flash_attn_kvpacked_func(torch.zeros(1, 4, 2, 16), torch.zeros(1, 4, 2, 2, 16, dtype=torch.float64))
+    with pytest.raises(TypeError, match="cu_seqlens has dtype torch.int64"):
+        fai.flash_attn_varlen_qkvpacked_func(qkv, cu.long(), 8)
+    with pytest.raises(TypeError, match="max_seqlen must be an int"):
+        fai.flash_attn_varlen_qkvpacked_func(qkv, cu, torch.tensor(8))
 
 
 def test_refuses_a_list_of_tensors():
