@@ -13,7 +13,8 @@ padding mask's tokens are and how long each row is.
 import torch
 import torch.nn.functional as F
 
-__all__ = ["index_first_axis", "index_put_first_axis", "mask_layout", "pad_input", "unpad_input"]
+# flash-attn's names; mask_layout is flashdoc's own, shared with the transformers integration
+__all__ = ["index_first_axis", "index_put_first_axis", "pad_input", "unpad_input"]
 
 
 def mask_layout(attention_mask: torch.Tensor) -> tuple:

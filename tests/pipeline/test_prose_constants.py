@@ -71,3 +71,13 @@ def test_recorded_tile_tables_match_the_package(tmp_path):
         assert (tmp_path / name).read_text() == recorded, (
             f"{name} differs from the package's tables: python -m tools.record_snippets triton/tile_configs"
         )
+
+
+@pytest.mark.parametrize("module", ["flash_attn_interface", "bert_padding"])
+def test_usage_page_names_every_function_of_flash_attns_modules(module):
+    """The usage page's section on flash-attn's other functions names each one the module exports."""
+    import importlib
+
+    names = importlib.import_module(f"flashdoc.{module}").__all__
+    missing = [name for name in names if f"`{name}" not in USAGE.read_text()]
+    assert not missing, f"docs/usage.md does not name flashdoc.{module}'s {missing}"
