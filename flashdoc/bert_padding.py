@@ -70,12 +70,13 @@ def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unuse
         the cumulative lengths, the longest length, and each sequence's count of real tokens.
     """
     _check_mask("attention_mask", attention_mask, hidden_states)
-    counted = attention_mask.bool()
-    if unused_mask is not None:
+    real = attention_mask.bool()
+    if unused_mask is None:
+        indices, cu_seqlens, max_seqlen, seqused = mask_layout(real)
+    else:
         _check_mask("unused_mask", unused_mask, hidden_states)
-        counted = counted | unused_mask.bool()
-    indices, cu_seqlens, max_seqlen, _ = mask_layout(counted)
-    seqused = attention_mask.bool().sum(-1, dtype=torch.int32)
+        indices, cu_seqlens, max_seqlen, _ = mask_layout(real | unused_mask.bool())
+        seqused = real.sum(-1, dtype=torch.int32)
     packed = index_first_axis(hidden_states.flatten(0, 1), indices)
     return packed, indices, cu_seqlens, max_seqlen, seqused
 
