@@ -68,7 +68,7 @@ def test_recording_backs_faster_than_both_pytorch_backends_in_every_row(results,
 
 
 def test_recording_backs_forward_backward_clears_one_and_a_half_flash_backend_everywhere(results, post):
-    said = claim(post, "In every row it is at least 1.5 times as fast: the lowest ratio at any length is")
+    said = claim(post, "In every forward-and-backward row it is at least 1.5 times as fast: the lowest ratio at any")
     assert min(c["min"] for c in rows(results, "fwd_bwd", "sdpa-flash")) >= 1.5, said
 
 
@@ -276,6 +276,26 @@ def test_recording_backs_heads_cost_the_flops_of_one_and_h_times_the_score_memor
     assert flops[0] == flops[1] and scores[0] == h * scores[1], (said, flops, scores)
 
 
+def test_recording_backs_unscaled_gradient_grows_shrinks_then_collapses():
+    """Part 1's reading of the saturation table: without the scale the share of one-hot rows grows at every d_k;
+    the median gradient grows first, then shrinks, and collapses between the two largest d_k, where most rows
+    become saturated; at d_k = 64 it is larger than the scaled gradient."""
+    post = read_post("attention-deep-dive.md")
+    said = claim(post, "What grows steadily is saturation: the share of rows that are almost one-hot.")
+    rows_ = table("attention/scale_saturation/saturation.md")
+    dims = sorted(rows_, key=int)
+    share = [number(rows_[d][4]) for d in dims]
+    assert all(a < b for a, b in zip(share, share[1:])), (said, share)
+    said = claim(post, "so the typical gradient first grows, then shrinks as more rows saturate, and collapses once")
+    grad = [float(rows_[d][6]) for d in dims]
+    peak = grad.index(max(grad))
+    assert 0 < peak < len(grad) - 1, (said, grad)
+    assert all(a >= b for a, b in zip(grad[peak:], grad[peak + 1 :])), (said, grad)
+    assert grad[-1] < 0.1 * grad[-2] and share[-2] <= 50 < share[-1], (said, grad, share)
+    said = claim(post, "At $d_k = 64$ the unscaled gradient is not small at all: it is *larger* than the scaled one")
+    assert float(rows_["64"][6]) > float(rows_["64"][7]), said
+
+
 def test_recording_backs_gpt3_scores_against_weights():
     said = claim(
         read_post("attention-deep-dive.md"),
@@ -341,6 +361,27 @@ def test_recording_backs_overlaps_rank_as_the_post_says():
         said,
         busy,
     )
+
+
+def test_recording_backs_hopper_forward_level_with_cudnn_only_from_2k(results):
+    """Part 5: the Hopper forward brings flashdoc level with or a little ahead of cuDNN on average at head
+    dimensions 64 and 128 from 2k tokens up, and cuDNN stays ahead at the shorter lengths."""
+    post = read_post("flashattention-on-hopper.md")
+    said = claim(post, "from 2k tokens up it brings the forward at head dimensions 64 and 128 level with or a little")
+    means = [c["geomean"] for c in rows(results, "fwd", "sdpa-cudnn", (64, 128))]
+    assert min(means) >= 0.97 and max(means) <= 1.15, (said, means)
+    said = claim(post, "(at shorter lengths cuDNN stays ahead)")
+    speed = {
+        (r["peer"], r["dtype"], r["head_dim"], r["causal"], r["seqlen"]): r["tflops"]
+        for r in results["records"]
+        if r["kind"] == "speed" and r["status"] == "ok" and r["mode"] == "fwd" and r["seqlen"] < 2048
+    }
+    short = {
+        key: rate / speed[("sdpa-cudnn", *key[1:])]
+        for key, rate in speed.items()
+        if key[0] == "flashdoc" and key[2] in (64, 128) and ("sdpa-cudnn", *key[1:]) in speed
+    }
+    assert short and max(short.values()) < 1, (said, short)
 
 
 @pytest.mark.parametrize("capability,hopper", [((8, 0), False), ((8, 9), False), ((9, 0), True), ((10, 0), False)])
