@@ -25,11 +25,15 @@ def measure(d_k, scaled):
     # stands in for dLoss/dweights from the rest of the network
     upstream = torch.randn_like(weights)
     (weights * upstream).sum().backward()
+    top = weights.max(dim=-1).values  # each row's largest weight
     return dict(
         var=logits.var().item(),
-        max_weight=weights.max(dim=-1).values.mean().item(),  # 1/64 = uniform, 1.0 = one-hot
-        one_hot=(weights.max(dim=-1).values > 0.99).float().mean().item(),  # rows that are (almost) one-hot
-        grad=q.grad.norm(dim=-1).median().item(),  # size of the gradient reaching each query
+        # 1/64 = uniform, 1.0 = one-hot
+        max_weight=top.mean().item(),
+        # rows that are (almost) one-hot
+        one_hot=(top > 0.99).float().mean().item(),
+        # size of the gradient reaching each query
+        grad=q.grad.norm(dim=-1).median().item(),
     )
 
 
@@ -53,7 +57,10 @@ for d in dims:
         f"{u['one_hot']:.0%} | {s['one_hot']:.0%} | {u['grad']:.2e} | {s['grad']:.2e} |"
     )
 table = "\n".join(rows) + "\n"
-print(f"{n_queries} queries, {n_keys} keys each (a uniform softmax puts {1 / n_keys:.3f} on every key)\n")
+print(
+    f"{n_queries} queries, {n_keys} keys each "
+    f"(a uniform softmax puts {1 / n_keys:.3f} on every key)\n"
+)
 print(table)
 with open("saturation.md", "w") as f:
     f.write(table)
@@ -61,8 +68,9 @@ with open("saturation.md", "w") as f:
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
 for scaled, style in ((False, "o-"), (True, "s-")):
     label = "q·k / √d_k" if scaled else "q·k (no scale)"
-    left.plot(dims, [results[d, scaled]["max_weight"] for d in dims], style, label=label)
-    right.plot(dims, [results[d, scaled]["grad"] for d in dims], style, label=label)
+    runs = [results[d, scaled] for d in dims]
+    left.plot(dims, [r["max_weight"] for r in runs], style, label=label)
+    right.plot(dims, [r["grad"] for r in runs], style, label=label)
 left.axhline(1 / n_keys, color="grey", ls=":", label="uniform (1/64)")
 left.set(
     xscale="log",

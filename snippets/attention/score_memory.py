@@ -15,7 +15,8 @@ def emit(filename, text):
 torch.manual_seed(0)
 d = 64  # head dimension
 rows = [
-    "| N | scores S (bytes) | = N² × 4? | S in MiB | kept for backward (MiB) | of which N × N (MiB) |",
+    "| N | scores S (bytes) | = N² × 4? | S in MiB "
+    "| kept for backward (MiB) | of which N × N (MiB) |",
     "|---|---|---|---|---|---|",
 ]
 
@@ -25,7 +26,8 @@ for n in (1024, 2048, 4096, 8192):
     saved = {}  # storage address -> (bytes, shape) of each tensor saved for backward
 
     def keep(t):
-        saved[t.untyped_storage().data_ptr()] = (t.untyped_storage().nbytes(), tuple(t.shape))
+        storage = t.untyped_storage()
+        saved[storage.data_ptr()] = (storage.nbytes(), tuple(t.shape))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
@@ -45,7 +47,10 @@ table = "\n".join(rows) + "\n"
 print(table)
 # The seed post's arithmetic, redone from the measured size of one head's scores:
 mib, gib = s_bytes / 2**20, 32 * s_bytes / 2**30
-emit("seed_arithmetic.txt", f"32 heads x {mib:.0f} MiB = {gib:.0f} GiB of scores per layer, batch 1, float32")
+emit(
+    "seed_arithmetic.txt",
+    f"32 heads x {mib:.0f} MiB = {gib:.0f} GiB of scores per layer, batch 1, float32",
+)
 with open("score_memory.md", "w") as f:
     f.write(table)
 

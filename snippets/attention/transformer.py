@@ -38,7 +38,9 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         assert d_model % n_heads == 0, "d_model must split evenly into heads"
         self.d_k, self.n_heads = d_model // n_heads, n_heads
-        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.W_q, self.W_k, self.W_v, self.W_o = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
         self.attention = ScaledDotProductAttention(self.d_k, dropout)
 
     def split_heads(self, x):  # (batch, seq, d_model) -> (batch, heads, seq, d_k)
@@ -105,9 +107,10 @@ print(
 )
 # The mask convention (True = attend) is that of F.scaled_dot_product_attention's
 # boolean attn_mask ...
+torch_out = F.scaled_dot_product_attention(x, x, x, attn_mask=causal)
 print(
     "  same as F.scaled_dot_product_attention(attn_mask=mask):",
-    torch.allclose(out, F.scaled_dot_product_attention(x, x, x, attn_mask=causal), atol=1e-6),
+    torch.allclose(out, torch_out, atol=1e-6),
 )
 # ... and the opposite of nn.MultiheadAttention's boolean attn_mask, where True means
 # "may NOT attend".
@@ -127,7 +130,9 @@ print(
 )
 ref = nn.MultiheadAttention(d_model, n_heads, batch_first=True).eval()
 with torch.no_grad():  # give PyTorch's module the same weights
-    ref.in_proj_weight.copy_(torch.cat([mha.W_q.weight, mha.W_k.weight, mha.W_v.weight]))
+    ref.in_proj_weight.copy_(
+        torch.cat([mha.W_q.weight, mha.W_k.weight, mha.W_v.weight])
+    )
     ref.in_proj_bias.copy_(torch.cat([mha.W_q.bias, mha.W_k.bias, mha.W_v.bias]))
     ref.out_proj.weight.copy_(mha.W_o.weight)
     ref.out_proj.bias.copy_(mha.W_o.bias)

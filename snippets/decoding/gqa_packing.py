@@ -27,6 +27,10 @@ for r in range(rows):
 # Without packing, each query head's program loads its group's K and V itself.
 head_dim, cache, bytes_per = 128, 32768, 2
 kv = 2 * cache * head_dim * bytes_per  # K and V of one KV head, one sequence
-print(f"\nK+V of one KV head at {cache} tokens, d = {head_dim}, bf16: {kv / 2**20:.0f} MiB")
-print(f"loaded once per query head: {group * kv / 2**20:.0f} MiB per group; packed: {kv / 2**20:.0f} MiB")
+mib = kv / 2**20
+print(f"\nK+V of one KV head at {cache} tokens, d = {head_dim}, bf16: {mib:.0f} MiB")
+print(
+    f"loaded once per query head: {group * mib:.0f} MiB per group; "
+    f"packed: {mib:.0f} MiB"
+)
 # --8<-- [end:traffic]

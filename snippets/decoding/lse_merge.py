@@ -12,8 +12,12 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # --8<-- [start:setup]
 # One query against six keys, head dim 2. Scores s = q . k (scale 1 here).
 q = torch.tensor([1.0, 0.0])
-K = torch.tensor([[2.0, 0.0], [1.0, 1.0], [0.0, 3.0], [3.0, 1.0], [-1.0, 0.0], [1.0, 2.0]])
-V = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 0.0], [0.0, 2.0], [1.0, -1.0]])
+K = torch.tensor(
+    [[2.0, 0.0], [1.0, 1.0], [0.0, 3.0], [3.0, 1.0], [-1.0, 0.0], [1.0, 2.0]]
+)
+V = torch.tensor(
+    [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 0.0], [0.0, 2.0], [1.0, -1.0]]
+)
 s = K @ q  # the six scores
 exact = torch.softmax(s, 0) @ V
 # --8<-- [end:setup]
@@ -65,7 +69,10 @@ k_cache = randn(2, 200, 2, 32)  # (batch, cache length, kv heads, head_dim)
 v_cache = randn(2, 200, 2, 32)
 lengths = torch.tensor([200, 77], dtype=torch.int32, device=device)
 outs = {
-    n: flashdoc.flash_attn_with_kvcache(q4, k_cache, v_cache, cache_seqlens=lengths, num_splits=n) for n in (1, 2, 3, 7)
+    n: flashdoc.flash_attn_with_kvcache(
+        q4, k_cache, v_cache, cache_seqlens=lengths, num_splits=n
+    )
+    for n in (1, 2, 3, 7)
 }
 for n, out in outs.items():
     diff = (out - outs[1]).abs().max()

@@ -6,7 +6,12 @@ shape (32 query heads over 8 KV heads, head dim 128, bf16)."""
 import torch
 import triton
 
-from flashdoc.kernels.decode import DECODE_CONFIGS, last_wave_splits, num_splits_heuristic, query_tiles
+from flashdoc.kernels.decode import (
+    DECODE_CONFIGS,
+    last_wave_splits,
+    num_splits_heuristic,
+    query_tiles,
+)
 from flashdoc.kernels.forward import FWD_CONFIGS
 
 if torch.cuda.is_available():
@@ -42,7 +47,9 @@ block_m, query_tiles_per_head = query_tiles(group, seqlen_q)  # 16 rows, 1 tile
 
 def decode_programs(batch, cache):
     programs = batch * kv_heads * query_tiles_per_head
-    splits = num_splits_heuristic(programs, sms * config.programs_per_sm, triton.cdiv(cache, config.block_n))
+    slots = sms * config.programs_per_sm
+    n_blocks = triton.cdiv(cache, config.block_n)
+    splits = num_splits_heuristic(programs, slots, n_blocks)
     return programs * splits, splits
 
 
@@ -74,16 +81,17 @@ print(table)
 with open("occupancy.md", "w") as f:
     f.write(table)
 
-# Two rules for the split count at a cache of 32k tokens: flash-attn's (the fewest splits
-# within 85% of the best last-wave efficiency) and flashdoc's (the most splits that fit
-# in one wave, where two or more do; flash-attn's rule otherwise).
+# Two rules for the split count at a cache of 32k tokens: flash-attn's (the fewest
+# splits within 85% of the best last-wave efficiency) and flashdoc's (the most splits
+# that fit in one wave, where two or more do; flash-attn's rule otherwise).
 slots = sms * config.programs_per_sm
 n_blocks = triton.cdiv(32768, config.block_n)
 rules = {"flash-attn": last_wave_splits, "flashdoc": num_splits_heuristic}
 lines = [
-    f"{slots} programs run at once ({sms} SMs x {config.programs_per_sm}); a cache of 32k tokens "
-    f"is {n_blocks} tiles of {config.block_n} keys; a sequence has {kv_heads} programs (one per KV head) "
-    "before it is split. Busy: programs / (waves x slots).",
+    f"{slots} programs run at once ({sms} SMs x {config.programs_per_sm}); "
+    f"a cache of 32k tokens is {n_blocks} tiles of {config.block_n} keys; "
+    f"a sequence has {kv_heads} programs (one per KV head) before it is split. "
+    "Busy: programs / (waves x slots).",
     "",
     "| batch | flash-attn's rule | flashdoc's rule |",
     "|---|---|---|",
@@ -96,7 +104,10 @@ for batch in (1, 2, 3, 4, 8, 12):
         total = programs * splits
         waves = triton.cdiv(total, slots)
         busy = total / (waves * slots)
-        cells.append(f"{splits} splits: {total} programs in {waves} wave{'s' * (waves > 1)}, {busy:.0%} busy")
+        cells.append(
+            f"{splits} splits: {total} programs in {waves} wave{'s' * (waves > 1)}, "
+            f"{busy:.0%} busy"
+        )
     lines.append(f"| {batch} | " + " | ".join(cells) + " |")
 splits_table = "\n".join(lines) + "\n"
 print(splits_table)

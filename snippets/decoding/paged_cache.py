@@ -31,7 +31,9 @@ print(block_table)
 
 # --8<-- [start:figure]
 colors = ["#4C72B0", "#DD8452", "#55A868"]
-fig, (ax_table, ax_pool) = plt.subplots(2, 1, figsize=(9, 4.6), gridspec_kw=dict(height_ratios=[3, 1.4]))
+fig, (ax_table, ax_pool) = plt.subplots(
+    2, 1, figsize=(9, 4.6), gridspec_kw=dict(height_ratios=[3, 1.4])
+)
 owner = {}  # pool page -> (sequence, logical page, tokens used)
 for b, n in enumerate(pages_per_seq):
     for j in range(max_pages):
@@ -39,21 +41,30 @@ for b, n in enumerate(pages_per_seq):
             page = int(block_table[b, j])
             used = min(page_size, lengths[b] + 1 - j * page_size)
             owner[page] = (b, j, used)
-            ax_table.add_patch(plt.Rectangle((j, -b - 1), 1, 1, color=colors[b], alpha=0.35 + 0.65 * used / page_size))
-            ax_table.text(j + 0.5, -b - 0.5, str(page), ha="center", va="center", fontsize=11)
+            alpha = 0.35 + 0.65 * used / page_size
+            cell = plt.Rectangle((j, -b - 1), 1, 1, color=colors[b], alpha=alpha)
+            ax_table.add_patch(cell)
+            ax_table.text(
+                j + 0.5, -b - 0.5, str(page), ha="center", va="center", fontsize=11
+            )
         else:
             ax_table.add_patch(plt.Rectangle((j, -b - 1), 1, 1, color="#eeeeee"))
 for x in range(max_pages + 1):
     ax_table.plot([x, x], [0, -len(lengths)], color="white", lw=2)
 ax_table.set_xlim(0, max_pages)
 ax_table.set_ylim(-len(lengths), 0)
-ax_table.set_yticks([-b - 0.5 for b in range(len(lengths))], [f"seq {b}: {n}+1 tokens" for b, n in enumerate(lengths)])
+ax_table.set_yticks(
+    [-b - 0.5 for b in range(len(lengths))],
+    [f"seq {b}: {n}+1 tokens" for b, n in enumerate(lengths)],
+)
 ax_table.set_xticks(
-    [j + 0.5 for j in range(max_pages)], [f"{j * page_size}-{(j + 1) * page_size - 1}" for j in range(max_pages)]
+    [j + 0.5 for j in range(max_pages)],
+    [f"{j * page_size}-{(j + 1) * page_size - 1}" for j in range(max_pages)],
 )
 ax_table.set_xlabel("positions held by the logical page (a block-table column)")
 ax_table.set_title(
-    f"block_table[b, j]: the pool page holding positions {page_size}j .. {page_size}j+{page_size - 1} of sequence b",
+    f"block_table[b, j]: the pool page holding positions "
+    f"{page_size}j .. {page_size}j+{page_size - 1} of sequence b",
     fontsize=10,
 )
 for page in range(n_pages):
@@ -66,7 +77,10 @@ for page in range(n_pages):
 ax_pool.set_xlim(0, n_pages)
 ax_pool.set_ylim(0, 1)
 ax_pool.axis("off")
-ax_pool.set_title(f"the pool: {n_pages} pages of {page_size} tokens (paler: partly filled)", fontsize=10)
+ax_pool.set_title(
+    f"the pool: {n_pages} pages of {page_size} tokens (paler: partly filled)",
+    fontsize=10,
+)
 fig.tight_layout()
 fig.savefig("paged_cache.png", dpi=150)
 # --8<-- [end:figure]
@@ -80,17 +94,21 @@ q = torch.randn(len(lengths), 1, 4, head_dim, generator=g)  # 4 query heads, GQA
 k_new = torch.randn(len(lengths), 1, kv_heads, head_dim, generator=g)
 v_new = torch.randn(len(lengths), 1, kv_heads, head_dim, generator=g)
 cap = max_pages * page_size
-k_flat = torch.stack([k_pool[block_table[b]].reshape(cap, kv_heads, head_dim) for b in range(len(lengths))])
-v_flat = torch.stack([v_pool[block_table[b]].reshape(cap, kv_heads, head_dim) for b in range(len(lengths))])
+# pool[block_table] gathers each sequence's pages in order: (batch, max_pages, ...)
+k_flat = k_pool[block_table].reshape(len(lengths), cap, kv_heads, head_dim)
+v_flat = v_pool[block_table].reshape(len(lengths), cap, kv_heads, head_dim)
 seqlens = torch.tensor(lengths, dtype=torch.int32, device=device)
 k_pool, v_pool, k_flat, v_flat, q, k_new, v_new = (
     t.to(device) for t in (k_pool, v_pool, k_flat, v_flat, q, k_new, v_new)
 )
 # one decode step on each: append the new token at position lengths[b], then attend
+table = block_table.to(device)
 paged = flashdoc.flash_attn_with_kvcache(
-    q, k_pool, v_pool, k_new, v_new, cache_seqlens=seqlens, block_table=block_table.to(device)
+    q, k_pool, v_pool, k_new, v_new, cache_seqlens=seqlens, block_table=table
 )
-flat = flashdoc.flash_attn_with_kvcache(q, k_flat, v_flat, k_new, v_new, cache_seqlens=seqlens)
+flat = flashdoc.flash_attn_with_kvcache(
+    q, k_flat, v_flat, k_new, v_new, cache_seqlens=seqlens
+)
 diff = (paged - flat).abs().max()
 print(f"paged vs contiguous output: largest difference {diff:.1e}")
 b, pos = 1, lengths[1]  # where sequence 1's new key went

@@ -16,7 +16,10 @@ config = LlamaConfig(
     vocab_size=100,
 )
 model = AutoModelForCausalLM.from_config(config)  # no attn_implementation given
-print(f"transformers {transformers.__version__}: the default attention is {model.config._attn_implementation!r}")
+print(
+    f"transformers {transformers.__version__}: "
+    f"the default attention is {model.config._attn_implementation!r}"
+)
 
 has_flash_attn = importlib.util.find_spec("flash_attn") is not None
 print(f"flash-attn installed: {has_flash_attn}")
@@ -24,5 +27,8 @@ try:
     AutoModelForCausalLM.from_config(config, attn_implementation="flash_attention_2")
     print('attn_implementation="flash_attention_2": accepted')
 except (ImportError, ValueError) as err:
-    print(f'attn_implementation="flash_attention_2": {type(err).__name__}:\n  {str(err).splitlines()[0][:70]}...')
+    print(
+        f'attn_implementation="flash_attention_2": {type(err).__name__}:\n'
+        f"  {str(err).splitlines()[0][:70]}..."
+    )
 # --8<-- [end:default]

@@ -76,7 +76,9 @@ report("3. batch 1, n 128, d 64 = block_size", lambda: error_vs_naive(1, 128, 64
 # with block_size columns:
 m_i = torch.full((1, 64), float("-inf"))
 m_ij = torch.randn(1, 100 - 64, 64).max(dim=-1).values  # one max per row: shape (1, 36)
-report("4. last block, torch.maximum(m_i, m_ij)", lambda: torch.maximum(m_i, m_ij).shape)
+report(
+    "4. last block, torch.maximum(m_i, m_ij)", lambda: torch.maximum(m_i, m_ij).shape
+)
 
 # --8<-- [start:beta]
 # The seed's beta form (FlashAttention-1's update) vs the standard one, on a tile row
@@ -87,7 +89,9 @@ m_ij = scores.max(dim=-1).values  # -inf
 m_new = torch.maximum(m_i, m_ij)
 beta_form = torch.exp(m_ij - m_new) * torch.exp(scores - m_ij[:, None]).sum(dim=-1)
 standard = torch.exp(scores - m_new[:, None]).sum(dim=-1)
-print(f"5. fully masked tile row: beta form adds {beta_form.item()}, the standard form adds {standard.item()}")
+print(
+    f"5. fully masked tile row: beta form adds {beta_form.item()}, the standard form adds {standard.item()}"
+)
 
 # The same row with one visible key: every term is finite, and the two forms agree.
 scores[0, 0] = 0.5
@@ -95,5 +99,7 @@ m_ij = scores.max(dim=-1).values
 m_new = torch.maximum(m_i, m_ij)
 beta_form = torch.exp(m_ij - m_new) * torch.exp(scores - m_ij[:, None]).sum(dim=-1)
 standard = torch.exp(scores - m_new[:, None]).sum(dim=-1)
-print(f"6. one visible key: beta form adds {beta_form.item():.4f}, the standard form adds {standard.item():.4f}")
+print(
+    f"6. one visible key: beta form adds {beta_form.item():.4f}, the standard form adds {standard.item():.4f}"
+)
 # --8<-- [end:beta]

@@ -19,7 +19,7 @@ for n_q, n_k in [(1, 1), (100, 100), (129, 129), (200, 77), (77, 200), (513, 513
             # (batch, heads, seq, head_dim)
             q = torch.randn(2, 4, n_q, 64, dtype=dtype)
             k, v = torch.randn(2, 2, 4, n_k, 64, dtype=dtype)
-            tiled = tiled_attention(q, k, v, block_q=block, block_k=block, causal=causal)
+            tiled = tiled_attention(q, k, v, block, block, causal=causal)
             naive = naive_attention(q, k, v, causal=causal)
             errors.append((tiled - naive).abs().max().item())
         assert errors[0] < 1e-5 and errors[1] < 1e-12, errors

@@ -16,7 +16,14 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # --8<-- [start:setup]
 scale = 1 / math.sqrt(4)  # d_k = 4
 block = 2
-Q = torch.tensor([[1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 0.0, -1.0], [4.0, 3.0, 2.0, 1.0], [-1.0, 0.0, 1.0, 2.0]])
+Q = torch.tensor(
+    [
+        [1.0, 2.0, 3.0, 4.0],
+        [2.0, 1.0, 0.0, -1.0],
+        [4.0, 3.0, 2.0, 1.0],
+        [-1.0, 0.0, 1.0, 2.0],
+    ]
+)
 K, V = 2 * torch.eye(4), torch.eye(4)
 dO = torch.eye(4)  # the gradient arriving at O
 
@@ -36,7 +43,12 @@ def emit(filename, text):
         f.write(text)
 
 
-emit("setup.txt", show("dO", dO) + show("O (= P, since V = I)", O) + f"LSE = {lse}\ndelta = rowsum(dO * O) = {delta}\n")
+emit(
+    "setup.txt",
+    show("dO", dO)
+    + show("O (= P, since V = I)", O)
+    + f"LSE = {lse}\ndelta = rowsum(dO * O) = {delta}\n",
+)
 
 
 # --8<-- [start:key_block]
@@ -78,7 +90,10 @@ torch.trace(torch.softmax(q @ k.T * scale, dim=-1) @ v).backward()  # autograd
 error = max((a - b.grad).abs().max().item() for a, b in zip((dQ, dK, dV), (q, k, v)))
 emit(
     "result.txt",
-    show("dQ", dQ) + show("dK", dK) + show("dV", dV) + f"max |tiled - autograd| over dQ, dK, dV = {error:.1e}\n",
+    show("dQ", dQ)
+    + show("dK", dK)
+    + show("dV", dV)
+    + f"max |tiled - autograd| over dQ, dK, dV = {error:.1e}\n",
 )
 # --8<-- [end:check]
 assert error < 1e-12

@@ -51,13 +51,19 @@ def emit(filename, text):
 def as_json(x):
     """Plain lists for trace.json; -inf (the running max before the first tile) as the
     string "-inf"."""
-    return [as_json(e) for e in x] if isinstance(x, list) else ("-inf" if x == -math.inf else round(x, 6))
+    if isinstance(x, list):
+        return [as_json(e) for e in x]
+    return "-inf" if x == -math.inf else round(x, 6)
 
 
 emit(
     "inputs.txt",
-    show("Q", Q) + show("K", K) + show("V", V) + "The full score matrix S = Q K^T / 2, for reference "
-    "(FlashAttention never stores it):\n" + show("S", Q @ K.T * scale),
+    show("Q", Q)
+    + show("K", K)
+    + show("V", V)
+    + "The full score matrix S = Q K^T / 2, for reference "
+    + "(FlashAttention never stores it):\n"
+    + show("S", Q @ K.T * scale),
 )
 
 
@@ -73,7 +79,8 @@ def run_worker(q_blk):
         S = q_blk @ k_blk.T * scale  # the tile S_ij, 2x2
         m_old = m
         m, l, O, alpha, P = online_softmax_update(m, l, O, S, v_blk)
-        steps.append(dict(k_block=j, S=S, m_old=m_old, m_new=m, alpha=alpha, P=P, l=l, O=O))
+        step = dict(k_block=j, S=S, m_old=m_old, m_new=m, alpha=alpha, P=P, l=l, O=O)
+        steps.append(step)
     return steps, O / l[:, None]  # normalise once, after the last tile
 
 
@@ -125,7 +132,10 @@ trace = {
         {
             "rows": w["rows"],
             "steps": [
-                {key: (val if key == "k_block" else as_json(val.tolist())) for key, val in st.items()}
+                {
+                    key: (val if key == "k_block" else as_json(val.tolist()))
+                    for key, val in st.items()
+                }
                 for st in w["steps"]
             ],
             "output": as_json(w["output"].tolist()),

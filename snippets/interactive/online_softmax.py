@@ -1,4 +1,5 @@
-"""Online softmax: one pass over the scores, keeping only a running max m and a running sum l."""
+"""Online softmax: one pass over the scores, keeping only a running max m and a running
+sum l."""
 
 import math
 
@@ -8,7 +9,8 @@ scores = [1.0, 3.0, 0.5, 4.0, 2.0]
 m = max(scores)
 two_pass = [math.exp(s - m) / sum(math.exp(t - m) for t in scores) for s in scores]
 
-# One pass: whenever a larger score arrives, rescale what was summed so far by exp(m_old - m_new).
+# One pass: whenever a larger score arrives, rescale what was summed so far by
+# exp(m_old - m_new).
 m, l = -math.inf, 0.0
 print(f"{'score':>6} {'m':>6} {'alpha':>8} {'l':>9}")
 for s in scores:
@@ -21,5 +23,7 @@ for s in scores:
 one_pass = [math.exp(s - m) / l for s in scores]
 print("softmax, two passes:", [round(p, 6) for p in two_pass])
 print("softmax, one pass:  ", [round(p, 6) for p in one_pass])
-# The two can differ in the last bit (exp is rounded differently by different C libraries), never more.
-print("equal to 12 decimals:", all(abs(a - b) < 1e-12 for a, b in zip(one_pass, two_pass)))
+# The two can differ in the last bit (exp is rounded differently by different C
+# libraries), never more.
+close = all(abs(a - b) < 1e-12 for a, b in zip(one_pass, two_pass))
+print("equal to 12 decimals:", close)

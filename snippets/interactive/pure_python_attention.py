@@ -1,4 +1,5 @@
-"""Scaled dot-product attention with nothing but lists and the math module (it runs in the browser too)."""
+"""Scaled dot-product attention with nothing but lists and the math module (it runs in
+the browser too)."""
 
 import math
 
@@ -17,7 +18,8 @@ def attention(Q, K, V, causal=False):
         row = []
         for j, k in enumerate(K):
             if causal and j > i:
-                row.append(-math.inf)  # token i may not look at a later token j: weight exp(-inf) = 0
+                # token i may not look at a later token j: weight exp(-inf) = 0
+                row.append(-math.inf)
             else:
                 row.append(scale * sum(a * b for a, b in zip(q, k)))
         S.append(row)

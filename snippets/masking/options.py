@@ -28,7 +28,9 @@ out = flashdoc.flash_attn_func(
 out, lse, probs = flashdoc.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
 # --8<-- [end:options]
 print(f"out {tuple(out.shape)}, lse {tuple(lse.shape)}, probs {probs} (never stored)")
-print(f"head_dim {head_dim} (not a multiple of 8) is padded inside: out keeps {head_dim}")
+print(
+    f"head_dim {head_dim} (not a multiple of 8) is padded inside: out keeps {head_dim}"
+)
 
 # --8<-- [start:errors]
 calls = {

@@ -18,16 +18,19 @@ cap = 5.0
 s = torch.linspace(-20, 20, 9, dtype=torch.float64, requires_grad=True)
 capped = cap * torch.tanh(s / cap)
 (grad,) = torch.autograd.grad(capped.sum(), s)
-by_hand = 1 - torch.tanh(s / cap) ** 2  # what the kernels multiply dS by (mask.softcap_grad)
+# what the kernels multiply dS by (mask.softcap_grad)
+by_hand = 1 - torch.tanh(s / cap) ** 2
 # --8<-- [end:math]
 print("score        ", " ".join(f"{x:7.2f}" for x in s.tolist()))
 print("capped       ", " ".join(f"{x:7.2f}" for x in capped.tolist()))
 print("d capped / ds", " ".join(f"{x:7.4f}" for x in grad.tolist()))
-print(f"autograd vs 1 - tanh^2: max difference {(grad - by_hand).abs().max().item():.1e}\n")
+diff = (grad - by_hand).abs().max().item()
+print(f"autograd vs 1 - tanh^2: max difference {diff:.1e}\n")
 
 # --8<-- [start:kernel]
 device = "cuda" if torch.cuda.is_available() else "cpu"
-q = (torch.randn(1, 48, 2, 32, device=device) * 4).requires_grad_()  # large scores, so the cap bites
+# large scores, so the cap bites
+q = (torch.randn(1, 48, 2, 32, device=device) * 4).requires_grad_()
 k = torch.randn(1, 48, 2, 32, device=device, requires_grad=True)
 v = torch.randn(1, 48, 2, 32, device=device, requires_grad=True)
 out = flashdoc.flash_attn_func(q, k, v, causal=True, softcap=cap)
@@ -46,7 +49,8 @@ dout = torch.randn_like(out)
 grads = torch.autograd.grad(out, (q, k, v), dout)
 grads_ref = torch.autograd.grad(ref, (q, k, v), dout)
 # --8<-- [end:kernel]
-print(f"flashdoc vs the formula, fp32: out {(out - ref).abs().max().item():.1e}", end="")
+diff = (out - ref).abs().max().item()
+print(f"flashdoc vs the formula, fp32: out {diff:.1e}", end="")
 for name, a, b in zip(("dq", "dk", "dv"), grads, grads_ref):
     print(f", {name} {(a - b).abs().max().item():.1e}", end="")
 print()

@@ -25,7 +25,8 @@ masks = {
 # --8<-- [start:ranges]
 def block_map(**mask):
     """(query tiles, key blocks): 0 skipped, 1 masked per element, 2 mask-free."""
-    ranges = block_ranges(seqlen, seqlen, block_m, block_n, **mask)  # (tiles, 4): lo, full_lo, full_hi, hi
+    # (tiles, 4): lo, full_lo, full_hi, hi
+    ranges = block_ranges(seqlen, seqlen, block_m, block_n, **mask)
     grid = np.zeros((len(ranges), seqlen // block_n), dtype=int)
     for tile, (lo, full_lo, full_hi, hi) in enumerate(ranges.tolist()):
         for block in range(seqlen // block_n):
@@ -42,13 +43,16 @@ def block_map(**mask):
 
 fig, axes = plt.subplots(1, len(masks), figsize=(13, 4.2))
 colors = plt.matplotlib.colors.ListedColormap(["#f2f2f2", "#f0a35e", "#3a75b0"])
-print(f"{seqlen} queries and keys, tiles of {block_m} queries, blocks of {block_n} keys\n")
+print(
+    f"{seqlen} queries and keys, tiles of {block_m} queries, blocks of {block_n} keys\n"
+)
 print("| mask | key blocks visited | of which masked | share of the full matrix |")
 print("|---|---|---|---|")
 for ax, (name, mask) in zip(axes, masks.items()):
     grid = block_map(**mask)
     ax.imshow(grid, cmap=colors, vmin=0, vmax=2)
-    ax.set(title=name, xlabel="key block", ylabel="query tile" if ax is axes[0] else None)
+    ylabel = "query tile" if ax is axes[0] else None
+    ax.set(title=name, xlabel="key block", ylabel=ylabel)
     ax.set_xticks([]), ax.set_yticks([])
     visited, masked = int((grid > 0).sum()), int((grid == 1).sum())
     print(f"| {name} | {visited} | {masked} | {visited / grid.size:.0%} |")
@@ -62,5 +66,9 @@ fig.legend(
 fig.tight_layout(rect=(0, 0.1, 1, 0.97))
 fig.savefig("visited_blocks.png", dpi=120)
 torch.set_printoptions(linewidth=120)
-print("\nkey_block_range for the sliding window, first 6 tiles (lo, full_lo, full_hi, hi):")
-print(block_ranges(seqlen, seqlen, block_m, block_n, causal=True, window_size=(256, 0))[:6])
+print(
+    "\nkey_block_range for the sliding window, first 6 tiles "
+    "(lo, full_lo, full_hi, hi):"
+)
+window = masks["sliding window (256, 0)"]
+print(block_ranges(seqlen, seqlen, block_m, block_n, **window)[:6])

@@ -31,7 +31,14 @@ from flashdoc.reference import naive_attention, online_softmax_update, tiled_att
 torch.set_default_dtype(torch.float64)
 torch.set_printoptions(precision=4, sci_mode=False)
 
-Q = torch.tensor([[1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 0.0, -1.0], [4.0, 3.0, 2.0, 1.0], [-1.0, 0.0, 1.0, 2.0]])
+Q = torch.tensor(
+    [
+        [1.0, 2.0, 3.0, 4.0],
+        [2.0, 1.0, 0.0, -1.0],
+        [4.0, 3.0, 2.0, 1.0],
+        [-1.0, 0.0, 1.0, 2.0],
+    ]
+)
 K = 2 * torch.eye(4)
 V = torch.eye(4)
 scale, block = 0.5, 2
@@ -64,7 +71,9 @@ out
 
 # %%
 assert torch.allclose(out, torch.softmax(Q[rows] @ K.T * scale, dim=-1))
-assert math.isclose(torch.softmax(torch.tensor([1.0, 2, 3, 4]), 0)[3].item(), 0.6439, abs_tol=5e-5)
+assert math.isclose(
+    torch.softmax(torch.tensor([1.0, 2, 3, 4]), 0)[3].item(), 0.6439, abs_tol=5e-5
+)
 torch.softmax(torch.tensor([1.0, 2, 3, 4]), dim=0)
 
 # %% [markdown]
@@ -78,11 +87,7 @@ torch.manual_seed(0)
 n, d = 7, 8
 q, k, v = torch.randn(n, d), torch.randn(n, d), torch.randn(n, d)
 for causal in (False, True):
-    error = (
-        (tiled_attention(q, k, v, block_q=3, block_k=3, causal=causal) - naive_attention(q, k, v, causal=causal))
-        .abs()
-        .max()
-        .item()
-    )
+    tiled = tiled_attention(q, k, v, block_q=3, block_k=3, causal=causal)
+    error = (tiled - naive_attention(q, k, v, causal=causal)).abs().max().item()
     print(f"causal={causal}: max |tiled - naive| = {error:.1e}")
     assert error < 1e-12

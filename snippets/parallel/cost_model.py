@@ -66,10 +66,18 @@ def ring_efficiency(n, mode, bandwidth, block, world_size=2):
 
 
 rates = ", ".join(f"{m} at {r / 1e12:.0f} TFLOP/s" for m, r in RATE.items())
-links = ", ".join(f"{name} {bw / 1e9:.0f} GB/s per direction" for name, bw in LINKS.items())
-print(f"Assumptions: {rates}; {links}; {HEADS} query heads, {KV_HEADS} key/value heads, head dim {HEAD_DIM}, bf16.\n")
+links = ", ".join(
+    f"{name} {bw / 1e9:.0f} GB/s per direction" for name, bw in LINKS.items()
+)
+print(
+    f"Assumptions: {rates}; {links}; {HEADS} query heads, {KV_HEADS} key/value heads, "
+    f"head dim {HEAD_DIM}, bf16.\n"
+)
 
-lines = ["| link | step | block | transfer hidden from (tokens per rank) |", "|---|---|---|---|"]
+lines = [
+    "| link | step | block | transfer hidden from (tokens per rank) |",
+    "|---|---|---|---|",
+]
 for name, bw in LINKS.items():
     for part in ("forward", "backward"):
         for block, label in ((1.0, "full"), (0.5, "causal, zigzag")):
@@ -95,7 +103,8 @@ for n_total in (32768, 131072, 262144):
             fast = ring_efficiency(n, mode, nvlink, block)
             slow = ring_efficiency(n, mode, pcie, block)
             lines.append(
-                f"| {n_total // 1024}k | {n // 1024}k | {mode} | {label} | {ratio:.0f}x | {fast:.3f} | {slow:.3f} |"
+                f"| {n_total // 1024}k | {n // 1024}k | {mode} | {label} "
+                f"| {ratio:.0f}x | {fast:.3f} | {slow:.3f} |"
             )
 table = "\n".join(lines) + "\n"
 print("Two GPUs (the model's efficiency: 1 is perfect scaling):")
@@ -107,7 +116,13 @@ n = np.logspace(np.log2(256), np.log2(262144), 60, base=2)
 fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True, constrained_layout=True)
 for ax, part in zip(axes, ("forward", "backward")):
     ax.loglog(n, step_compute(n, part), color="black", label="compute, full block")
-    ax.loglog(n, step_compute(n, part, 0.5), color="black", linestyle="--", label="compute, causal zigzag (half block)")
+    ax.loglog(
+        n,
+        step_compute(n, part, 0.5),
+        color="black",
+        linestyle="--",
+        label="compute, causal zigzag (half block)",
+    )
     for (name, bw), color in zip(LINKS.items(), ("tab:green", "tab:red")):
         ax.loglog(n, step_transfer(n, part, bw), color=color, label=f"transfer, {name}")
         ax.axvline(crossover(part, bw, 0.5), color=color, linewidth=0.6, linestyle=":")

@@ -21,16 +21,22 @@ def worked_example():
     out, lse = flash_attn_func(q, k, v, return_lse=True)
     # --8<-- [start:merge]
     # all queries against each third of the keys, as the three ring steps see them
-    parts = [flash_attn_func(q, k_s, v_s, return_lse=True) for k_s, v_s in zip(k.chunk(W, dim=1), v.chunk(W, dim=1))]
+    shards = zip(k.chunk(W, dim=1), v.chunk(W, dim=1))
+    parts = [flash_attn_func(q, k_s, v_s, return_lse=True) for k_s, v_s in shards]
     lse_all = torch.logsumexp(torch.stack([lse_s for _, lse_s in parts]), dim=0)
     weights = [torch.exp(lse_s - lse_all) for _, lse_s in parts]  # (batch, heads, n)
-    merged = sum(out_s * w.transpose(1, 2)[..., None] for (out_s, _), w in zip(parts, weights))
+    merged = sum(
+        out_s * w.transpose(1, 2)[..., None] for (out_s, _), w in zip(parts, weights)
+    )
     # --8<-- [end:merge]
     lines = ["| keys | lse of the shard | weight exp(lse_s - lse) |", "|---|---|---|"]
     for s, ((_, lse_s), w) in enumerate(zip(parts, weights)):
         keys = f"{s * N // W} to {(s + 1) * N // W - 1}"
         lines.append(f"| {keys} | {lse_s[0, 0, 0]:.4f} | {w[0, 0, 0]:.4f} |")
-    lines.append(f"| all (logsumexp of the three) | {lse_all[0, 0, 0]:.4f} | {sum(w[0, 0, 0] for w in weights):.4f} |")
+    lines.append(
+        f"| all (logsumexp of the three) | {lse_all[0, 0, 0]:.4f} "
+        f"| {sum(w[0, 0, 0] for w in weights):.4f} |"
+    )
     lines.append(f"| all (flash_attn_func) | {lse[0, 0, 0]:.4f} | |")
     table = "\n".join(lines) + "\n"
     print(f"Query 0, head 0, attending to {N} keys in {W} shards of {N // W}:\n{table}")
@@ -65,10 +71,15 @@ def ring_check(rank, port):
             full = [t.clone().requires_grad_() for t in (q, k, v)]
             out = flash_attn_func(*full, causal=causal)
             out.backward(dout)
-            for mine, whole in zip((out_s, q_s.grad, k_s.grad, v_s.grad), (out, *(t.grad for t in full))):
+            rank_shards = (out_s, q_s.grad, k_s.grad, v_s.grad)
+            one_process = (out, *(t.grad for t in full))
+            for mine, whole in zip(rank_shards, one_process):
                 gathered = [torch.empty_like(mine) for _ in range(W)]
                 dist.all_gather(gathered, mine.detach().contiguous())
-                ring = zigzag_unshard(gathered) if layout == "zigzag" else torch.cat(gathered, dim=1)
+                if layout == "zigzag":
+                    ring = zigzag_unshard(gathered)
+                else:
+                    ring = torch.cat(gathered, dim=1)
                 errors.append(f"{(ring - whole).abs().max():.1e}")
             mask = "causal" if causal else "full"
             lines.append(f"| {layout} | {mask} | " + " | ".join(errors) + " |")

@@ -53,11 +53,17 @@ for row, layout in enumerate(("contiguous", "zigzag")):
             ax.set_ylabel(f"{layout}\nquery position", fontsize=10)
         if row == 1:
             ax.set_xlabel("key position", fontsize=9)
-handles = [plt.matplotlib.patches.Patch(color=c, label=f"rank {r}") for r, c in enumerate(colors)]
+handles = [
+    plt.matplotlib.patches.Patch(color=c, label=f"rank {r}")
+    for r, c in enumerate(colors)
+]
 fig.legend(handles=handles, loc="outside lower center", ncol=W, frameon=False)
 fig.savefig("ring_schedule.png", dpi=150)
 
-print(f"{W} ranks, {N_LOCAL} tokens each. At step s, rank r holds the keys and values of rank (r - s) mod W:")
+print(
+    f"{W} ranks, {N_LOCAL} tokens each. "
+    "At step s, rank r holds the keys and values of rank (r - s) mod W:"
+)
 print("step | " + " | ".join(f"rank {r}" for r in range(W)))
 for step in range(W):
     held = [f"K/V {(r - step) % W}".ljust(6) for r in range(W)]

@@ -35,7 +35,10 @@ def work(layout, world_size, n_local):
 
 
 N_LOCAL = 512  # tokens per rank (the shares do not depend on it, up to the diagonal)
-print(f"{N_LOCAL} tokens per rank, causal. Work in units of one full block ({N_LOCAL} x {N_LOCAL} pairs).")
+print(
+    f"{N_LOCAL} tokens per rank, causal. "
+    f"Work in units of one full block ({N_LOCAL} x {N_LOCAL} pairs)."
+)
 lines = [
     "| ranks | layout | work per rank (min - max) | ring time: the slowest rank "
     "at each step, summed | even split (total / ranks) | efficiency bound |",
@@ -49,7 +52,8 @@ for world_size in (2, 4, 8):
         ideal = sum(per_rank) / world_size
         spread = f"{min(per_rank):.2f} - {max(per_rank):.2f}"
         lines.append(
-            f"| {world_size} | {layout} | {spread} | {ring_time:.2f} | {ideal:.2f} | {ideal / ring_time:.2f} |"
+            f"| {world_size} | {layout} | {spread} | {ring_time:.2f} | {ideal:.2f} "
+            f"| {ideal / ring_time:.2f} |"
         )
 table = "\n".join(lines) + "\n"
 print(table)

@@ -12,9 +12,8 @@ import torch
 N, d = 24, 16  # 24 tokens, head dimension 16
 
 # Queries and keys made from a sinusoidal code of each token's position, plus noise.
-# Codes of nearby
-# positions are similar, so every query scores its neighbours highest: the diagonal
-# band of a local head.
+# Codes of nearby positions are similar, so every query scores its neighbours highest:
+# the diagonal band of a local head.
 gen = torch.Generator().manual_seed(0)
 pos = torch.arange(N, dtype=torch.float32)[:, None]
 freq = torch.linspace(0.05, 0.5, d // 2)  # radians per position, slow to fast
@@ -73,6 +72,15 @@ heatmap(
 
 print(f"scores range from {scores.min():.2f} to {scores.max():.2f}")
 print("every row of weights sums to 1:", torch.allclose(weights.sum(-1), torch.ones(N)))
-print(f"mean weight on the diagonal: {weights.diagonal().mean():.3f} (uniform would be {1 / N:.3f})")
-print(f"causal weights above the diagonal are exactly 0: {bool((causal_weights[~causal] == 0).all())}")
-print(f"query 0 under the causal mask puts weight {causal_weights[0, 0]:.1f} on key 0, its only visible key")
+print(
+    f"mean weight on the diagonal: {weights.diagonal().mean():.3f} "
+    f"(uniform would be {1 / N:.3f})"
+)
+print(
+    "causal weights above the diagonal are exactly 0: "
+    f"{bool((causal_weights[~causal] == 0).all())}"
+)
+print(
+    f"query 0 under the causal mask puts weight {causal_weights[0, 0]:.1f} on key 0, "
+    "its only visible key"
+)

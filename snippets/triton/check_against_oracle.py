@@ -40,10 +40,13 @@ def outputs_and_grads(fn, q, k, v, dout):
 torch.manual_seed(0)
 for dtype in (torch.float16, torch.bfloat16):
     q = torch.randn(batch, seqlen_q, heads, head_dim, device=device, dtype=dtype)
-    k, v = (torch.randn(batch, seqlen_k, heads, head_dim, device=device, dtype=dtype) for _ in range(2))
+    k = torch.randn(batch, seqlen_k, heads, head_dim, device=device, dtype=dtype)
+    v = torch.randn(batch, seqlen_k, heads, head_dim, device=device, dtype=dtype)
     dout = torch.randn_like(q)
     same_dtype = outputs_and_grads(lambda *x: attention(*x, dtype), q, k, v, dout)
-    flash = outputs_and_grads(lambda *x: flashdoc.flash_attn_func(*x, causal=True), q, k, v, dout)
+    flash = outputs_and_grads(
+        lambda *x: flashdoc.flash_attn_func(*x, causal=True), q, k, v, dout
+    )
     for ref_dtype in (torch.float32, torch.float64):  # flash-attn's, flashdoc's
         ref = outputs_and_grads(lambda *x: attention(*x, ref_dtype), q, k, v, dout)
         for name, r, p, f in zip(("out", "dq", "dk", "dv"), ref, same_dtype, flash):

@@ -39,5 +39,8 @@ y = compiled(x)
 y.float().square().mean().backward()
 # --8<-- [end:compile]
 eager = model(x)
-print(f"compiled with backend={backend!r}, fullgraph=True: output {tuple(y.shape)}, x.grad {tuple(x.grad.shape)}")
+print(
+    f"compiled with backend={backend!r}, fullgraph=True: output {tuple(y.shape)}, "
+    f"x.grad {tuple(x.grad.shape)}"
+)
 print(f"max |compiled - eager| = {(y - eager).abs().max().item():.1e}")

@@ -9,16 +9,20 @@ import flashdoc
 # on the CPU the kernels run in Triton's interpreter
 device = "cuda" if torch.cuda.is_available() else "cpu"
 dtype = torch.bfloat16 if device == "cuda" else torch.float32
-batch, heads, seqlen, head_dim = (4, 16, 2048, 128) if device == "cuda" else (1, 2, 40, 32)
+shape = (4, 16, 2048, 128) if device == "cuda" else (1, 2, 40, 32)
+batch, heads, seqlen, head_dim = shape
 torch.manual_seed(0)
 
 # --8<-- [start:flash_attn]
-# flash-attn layout: (batch, seqlen, heads, head_dim). Was: from flash_attn import
-# flash_attn_func
+# flash-attn layout: (batch, seqlen, heads, head_dim).
+# Was: from flash_attn import flash_attn_func
 from flashdoc import flash_attn_func
 
 q, k, v = (
-    torch.randn(batch, seqlen, heads, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3)
+    torch.randn(
+        batch, seqlen, heads, head_dim, device=device, dtype=dtype, requires_grad=True
+    )
+    for _ in range(3)
 )
 # softmax_scale defaults to head_dim ** -0.5
 out = flash_attn_func(q, k, v, causal=True)
@@ -31,11 +35,14 @@ print("flash_attn_func:", tuple(out.shape), out.dtype, "| q.grad:", tuple(q.grad
 # F.scaled_dot_product_attention(q, k, v, is_causal=True)
 qt, kt, vt = (x.detach().transpose(1, 2) for x in (q, k, v))
 out_sdpa = flashdoc.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
-reference = F.scaled_dot_product_attention(qt.float(), kt.float(), vt.float(), is_causal=True)
+reference = F.scaled_dot_product_attention(
+    qt.float(), kt.float(), vt.float(), is_causal=True
+)
+error = (out_sdpa.float() - reference).abs().max().item()
 print(
     "scaled_dot_product_attention:",
     tuple(out_sdpa.shape),
-    f"| max |flashdoc - torch (float32)| = {(out_sdpa.float() - reference).abs().max().item():.1e}",
+    f"| max |flashdoc - torch (float32)| = {error:.1e}",
 )
 # --8<-- [end:sdpa]
 
@@ -43,7 +50,8 @@ print(
 # Grouped-query attention: 8 query heads share each key/value head (flash_attn_func
 # infers it from the shapes).
 kv_heads = max(heads // 8, 1)
-k_gqa, v_gqa = (torch.randn(batch, seqlen, kv_heads, head_dim, device=device, dtype=dtype) for _ in range(2))
+k_gqa = torch.randn(batch, seqlen, kv_heads, head_dim, device=device, dtype=dtype)
+v_gqa = torch.randn(batch, seqlen, kv_heads, head_dim, device=device, dtype=dtype)
 print(
     "GQA:",
     tuple(flash_attn_func(q.detach(), k_gqa, v_gqa).shape),
@@ -53,15 +61,17 @@ print(
 
 # --8<-- [start:causal_alignment]
 # With seqlen_q != seqlen_k the two APIs align the causal mask differently, each like
-# the library it replaces:
-# flash_attn_func bottom-right (the last query sees every key), SDPA top-left (query i
-# sees keys 0..i).
+# the library it replaces: flash_attn_func bottom-right (the last query sees every
+# key), SDPA top-left (query i sees keys 0..i).
 # two queries (the last two tokens) ...
 q2 = torch.randn(1, 2, 1, 32, device=device, dtype=dtype)
 k5 = torch.randn(1, 5, 1, 32, device=device, dtype=dtype)  # ... over five cached keys
-v5 = torch.eye(5, 32, device=device, dtype=dtype)[None, :, None, :]  # value j = one-hot j: out = weights
+# value j = one-hot j: out = weights
+v5 = torch.eye(5, 32, device=device, dtype=dtype)[None, :, None, :]
 w_flash = flash_attn_func(q2, k5, v5, causal=True)[0, :, 0, :5]
-w_sdpa = flashdoc.scaled_dot_product_attention(*(x.transpose(1, 2) for x in (q2, k5, v5)), is_causal=True)[0, 0, :, :5]
+w_sdpa = flashdoc.scaled_dot_product_attention(
+    *(x.transpose(1, 2) for x in (q2, k5, v5)), is_causal=True
+)[0, 0, :, :5]
 print(
     "keys each query sees, flash_attn_func (bottom-right):",
     (w_flash > 0).int().tolist(),

@@ -3,7 +3,7 @@ argument and what is allowed."""
 
 import torch
 
-import flashdoc
+from flashdoc import flash_attn_func, scaled_dot_product_attention
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 # (batch, seqlen, heads, head_dim)
@@ -11,19 +11,21 @@ q = k = v = torch.randn(1, 16, 2, 64, device=device, dtype=torch.float16)
 
 # --8<-- [start:errors]
 calls = {
-    "head_dim 300 (more than 256)": lambda: flashdoc.flash_attn_func(
+    "head_dim 300 (more than 256)": lambda: flash_attn_func(
         *(torch.randn(1, 16, 2, 300, device=device, dtype=torch.float16),) * 3
     ),
-    "float64 inputs": lambda: flashdoc.flash_attn_func(q.double(), k.double(), v.double()),
-    "q and k of different dtypes": lambda: flashdoc.flash_attn_func(q, k.float(), v),
-    "3 query heads over 2 key/value heads": lambda: flashdoc.flash_attn_func(
+    "float64 inputs": lambda: flash_attn_func(q.double(), k.double(), v.double()),
+    "q and k of different dtypes": lambda: flash_attn_func(q, k.float(), v),
+    "3 query heads over 2 key/value heads": lambda: flash_attn_func(
         torch.randn(1, 16, 3, 64, device=device, dtype=torch.float16), k, v
     ),
-    "an arbitrary attention mask (SDPA API)": lambda: flashdoc.scaled_dot_product_attention(
+    "an arbitrary attention mask (SDPA API)": lambda: scaled_dot_product_attention(
         q, k, v, attn_mask=torch.ones(2, 2, dtype=torch.bool)
     ),
-    "dropout_p = 1 (SDPA API)": lambda: flashdoc.scaled_dot_product_attention(q, k, v, dropout_p=1.0),
-    "a window side below -1": lambda: flashdoc.flash_attn_func(q, k, v, window_size=(256, -2)),
+    "dropout_p = 1 (SDPA API)": lambda: scaled_dot_product_attention(
+        q, k, v, dropout_p=1.0
+    ),
+    "a window side below -1": lambda: flash_attn_func(q, k, v, window_size=(256, -2)),
 }
 for what, call in calls.items():
     try:

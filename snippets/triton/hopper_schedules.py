@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 
 TILES, softmax = 4, 2.0
 COLOURS = {"QK": "#3f51b5", "PV": "#7986cb", "softmax": "#ff9800", "load": "#4caf50"}
+LABEL = dict(ha="center", va="center", color="white")  # a label centred on its bar
 
 
 # --8<-- [start:schedules]
@@ -74,7 +75,7 @@ def draw(bars, rows, title, filename):
     for row, start, length, kind, j in bars:
         y = len(rows) - 1 - rows.index(row)
         ax.barh(y, length, left=start, color=COLOURS[kind], edgecolor="white")
-        ax.text(start + length / 2, y, f"{kind} {j}", ha="center", va="center", color="white", fontsize=7)
+        ax.text(start + length / 2, y, f"{kind} {j}", fontsize=7, **LABEL)
     ax.set_yticks(range(len(rows)), rows[::-1])
     ax.set_xlabel("time (one unit = one product of one tile)")
     ax.set_title(title, fontsize=10)
@@ -96,7 +97,12 @@ print("\n".join(table))
 with open("schedules.md", "w") as f:
     f.write("\n".join(table) + "\n")
 
-draw(serial(), ["tensor cores", "WG 1"], "Serial: the tensor cores wait for each softmax", "serial.png")
+draw(
+    serial(),
+    ["tensor cores", "WG 1"],
+    "Serial: the tensor cores wait for each softmax",
+    "serial.png",
+)
 draw(
     intra_warpgroup(),
     ["tensor cores", "WG 1"],
@@ -144,9 +150,12 @@ for row, start, length, kind, j in bars:
     colour = COLOURS["load"] if kind == "load" else ("#3f51b5", "#ff9800")[j % 2]
     ax.barh(y, length, left=start, color=colour, edgecolor="white")
     label = f"K, V {j}\nslot {j % 2}" if kind == "load" else f"tile {j}, slot {j % 2}"
-    ax.text(start + length / 2, y, label, ha="center", va="center", color="white", fontsize=6)
+    ax.text(start + length / 2, y, label, fontsize=6, **LABEL)
 ax.set_yticks(range(3), rows[::-1])
 ax.set_xlabel("time")
-ax.set_title("A ring of two slots: loads of the next tiles overlap the consumers' work", fontsize=10)
+ax.set_title(
+    "A ring of two slots: loads of the next tiles overlap the consumers' work",
+    fontsize=10,
+)
 fig.tight_layout()
 fig.savefig("ring.png", dpi=150)

@@ -15,13 +15,24 @@ import triton.language as tl
 
 # --8<-- [start:kernel]
 @triton.jit
-def attention_fwd(Q, K, V, Out, n, scale, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def attention_fwd(
+    Q,
+    K,
+    V,
+    Out,
+    n,
+    scale,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     block = tl.program_id(0)  # which block of queries this program owns
     head = tl.program_id(1)  # which (batch, head) pair
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, D)
     base = head * n * D  # Q, K, V, Out: contiguous (batch * heads, n, D)
-    q = tl.load(Q + base + rows[:, None] * D + cols[None, :], mask=rows[:, None] < n, other=0.0)
+    row_offsets = base + rows[:, None] * D + cols[None, :]  # this block's rows
+    q = tl.load(Q + row_offsets, mask=rows[:, None] < n, other=0.0)
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max
     l = tl.zeros([BLOCK_M], tl.float32)  # running denominator
     acc = tl.zeros([BLOCK_M, D], tl.float32)  # unnormalised output
@@ -38,7 +49,7 @@ def attention_fwd(Q, K, V, Out, n, scale, D: tl.constexpr, BLOCK_M: tl.constexpr
         l = alpha * l + tl.sum(p, axis=1)
         acc = alpha[:, None] * acc + tl.dot(p, v)
         m = m_new
-    tl.store(Out + base + rows[:, None] * D + cols[None, :], acc / l[:, None], mask=rows[:, None] < n)
+    tl.store(Out + row_offsets, acc / l[:, None], mask=rows[:, None] < n)
 
 
 # --8<-- [end:kernel]

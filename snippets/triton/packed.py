@@ -1,4 +1,5 @@
-"""flash-attn's packed functions: Q, K and V as one fused projection gives them, by flash-attn's module name."""
+"""flash-attn's packed functions: Q, K and V as one fused projection gives them, by
+flash-attn's module name."""
 
 import torch
 import torch.nn.functional as F
@@ -8,7 +9,8 @@ import flashdoc
 # on the CPU the kernels run in Triton's interpreter
 device = "cuda" if torch.cuda.is_available() else "cpu"
 dtype = torch.bfloat16 if device == "cuda" else torch.float32
-batch, seqlen, heads, head_dim = (4, 2048, 16, 128) if device == "cuda" else (2, 48, 2, 32)
+shape = (4, 2048, 16, 128) if device == "cuda" else (2, 48, 2, 32)
+batch, seqlen, heads, head_dim = shape
 torch.manual_seed(0)
 
 # --8<-- [start:qkvpacked]

@@ -30,17 +30,22 @@ for (head_dim, fp32), candidates in forward.FWD_CONFIGS.items():
             f"| {c.num_warps} | {yes(kw['ACROSS_HEADS'])} |"
         )
 write(
-    "forward.md", "| head dim | inputs | BLOCK_M | BLOCK_N | num_stages | num_warps | causal order across heads |", rows
+    "forward.md",
+    "| head dim | inputs | BLOCK_M | BLOCK_N | num_stages | num_warps "
+    "| causal order across heads |",
+    rows,
 )
 # --8<-- [end:portable]
 
+configs = forward_hopper.HOPPER_CONFIGS
 rows = [
     f"| {hd} | {yes(causal)} | {m} | {n} | {stages} | {consumers} | {yes(persist)} |"
-    for (hd, causal), (m, n, stages, consumers, persist) in forward_hopper.HOPPER_CONFIGS.items()
+    for (hd, causal), (m, n, stages, consumers, persist) in configs.items()
 ]
 write(
     "hopper_forward.md",
-    "| head dim | causal | rows per consumer | keys per tile | ring slots | consumers | persistent |",
+    "| head dim | causal | rows per consumer | keys per tile | ring slots "
+    "| consumers | persistent |",
     rows,
 )
 
@@ -51,7 +56,15 @@ for kernel, table in [
     ("fused dK, dV, dQ", backward_hopper.FUSED_DQ_CONFIGS),
 ]:
     for (hd, causal), (m, n, stages, consumers) in table.items():
-        rows.append(f"| {kernel} | {hd} | {yes(causal)} | {m} | {n} | {stages} | {consumers} |")
-write("hopper_backward.md", "| kernel | head dim | causal | BLOCK_M | BLOCK_N | ring slots | consumers |", rows)
+        rows.append(
+            f"| {kernel} | {hd} | {yes(causal)} | {m} | {n} | {stages} | {consumers} |"
+        )
+write(
+    "hopper_backward.md",
+    "| kernel | head dim | causal | BLOCK_M | BLOCK_N | ring slots | consumers |",
+    rows,
+)
 ((key, tokens),) = backward_hopper.FUSED_DQ_MIN_SEQLEN.items()
-print(f"Causal calls at head dim {key[0]} take the fused kernel from {tokens:,} tokens.")
+print(
+    f"Causal calls at head dim {key[0]} take the fused kernel from {tokens:,} tokens."
+)

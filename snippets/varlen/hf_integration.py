@@ -1,6 +1,7 @@
-"""A Hugging Face transformers model on flashdoc's kernels, with a padded batch: register once, then
-attn_implementation="flashdoc". A tiny Llama from a config (random weights, nothing to download) keeps it fast
-on a CPU; with a checkpoint, from_pretrained takes the same argument."""
+"""A Hugging Face transformers model on flashdoc's kernels, with a padded batch:
+register once, then attn_implementation="flashdoc". A tiny Llama from a config (random
+weights, nothing to download) keeps it fast on a CPU; with a checkpoint,
+from_pretrained takes the same argument."""
 
 import copy
 
@@ -11,15 +12,20 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 import flashdoc.integrations.transformers
 
 flashdoc.integrations.transformers.register()  # adds attn_implementation="flashdoc"
-config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
-model = AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc")  # or .from_pretrained(name, ...)
+tiny = dict(hidden_size=64, num_hidden_layers=2, vocab_size=256)
+config = LlamaConfig(**tiny, num_attention_heads=4, num_key_value_heads=2)
+# or .from_pretrained(name, ...)
+model = AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc")
 # --8<-- [end:five_lines]
 
 # --8<-- [start:padded]
 torch.manual_seed(0)
 model.init_weights()
-eager = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="eager")
-eager.load_state_dict(model.state_dict())  # the same weights, transformers' own attention
+# the same weights, transformers' own attention
+eager = AutoModelForCausalLM.from_config(
+    copy.deepcopy(config), attn_implementation="eager"
+)
+eager.load_state_dict(model.state_dict())
 
 lengths = [12, 5, 9]
 input_ids = torch.randint(0, config.vocab_size, (len(lengths), max(lengths)))
@@ -31,8 +37,12 @@ with torch.no_grad():
     ours = model(input_ids, attention_mask=attention_mask).logits
     theirs = eager(input_ids, attention_mask=attention_mask).logits
 real = attention_mask.bool()
-print(f"attention: {model.config._attn_implementation}, batch of {len(lengths)} with lengths {lengths}")
-print(f"largest difference from eager at real tokens: {(ours - theirs)[real].abs().max().item():.1e}")
+print(
+    f"attention: {model.config._attn_implementation}, "
+    f"batch of {len(lengths)} with lengths {lengths}"
+)
+difference = (ours - theirs)[real].abs().max().item()
+print(f"largest difference from eager at real tokens: {difference:.1e}")
 # --8<-- [end:padded]
 
 # Packed, padding-free: the three sequences in one row, positions restarting at 0.
@@ -41,4 +51,7 @@ position_ids = torch.cat([torch.arange(n) for n in lengths])[None]
 with torch.no_grad():
     packed = model(packed_ids, position_ids=position_ids, use_cache=False).logits[0]
 difference = (packed - ours[real]).abs().max().item()
-print(f"packed {tuple(packed_ids.shape)} against padded: largest difference {difference:.1e}")
+print(
+    f"packed {tuple(packed_ids.shape)} against padded: "
+    f"largest difference {difference:.1e}"
+)

@@ -1,7 +1,9 @@
-"""How much work padding to the longest sequence wastes, for batches drawn from one length distribution.
+"""How much work padding to the longest sequence wastes, for batches drawn from one
+length distribution.
 
-Lengths are log-uniform between 128 and 8,192 tokens: as many sequences between 128 and 1k as between 1k and 8k,
-the long tail of a mixed corpus of chats, documents and code. Swap in your own distribution: the rest follows."""
+Lengths are log-uniform between 128 and 8,192 tokens: as many sequences between 128 and
+1k as between 1k and 8k, the long tail of a mixed corpus of chats, documents and code.
+Swap in your own distribution: the rest follows."""
 
 import math
 
@@ -21,27 +23,35 @@ def draw_lengths(batches, batch_size, generator):
 
 
 def wasted(lengths):
-    """Fractions of the work spent on padding when every sequence is padded to the batch's longest.
+    """Fractions of the work spent on padding when every sequence is padded to the
+    batch's longest.
 
-    Per-token work (projections, MLP) grows as the length, attention's as its square (with or without a causal
-    mask: the mask halves the real and the padded work alike)."""
+    Per-token work (projections, MLP) grows as the length, attention's as its square
+    (with or without a causal mask: the mask halves the real and the padded work
+    alike)."""
     longest = lengths.amax(dim=-1, keepdim=True)
-    tokens = 1 - lengths.sum(-1) / (longest * lengths.shape[-1]).squeeze(-1)
-    attention = 1 - (lengths**2).sum(-1) / (longest**2 * lengths.shape[-1]).squeeze(-1)
+    batch = lengths.shape[-1]
+    tokens = 1 - lengths.sum(-1) / (longest * batch).squeeze(-1)
+    attention = 1 - (lengths**2).sum(-1) / (longest**2 * batch).squeeze(-1)
     return tokens, attention
 
 
 # --8<-- [end:waste]
 
 g = torch.Generator().manual_seed(0)
-rows = ["| batch size | tokens wasted (median) | attention FLOPs wasted (median) | (10th - 90th percentile) |"]
-rows.append("|---|---|---|---|")
+rows = [
+    "| batch size | tokens wasted (median) | attention FLOPs wasted (median) "
+    "| (10th - 90th percentile) |",
+    "|---|---|---|---|",
+]
 medians = {}
+percentiles = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)
 for batch_size in BATCH_SIZES:
     tokens, attention = wasted(draw_lengths(DRAWS, batch_size, g))
-    lo, mid, hi = torch.quantile(attention, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
-    medians[batch_size] = (tokens.median().item(), mid, lo, hi)
-    rows.append(f"| {batch_size} | {tokens.median().item():.0%} | {mid:.0%} | {lo:.0%} - {hi:.0%} |")
+    lo, mid, hi = torch.quantile(attention, percentiles).tolist()
+    token_mid = tokens.median().item()
+    medians[batch_size] = (token_mid, mid, lo, hi)
+    rows.append(f"| {batch_size} | {token_mid:.0%} | {mid:.0%} | {lo:.0%} - {hi:.0%} |")
 table = "\n".join(rows) + "\n"
 open("waste.md", "w").write(table)
 print(f"lengths log-uniform in [{SHORTEST}, {LONGEST}], {DRAWS} batches per batch size")
@@ -50,7 +60,9 @@ print(f"lengths log-uniform in [{SHORTEST}, {LONGEST}], {DRAWS} batches per batc
 example = draw_lengths(1, 8, torch.Generator().manual_seed(1))[0]
 tokens, attention = wasted(example[None])
 print(f"example batch of 8: lengths {example.int().tolist()}")
-share = f"{tokens.item():.0%} of the tokens and {attention.item():.0%} of attention's FLOPs"
+share = (
+    f"{tokens.item():.0%} of the tokens and {attention.item():.0%} of attention's FLOPs"
+)
 print(f"  padded to {int(example.max())}: {share} are padding")
 
 fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -64,16 +76,20 @@ left.invert_yaxis()
 left.set_xlabel("tokens (grey: padding)")
 left.set_title(f"one batch of 8: {attention.item():.0%} of attention FLOPs are padding")
 sizes = list(medians)
-right.plot(sizes, [medians[s][1] * 100 for s in sizes], "o-", color="#c0392b", label="attention FLOPs (median)")
+# in % per batch size: the tokens' median; attention's median, 10th and 90th percentile
+token_pct, attn_pct, attn_lo, attn_hi = (
+    [medians[s][i] * 100 for s in sizes] for i in range(4)
+)
+right.plot(sizes, attn_pct, "o-", color="#c0392b", label="attention FLOPs (median)")
 right.fill_between(
     sizes,
-    [medians[s][2] * 100 for s in sizes],
-    [medians[s][3] * 100 for s in sizes],
+    attn_lo,
+    attn_hi,
     color="#c0392b",
     alpha=0.15,
     label="attention FLOPs (10th - 90th pct)",
 )
-right.plot(sizes, [medians[s][0] * 100 for s in sizes], "s--", color="#555555", label="tokens (median)")
+right.plot(sizes, token_pct, "s--", color="#555555", label="tokens (median)")
 right.set_xscale("log", base=2)
 right.set_xticks(sizes, [str(s) for s in sizes])
 right.set_ylim(0, 100)

@@ -105,6 +105,33 @@ def test_every_page_loads_cleanly(page, built_site):
     assert not broken_images, broken_images
 
 
+# Snippets keep to this many columns so that their code blocks do not scroll sideways in a 1280 px window.
+SNIPPET_COLUMNS = int(re.search(r"^line-length = (\d+)", (ROOT / "snippets/ruff.toml").read_text(), re.M).group(1))
+
+
+def test_snippet_code_fits_its_block_at_1280_px(page, built_site):
+    """Every snippet block whose lines keep to the snippets' column limit shows them whole, without a
+    horizontal scroll bar, in the fixture's 1280 px window (folded blocks opened first)."""
+    scrolled = []
+    for path in site_pages(built_site):
+        rel = path.relative_to(built_site).as_posix()
+        page.goto(page.site_url + rel.removesuffix("index.html"))
+        scrolled += [
+            f"{rel}: {name}"
+            for name in page.evaluate(
+                """columns => {
+                    document.querySelectorAll("details").forEach(d => { d.open = true; });
+                    return [...document.querySelectorAll(".fd-program pre > code")]
+                        .filter(c => Math.max(...c.innerText.split("\\n").map(l => l.length)) <= columns)
+                        .filter(c => c.scrollWidth > c.clientWidth)
+                        .map(c => c.closest(".fd-program").dataset.snippet);
+                }""",
+                SNIPPET_COLUMNS,
+            )
+        ]
+    assert not scrolled, f"these scroll at 1280 px though their lines keep to {SNIPPET_COLUMNS} columns: {scrolled}"
+
+
 def test_home_page_and_blog_list_every_post(page):
     posts = published_posts()
     page.goto(page.site_url, wait_until="networkidle")
