@@ -8,6 +8,8 @@ import copy
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
+torch.manual_seed(0)  # the model's random weights, and so the differences printed below
+
 # --8<-- [start:five_lines]
 import flashdoc.integrations.transformers
 
@@ -19,8 +21,6 @@ model = AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc")
 # --8<-- [end:five_lines]
 
 # --8<-- [start:padded]
-torch.manual_seed(0)
-model.init_weights()
 # the same weights, transformers' own attention
 eager = AutoModelForCausalLM.from_config(
     copy.deepcopy(config), attn_implementation="eager"
