@@ -27,12 +27,15 @@ few queries against the cache run on the split-KV kernel (``flash_attn_func`` se
 ``sliding_window - 1`` keys before it, exactly eager's mask) and ``(sliding_window - 1, sliding_window - 1)``
 when not (transformers' encoders pass ``sliding_window`` one larger than their half-width for this reason).
 ``softcap`` (Gemma 2's ``attn_logit_softcapping``) is applied after scaling, GQA/MQA need nothing, and dropout
-is whatever the layer passes (its attention dropout in training, 0 in evaluation).
+is whatever the layer passes (its attention dropout in training, 0 in evaluation). Attention sinks (``s_aux``:
+gpt-oss, one learned logit per head that joins every row's softmax and has no value) renormalise the kernels'
+output through the log-sum-exp they return (:func:`_with_sinks`), so they are exact and take gradients.
 
 What flashdoc cannot compute fails on the first call with a ValueError that says what and why, instead of
 computing something else: a 4-D or float mask, extra mask functions (e.g. Gemma 3's bidirectional image
-tokens), ``output_attentions=True``, a head mask, attention sinks (``s_aux``), and a sliding window over a
-padding mask with holes in it (unpadding would move the window's edges).
+tokens), ``output_attentions=True``, a head mask, an additive position bias (T5), sparse attention over
+selected keys, per-token sinks, and a sliding window over a padding mask with holes in it (unpadding would move
+the window's edges).
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ def register(name: str = NAME) -> str:
 
     transformers treats every name that contains "flash" as a flash-attn package to import when a model is
     built; for such a name (the default, "flashdoc", is one) this also tells that import to return flashdoc's
-    functions (see :func:`_answer_flash_import`).
+    functions (see :func:`_answer_flash_import`), and keeps the name for models that list the flash kernels they
+    work with, which transformers would otherwise use instead (see :func:`_keep_flash_name`).
     """
     if not isinstance(name, str) or not name or "|" in name or "/" in name or ":" in name:
         raise ValueError(
@@ -76,7 +80,9 @@ def register(name: str = NAME) -> str:
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, mask_function)
     if "flash" in name:
-        _answer_flash_import(name)
+        _FLASH_NAMES.add(name)
+        _answer_flash_import()
+        _keep_flash_name()
     return name
 
 
@@ -86,8 +92,8 @@ def register(name: str = NAME) -> str:
 _FLASH_NAMES: set[str] = set()
 
 
-def _answer_flash_import(name: str) -> None:
-    """Let transformers' flash-attn import succeed for ``name``, with flashdoc's functions.
+def _answer_flash_import() -> None:
+    """Let transformers' flash-attn import succeed for the registered flash names, with flashdoc's functions.
 
     When a model is built with an ``attn_implementation`` whose name contains "flash", transformers (5.x) calls
     ``modeling_flash_attention_utils.lazy_import_flash_attention(name)``, which asks ``_lazy_imports(name)`` for
@@ -105,7 +111,6 @@ def _answer_flash_import(name: str) -> None:
     original = getattr(fa_utils, "_lazy_imports", None)
     if original is None:
         return  # this transformers does not import flash-attn by name at model build
-    _FLASH_NAMES.add(name)
     if getattr(original, "_flashdoc", False):
         return
 
@@ -123,6 +128,39 @@ def _answer_flash_import(name: str) -> None:
     _lazy_imports._flashdoc = True
     _lazy_imports.__wrapped__ = original
     fa_utils._lazy_imports = _lazy_imports
+
+
+def _keep_flash_name() -> None:
+    """Keep a registered flash-named implementation when a model lists the flash kernels it is compatible with.
+
+    A model class may list them in ``_compatible_flash_implementations`` (gpt-oss and other models with attention
+    sinks, which flash-attn 2 cannot compute). For any other name that contains "flash", transformers (5.x) then
+    builds the model with the list's first entry instead, a kernel from the Hugging Face Hub, and only logs a
+    warning: asked for flashdoc, the model would run something else, or fail to build on a machine that cannot
+    reach the Hub. The registered names are kept instead; what flashdoc cannot compute for such a model is
+    refused by :func:`attention_forward` on the first call, by name."""
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:
+        return
+    original = getattr(PreTrainedModel, "_check_and_adjust_attn_implementation", None)
+    if original is None or getattr(original, "_flashdoc", False):
+        return
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation, *args, **kwargs):
+        compatible = getattr(self, "_compatible_flash_implementations", None)
+        if attn_implementation not in _FLASH_NAMES or compatible is None or attn_implementation in compatible:
+            return original(self, attn_implementation, *args, **kwargs)
+        # the check reads the list from the instance: list the name there for the call, then drop it
+        self._compatible_flash_implementations = [*compatible, attn_implementation]
+        try:
+            return original(self, attn_implementation, *args, **kwargs)
+        finally:
+            del self._compatible_flash_implementations
+
+    _check_and_adjust_attn_implementation._flashdoc = True
+    _check_and_adjust_attn_implementation.__wrapped__ = original
+    PreTrainedModel._check_and_adjust_attn_implementation = _check_and_adjust_attn_implementation
 
 
 def mask_function(
@@ -219,26 +257,73 @@ def attention_forward(
     if v_head_dim != head_dim:  # e.g. MLA: zero columns of v give zero columns of the output, cut off below
         v = F.pad(v, (0, head_dim - v_head_dim))
     batch, seqlen_q = q.shape[:2]
+    sinks = _sinks(kwargs.get("s_aux"), q)
 
     if (left_pad := _decode_step_left_padding(q, k, attention_mask, options)) is not None:
-        out = _decode_in_place(q, k, v, left_pad, attention_mask.shape[1], options)
+        out = _decode_in_place(q, k, v, left_pad, attention_mask.shape[1], options, sinks)
     elif attention_mask is not None:  # padding: unpad, one varlen call, pad back
         if window != (-1, -1):
             _check_no_holes(attention_mask)
         q, k, v, index_q, cu_q, cu_k, max_q, max_k = _unpad(q, k, v, attention_mask)
-        out = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **options)
+        out = _attend(flashdoc.flash_attn_varlen_func, (q, k, v, cu_q, cu_k, max_q, max_k), options, sinks)
         out = out.new_zeros(batch * seqlen_q, *out.shape[1:]).index_copy(0, index_q, out)
     elif (packed := _packed(kwargs, batch, seqlen_q, k.shape[1])) is not None:  # padding-free
         cu_q, cu_k, max_q, max_k = packed
         q, k, v = (t.reshape(-1, *t.shape[2:]) for t in (q, k, v))
-        out = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **options)
+        out = _attend(flashdoc.flash_attn_varlen_func, (q, k, v, cu_q, cu_k, max_q, max_k), options, sinks)
     else:
-        out = flashdoc.flash_attn_func(q, k, v, **options)
+        out = _attend(flashdoc.flash_attn_func, (q, k, v), options, sinks)
     out = out.reshape(batch, seqlen_q, *out.shape[-2:])
     return out[..., :v_head_dim], None
 
 
 # --8<-- [end:forward]
+
+
+def _attend(attention, args, options, sinks, lse_option="return_lse"):
+    """attention(*args, **options), with the layer's sinks folded in when it has them."""
+    if sinks is None:
+        return attention(*args, **options)
+    out, lse = attention(*args, **options, **{lse_option: True})
+    return _with_sinks(out, lse, sinks)
+
+
+# --8<-- [start:sinks]
+def _with_sinks(out, lse, sinks):
+    """The attention output when each head's softmax has one more logit, its sink, whose
+    value vector is zero.
+
+    A row's weights become exp(s_j) / (sum_j exp(s_j) + exp(sink)): the kernel's weights
+    times exp(lse) / (exp(lse) + exp(sink)) = sigmoid(lse - sink), lse being the log of
+    the row's own sum. So the output is scaled by that factor, and the sinks' gradient,
+    and the LSE's (which the kernels' backward takes), follow from it.
+
+    out: (..., seqlen, heads, head_dim); lse: (..., heads, seqlen) float32; sinks:
+    (heads,). A row that sees no key has lse = -inf and stays zero, as in eager
+    attention, where its sink takes all the weight."""
+    weight = torch.sigmoid(lse - sinks.float()[:, None]).transpose(-1, -2)
+    return (out.float() * weight.unsqueeze(-1)).to(out.dtype)
+
+
+# --8<-- [end:sinks]
+
+
+def _sinks(s_aux, q: torch.Tensor) -> torch.Tensor | None:
+    """The layer's attention sinks (``s_aux``, one logit per query head), checked, or None."""
+    if s_aux is None:
+        return None
+    heads = q.shape[2]
+    if not isinstance(s_aux, torch.Tensor) or not s_aux.is_floating_point():
+        got = s_aux.dtype if isinstance(s_aux, torch.Tensor) else type(s_aux).__name__
+        raise TypeError(f"s_aux (attention sinks) must be a floating-point tensor of shape ({heads},), got {got}")
+    if s_aux.shape != (heads,):
+        raise ValueError(
+            f"s_aux (attention sinks) must hold one logit per query head, shape ({heads},), got "
+            f"{tuple(s_aux.shape)}; per-token sinks are not supported"
+        )
+    if s_aux.device != q.device:
+        raise ValueError(f"s_aux (attention sinks) is on {s_aux.device} but the queries are on {q.device}")
+    return s_aux
 
 
 def _may_be_a_decode_step(q, k, options) -> bool:
@@ -264,21 +349,16 @@ def _decode_step_left_padding(q, k, mask, options):
     return _per_tensor(mask, "left padding", (q.shape[1],), _find_left_padding)
 
 
-def _decode_in_place(q, k, v, left_pad, seqlen_k, options):
+def _decode_in_place(q, k, v, left_pad, seqlen_k, options, sinks):
     """The decode step attended over the cache where it lies: ``flash_attn_with_kvcache`` with each row's padding
     as its ``cache_leftpad``, where unpadding would gather every cached key and value first."""
     k, v = k[:, :seqlen_k], v[:, :seqlen_k]  # a static cache longer than what was written: its tail is unused
-    return flashdoc.flash_attn_with_kvcache(
-        q,
-        k,
-        v,
+    cache_options = dict(
         cache_seqlens=seqlen_k,
         cache_leftpad=left_pad,
-        softmax_scale=options["softmax_scale"],
-        causal=options["causal"],
-        window_size=options["window_size"],
-        softcap=options["softcap"],
+        **{name: options[name] for name in ("softmax_scale", "causal", "window_size", "softcap")},
     )
+    return _attend(flashdoc.flash_attn_with_kvcache, (q, k, v), cache_options, sinks, "return_softmax_lse")
 
 
 def _find_left_padding(mask, seqlen_q):
@@ -291,13 +371,36 @@ def _find_left_padding(mask, seqlen_q):
     return (mask.shape[1] - mask.sum(-1)).to(torch.int32)
 
 
+# Keyword arguments through which transformers' models ask for attention that flashdoc's kernels cannot compute.
+# Ignoring one would compute something else, so each is refused by name.
+_REFUSED_KWARGS = {
+    "position_bias": (
+        "an additive position bias (position_bias, T5's relative attention bias)",
+        "its kernels add no bias tensor to the scores",
+    ),
+    "indices": (
+        "sparse attention over selected keys (indices)",
+        "its kernels attend to every key the mask allows",
+    ),
+    "block_indices": (
+        "block-sparse attention over selected key blocks (block_indices)",
+        "its kernels attend to every key the mask allows",
+    ),
+    "sinks": (
+        "per-token attention sinks (sinks)",
+        "it takes one sink logit per head (s_aux), not one per token",
+    ),
+}
+
+
 def _check_supported(module, attention_mask, kwargs) -> None:
     if kwargs.get("output_attentions") or getattr(getattr(module, "config", None), "output_attentions", False):
         _refuse("output_attentions=True", "its kernels never form the attention probabilities")
     if kwargs.get("head_mask") is not None:
         _refuse("a head_mask", "its kernels take no per-head weights")
-    if kwargs.get("s_aux") is not None:
-        _refuse("attention sinks (s_aux)", "its softmax has no extra sink logit")
+    for name, (what, why) in _REFUSED_KWARGS.items():
+        if kwargs.get(name) is not None:
+            _refuse(what, why)
     if kwargs.get("block_table") is not None:
         _refuse(
             "paged attention (block_table)",

@@ -1,8 +1,9 @@
 """attn_implementation="flashdoc" in Hugging Face transformers, against the models' own eager attention.
 
 Tiny randomly initialised models built from configs (nothing is downloaded): Llama, Mistral (sliding window),
-Gemma 2 (softcap, and sliding windows on every other layer), Qwen2 (sliding window by layer type) and BERT (a
-non-causal encoder), with grouped-query attention. Each runs on padded (left and right), packed and plain
+Gemma 2 (softcap, and sliding windows on every other layer), Qwen2 (sliding window by layer type), gpt-oss
+(attention sinks, and sliding windows on every other layer) and BERT (a non-causal encoder), with grouped-query
+attention. Each runs on padded (left and right), packed and plain
 batches, and its logits and parameter gradients must meet flash-attn's rule against the same model's eager
 attention in float64 (the same math with its softmax in float64 too, see ``oracle_attention``): flashdoc's
 error <= 2 x the error of eager attention in the test's dtype (float32 on the CPU, where the kernels run in
@@ -66,15 +67,29 @@ def tiny_config(kind: str, scale: str = "cpu"):
             max_window_layers=0,
             layer_types=["sliding_attention", "full_attention"] * (2 if big else 1),
         )
-    raise ValueError(f"kind must be llama, mistral, gemma2 or qwen2, got {kind!r}")
+    if kind == "gpt_oss":
+        return transformers.GptOssConfig(
+            **{**common, "intermediate_size": 256 if big else 64},
+            head_dim=64 if big else 16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            experts_implementation="eager",  # the grouped matmul takes no float64, which the oracle runs in
+            sliding_window=window,
+            layer_types=["sliding_attention", "full_attention"] * (2 if big else 1),
+        )
+    raise ValueError(f"kind must be llama, mistral, gemma2, qwen2 or gpt_oss, got {kind!r}")
 
 
-def oracle_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs):
+def oracle_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, s_aux=None, **kwargs
+):
     """Eager attention's math, with eager's 4-D mask, in the inputs' dtype throughout.
 
     transformers' eager attention takes its softmax in float32; in a float64 model that turns the mask's
     float64 minimum into -inf, and a padded query that sees no key (left padding) then outputs NaN, which the
-    next layer spreads to every token. This is the same computation with the softmax in float64."""
+    next layer spreads to every token. This is the same computation with the softmax in float64. Sinks
+    (``s_aux``, gpt-oss) are one more logit per head in every row, dropped after the softmax, as in gpt-oss's
+    eager attention."""
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     scores = query @ key.transpose(2, 3) * (query.shape[-1] ** -0.5 if scaling is None else scaling)
@@ -82,7 +97,12 @@ def oracle_attention(module, query, key, value, attention_mask, scaling=None, dr
         scores = torch.tanh(scores / softcap) * softcap
     if attention_mask is not None:
         scores = scores + attention_mask[:, :, :, : key.shape[-2]]
-    return (torch.softmax(scores, dim=-1) @ value).transpose(1, 2).contiguous(), None
+    if s_aux is not None:
+        sinks = s_aux.to(scores.dtype).reshape(1, -1, 1, 1).expand(*scores.shape[:3], 1)
+        probs = torch.softmax(torch.cat([scores, sinks], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    return (probs @ value).transpose(1, 2).contiguous(), None
 
 
 def register_all():
@@ -151,29 +171,63 @@ def compare(config, layout, lengths, dtype, grad_mult=2.0):
 CPU_LENGTHS = (13, 7, 10)
 
 
-@pytest.mark.parametrize("layout", ["left", "right", "packed", "plain"])
-@pytest.mark.parametrize("kind", ["llama", "mistral", "gemma2", "qwen2"])
+KINDS = ("llama", "mistral", "gemma2", "qwen2", "gpt_oss")
+LAYOUTS = ("left", "right", "packed", "plain")
+# gpt-oss builds its eager mask without position_ids, so its eager attention runs a packed row as one sequence
+# (its flash-attention path, like flashdoc, splits the row where the positions restart): its packed batch is
+# checked against the sequences run one at a time instead (test_gpt_oss_packed_rows_match_each_sequence_alone).
+EAGER_CASES = [(kind, layout) for kind in KINDS for layout in LAYOUTS if (kind, layout) != ("gpt_oss", "packed")]
+
+
+@pytest.mark.parametrize("kind, layout", EAGER_CASES)
 def test_logits_and_grads_match_eager(kind, layout):
     compare(tiny_config(kind), layout, CPU_LENGTHS, torch.float32)
 
 
-@pytest.mark.parametrize("kind", ["mistral", "gemma2"])
-def test_window_and_softcap_change_the_logits(kind):
-    """The comparisons above could pass with the window or softcap ignored if neither changed anything: check
-    that each one moves eager's logits far beyond the tolerance."""
+def alone_and_packed(config, lengths, dtype):
+    """Logits of each sequence run alone under eager (float64 oracle and ``dtype``), and of all of them packed
+    into one row under flashdoc, in the same token order."""
+    batch, _ = make_batch("packed", lengths)
+    ids = batch["input_ids"][0].split(list(lengths))
+    alone = []
+    for attn, run_dtype in EAGER64_EAGER_OURS(dtype)[:2]:
+        model = build(config, attn, run_dtype)
+        with torch.no_grad():
+            alone.append(torch.cat([model(input_ids=row[None]).logits[0] for row in ids]))
+    with torch.no_grad():
+        packed = build(config, "flashdoc", dtype)(**batch).logits[0]
+    return packed, *alone
+
+
+def test_gpt_oss_packed_rows_match_each_sequence_alone():
+    ours, ref, pt = alone_and_packed(tiny_config("gpt_oss"), CPU_LENGTHS, torch.float32)
+    assert_close_like_flash_attn("logits", ours, ref, pt, torch.float32)
+
+
+@pytest.mark.parametrize("kind", ["mistral", "gemma2", "gpt_oss"])
+def test_window_softcap_and_sinks_change_the_logits(kind):
+    """The comparisons above could pass with the window, softcap or sinks ignored if none changed anything:
+    check that each one moves eager's logits far beyond the tolerance."""
     config = tiny_config(kind)
     batch, real = make_batch("right", CPU_LENGTHS)
     without = copy.deepcopy(config)
     without.sliding_window = 1000  # wider than every sequence: no window
-    variants = [without]
+    variants = [(without, None)]
     if kind == "gemma2":
         no_cap = copy.deepcopy(config)
         no_cap.attn_logit_softcapping = None
-        variants.append(no_cap)
+        variants.append((no_cap, None))
+    if kind == "gpt_oss":  # the same model with its sinks at -inf, where they take no weight
+        variants.append(
+            (config, lambda model: [layer.self_attn.sinks.data.fill_(-torch.inf) for layer in model.model.layers])
+        )
     with torch.no_grad():
         base = build(config, "oracle", torch.float64)(**batch).logits[real]
-        for other in variants:
-            moved = (build(other, "oracle", torch.float64)(**batch).logits[real] - base).abs().max().item()
+        for other, change in variants:
+            model = build(other, "oracle", torch.float64)
+            if change is not None:
+                change(model)
+            moved = (model(**batch).logits[real] - base).abs().max().item()
             assert moved > 1e-3, f"{kind}: the feature moved the logits by only {moved:.2e}"
 
 
@@ -217,7 +271,7 @@ def decode(model, batch, steps=4):
     return torch.stack(logits)
 
 
-@pytest.mark.parametrize("kind", ["mistral", "gemma2"])
+@pytest.mark.parametrize("kind", ["mistral", "gemma2", "gpt_oss"])
 def test_decoding_with_a_cache_matches_eager(kind):
     """Left-padded prompts longer than the window, then decoding through the cache."""
     config = tiny_config(kind)
@@ -397,6 +451,54 @@ def test_what_flashdoc_cannot_compute_fails_clearly():
         flashdoc_hf.attention_forward(layer, q, q[:, :2], q[:, :2], holes, sliding_window=3)
     with pytest.raises(ValueError, match="float attention mask"):
         flashdoc_hf.attention_forward(layer, q, q[:, :2], q[:, :2], holes.float())
+    # Keyword arguments that ask for attention the kernels do not compute, and sinks of the wrong shape.
+    kv = q[:, :2]
+    for name in ("position_bias", "indices", "block_indices", "sinks"):
+        with pytest.raises(ValueError, match=f"cannot compute .*\\({name}"):
+            flashdoc_hf.attention_forward(layer, q, kv, kv, None, **{name: torch.zeros(1, device=DEVICE)})
+    for sinks, error, match in (
+        (torch.zeros(2, device=DEVICE), ValueError, r"s_aux .* shape \(4,\), got \(2,\)"),
+        (torch.zeros(1, 4, 6, 1, device=DEVICE), ValueError, "per-token sinks are not supported"),
+        (torch.zeros(4, dtype=torch.int64, device=DEVICE), TypeError, "s_aux .* floating-point"),
+        ([0.0] * 4, TypeError, "s_aux .* got list"),
+    ):
+        with pytest.raises(error, match=match):
+            flashdoc_hf.attention_forward(layer, q, kv, kv, None, s_aux=sinks)
+
+
+def test_t5_position_bias_is_refused():
+    """T5 passes its relative position bias to the attention function as a keyword argument; computing without
+    it would give other logits, so the first call says what is missing."""
+    import inspect
+
+    from transformers.models.t5 import modeling_t5
+
+    if "ALL_ATTENTION_FUNCTIONS" not in inspect.getsource(modeling_t5):
+        pytest.skip("this transformers' T5 computes its attention itself, whatever the attention implementation")
+    register_all()
+    config = transformers.T5Config(
+        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=4
+    )
+    model = transformers.AutoModelForSeq2SeqLM.from_config(config, attn_implementation="flashdoc").to(DEVICE).eval()
+    assert model.encoder.block[0].layer[0].SelfAttention.config._attn_implementation == "flashdoc"
+    ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    with pytest.raises(ValueError, match="position_bias, T5's relative attention bias"):
+        model(input_ids=ids, decoder_input_ids=ids[:, :5])
+
+
+def test_models_that_list_their_flash_kernels_keep_flashdoc():
+    """gpt-oss lists the flash kernels that compute its sinks; transformers would build it with the first of
+    them (a Hub kernel) for any other flash-named implementation. Registered names stay, on this model instance
+    only: the class's list is unchanged."""
+    config = tiny_config("gpt_oss")
+    model = build(config, "flashdoc", torch.float32)
+    assert model.config._attn_implementation == "flashdoc"
+    listed = type(model)._compatible_flash_implementations
+    if listed is not None:
+        assert "flashdoc" not in listed and "_compatible_flash_implementations" not in vars(model)
+    model.set_attn_implementation("eager")
+    model.set_attn_implementation("flashdoc")
+    assert model.config._attn_implementation == "flashdoc"
 
 
 def test_packed_sequences_are_found_once_per_position_ids(monkeypatch):
@@ -446,15 +548,21 @@ GPU_LENGTHS = (500, 123, 317, 64)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", ["left", "right", "packed", "plain"])
-@pytest.mark.parametrize("kind", ["llama", "mistral", "gemma2", "qwen2"])
+@pytest.mark.parametrize("kind, layout", EAGER_CASES)
 def test_gpu_logits_and_grads_match_eager(kind, layout):
     compare(tiny_config(kind, "gpu"), layout, GPU_LENGTHS, torch.bfloat16, grad_mult=3.0)
 
 
 @pytest.mark.gpu
-def test_gpu_decoding_with_a_cache_matches_eager():
-    config = tiny_config("gemma2", "gpu")
+def test_gpu_gpt_oss_packed_rows_match_each_sequence_alone():
+    ours, ref, pt = alone_and_packed(tiny_config("gpt_oss", "gpu"), GPU_LENGTHS, torch.bfloat16)
+    assert_close_like_flash_attn("logits", ours, ref, pt, torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["gemma2", "gpt_oss"])
+def test_gpu_decoding_with_a_cache_matches_eager(kind):
+    config = tiny_config(kind, "gpu")
     batch, _ = make_batch("left", (200, 77, 150))
     ref, pt, ours = (decode(build(config, a, d), batch, steps=8) for a, d in EAGER64_EAGER_OURS(torch.bfloat16))
     assert_close_like_flash_attn("decode logits", ours, ref, pt, torch.bfloat16)
