@@ -19,14 +19,21 @@ Layouts (how the sequence of N tokens is cut over W ranks):
 - ``"zigzag"``: the sequence is cut into 2W chunks, and rank r holds chunks r and 2W-1-r, one early and one late.
   Causal work is then the same on every rank: after its own shard, each step costs exactly half a block.
   ``zigzag_shard`` and ``zigzag_unshard`` convert.
+
+Sliding windows count positions in the whole sequence. Each pair of contiguous runs of tokens (a rank's shard,
+or a zigzag chunk) meets in at most one rectangle of pairs the window keeps, cut to its rows and keys that see
+anything and computed as one block with the window moved to the block's corner (``ring_blocks``). A window that
+needs only the nearest shards ends the ring early: the keys travel only as far as some rank still needs them,
+and each key gradient goes straight home from wherever its sum ends up.
 """
 
+import functools
 from typing import NamedTuple, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
-from ._validation import validate_attention_inputs
+from ._validation import validate_attention_inputs, validate_window_and_softcap
 from .interface import _bwd_op, _fwd_op, first_order_only, flash_attn_func
 
 __all__ = [
@@ -34,6 +41,8 @@ __all__ = [
     "zigzag_shard",
     "zigzag_unshard",
     "ring_block",
+    "ring_blocks",
+    "ring_steps",
     "RingBlock",
     "merge_partial",
     "LAYOUTS",
@@ -49,11 +58,14 @@ LAYOUTS = ("contiguous", "zigzag")
 
 class RingBlock(NamedTuple):
     """One step's attention block: rows of the local queries, rows of the visiting key/value shard, and whether
-    the block is causal (only the diagonal block, where queries and keys are the same tokens, is)."""
+    the block is causal (only the diagonal block, where queries and keys are the same tokens, is). Under a sliding
+    window, ``window`` is the block's own (left, right), counted from its first query and first key (the top-left
+    corner; -1 unbounded)."""
 
     q: slice
     kv: slice
     causal: bool
+    window: tuple = (-1, -1)
 
 
 # --8<-- [start:schedule]
@@ -82,6 +94,88 @@ def ring_block(
 
 
 # --8<-- [end:schedule]
+
+
+# --8<-- [start:window_schedule]
+def ring_blocks(
+    rank: int,
+    step: int,
+    world_size: int,
+    seqlen: int,
+    causal: bool,
+    layout: str = "contiguous",
+    window_size=(-1, -1),
+) -> list:
+    """Every block rank ``rank`` computes at ring step ``step``: ``ring_block``'s one (or none) without a window.
+
+    With a window (left, right) over positions in the whole sequence (query i sees key j when
+    i - left <= j <= i + right; -1 unbounded, ``causal`` sets right = 0), each run of local queries meets each run
+    of visiting keys (one run a shard; two, its chunks, under zigzag) in at most one block."""
+    if tuple(window_size) == (-1, -1):
+        block = ring_block(rank, step, world_size, seqlen, causal, layout)
+        return [] if block is None else [block]
+    left, right = window_size
+    if causal:
+        right = 0
+    source = (rank - step) % world_size
+    blocks = []
+    for q_start, rows in _runs(rank, world_size, seqlen, layout):
+        for k_start, keys in _runs(source, world_size, seqlen, layout):
+            block = _band_block(q_start - k_start, rows, keys, left, right)
+            if block is not None:
+                blocks.append(block)
+    return blocks
+
+
+def _runs(rank: int, world_size: int, seqlen: int, layout: str) -> list:
+    """(position of the first token in the whole sequence, local rows) of each contiguous run a rank holds."""
+    if layout == "contiguous":
+        return [(rank * seqlen, slice(0, seqlen))]
+    half = seqlen // 2
+    return [(rank * half, slice(0, half)), ((2 * world_size - 1 - rank) * half, slice(half, seqlen))]
+
+
+def _band_block(offset: int, rows: slice, keys: slice, left: int, right: int) -> Optional[RingBlock]:
+    """The block of a run of queries and a run of keys whose first positions differ by ``offset`` (query's minus
+    key's): local query i sees local key j when i + offset - left <= j <= i + offset + right. Cut to the rows
+    that see a key and the keys that a row sees; None if there are none."""
+    m, n = rows.stop - rows.start, keys.stop - keys.start
+    first_row = 0 if right < 0 else max(0, -offset - right)
+    end_row = m if left < 0 else min(m, n - offset + left)
+    if first_row >= end_row:
+        return None
+    first_key = 0 if left < 0 else max(0, first_row + offset - left)
+    end_key = n if right < 0 else min(n, end_row + offset + right)
+    if first_key >= end_key:
+        return None
+    # The window seen from the block's corner; a side that reaches past the block's edge masks nothing there.
+    offset += first_row - first_key
+    height, width = end_row - first_row, end_key - first_key
+    block_left = -1 if left < 0 or left - offset >= height - 1 else left - offset
+    block_right = -1 if right < 0 or right + offset >= width - 1 else right + offset
+    q = slice(rows.start + first_row, rows.start + end_row)
+    kv = slice(keys.start + first_key, keys.start + end_key)
+    if block_left == -1 and block_right in (-1, 0):  # plain or causal: the kernels' fastest forms
+        return RingBlock(q, kv, block_right == 0)
+    return RingBlock(q, kv, False, (block_left, block_right))
+
+
+@functools.cache
+def ring_steps(world_size: int, seqlen: int, causal: bool, layout: str = "contiguous", window_size=(-1, -1)) -> int:
+    """How many ring steps any rank has a block in: W without a window; fewer when a window ends where some
+    nearer shard does."""
+    if tuple(window_size) == (-1, -1):
+        return world_size
+    last = max(
+        step
+        for rank in range(world_size)
+        for step in range(world_size)
+        if ring_blocks(rank, step, world_size, seqlen, causal, layout, window_size)
+    )
+    return last + 1
+
+
+# --8<-- [end:window_schedule]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -147,11 +241,17 @@ class _Ring:
         self.next = dist.get_global_rank(group, (self.rank + 1) % self.size)
         self.prev = dist.get_global_rank(group, (self.rank - 1) % self.size)
 
-    def pass_on(self, send: torch.Tensor, recv: torch.Tensor, tag: int):
+    def pass_on(self, send: torch.Tensor, recv: torch.Tensor, tag: int, hops: int = 1):
+        """Send to the rank ``hops`` places on (the next one by default) and receive from as far back."""
+        if hops % self.size == 1:
+            to, source = self.next, self.prev
+        else:
+            to = dist.get_global_rank(self.group, (self.rank + hops) % self.size)
+            source = dist.get_global_rank(self.group, (self.rank - hops) % self.size)
         return dist.batch_isend_irecv(
             [
-                dist.P2POp(dist.isend, send, self.next, self.group, tag),
-                dist.P2POp(dist.irecv, recv, self.prev, self.group, tag),
+                dist.P2POp(dist.isend, send, to, self.group, tag),
+                dist.P2POp(dist.irecv, recv, source, self.group, tag),
             ]
         )
 
@@ -185,26 +285,43 @@ def merge_partial(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor,
 # --8<-- [end:merge]
 
 
+def _variant(block: RingBlock, softcap: float) -> tuple:
+    """The ops' arguments after causal and the alignment for a block: its window and the softcap, or none.
+    Every block is aligned to its top-left corner (``bottom_right=False``), where its window is counted from."""
+    if block.window == (-1, -1) and softcap == 0.0:
+        return ()
+    return (*block.window, softcap)
+
+
 # --8<-- [start:forward]
-def _ring_forward(q, k, v, softmax_scale: float, causal: bool, layout: str, ring: _Ring):
+def _ring_forward(q, k, v, softmax_scale: float, causal: bool, layout: str, ring: _Ring, window=(-1, -1), softcap=0.0):
     """This rank's output (q's dtype) and LSE (fp32) over all ranks' keys."""
     seqlen = q.shape[1]
+    steps = ring_steps(ring.size, seqlen, causal, layout, window)
     kv = torch.stack((k, v))  # one message per hop instead of two
     out = lse = None
-    for step in range(ring.size):
-        last = step == ring.size - 1
+    for step in range(steps):
+        last = step == steps - 1
         if not last:  # post the next hop first, so that it travels while this block computes
             kv_next = torch.empty_like(kv)
             in_flight = ring.pass_on(kv, kv_next, _KV_TAG)
-        block = ring_block(ring.rank, step, ring.size, seqlen, causal, layout)
-        if block is not None:
+        for block in ring_blocks(ring.rank, step, ring.size, seqlen, causal, layout, window):
             block_out, block_lse = _fwd_op(
-                q[:, block.q], kv[0][:, block.kv], kv[1][:, block.kv], softmax_scale, block.causal, True
+                q[:, block.q],
+                kv[0][:, block.kv],
+                kv[1][:, block.kv],
+                softmax_scale,
+                block.causal,
+                False,
+                *_variant(block, softcap),
             )
-            if out is None:  # step 0, the diagonal block, covers every local query
+            if out is None and block.q == slice(0, seqlen):  # the diagonal block covers every local query
                 out, lse = block_out.float(), block_lse
-            else:
-                merge_partial(out[:, block.q], lse[:, :, block.q], block_out, block_lse)
+                continue
+            if out is None:  # a window's blocks cover the queries in parts: start from no keys at all
+                out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+                lse = torch.full(block_lse.shape[:2] + (seqlen,), -torch.inf, device=q.device)
+            merge_partial(out[:, block.q], lse[:, :, block.q], block_out, block_lse)
         if not last:
             ring.wait(in_flight)
             kv = kv_next
@@ -215,51 +332,62 @@ def _ring_forward(q, k, v, softmax_scale: float, causal: bool, layout: str, ring
 
 
 # --8<-- [start:backward]
-def _ring_backward(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, layout: str, ring: _Ring):
+def _ring_backward(
+    dout, q, k, v, out, lse, softmax_scale: float, causal: bool, layout: str, ring: _Ring, window=(-1, -1), softcap=0.0
+):
     """dq, dk, dv of this rank's shards. The key/value shards go around as in the forward; next to each travels
-    the fp32 sum of its gradient so far, which every rank adds its block's share to before passing it on. After
-    W hops each sum is back at its owner, complete."""
+    the fp32 sum of its gradient so far, which every rank adds its blocks' share to before passing it on. After
+    W hops each sum is back at its owner, complete (a window's shorter ring sends it home in one hop)."""
     seqlen = q.shape[1]
+    steps = ring_steps(ring.size, seqlen, causal, layout, window)
     kv = torch.stack((k, v))
     dq = torch.zeros_like(q, dtype=torch.float32)
     dkv = torch.zeros_like(kv, dtype=torch.float32)  # the gradient sum of the shard held now
     dkv_next = dkv_in_flight = None
-    for step in range(ring.size):
-        last = step == ring.size - 1
+    for step in range(steps):
+        last = step == steps - 1
         if not last:
             kv_next = torch.empty_like(kv)
             kv_in_flight = ring.pass_on(kv, kv_next, _KV_TAG)
-        block = ring_block(ring.rank, step, ring.size, seqlen, causal, layout)
-        if block is not None:
-            # The final out and lse, not this block's own: P = exp(S - lse) is then this block's slice of the
-            # full softmax, and delta = rowsum(dO * O) its full row term, so the blocks' gradients add up.
-            rows, cols = block.q, block.kv
-            dq_block, dk_block, dv_block = _bwd_op(
-                dout[:, rows],
-                q[:, rows],
-                kv[0][:, cols],
-                kv[1][:, cols],
-                out[:, rows],
-                lse[:, :, rows],
+        blocks = ring_blocks(ring.rank, step, ring.size, seqlen, causal, layout, window)
+        # The final out and lse, not each block's own: P = exp(S - lse) is then the block's slice of the full
+        # softmax, and delta = rowsum(dO * O) its full row term, so the blocks' gradients add up.
+        grads = [
+            _bwd_op(
+                dout[:, block.q],
+                q[:, block.q],
+                kv[0][:, block.kv],
+                kv[1][:, block.kv],
+                out[:, block.q],
+                lse[:, :, block.q],
                 None,
                 softmax_scale,
                 block.causal,
-                True,
                 False,
+                False,
+                *_variant(block, softcap),
             )
+            for block in blocks
+        ]
         if dkv_in_flight is not None:  # the sum for the shard received this step, sent by the previous rank
             ring.wait(dkv_in_flight)
             dkv = dkv_next
-        if block is not None:
-            dq[:, rows] += dq_block
-            dkv[0][:, cols] += dk_block
-            dkv[1][:, cols] += dv_block
-        dkv_next = torch.empty_like(dkv)
-        dkv_in_flight = ring.pass_on(dkv, dkv_next, _DKV_TAG)
+        for block, (dq_block, dk_block, dv_block) in zip(blocks, grads):
+            dq[:, block.q] += dq_block
+            dkv[0][:, block.kv] += dk_block
+            dkv[1][:, block.kv] += dv_block
+        # The last hop takes each sum to its owner: the next rank after W steps, (steps - 1) ranks back after fewer.
+        hops = 1 if not last else 1 - steps
+        if hops % ring.size:
+            dkv_next = torch.empty_like(dkv)
+            dkv_in_flight = ring.pass_on(dkv, dkv_next, _DKV_TAG, hops)
+        else:  # a ring of one step: the sum held is this rank's own
+            dkv_next, dkv_in_flight = dkv, None
         if not last:
             ring.wait(kv_in_flight)
             kv = kv_next
-    ring.wait(dkv_in_flight)  # the W-th hop brings this rank's own shard's gradient home
+    if dkv_in_flight is not None:
+        ring.wait(dkv_in_flight)  # the last hop brings this rank's own shard's gradient home
     dk, dv = dkv_next.to(k.dtype).unbind(0)
     return dq.to(q.dtype), dk, dv
 
@@ -269,18 +397,18 @@ def _ring_backward(dout, q, k, v, out, lse, softmax_scale: float, causal: bool, 
 
 class _RingFlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, layout, ring):
-        out, lse = _ring_forward(q, k, v, softmax_scale, causal, layout, ring)
+    def forward(ctx, q, k, v, softmax_scale, causal, layout, ring, window, softcap):
+        out, lse = _ring_forward(q, k, v, softmax_scale, causal, layout, ring, window, softcap)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.softmax_scale, ctx.causal, ctx.layout, ctx.ring = softmax_scale, causal, layout, ring
+        ctx.options = (softmax_scale, causal, layout, ring, window, softcap)
         return out
 
     @staticmethod
     @first_order_only
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _ring_backward(dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.layout, ctx.ring)
-        return dq, dk, dv, None, None, None, None
+        dq, dk, dv = _ring_backward(dout, q, k, v, out, lse, *ctx.options)
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def _resolve_group(group):
@@ -309,11 +437,14 @@ def _resolve_group(group):
     )
 
 
-def ring_flash_attn_func(q, k, v, softmax_scale=None, causal=False, group=None, layout="contiguous"):
+def ring_flash_attn_func(
+    q, k, v, softmax_scale=None, causal=False, group=None, layout="contiguous", window_size=(-1, -1), softcap=0.0
+):
     """Exact attention over a sequence sharded across the ranks of a process group (ring attention).
 
     Every rank calls it with its own shard; the result is this rank's shard of
-    ``flash_attn_func(q_full, k_full, v_full, softmax_scale=softmax_scale, causal=causal)``, and autograd
+    ``flash_attn_func(q_full, k_full, v_full, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+    softcap=softcap)``, and autograd
     gives this rank's shards of the gradients. Keys and values move around the ring with asynchronous
     ``batch_isend_irecv`` while the blocks compute; nothing waits on the host inside a step. Runs on NCCL
     (CUDA tensors) and gloo (CPU tensors, through Triton's interpreter).
@@ -329,6 +460,10 @@ def ring_flash_attn_func(q, k, v, softmax_scale=None, causal=False, group=None, 
         layout: how the sequence is sharded. ``"contiguous"``: rank r holds tokens [r N/W, (r+1) N/W).
             ``"zigzag"``: the sequence is cut into 2W chunks and rank r holds chunks r and 2W-1-r
             (``zigzag_shard``), which gives every rank the same causal work. Must match how the shards were cut.
+        window_size: (left, right), flash-attn's sliding window over positions in the full sequence: query i sees
+            key j when i - left <= j <= i + right, -1 for unbounded; with ``causal``, right is 0. The ring stops
+            as soon as no rank needs farther shards, so a window narrower than a contiguous shard costs one hop.
+        softcap: as in ``flash_attn_func``, ``softcap * tanh(scores / softcap)`` after scaling; 0 for none.
 
     Returns:
         (batch, seqlen / W, nheads, headdim), this rank's output shard, in q's dtype. The partial outputs are
@@ -346,6 +481,8 @@ def ring_flash_attn_func(q, k, v, softmax_scale=None, causal=False, group=None, 
     )
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    validate_window_and_softcap(window_size, softcap)
+    window, softcap = tuple(window_size), float(softcap)
     if q.shape[1] != k.shape[1]:
         raise ValueError(
             f"q has {q.shape[1]} tokens and k {k.shape[1]}: ring attention shards one sequence, "
@@ -361,7 +498,7 @@ def ring_flash_attn_func(q, k, v, softmax_scale=None, causal=False, group=None, 
         softmax_scale = q.shape[-1] ** -0.5
     softmax_scale = float(softmax_scale)
     if ring.size == 1:
-        return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal)
+        return flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window, softcap=softcap)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _RingFlashAttention.apply(q, k, v, softmax_scale, causal, layout, ring)
-    return _ring_forward(q, k, v, softmax_scale, causal, layout, ring)[0]
+        return _RingFlashAttention.apply(q, k, v, softmax_scale, causal, layout, ring, window, softcap)
+    return _ring_forward(q, k, v, softmax_scale, causal, layout, ring, window, softcap)[0]

@@ -25,7 +25,9 @@ from flashdoc.parallel import (
     LAYOUTS,
     merge_partial,
     ring_block,
+    ring_blocks,
     ring_flash_attn_func,
+    ring_steps,
     zigzag_shard,
     zigzag_unshard,
 )
@@ -40,14 +42,23 @@ class Case(NamedTuple):
     layout: str
     dtype: torch.dtype = torch.float32
     group: str = "world"  # "world", "mesh" (a 1-D DeviceMesh) or "tail" (ranks 1..W-1 as a subgroup)
+    window: tuple = (-1, -1)
+    softcap: float = 0.0
 
     @property
     def name(self):
         dt = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
+        variant = "" if self.window == (-1, -1) else f"-window{self.window[0]},{self.window[1]}"
+        variant += f"-softcap{self.softcap:g}" if self.softcap else ""
         return (
             f"W{self.world_size}-N{self.seqlen}-H{self.heads}/{self.kv_heads}-"
-            f"{'causal' if self.causal else 'full'}-{self.layout}-{dt}-{self.group}"
+            f"{'causal' if self.causal else 'full'}-{self.layout}-{dt}-{self.group}{variant}"
         )
+
+    @property
+    def options(self):
+        """The keyword arguments that ring_flash_attn_func and flash_attn_func share."""
+        return dict(causal=self.causal, window_size=self.window, softcap=self.softcap)
 
     @property
     def ring_size(self):
@@ -62,6 +73,14 @@ def _cases(world_size, seqlen):
         cases.append(Case(world_size, seqlen, 2, 2, True, "zigzag", group="mesh"))
     else:
         cases.append(Case(world_size, 2 * seqlen // 3, 2, 2, True, "zigzag", group="tail"))
+    # Sliding windows narrower than a zigzag chunk, between a chunk and a shard, and wider than a shard, causal
+    # or not; softcap with and without one. (Shards of seqlen / W tokens, chunks of half that.)
+    shard = seqlen // world_size
+    for layout in LAYOUTS:
+        cases.append(Case(world_size, seqlen, 4, 2, True, layout, window=(shard // 2 - 1, 0)))
+        cases.append(Case(world_size, seqlen, 2, 2, True, layout, window=(shard + 3, 0), softcap=2.0))
+        cases.append(Case(world_size, seqlen, 2, 2, False, layout, window=(3, shard - 2)))
+    cases.append(Case(world_size, seqlen, 2, 2, True, "zigzag", softcap=2.0))
     return cases
 
 
@@ -106,7 +125,7 @@ def _run_rank(case, rank, groups, device, head_dim=HEAD_DIM):
         return None
     q, k, v, dout = (_shard(t, case, ring_rank) for t in _full_tensors(case, device, head_dim))
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    out = ring_flash_attn_func(q, k, v, causal=case.causal, group=group, layout=case.layout)
+    out = ring_flash_attn_func(q, k, v, group=group, layout=case.layout, **case.options)
     out.backward(dout)
     return [t.detach().cpu() for t in (out, q.grad, k.grad, v.grad)]
 
@@ -117,7 +136,7 @@ def _errors_on_rank(case, rank, groups, device, head_dim):
     shards = _run_rank(case, rank, groups, device, head_dim)
     q, k, v, dout = _full_tensors(case, device, head_dim)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    out = flash_attn_func(q, k, v, causal=case.causal)
+    out = flash_attn_func(q, k, v, **case.options)
     out.backward(dout)
     errors = {}
     for name, mine, full in zip(("out", "dq", "dk", "dv"), shards, (out, q.grad, k.grad, v.grad)):
@@ -185,7 +204,7 @@ def _check_case(case, per_rank, device="cpu", head_dim=HEAD_DIM, atol=None):
     """The gathered shards of out, dq, dk, dv against flash_attn_func on the full tensors."""
     q, k, v, dout = _full_tensors(case, device, head_dim)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    out = flash_attn_func(q, k, v, causal=case.causal)
+    out = flash_attn_func(q, k, v, **case.options)
     out.backward(dout)
     expected = [t.detach().cpu() for t in (out, q.grad, k.grad, v.grad)]
     got = [r["results"][case.name] for r in per_rank]
@@ -274,6 +293,73 @@ def test_schedule_covers_the_causal_mask_once(world_size, layout):
         assert work == sorted(work) and work[0] < work[-1]
 
 
+def _window_mask(n, causal, window):
+    """flash-attn's mask over n positions: query i sees key j when i - left <= j <= i + right."""
+    left, right = window
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    keep = torch.ones(n, n, dtype=torch.bool)
+    if left >= 0:
+        keep &= j >= i - left
+    if causal or right >= 0:
+        keep &= j <= i + (0 if causal else right)
+    return keep
+
+
+WINDOW_SCHEDULES = [
+    (world_size, layout, causal, window)
+    for world_size in (2, 3, 5)
+    for layout in LAYOUTS
+    for causal, window in (
+        (True, (0, 0)),
+        (True, (1, -1)),
+        (True, (3, 0)),
+        (True, (5, 0)),
+        (True, (9, 0)),
+        (True, (100, 0)),
+        (False, (2, 2)),
+        (False, (0, 7)),
+        (False, (6, 1)),
+        (False, (-1, 3)),
+        (False, (4, -1)),
+    )
+]
+
+
+@pytest.mark.parametrize("world_size, layout, causal, window", WINDOW_SCHEDULES)
+def test_window_schedule_covers_the_window_once(world_size, layout, causal, window):
+    """Paint every pair the blocks of a windowed ring keep, each block's mask counted from its own corner:
+    together they must be exactly the window's pairs over the whole sequence, each once, within ring_steps
+    steps; and each block holds only rows that see a key and keys that a row sees."""
+    n_local = 6
+    full = world_size * n_local
+    case = Case(world_size, full, 1, 1, causal, layout)
+    positions = [_shard(torch.arange(full)[None], case, r)[0] for r in range(world_size)]
+    steps = ring_steps(world_size, n_local, causal, layout, window)
+    covered = torch.zeros(full, full, dtype=torch.int64)
+    for rank in range(world_size):
+        for step in range(world_size):
+            blocks = ring_blocks(rank, step, world_size, n_local, causal, layout, window)
+            assert step < steps or not blocks, f"a block at step {step}, after the {steps} the ring runs"
+            for block in blocks:
+                qpos = positions[rank][block.q]
+                kpos = positions[(rank - step) % world_size][block.kv]
+                keep = _window_mask(max(len(qpos), len(kpos)), block.causal, block.window)[: len(qpos), : len(kpos)]
+                assert keep.any(1).all() and keep.any(0).all(), "a block row or key that sees nothing"
+                covered[qpos[:, None].expand_as(keep)[keep], kpos[None, :].expand_as(keep)[keep]] += 1
+    assert torch.equal(covered, _window_mask(full, causal, window).long())
+
+
+def test_windows_shorten_the_ring():
+    """A causal window that ends in the previous contiguous shard needs two steps; one reaching two shards back,
+    three; a window open on the right needs the whole ring (the later shards come round last)."""
+    assert ring_steps(4, 16, True, "contiguous", (10, 0)) == 2
+    assert ring_steps(4, 16, True, "contiguous", (20, 0)) == 3
+    assert ring_steps(4, 16, True, "contiguous", (0, 0)) == 1
+    assert ring_steps(4, 16, False, "contiguous", (10, 1)) == 4
+    assert ring_steps(4, 16, True, "contiguous") == 4
+    assert ring_steps(4, 16, True, "zigzag", (3, 0)) == 4  # chunk 2W-1-r's neighbour is a later rank's
+
+
 def test_merge_of_two_halves_is_attention_over_both():
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 8, 2, 16, generator=gen).to(DEVICE) for _ in range(3))
@@ -309,6 +395,9 @@ def _zeros(seqlen):
         ),
         (lambda: ring_flash_attn_func(*(_zeros(5) for _ in range(3)), layout="zigzag"), "odd"),
         (lambda: ring_flash_attn_func(*(_zeros(4) for _ in range(3)), causal=1), "causal must be"),
+        (lambda: ring_flash_attn_func(*(_zeros(4) for _ in range(3)), window_size=(-2, 0)), "window_size must be"),
+        (lambda: ring_flash_attn_func(*(_zeros(4) for _ in range(3)), window_size=8), "window_size must be"),
+        (lambda: ring_flash_attn_func(*(_zeros(4) for _ in range(3)), softcap=-1.0), "softcap must be"),
     ],
 )
 def test_bad_input(call, match):
@@ -329,41 +418,40 @@ def test_needs_an_initialised_process_group():
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _simulated_ring(q_shards, k_shards, v_shards, dout_shards, causal, layout):
+def _simulated_ring(q_shards, k_shards, v_shards, dout_shards, case):
     """The ring schedule in one process: every rank's blocks, merges and gradient sums, with the real ops."""
     world_size, n = len(q_shards), q_shards[0].shape[1]
     scale = q_shards[0].shape[-1] ** -0.5
+    steps = ring_steps(world_size, n, case.causal, case.layout, case.window)
+
+    def blocks(rank):
+        for step in range(steps):
+            for block in ring_blocks(rank, step, world_size, n, case.causal, case.layout, case.window):
+                yield (rank - step) % world_size, block, (*block.window, case.softcap)
+
     outs, lses = [], []
     for rank in range(world_size):
-        out = lse = None
-        for step in range(world_size):
-            block = ring_block(rank, step, world_size, n, causal, layout)
-            if block is None:
-                continue
-            src = (rank - step) % world_size
+        out = torch.zeros(q_shards[rank].shape, dtype=torch.float32, device=q_shards[rank].device)
+        lse = torch.full(out.shape[:1] + out.shape[2:3] + out.shape[1:2], -torch.inf, device=out.device)
+        for src, block, variant in blocks(rank):
             o, l_ = torch.ops.flashdoc.fwd(
                 q_shards[rank][:, block.q],
                 k_shards[src][:, block.kv],
                 v_shards[src][:, block.kv],
                 scale,
                 block.causal,
-                True,
+                False,
+                *variant,
             )
-            if out is None:
-                out, lse = o.float(), l_
-            else:
-                merge_partial(out[:, block.q], lse[:, :, block.q], o, l_)
+            merge_partial(out[:, block.q], lse[:, :, block.q], o, l_)
         outs.append(out.to(q_shards[0].dtype))
         lses.append(lse)
     dq = [torch.zeros_like(q, dtype=torch.float32) for q in q_shards]
     dk = [torch.zeros_like(k, dtype=torch.float32) for k in k_shards]
     dv = [torch.zeros_like(v, dtype=torch.float32) for v in v_shards]
     for rank in range(world_size):
-        for step in range(world_size):
-            block = ring_block(rank, step, world_size, n, causal, layout)
-            if block is None:
-                continue
-            src, r = (rank - step) % world_size, block.q
+        for src, block, variant in blocks(rank):
+            r = block.q
             g = torch.ops.flashdoc.bwd(
                 dout_shards[rank][:, r],
                 q_shards[rank][:, r],
@@ -374,8 +462,9 @@ def _simulated_ring(q_shards, k_shards, v_shards, dout_shards, causal, layout):
                 None,
                 scale,
                 block.causal,
-                True,
                 False,
+                False,
+                *variant,
             )
             dq[rank][:, r] += g[0]
             dk[src][:, block.kv] += g[1]
@@ -383,18 +472,28 @@ def _simulated_ring(q_shards, k_shards, v_shards, dout_shards, causal, layout):
     return outs, dq, dk, dv
 
 
+SIMULATED_VARIANTS = [
+    dict(causal=causal) for causal in (False, True)
+] + [  # windows within a zigzag chunk, across shards, open on one side; softcap with and without one
+    dict(causal=True, window=(700, 0)),
+    dict(causal=True, window=(2500, 0), softcap=30.0),
+    dict(causal=False, window=(300, 1500)),
+    dict(causal=True, softcap=30.0),
+]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("variant", SIMULATED_VARIANTS, ids=lambda v: "-".join(f"{k}{v[k]}" for k in v))
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_gpu_simulated_ring(world_size, causal, layout):
+def test_gpu_simulated_ring(world_size, variant, layout):
     """One GPU: the ring's blocks and merges in one process against flash_attn_func on the full sequence."""
-    case = Case(world_size, world_size * 2 * 1024, 8, 2, causal, layout, torch.bfloat16)
+    case = Case(world_size, world_size * 2 * 1024, 8, 2, layout=layout, dtype=torch.bfloat16, **variant)
     q, k, v, dout = _full_tensors(case, "cuda", head_dim=128)
     shards = [[_shard(t, case, r) for r in range(world_size)] for t in (q, k, v, dout)]
-    outs, dq, dk, dv = _simulated_ring(*shards, causal, layout)
+    outs, dq, dk, dv = _simulated_ring(*shards, case)
     qf, kf, vf = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    out = flash_attn_func(qf, kf, vf, causal=causal)
+    out = flash_attn_func(qf, kf, vf, **case.options)
     out.backward(dout)
     for name, ring, ref in (("out", outs, out), ("dq", dq, qf.grad), ("dk", dk, kf.grad), ("dv", dv, vf.grad)):
         ring = _unshard(ring, case).float()
@@ -408,7 +507,7 @@ GPU_CASES = [
     for n in (4096, 65536, 262144)
     for causal in (False, True)
     for layout in LAYOUTS
-]
+] + [Case(2, 65536, 8, 2, True, layout, torch.bfloat16, window=(4095, 0)) for layout in LAYOUTS]
 
 
 @pytest.mark.gpu
