@@ -46,6 +46,15 @@ def worked_example():
         f.write(table)
 
 
+# (name, causal, window_size); the window, narrower than a shard, ends the contiguous
+# ring after one hop
+MASKS = (
+    ("full", False, (-1, -1)),
+    ("causal", True, (-1, -1)),
+    ("causal, window (5, 0)", True, (5, 0)),
+)
+
+
 def ring_check(rank, port):
     """One rank of the ring: its shards in, its output and gradient shards out."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -55,7 +64,7 @@ def ring_check(rank, port):
     lines = ["| layout | mask | out | dq | dk | dv |", "|---|---|---|---|---|---|"]
     q, k, v, dout = torch.randn(4, 1, N, H, D)
     for layout in ("contiguous", "zigzag"):
-        for causal in (False, True):
+        for mask, causal, window in MASKS:
 
             def shard(x):
                 if layout == "zigzag":
@@ -64,12 +73,14 @@ def ring_check(rank, port):
 
             # --8<-- [start:ring]
             q_s, k_s, v_s = (shard(t).requires_grad_() for t in (q, k, v))
-            out_s = ring_flash_attn_func(q_s, k_s, v_s, causal=causal, layout=layout)
+            out_s = ring_flash_attn_func(
+                q_s, k_s, v_s, causal=causal, window_size=window, layout=layout
+            )
             out_s.backward(shard(dout))
             # --8<-- [end:ring]
             errors = []
             full = [t.clone().requires_grad_() for t in (q, k, v)]
-            out = flash_attn_func(*full, causal=causal)
+            out = flash_attn_func(*full, causal=causal, window_size=window)
             out.backward(dout)
             rank_shards = (out_s, q_s.grad, k_s.grad, v_s.grad)
             one_process = (out, *(t.grad for t in full))
@@ -81,7 +92,6 @@ def ring_check(rank, port):
                 else:
                     ring = torch.cat(gathered, dim=1)
                 errors.append(f"{(ring - whole).abs().max():.1e}")
-            mask = "causal" if causal else "full"
             lines.append(f"| {layout} | {mask} | " + " | ".join(errors) + " |")
     if rank == 0:
         table = "\n".join(lines) + "\n"
