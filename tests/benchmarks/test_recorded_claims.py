@@ -8,6 +8,7 @@ sentence of a post, naming the sentence, so that a new recording cannot land und
 
 import inspect
 import json
+import math
 import re
 from pathlib import Path
 
@@ -225,6 +226,17 @@ def test_recording_backs_host_time_against_sdpa_as_the_usage_page_reads_it():
     assert {"forward", "forward + backward"} <= set(ratios) and min(ratios.values()) > 1, ratios
 
 
+def test_recording_backs_flashdoc_calls_cost_more_host_time_than_sdpa():
+    """Part 3 reads the host-time table after the launch cache: what remains is Python that PyTorch's C++ backends
+    do not run, and every recorded call, cache on, still costs more host time than SDPA's."""
+    said = claim(
+        read_post("flashattention-in-triton.md"),
+        "with the cache on, each call in the table still costs more host time than SDPA's",
+    )
+    ratios = readings.host_time_ratios()
+    assert len(ratios) == 3 and min(ratios.values()) > 1, (said, ratios)
+
+
 def test_recording_backs_both_references_give_the_same_verdict():
     said = claim(
         read_post("flashattention-in-triton.md"),
@@ -345,6 +357,15 @@ def test_recording_backs_worked_backward_numbers_in_the_prose():
     keys1 = (GENERATED / "flashattention/worked_backward/keys1.txt").read_text()
     for said in re.findall(r"\$?(0\.\d{4})\$?", part4):
         assert said in keys1, f"Part 4 quotes {said}, which keys1.txt does not show"
+
+
+def test_second_stream_threshold_in_part4_is_the_code_constant():
+    """Part 4 names the forward FLOPs from which the backward runs dQ on a second stream."""
+    from flashdoc.kernels import backward
+
+    exponent = round(math.log10(backward.OVERLAP_MIN_FLOPS))
+    assert backward.OVERLAP_MIN_FLOPS == 10.0**exponent, backward.OVERLAP_MIN_FLOPS
+    claim(read_post("backward-pass.md"), f"($10^{{{exponent}}}$ forward FLOPs and up)")
 
 
 # Part 5: the model of FlashAttention-3's overlaps, and where the Gluon kernels run
@@ -551,6 +572,51 @@ def test_recording_backs_the_variant_costs():
     assert all(r["kernels"]["fwd"] == "portable" for r in rows if r["alibi"] and r["peer"] == "flashdoc")
 
 
+def test_recording_backs_the_variants_setup_as_part7_states_it():
+    """Part 7 describes the variants benchmark's run in words: its size, its variants' options and the tiles of the
+    visited-pairs count, and that each ratio divides by a call timed in the variant's own group of rows."""
+    post = read_post("masking-core.md")
+    recorded = _variants()
+    meta, rows = recorded["meta"], recorded["rows"]
+    claim(post, "bf16, head dimension 128, one sequence of 16,384 tokens with 16 heads (16k")
+    claim(post, "tokens at a hidden size of 2048)")
+    assert (meta["dtype"], meta["tokens"], meta["hidden"]) == ("bfloat16", 16384, 2048), meta
+    assert all((r["head_dim"], r["seqlen"], r["batch"], r["heads"]) == (128, 16384, 1, 16) for r in rows)
+    claim(post, "a window `(1024, 0)`")
+    claim(post, "with and without `softcap=50`")
+    assert meta["window"] == [1024, 0] and meta["softcap"] == 50, meta
+    claim(post, "for the dense kernels' tiles of 64 × 128")
+    assert meta["tile"] == [64, 128], meta
+    claim(post, "$\\min(i + 1, 1025)$ keys, about an eighth of the causal pairs at this length")
+    pairs = {r["name"]: r["pairs"] for r in rows if r["group"] == "window" and r["peer"] == "flashdoc"}
+    assert 1 / 9 < pairs["flashdoc window (1024, 0)"] / pairs["flashdoc causal"] < 1 / 7, pairs
+    claim(post, "Each comparison's calls are timed side by side, in a group of rows of their own")
+    rate = {(r["group"], r["name"], r["mode"], r["causal"]): r["tflops"] for r in rows if "tflops" in r}
+    for mode in ("fwd", "fwd_bwd"):
+        within = rate["window", "flashdoc window (1024, 0)", mode, True] / rate["window", "flashdoc causal", mode, True]
+        assert abs(readings.variant_row("sliding window / dense causal", mode)["ratio"] - within) < 1e-9, mode
+    for causal in (False, True):
+        within = rate["softcap", "flashdoc softcap 50", "fwd", causal] / rate["softcap", "flashdoc", "fwd", causal]
+        got = readings.variant_row("softcap / the same call without", "fwd", causal=causal)["ratio"]
+        assert abs(got - within) < 1e-9, causal
+
+
+def test_recording_backs_the_window_blocks_per_tile():
+    """Part 7: a window of ``left`` keys visits ceil((left + BLOCK_M) / BLOCK_N) key blocks per tile, five in the
+    figure (read from the recorded ranges of the sliding window's tiles past its start)."""
+    post = read_post("masking-core.md")
+    claim(post, "where its left edge falls in a block: five in the figure, whatever the sequence length")
+    out = (GENERATED / "masking/visited_blocks/stdout.txt").read_text()
+    _, block_m, block_n = (
+        int(x) for x in re.search(r"(\d+) queries and keys, tiles of (\d+) queries, blocks of (\d+)", out).groups()
+    )
+    left = int(re.search(r"sliding window \((\d+), 0\)", out).group(1))
+    ranges = [[int(x) for x in row] for row in re.findall(r"\[\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)\]", out)]
+    past_start = [(hi - lo) // block_n for i, (lo, _, _, hi) in enumerate(ranges) if i * block_m >= left]
+    expected = -(-(left + block_m) // block_n)
+    assert past_start and expected == 5 and all(n in (expected, expected + 1) for n in past_start), past_start
+
+
 def test_recording_backs_the_window_cost_floor():
     """Part 7's reading of the window-cost table: below about 1,024 keys forward and backward get cheaper by far
     less than the window (an eighth of the keys saves under 30%), while the forward alone keeps shrinking and wider
@@ -637,3 +703,30 @@ def test_recording_backs_what_packing_buys():
     claim(post, f"the padded batch holds {len(lengths) * max(lengths) / sum(lengths):.1f}× the real tokens")
     claim(post, "forward and backward together run at {{ varlen_dense_range() }} that rate")
     assert min(over("flashdoc-dense", "fwd_bwd", causal) for causal in (False, True)) >= 0.95
+
+
+def test_recording_backs_the_backward_crossover_reading():
+    """Part 9's reading of the cost model: a causal zigzag step doubles the crossover, and the backward's transfer
+    hides from fewer tokens per rank than the forward's, on every link."""
+    post = read_post("attention-across-gpus.md")
+    claim(post, "A causal zigzag step computes half a block, which doubles the crossover.")
+    claim(post, "so its transfer hides from somewhat fewer tokens per rank than the forward's")
+    rows = re.findall(
+        r"^\| ([^|]+) \| (forward|backward) \| ([^|]+) \| ([\d,]+) \|$",
+        (GENERATED / "parallel/cost_model/crossover.md").read_text(),
+        re.M,
+    )
+    tokens = {(link, step, block): number(n) for link, step, block, n in rows}
+    links = {link for link, _, _ in tokens}
+    assert len(links) == 2, tokens
+    for link in links:
+        for step in ("forward", "backward"):
+            assert abs(tokens[link, step, "causal, zigzag"] / tokens[link, step, "full"] - 2) < 0.01, (link, step)
+        for block in ("full", "causal, zigzag"):
+            backward, forward = tokens[link, "backward", block], tokens[link, "forward", block]
+            assert 0.7 * forward < backward < forward, (link, block, backward, forward)
+    claim(post, "On NVLink, a few thousand tokens per rank are enough to hide the transfer; over PCIe it takes several")
+    by_link = {link: [n for (k, _, _), n in tokens.items() if k == link] for link in links}
+    nvlink, pcie = (by_link[next(link for link in links if link.startswith(name))] for name in ("NVLink", "PCIe"))
+    assert 1000 <= min(nvlink) and max(nvlink) < 10000, nvlink
+    assert all(3 <= p / n <= 10 for p, n in zip(sorted(pcie), sorted(nvlink))), (pcie, nvlink)
