@@ -90,6 +90,7 @@ def register(name: str = NAME) -> str:
 
 
 _FLASH_NAMES: set[str] = set()
+_UNSET = object()
 
 
 def _answer_flash_import() -> None:
@@ -151,12 +152,16 @@ def _keep_flash_name() -> None:
         compatible = getattr(self, "_compatible_flash_implementations", None)
         if attn_implementation not in _FLASH_NAMES or compatible is None or attn_implementation in compatible:
             return original(self, attn_implementation, *args, **kwargs)
-        # the check reads the list from the instance: list the name there for the call, then drop it
+        # the check reads the list from the instance: list the name there for the call, then put back what was
+        own = vars(self).get("_compatible_flash_implementations", _UNSET)
         self._compatible_flash_implementations = [*compatible, attn_implementation]
         try:
             return original(self, attn_implementation, *args, **kwargs)
         finally:
-            del self._compatible_flash_implementations
+            if own is _UNSET:
+                del self._compatible_flash_implementations
+            else:
+                self._compatible_flash_implementations = own
 
     _check_and_adjust_attn_implementation._flashdoc = True
     _check_and_adjust_attn_implementation.__wrapped__ = original
