@@ -730,3 +730,23 @@ def test_recording_backs_the_backward_crossover_reading():
     nvlink, pcie = (by_link[next(link for link in links if link.startswith(name))] for name in ("NVLink", "PCIe"))
     assert 1000 <= min(nvlink) and max(nvlink) < 10000, nvlink
     assert all(3 <= p / n <= 10 for p, n in zip(sorted(pcie), sorted(nvlink))), (pcie, nvlink)
+
+
+def test_recording_backs_the_window_ring_reading():
+    """Part 9's reading of the windowed ring: the contiguous layout is done after two of four steps, zigzag needs
+    all four in more kernel calls, and the contiguous layout is about as even as zigzag, rank 0 apart."""
+    post = read_post("attention-across-gpus.md")
+    claim(post, "the contiguous layout is about as even as zigzag (only rank 0 has no earlier shard to read)")
+    claim(post, "zigzag's chunks have neighbours at both ends of the ring and need every step")
+    text = (GENERATED / "parallel/window_schedule/stdout.txt").read_text()
+    runs = dict(re.findall(r"^(\w+): (\d+) of 4 steps$", text, re.M))
+    assert runs == {"contiguous": "2", "zigzag": "4"}, runs
+    pairs, calls = {}, {}
+    for layout, p, c in re.findall(
+        r"^(\w+): \d+ of 4 steps\n  pairs per rank \[([\d, ]+)\], kernel calls per rank \[([\d, ]+)\]$", text, re.M
+    ):
+        pairs[layout], calls[layout] = ([int(x) for x in s.split(", ")] for s in (p, c))
+    assert pairs["contiguous"][0] < min(pairs["contiguous"][1:]) and len(set(pairs["contiguous"][1:])) == 1, pairs
+    spread = {layout: max(p) - min(p) for layout, p in pairs.items()}
+    assert abs(spread["contiguous"] - spread["zigzag"]) <= 0.1 * max(pairs["zigzag"]), pairs
+    assert max(calls["contiguous"]) < min(calls["zigzag"]), calls
