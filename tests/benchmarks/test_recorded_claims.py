@@ -705,6 +705,26 @@ def test_recording_backs_what_packing_buys():
     assert min(over("flashdoc-dense", "fwd_bwd", causal) for causal in (False, True)) >= 0.95
 
 
+def test_recording_backs_how_the_varlen_benchmark_counts_and_what_padding_costs_sdpa():
+    """Part 10: the methods that run the 40 sequences are credited with one count of useful FLOPs and the dense
+    kernels with their own; the padded batch's attention FLOPs over the real ones (typed in the prose) explain
+    part of SDPA's gap, and SDPA's kernel, running at a lower rate, the rest."""
+    post = read_post("variable-length-batches.md")
+    recording = json.loads((GENERATED / "varlen/gpu_rate/results.json").read_text())
+    records, lengths = recording["records"], recording["meta"]["lengths"]
+    said = claim(post, "Every method that runs the batch is credited with the same useful FLOPs")
+    claim(post, "the dense kernels, which have no padding to waste, are credited with their own")
+    for mode in ("fwd", "fwd_bwd"):
+        for causal in (False, True):
+            credited = {r["method"]: r["flops"] for r in records if r["mode"] == mode and r["causal"] == causal}
+            on_the_batch = {credited[m] for m in ("flashdoc-varlen", "flex", "sdpa-flash")}
+            assert len(on_the_batch) == 1 and credited["flashdoc-dense"] not in on_the_batch, (said, mode, causal)
+    padded = len(lengths) * max(lengths) ** 2 / sum(n * n for n in lengths)
+    claim(post, f"since attention's cost grows with the square of each padded length, {padded:.1f}× the")
+    claim(post, "the rest of the gap is SDPA's kernel, which runs at a lower rate than flashdoc's")
+    assert readings.varlen_over("sdpa-flash", "fwd", False) > padded
+
+
 def test_recording_backs_the_backward_crossover_reading():
     """Part 9's reading of the cost model: a causal zigzag step doubles the crossover, and the backward's transfer
     hides from fewer tokens per rank than the forward's, on every link."""
