@@ -32,14 +32,16 @@ gpt-oss, one learned logit per head that joins every row's softmax and has no va
 output through the log-sum-exp they return (:func:`_with_sinks`), so they are exact and take gradients.
 
 What flashdoc cannot compute fails on the first call with a ValueError that says what and why, instead of
-computing something else: a 4-D or float mask, extra mask functions (e.g. Gemma 3's bidirectional image
-tokens), ``output_attentions=True``, a head mask, an additive position bias (T5), sparse attention over
+computing something else: a 4-D or float mask, mask functions with parts besides causal, window, padding and
+packing (Gemma 3's bidirectional image tokens; Llama 4's chunked attention past its first chunk),
+``output_attentions=True``, a head mask, an additive position bias (T5), sparse attention over
 selected keys, per-token sinks, and a sliding window over a padding mask with holes in it (unpadding would move
 the window's edges).
 """
 
 from __future__ import annotations
 
+import inspect
 import weakref
 
 import torch
@@ -170,8 +172,8 @@ def _keep_flash_name() -> None:
 
 def mask_function(
     batch_size,
-    q_length,
-    kv_length,
+    q_length=None,
+    kv_length=None,
     q_offset=0,
     kv_offset=0,
     mask_function=None,
@@ -180,17 +182,21 @@ def mask_function(
 ):
     """The mask transformers builds for flashdoc: ``None`` or the 2-D padding mask, as for flash-attn.
 
+    transformers 5 passes the query length and offset; 4.x passes ``cache_position`` instead (by keyword), which
+    this does not need: only the keys' length and offset matter here.
+
     The causal, sliding-window and packed-sequence parts of the mask are applied inside the kernels (from
-    ``is_causal``, ``sliding_window`` and ``position_ids``); only padding has to travel as a tensor. A model that
-    adds its own mask function on top (``or_mask_function``/``and_mask_function``, or blocks of bidirectional
-    tokens such as images) asks for a pattern flashdoc cannot apply, so that fails here.
+    ``is_causal``, ``sliding_window`` and ``position_ids``); only padding has to travel as a tensor. A mask
+    function with any other part asks for a pattern flashdoc cannot apply: a model's own function on top
+    (``or_mask_function``/``and_mask_function``, bidirectional image tokens), blocks of tokens, or chunked
+    attention over more keys than a chunk holds (Llama 4). That fails here, naming the part.
     """
-    if kwargs.get("use_vmap") or _has_extra_mask(mask_function):
+    unapplied = "vmap-built masks" if kwargs.get("use_vmap") else _unapplied_mask(mask_function, kv_offset + kv_length)
+    if unapplied is not None:
         raise ValueError(
             "attn_implementation='flashdoc' supports causal, bidirectional, sliding-window, padding and "
-            "packed-sequence masks; this model adds its own mask function on top (e.g. bidirectional attention "
-            "over image tokens), which flashdoc's kernels cannot apply. Use attn_implementation='sdpa' or 'eager' "
-            "for this model or input."
+            f"packed-sequence masks; this model's mask also has {unapplied}, which flashdoc's kernels cannot "
+            "apply. Use attn_implementation='sdpa' or 'eager' for this model or input."
         )
     if attention_mask is not None:
         attention_mask = attention_mask[:, -kv_length:]
@@ -201,23 +207,44 @@ def mask_function(
     return attention_mask
 
 
-def _has_extra_mask(fn, depth=0) -> bool:
-    """Whether a mask function built by transformers' masking_utils contains an or_masks (a pattern that widens
-    what a query sees, beyond causal/window/padding/packing) or a blockwise overlay."""
-    if fn is None or depth > 8:
-        return False
-    qualname = getattr(fn, "__qualname__", "")
-    if qualname.startswith(("or_masks.", "blockwise_overlay.")):
-        return True
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            content = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        items = content if isinstance(content, (tuple, list)) else (content,)
-        if any(callable(f) and _has_extra_mask(f, depth + 1) for f in items):
-            return True
-    return False
+# The parts of transformers' mask functions (masking_utils) that flashdoc applies by other means: causal or not
+# (is_causal), sliding windows (the layer's sliding_window), padding (the 2-D mask) and packed sequences
+# (position_ids). Every other part is refused, so that a model's new overlay fails loudly instead of being dropped.
+_APPLIED_MASKS = (
+    "causal_mask_function",
+    "bidirectional_mask_function",
+    "sliding_window_overlay.",
+    "sliding_window_bidirectional_overlay.",
+    "padding_mask_function.",
+    "packed_sequence_mask_function.",
+)
+# Functions that only combine or wrap others: what they hold is checked instead.
+_COMBINING_MASKS = ("and_masks.", "remap_positions_for_packed_sequence.")
+
+
+def _unapplied_mask(fn, kv_end: int, depth: int = 0) -> str | None:
+    """A description of the first part of ``fn`` (a mask function built by transformers' masking_utils) that
+    flashdoc does not apply, or None. kv_end: one past the last key position, for chunked attention, which is
+    plain causal attention while every key lies in the first chunk (transformers' own rule for flash-attn)."""
+    if fn is None:
+        return None
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    if name.startswith(_APPLIED_MASKS):
+        return None
+    if name.startswith("chunked_overlay."):
+        chunk = inspect.getclosurevars(fn).nonlocals.get("chunk_size")
+        if isinstance(chunk, int) and kv_end <= chunk:
+            return None
+        return f"chunked attention (chunks of {chunk} keys) over {kv_end} keys"
+    if name.startswith(_COMBINING_MASKS) and depth < 8:
+        for part in inspect.getclosurevars(fn).nonlocals.values():
+            for f in part if isinstance(part, (tuple, list)) else (part,):
+                if callable(f) and (found := _unapplied_mask(f, kv_end, depth + 1)) is not None:
+                    return found
+        return None
+    if name.startswith("or_masks."):
+        return "a union with another mask function (or_masks)"
+    return f"the mask function {name}"
 
 
 def _refuse(name: str, why: str):

@@ -231,8 +231,20 @@ def test_window_softcap_and_sinks_change_the_logits(kind):
             assert moved > 1e-3, f"{kind}: the feature moved the logits by only {moved:.2e}"
 
 
+def uses_attention_functions(module) -> bool:
+    """Whether a transformers modeling module calls the registered attention functions (older releases' BERT and
+    T5 have their own eager and SDPA classes only, and run neither flashdoc nor the oracle)."""
+    import inspect
+
+    return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(module)
+
+
 def test_bidirectional_encoder_matches_eager():
     """BERT: is_causal False on every layer, right padding."""
+    from transformers.models.bert import modeling_bert
+
+    if not uses_attention_functions(modeling_bert):
+        pytest.skip("this transformers' BERT computes its attention itself, whatever the attention implementation")
     config = transformers.BertConfig(
         vocab_size=VOCAB,
         hidden_size=64,
@@ -439,10 +451,25 @@ def test_what_flashdoc_cannot_compute_fails_clearly():
     mask4d = torch.zeros(2, 1, 6, 6, device=DEVICE)
     with pytest.raises(ValueError, match="4-D mask|shape"):
         model(input_ids=batch["input_ids"], attention_mask=mask4d)
-    # A mask function on top of causal (Gemma 3 does this for image tokens) is refused when the mask is built.
-    extra = masking_utils.or_masks(masking_utils.causal_mask_function, lambda b, h, q, kv: kv == 0)
-    with pytest.raises(ValueError, match="own mask function"):
-        flashdoc_hf.mask_function(1, 4, 4, mask_function=extra, attention_mask=None)
+
+    # A mask function on top of causal (Gemma 3 does this for image tokens) is refused when the mask is built,
+    # whether it widens what a query sees (or_masks) or narrows it (and_masks); the parts flashdoc applies
+    # itself (windows, packing) pass.
+    def first_key(b, h, q, kv):
+        return kv == 0
+
+    causal = masking_utils.causal_mask_function
+    for extra, match in (
+        (masking_utils.or_masks(causal, first_key), r"a union with another mask function \(or_masks\)"),
+        (masking_utils.and_masks(causal, first_key), "the mask function .*first_key"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            flashdoc_hf.mask_function(1, 4, 4, mask_function=extra, attention_mask=None)
+    applied = masking_utils.and_masks(
+        masking_utils.sliding_window_causal_mask_function(3),
+        masking_utils.packed_sequence_mask_function(torch.zeros(1, 4, dtype=torch.long)),
+    )
+    assert flashdoc_hf.mask_function(1, 4, 4, mask_function=applied, attention_mask=None) is None
     # A sliding window over a padding mask with a hole would move the window's edge after unpadding.
     q = torch.randn(1, 4, 6, 16, device=DEVICE)
     holes = torch.tensor([[1, 1, 0, 1, 1, 1]], device=DEVICE, dtype=torch.bool)
@@ -466,14 +493,48 @@ def test_what_flashdoc_cannot_compute_fails_clearly():
             flashdoc_hf.attention_forward(layer, q, kv, kv, None, s_aux=sinks)
 
 
+def test_chunked_attention_is_refused_past_its_first_chunk():
+    """Llama 4's chunked layers attend within chunks of keys. transformers refuses flash-named implementations
+    once the keys outgrow a chunk; under another name the mask function itself refuses then, and before then
+    (every key in the first chunk, where chunked attention is causal attention) the logits match eager."""
+    if not hasattr(transformers, "Llama4TextConfig"):
+        pytest.skip("this transformers has no Llama 4")
+    register_all()
+    flashdoc_hf.register("fdoc")
+    config = transformers.Llama4TextConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=64,
+        intermediate_size_mlp=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        attention_chunk_size=8,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        initializer_range=0.1,
+    )
+    ids = torch.randint(0, VOCAB, (1, 13), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="fdoc")
+    model = model.to(DEVICE).eval()
+    assert model.config.layer_types[0] == "chunked_attention"
+    with pytest.raises(ValueError, match="chunked attention \\(chunks of 8 keys\\) over 13 keys"):
+        model(input_ids=ids)
+    torch.manual_seed(0)
+    eager = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="eager")
+    eager = eager.to(DEVICE).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids[:, :8]).logits, eager(input_ids=ids[:, :8]).logits)
+
+
 def test_t5_position_bias_is_refused():
     """T5 passes its relative position bias to the attention function as a keyword argument; computing without
     it would give other logits, so the first call says what is missing."""
-    import inspect
-
     from transformers.models.t5 import modeling_t5
 
-    if "ALL_ATTENTION_FUNCTIONS" not in inspect.getsource(modeling_t5):
+    if not uses_attention_functions(modeling_t5):
         pytest.skip("this transformers' T5 computes its attention itself, whatever the attention implementation")
     register_all()
     config = transformers.T5Config(
@@ -493,7 +554,7 @@ def test_models_that_list_their_flash_kernels_keep_flashdoc():
     config = tiny_config("gpt_oss")
     model = build(config, "flashdoc", torch.float32)
     assert model.config._attn_implementation == "flashdoc"
-    listed = type(model)._compatible_flash_implementations
+    listed = getattr(type(model), "_compatible_flash_implementations", None)  # a list from transformers 5
     if listed is not None:
         assert "flashdoc" not in listed and "_compatible_flash_implementations" not in vars(model)
     model.set_attn_implementation("eager")
