@@ -5,13 +5,14 @@ Run on one machine with W GPUs (W = 2 by default, or every visible GPU with --np
     torchrun --nproc-per-node 2 benchmarks/ring.py --out results/ring
     python3 benchmarks/ring.py --out results/ring          # the same, spawning the processes itself
 
-For every sequence length N, mask (causal or not) and mode (forward, forward + backward) it times, on the
-same GPUs in one run:
+For every sequence length N, mask (causal, full, or a causal sliding window: ``window4096`` is window_size
+(4096, 0)) and mode (forward, forward + backward) it times, on the same GPUs in one run:
 
 - flashdoc on one GPU, on the full sequence (each rank runs it alone, at the same time, with no traffic);
 - ``flashdoc.parallel.ring_flash_attn_func`` over the W GPUs, contiguous and zigzag layouts;
 - PyTorch's SDPA on one GPU with the cuDNN and flash backends, and the same backends under PyTorch's
-  ``context_parallel`` over the W GPUs (head-tail load balancing when causal, as PyTorch does by default).
+  ``context_parallel`` over the W GPUs (head-tail load balancing when causal, as PyTorch does by default);
+  neither takes a sliding window, so window masks time flashdoc's rows only.
 
 Throughput is tokens per second of the whole sequence (batch x N / time). Scaling efficiency is the W-GPU
 throughput over W times the same kernel's one-GPU throughput (1.0: perfect scaling). Before timing, the ring's
@@ -62,7 +63,11 @@ def parse_args(argv=None):
     p.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: --heads, no GQA)")
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--masks", default="causal,full", help="causal and/or full, comma-separated")
+    p.add_argument(
+        "--masks",
+        default="causal,full",
+        help="causal, full and/or window<left> (a causal window of that many keys back), comma-separated",
+    )
     p.add_argument("--modes", default="fwd,fwd_bwd", help="fwd and/or fwd_bwd, comma-separated")
     p.add_argument(
         "--methods",
@@ -141,14 +146,23 @@ def shard(x, layout, world, rank):
     return zigzag_shard(x, world, rank) if layout == "zigzag" else x.chunk(world, dim=1)[rank].clone()
 
 
-def check_ring(q, k, v, causal, layout, world, rank):
+def mask_options(mask):
+    """flashdoc's keyword arguments for a --masks entry: causal, full, or window<left>."""
+    if mask in ("causal", "full"):
+        return dict(causal=mask == "causal", window_size=(-1, -1))
+    if mask.startswith("window") and mask.removeprefix("window").isdigit():
+        return dict(causal=True, window_size=(int(mask.removeprefix("window")), 0))
+    raise ValueError(f"--masks entries are causal, full or window<left> (e.g. window4096), got {mask!r}")
+
+
+def check_ring(q, k, v, options, layout, world, rank):
     """max |ring output - one-GPU output| over the whole sequence (the ring's shards gathered)."""
     with torch.no_grad():
-        local = ring_flash_attn_func(*(shard(t, layout, world, rank) for t in (q, k, v)), causal=causal, layout=layout)
+        local = ring_flash_attn_func(*(shard(t, layout, world, rank) for t in (q, k, v)), layout=layout, **options)
         gathered = [torch.empty_like(local) for _ in range(world)]
         dist.all_gather(gathered, local)
         ring = zigzag_unshard(gathered) if layout == "zigzag" else torch.cat(gathered, dim=1)
-        single = flashdoc.flash_attn_func(q, k, v, causal=causal)
+        single = flashdoc.flash_attn_func(q, k, v, **options)
         return (ring.float() - single.float()).abs().max().item()
 
 
@@ -158,27 +172,29 @@ def sdpa_backend(name):
     return {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[name]
 
 
-def measure(method, args, n, causal, mode, world, rank, mesh):
+def measure(method, args, n, mask, mode, world, rank, mesh):
     """Seconds per call of one method, and extra fields for its row."""
+    options = mask_options(mask)
+    causal = options["causal"]
     q, k, v, dout = full_tensors(args, n, seed=n)
     extra = {}
     if method == "flashdoc":
         inputs = [t.requires_grad_(mode == "fwd_bwd") for t in (q, k, v)]
 
         def attend(a, b, c):
-            return flashdoc.flash_attn_func(a, b, c, causal=causal)
+            return flashdoc.flash_attn_func(a, b, c, **options)
 
         return timed(step(attend, inputs, dout, mode)), extra
     if method.startswith("ring-"):
         layout = method.removeprefix("ring-")
         if mode == "fwd":
-            extra["max_abs_diff"] = check_ring(q, k, v, causal, layout, world, rank)
+            extra["max_abs_diff"] = check_ring(q, k, v, options, layout, world, rank)
         inputs = [shard(t, layout, world, rank).requires_grad_(mode == "fwd_bwd") for t in (q, k, v)]
         dout = shard(dout, layout, world, rank)
         del q, k, v
 
         def attend(a, b, c):
-            return ring_flash_attn_func(a, b, c, causal=causal, layout=layout)
+            return ring_flash_attn_func(a, b, c, layout=layout, **options)
 
         return timed(step(attend, inputs, dout, mode)), extra
     from torch.nn.attention import sdpa_kernel
@@ -228,15 +244,23 @@ def run(args):
     mesh = init_device_mesh(DEVICE, (world,), mesh_dim_names=("cp",))
     methods = args.methods.split(",")
     rows = []
+    masks = args.masks.split(",")
+    for mask in masks:
+        mask_options(mask)  # a bad entry fails before anything is timed
     for n in (int(s) for s in args.seqlens.split(",")):
-        for causal in (m == "causal" for m in args.masks.split(",")):
+        for mask in masks:
+            options = mask_options(mask)
             for mode in args.modes.split(","):
                 for method in methods:
+                    if options["window_size"] != (-1, -1) and not method.startswith(("flashdoc", "ring-")):
+                        continue  # SDPA and PyTorch's context parallel take no sliding window
                     gpus = world if (method.startswith("ring-") or method.startswith("cp-")) else 1
                     row = dict(
                         method=method,
                         seqlen=n,
-                        causal=causal,
+                        mask=mask,
+                        causal=options["causal"],
+                        window=list(options["window_size"]),
                         mode=mode,
                         gpus=gpus,
                         batch=args.batch,
@@ -246,7 +270,7 @@ def run(args):
                         dtype="bf16",
                     )
                     try:
-                        seconds, extra = measure(method, args, n, causal, mode, world, rank, mesh)
+                        seconds, extra = measure(method, args, n, mask, mode, world, rank, mesh)
                         row.update(extra, ms=seconds * 1e3, tokens_per_s=args.batch * n / seconds)
                     except Exception as err:  # one failing row (e.g. a backend PyTorch lacks) is reported
                         row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
@@ -257,7 +281,7 @@ def run(args):
                             for r in rows
                             if r["method"] == BASELINE.get(method)
                             and r["seqlen"] == n
-                            and r["causal"] == causal
+                            and r["mask"] == mask
                             and r["mode"] == mode
                             and "tokens_per_s" in r
                         ),
@@ -302,8 +326,7 @@ def markdown(rows, env):
             eff = f"{r['efficiency']:.2f}" if "efficiency" in r else ""
             cells = [f"{r['ms']:.1f}", f"{r['tokens_per_s']:,.0f}", eff]
         lines.append(
-            f"| {r['seqlen']:,} | {'causal' if r['causal'] else 'full'} | {r['mode']} | {r['method']} | "
-            f"{r['gpus']} | " + " | ".join(cells) + " |"
+            f"| {r['seqlen']:,} | {r['mask']} | {r['mode']} | {r['method']} | {r['gpus']} | " + " | ".join(cells) + " |"
         )
     return "\n".join(lines) + "\n"
 
@@ -316,13 +339,13 @@ def plot(rows, env, path):
     import matplotlib.pyplot as plt
 
     methods = [m for m in BASELINE if any(r["method"] == m and "efficiency" in r for r in rows)]
-    panels = sorted({(r["mode"], r["causal"]) for r in rows if "efficiency" in r})
+    panels = sorted({(r["mode"], r["mask"]) for r in rows if "efficiency" in r})
     if not methods or not panels:
         return
     seqlens = sorted({r["seqlen"] for r in rows})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), sharey=True, squeeze=False)
     width = 0.8 / len(methods)
-    for ax, (mode, causal) in zip(axes[0], panels):
+    for ax, (mode, mask) in zip(axes[0], panels):
         for i, method in enumerate(methods):
             eff = [
                 next(
@@ -332,7 +355,7 @@ def plot(rows, env, path):
                         if r["method"] == method
                         and r["seqlen"] == n
                         and r["mode"] == mode
-                        and r["causal"] == causal
+                        and r["mask"] == mask
                         and "efficiency" in r
                     ),
                     0.0,
@@ -342,7 +365,7 @@ def plot(rows, env, path):
             ax.bar([j + i * width for j in range(len(seqlens))], eff, width, label=method)
         ax.axhline(1.0, color="black", linewidth=0.6)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(seqlens))], [f"{n // 1024}k" for n in seqlens])
-        ax.set_title(f"{mode}, {'causal' if causal else 'full'}")
+        ax.set_title(f"{mode}, {mask}")
         ax.set_xlabel("sequence length")
     axes[0][0].set_ylabel(f"scaling efficiency on {env['world_size']} GPUs")
     handles, labels = axes[0][0].get_legend_handles_labels()
