@@ -3,6 +3,7 @@
     nox -s tests              the whole test suite (Triton interpreter on CPU; GPU tests run when a GPU is there)
     nox -s tests -- kernels   one group of tests: kernels, pipeline, site or benchmarks (tests/<group>/)
     nox -s lint               ruff alone (the rules in pyproject.toml)
+    nox -s transformers       the transformers integration's tests on older transformers releases
     nox -s snippets           run every snippet and record its outputs into docs/generated/ (`-- topic/name`)
     nox -s docs               build the site into site/ (strict); `nox -s docs -- serve` serves it with live reload
     nox -s publish            record whatever is stale, refuse anything still stale, then build the site
@@ -118,6 +119,23 @@ def tests(session: nox.Session) -> None:
     if args[:1] and args[0] in TEST_GROUPS:
         args[0] = f"tests/{args[0]}"
     session.run(tool("python"), "-m", "pytest", *args, env=env, external=True)
+
+
+# transformers releases the integration is tested against besides the newest one, which `tests` installs: the last
+# 4.x (its mask functions take cache_position where 5.x passes the query length) and the release on our GPU machine.
+TRANSFORMERS_RELEASES = ("4.57.6", "5.17.0")
+
+
+@nox.session(name="transformers")
+@nox.parametrize("release", TRANSFORMERS_RELEASES)
+def transformers_releases(session: nox.Session, release: str) -> None:
+    """The transformers integration's tests on an older transformers release, in an environment of its own
+    (torch, flashdoc with its test extra, and that release). `nox -s transformers` runs every listed release;
+    extra arguments go to pytest."""
+    install(session, "test", "transformers")
+    if session.venv_backend != "none":
+        session.install(f"transformers=={release}")
+    session.run("python", "-m", "pytest", "tests/kernels/test_transformers.py", *session.posargs)
 
 
 @nox.session
