@@ -36,7 +36,8 @@ computing something else: a 4-D or float mask, mask functions with parts besides
 packing (Gemma 3's bidirectional image tokens; Llama 4's chunked attention past its first chunk),
 ``output_attentions=True``, a head mask, an additive position bias (T5), sparse attention over
 selected keys, per-token sinks, and a sliding window over a padding mask with holes in it (unpadding would move
-the window's edges).
+the window's edges). A model class that supports neither flash-attn nor registered attention functions (BLOOM,
+T5) is refused when it is built (:func:`_check_models`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def register(name: str = NAME) -> str:
     transformers treats every name that contains "flash" as a flash-attn package to import when a model is
     built; for such a name (the default, "flashdoc", is one) this also tells that import to return flashdoc's
     functions (see :func:`_answer_flash_import`), and keeps the name for models that list the flash kernels they
-    work with, which transformers would otherwise use instead (see :func:`_keep_flash_name`).
+    work with, which transformers would otherwise use instead. Models that can run neither flash-attn nor
+    registered attention functions are refused when they are built (see :func:`_check_models`).
     """
     if not isinstance(name, str) or not name or "|" in name or "/" in name or ":" in name:
         raise ValueError(
@@ -81,17 +83,19 @@ def register(name: str = NAME) -> str:
         ) from e
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, mask_function)
+    _NAMES.add(name)
     if "flash" in name:
         _FLASH_NAMES.add(name)
         _answer_flash_import()
-        _keep_flash_name()
+    _check_models()
     return name
 
 
 # --8<-- [end:register]
 
 
-_FLASH_NAMES: set[str] = set()
+_NAMES: set[str] = set()  # every name registered
+_FLASH_NAMES: set[str] = set()  # those that contain "flash"
 _UNSET = object()
 
 
@@ -133,15 +137,21 @@ def _answer_flash_import() -> None:
     fa_utils._lazy_imports = _lazy_imports
 
 
-def _keep_flash_name() -> None:
-    """Keep a registered flash-named implementation when a model lists the flash kernels it is compatible with.
+def _check_models() -> None:
+    """Check each model built with a registered name, where transformers checks its own implementations' support.
 
-    A model class may list them in ``_compatible_flash_implementations`` (gpt-oss and other models with attention
-    sinks, which flash-attn 2 cannot compute). For any other name that contains "flash", transformers (5.x) then
-    builds the model with the list's first entry instead, a kernel from the Hugging Face Hub, and only logs a
-    warning: asked for flashdoc, the model would run something else, or fail to build on a machine that cannot
-    reach the Hub. The registered names are kept instead; what flashdoc cannot compute for such a model is
-    refused by :func:`attention_forward` on the first call, by name."""
+    - A model class that declares neither flash-attn support (``_supports_flash_attn``) nor support for
+      registered attention functions (``_supports_attention_backend``) is refused: such a model computes attention
+      in its own code (BLOOM, MPT, BigBird) or builds its masks differently (BigBird-Pegasus's decoder marks its
+      layers not causal and relies on a 4-D mask), and given flashdoc's mask, ``None`` or a 2-D padding mask, it
+      would compute something else or fail inside its own code. transformers checks nothing for a registered
+      name, and refuses ``flash_attention_2`` for the same models.
+    - A model class may list the flash kernels it is compatible with (``_compatible_flash_implementations``:
+      gpt-oss and other models with attention sinks, which flash-attn 2 cannot compute). For any other name that
+      contains "flash", transformers (5.x) then builds the model with the list's first entry instead, a kernel from
+      the Hugging Face Hub, and only logs a warning: asked for flashdoc, the model would run something else, or
+      fail to build on a machine that cannot reach the Hub. The registered names are kept instead; what flashdoc
+      cannot compute for such a model is refused by :func:`attention_forward` on the first call, by name."""
     try:
         from transformers import PreTrainedModel
     except ImportError:
@@ -151,6 +161,15 @@ def _keep_flash_name() -> None:
         return
 
     def _check_and_adjust_attn_implementation(self, attn_implementation, *args, **kwargs):
+        if attn_implementation not in _NAMES:
+            return original(self, attn_implementation, *args, **kwargs)
+        cls = type(self)
+        if not getattr(cls, "_supports_flash_attn", True) and not getattr(cls, "_supports_attention_backend", True):
+            raise ValueError(
+                f"attn_implementation={attn_implementation!r}: {cls.__name__} supports neither flash-attn nor "
+                "registered attention functions (it computes attention, or builds its masks, its own way), so "
+                "flashdoc cannot run it. Use attn_implementation='sdpa' or 'eager' for this model."
+            )
         compatible = getattr(self, "_compatible_flash_implementations", None)
         if attn_implementation not in _FLASH_NAMES or compatible is None or attn_implementation in compatible:
             return original(self, attn_implementation, *args, **kwargs)
@@ -272,6 +291,8 @@ def attention_forward(
     (batch, kv_heads, seqlen_k, head_dim) in; (batch, seqlen_q, heads, head_dim) and no weights out."""
     _check_supported(module, attention_mask, kwargs)
     is_causal = module.is_causal if is_causal is None else is_causal
+    if sliding_window is None:  # a layer that keeps its window rather than pass it (Qwen2-MoE's sliding layers)
+        sliding_window = getattr(module, "sliding_window", None)
     window = (-1, -1)
     if sliding_window is not None and sliding_window > 0:
         window = (sliding_window - 1, 0 if is_causal else sliding_window - 1)

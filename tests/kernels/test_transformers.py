@@ -77,7 +77,19 @@ def tiny_config(kind: str, scale: str = "cpu"):
             sliding_window=window,
             layer_types=["sliding_attention", "full_attention"] * (2 if big else 1),
         )
-    raise ValueError(f"kind must be llama, mistral, gemma2, qwen2 or gpt_oss, got {kind!r}")
+    if kind == "qwen2_moe":  # its sliding layers keep their window on the module and do not pass it
+        return transformers.Qwen2MoeConfig(
+            **{**common, "intermediate_size": 64},
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            num_experts=4,
+            num_experts_per_tok=2,
+            use_sliding_window=True,
+            sliding_window=window,
+            layer_types=["sliding_attention", "full_attention"] * (2 if big else 1),
+            experts_implementation="eager",  # the grouped matmul takes no float64, which the oracle runs in
+        )
+    raise ValueError(f"kind must be llama, mistral, gemma2, qwen2, gpt_oss or qwen2_moe, got {kind!r}")
 
 
 def oracle_attention(
@@ -529,9 +541,33 @@ def test_chunked_attention_is_refused_past_its_first_chunk():
         torch.testing.assert_close(model(input_ids=ids[:, :8]).logits, eager(input_ids=ids[:, :8]).logits)
 
 
-def test_t5_position_bias_is_refused():
-    """T5 passes its relative position bias to the attention function as a keyword argument; computing without
-    it would give other logits, so the first call says what is missing."""
+def test_a_window_kept_on_the_layer_is_applied():
+    """Qwen2-MoE's sliding layers keep their window on the module (``self.sliding_window``) and call the attention
+    function without it; eager applies it through the mask, so flashdoc takes it from the module."""
+    from transformers.models.qwen2_moe import modeling_qwen2_moe
+
+    if not uses_attention_functions(modeling_qwen2_moe):
+        pytest.skip("this transformers' Qwen2-MoE picks its attention classes itself")
+    compare(tiny_config("qwen2_moe"), "right", CPU_LENGTHS, torch.float32)
+
+
+def test_models_outside_the_attention_interface_are_refused_when_built():
+    """BLOOM computes attention in its own code and adds the mask it is given as a 4-D bias: with flashdoc's mask
+    (None, or 2-D padding) it would drop the causal mask. Models that declare neither flash-attn nor
+    attention-function support are refused when they are built, as transformers refuses flash_attention_2."""
+    register_all()
+    config = transformers.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=1, n_head=2)
+    if transformers.BloomForCausalLM._supports_flash_attn or transformers.BloomForCausalLM._supports_attention_backend:
+        pytest.skip("this transformers' BLOOM runs registered attention functions")
+    with pytest.raises(ValueError, match="BloomForCausalLM supports neither flash-attn nor registered attention"):
+        transformers.AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc")
+
+
+def test_t5_is_refused():
+    """T5 adds a relative position bias to its scores, which it passes to the attention function as a keyword
+    argument. Its class declares no support for registered attention functions, so it is refused when built; were
+    it built, its first call would be refused by the bias's name (older releases compute T5's attention in their
+    own classes, and run neither flashdoc nor anything else registered)."""
     from transformers.models.t5 import modeling_t5
 
     if not uses_attention_functions(modeling_t5):
@@ -540,11 +576,11 @@ def test_t5_position_bias_is_refused():
     config = transformers.T5Config(
         vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=4
     )
-    model = transformers.AutoModelForSeq2SeqLM.from_config(config, attn_implementation="flashdoc").to(DEVICE).eval()
-    assert model.encoder.block[0].layer[0].SelfAttention.config._attn_implementation == "flashdoc"
     ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(0)).to(DEVICE)
-    with pytest.raises(ValueError, match="position_bias, T5's relative attention bias"):
-        model(input_ids=ids, decoder_input_ids=ids[:, :5])
+    refused = "T5ForConditionalGeneration supports neither flash-attn|position_bias, T5's relative attention bias"
+    with pytest.raises(ValueError, match=refused):
+        model = transformers.AutoModelForSeq2SeqLM.from_config(config, attn_implementation="flashdoc")
+        model.to(DEVICE).eval()(input_ids=ids, decoder_input_ids=ids[:, :5])
 
 
 def test_models_that_list_their_flash_kernels_keep_flashdoc():
