@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 import flashdoc
+from flashdoc._validation import MAX_HEAD_DIM
 from flashdoc.bert_padding import mask_layout
 from flashdoc.kernels.decode import fits_one_tile
 
@@ -307,8 +308,16 @@ def attention_forward(
     # flash-attn's layout, (batch, seqlen, heads, head_dim)
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
     head_dim, v_head_dim = q.shape[-1], v.shape[-1]
-    if v_head_dim != head_dim:  # e.g. MLA: zero columns of v give zero columns of the output, cut off below
+    if max(head_dim, v_head_dim) > MAX_HEAD_DIM:
+        _refuse(
+            f"a head dimension of {max(head_dim, v_head_dim)}", f"its kernels take head dimensions up to {MAX_HEAD_DIM}"
+        )
+    if v_head_dim < head_dim:  # e.g. MLA: zero columns of v give zero columns of the output, cut off below
         v = F.pad(v, (0, head_dim - v_head_dim))
+    elif v_head_dim > head_dim:  # zero columns of q and k leave every score as it was; the scale keeps q's width
+        q, k = (F.pad(t, (0, v_head_dim - head_dim)) for t in (q, k))
+        if options["softmax_scale"] is None:
+            options["softmax_scale"] = head_dim**-0.5
     batch, seqlen_q = q.shape[:2]
     sinks = _sinks(kwargs.get("s_aux"), q)
 

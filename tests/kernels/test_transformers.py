@@ -541,6 +541,23 @@ def test_chunked_attention_is_refused_past_its_first_chunk():
         torch.testing.assert_close(model(input_ids=ids[:, :8]).logits, eager(input_ids=ids[:, :8]).logits)
 
 
+def test_value_heads_wider_than_query_heads_and_head_dim_limits():
+    """Values wider than queries and keys (the other way round from MLA) run with zero columns added to q and k,
+    which leave every score as it was, at the scale of q's own width; a head dimension past the kernels' 256 is
+    refused by name."""
+    layer = build(tiny_config("llama"), "flashdoc", torch.float32).model.layers[0].self_attn
+    gen = torch.Generator().manual_seed(4)
+    q, k = (torch.randn(2, 4, 7, 16, generator=gen).to(DEVICE) for _ in range(2))
+    v = torch.randn(2, 4, 7, 24, generator=gen).to(DEVICE)
+    out, _ = flashdoc_hf.attention_forward(layer, q, k, v, None, is_causal=True)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+    assert out.shape == (2, 7, 4, 24)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    wide = torch.zeros(1, 2, 3, 320, device=DEVICE)
+    with pytest.raises(ValueError, match="cannot compute a head dimension of 320"):
+        flashdoc_hf.attention_forward(layer, wide, wide, wide, None)
+
+
 def test_a_window_kept_on_the_layer_is_applied():
     """Qwen2-MoE's sliding layers keep their window on the module (``self.sliding_window``) and call the attention
     function without it; eager applies it through the mask, so flashdoc takes it from the module."""
