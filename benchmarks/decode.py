@@ -8,8 +8,9 @@ on one GPU in one run.
                                                       # some configs at small points, timed as CUDA graphs
     python3 benchmarks/decode.py --out OUT --quick    # a few points, for a smoke run
     python3 benchmarks/decode.py --out OUT --smoke    # tiny shapes on the CPU (the default without a GPU)
-    PYTHONPATH=/tmp/t36:. python benchmarks/decode.py --aot   # compile the configs for sm_90 without a GPU
-                                                              # (a Triton 3.6 wheel unpacked in /tmp/t36)
+    PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python benchmarks/decode.py --aot
+                                                      # compile the configs for sm_90 without a GPU
+                                                      # (a Triton 3.6 wheel unpacked in /tmp/t36)
 
 The shape is a decode step of a Llama-style model: bf16, 32 query heads sharing 8 KV heads (GQA), head dim 128,
 one new query per sequence, batch 1, 8 and 64 with caches of 4k, 32k and 128k tokens (points whose caches do
@@ -69,7 +70,8 @@ SMOKE_POINTS = [(1, 64), (2, 128)]
 GPU_METHODS = ("sdpa-cudnn", "flex")
 GRAPH_CALLS = 20
 GRAPH_ROUNDS = 3  # graph timings per method and point, in rotated order; the row keeps the median
-L2_BYTES = 60 * 2**20  # the H200's L2 (the graph timing's copies of small caches add up to 4x this)
+L2_BYTES = 60 * 2**20  # the H200's L2
+L2_MULTIPLE = 4  # the graph timing's copies of a point's inputs add up to at least this many L2s
 # The targets: a ratio to each SDPA backend at every point; a share of the copy bandwidth where the cache holds
 # at least this many tokens in all; paged within this fraction of contiguous.
 COPY_SHARE, COPY_SHARE_MIN_TOKENS, PAGED_SLACK = 0.85, 8 * 32768, 0.05
@@ -298,8 +300,9 @@ def points(quick, only=None, smoke=False):
 
 
 def copies_for(batch, cache):
-    """How many copies of a point's inputs the graph timing cycles over: enough for 4x L2 (at most GRAPH_CALLS)."""
-    return min(GRAPH_CALLS, max(1, -(-4 * L2_BYTES // kv_bytes(batch, cache))))
+    """How many copies of a point's inputs the graph timing cycles over: enough for L2_MULTIPLE x L2 (at most
+    GRAPH_CALLS)."""
+    return min(GRAPH_CALLS, max(1, -(-L2_MULTIPLE * L2_BYTES // kv_bytes(batch, cache))))
 
 
 def measure(quick=False, verbose=True, only=None, smoke=False):
@@ -405,6 +408,27 @@ def _time_one(name, calls, batch, cache, verbose):
     return row
 
 
+def flush_bytes() -> int | None:
+    """Bytes of the buffer ``do_bench`` writes between calls to empty L2 (Triton's own); None without a GPU."""
+    if not torch.cuda.is_available():
+        return None
+    buffer = triton.runtime.driver.active.get_empty_cache_for_benchmark()
+    return buffer.numel() * buffer.element_size()
+
+
+def timers() -> dict[str, str]:
+    """Each timer's row key and how it timed, as the tables' headings say it (``TIMERS``, in full)."""
+    flush = flush_bytes()
+    written = f"{flush / 2**20:.0f} MiB written between calls" if flush else "L2 flushed between calls"
+    return {
+        "tbps": f"do_bench ({written})",
+        "graph_tbps": f"CUDA graph of {GRAPH_CALLS} calls over copies of the inputs that together exceed "
+        f"{L2_MULTIPLE} x L2 ({L2_BYTES / 2**20:.0f} MiB); each method's median of {GRAPH_ROUNDS} rounds, in "
+        "rotated order",
+    }
+
+
+# each timer's row key and short name (the figure's title, decode.json); ``timers`` says how each one timed
 TIMERS = {"tbps": "do_bench (L2 flushed between calls)", "graph_tbps": f"CUDA graph of {GRAPH_CALLS} calls"}
 
 
@@ -498,7 +522,7 @@ def markdown(rows, copy, env):
         f"(torch {env['torch']}, Triton {env['triton']}). Effective K+V bandwidth in TB/s; a device-to-device "
         f"copy moves {copy / 1e12:.2f} TB/s."
     ]
-    for key, timer in TIMERS.items():
+    for key, timer in timers().items():
         parts += [f"**Timed with {timer}**", bandwidth_table(rows, copy, key), targets_table(rows, copy, key)]
     return "\n\n".join(parts)
 
@@ -766,7 +790,11 @@ def aot():
                 sig[name] = (
                     "*fp32"
                     if name in ("O_PART", "LSE_PART", "LSE", "SLOPES")
-                    else ("*i32" if name in ("CACHE_SEQLENS", "CACHE_BATCH_IDX", "BLOCK_TABLE") else "*bf16")
+                    else (
+                        "*i32"
+                        if name in ("CACHE_SEQLENS", "CACHE_BATCH_IDX", "BLOCK_TABLE", "CACHE_LEFTPAD")
+                        else "*bf16"
+                    )
                 )
                 if name == "Q_ROT":
                     sig[name] = "*bf16"
@@ -803,6 +831,7 @@ def aot():
                         ALIBI=False,
                         SPLIT=split,
                         DOT_PRECISION="tf32",
+                        HAS_LEFTPAD=False,
                         cap_in=None,
                         cap_out=None,
                     ),
@@ -828,6 +857,7 @@ def aot():
             ALIBI=True,
             SPLIT=True,
             DOT_PRECISION="tf32",
+            HAS_LEFTPAD=True,
         ),
         4,
         5,

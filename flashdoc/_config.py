@@ -87,22 +87,45 @@ def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = No
         return [("every call", f"portable kernels: {gluon_support.REASON}")]
 
     def dims(table):
-        return "/".join(str(d) for d in sorted({d for d, _ in table}))
+        """The table's head dims, each marked with the one mask it takes where it has one entry of the two (a
+        sliding window takes the causal entry)."""
+        masks = {}
+        for d, causal in table:
+            masks.setdefault(d, set()).add(causal)
+        only = {True: " (causal or windowed)", False: " (unmasked)"}
+        return ", ".join(f"{d}{only[next(iter(m))] if len(m) == 1 else ''}" for d, m in sorted(masks.items()))
 
     fwd, dkdv = forward_hopper.HOPPER_CONFIGS, backward_hopper.HOPPER_DKDV_CONFIGS
-    dq = backward_hopper.HOPPER_DQ_CONFIGS
-    variants = "windows and softcap: Hopper kernels where plain calls take them; ALiBi and dropout: portable"
+    dq, fused = backward_hopper.HOPPER_DQ_CONFIGS, backward_hopper.FUSED_DQ_CONFIGS
+    fused_from = "".join(
+        f"; causal calls at d = {d} from {n} tokens"
+        for (d, _), n in sorted(backward_hopper.FUSED_DQ_MIN_SEQLEN.items())
+    )
+    variants = (
+        "windows and softcap: the Hopper kernels wherever the same call without them takes them (a window takes "
+        "the causal entries); ALiBi and dropout: portable"
+    )
     return [
         (
             "forward",
-            f"Hopper (Gluon) kernel for plain and causal calls at head dims {dims(fwd)} in fp16/bf16; "
-            "portable kernel otherwise (fp32, other head dims)",
+            f"Hopper (Gluon) kernel for plain, causal, windowed and softcapped calls at head dims {dims(fwd)} "
+            "in fp16/bf16; portable kernel otherwise (fp32, other head dims, ALiBi, dropout)",
         ),
-        ("backward dK/dV", f"Hopper kernel at head dims {dims(dkdv)} in fp16/bf16; portable otherwise"),
+        (
+            "backward dK/dV",
+            f"Hopper kernel at head dims {dims(dkdv)} in fp16/bf16 where the fused kernel below does not take the "
+            "call; portable otherwise",
+        ),
         (
             "backward dQ",
-            f"Hopper kernel at head dims {dims(dq)} in fp16/bf16, fused into the dK/dV kernel where "
-            "that is faster; portable otherwise",
+            f"Hopper kernel at head dims {dims(dq)} in fp16/bf16 where the fused kernel below does not take the "
+            "call; portable otherwise",
+        ),
+        (
+            "backward, fused",
+            f"one Hopper kernel computes dK, dV and dQ at head dims {dims(fused)} in fp16/bf16 where the call allows "
+            f"a dQ that varies in its last bits (deterministic=False, flash-attn's default){fused_from}; not with "
+            "a window or softcap",
         ),
         ("variants", variants),
         (

@@ -170,6 +170,17 @@ def _validate_max_seqlen(value, name: str) -> None:
         raise ValueError(f"{name} must be an int >= 0 (the longest sequence's length), got {value}")
 
 
+def host_readable(*tensors) -> bool:
+    """Whether reading these tensors' values costs no synchronisation (arguments that are not tensors, such as
+    None or an int, are ignored): all on the CPU, and not traced by ``torch.compile``, where a read would break the
+    graph. The checks of device values always run there, since the interpreted kernels would otherwise read and
+    write past the CPU tensors and corrupt the process's heap."""
+    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+    # a subclass, such as the fake tensors of tracing, may hold no values to read
+    plain = all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in tensors)
+    return plain and not torch.compiler.is_compiling() and all(t.device.type == "cpu" for t in tensors)
+
+
 def debug_varlen() -> bool:
     """Whether ``FLASHDOC_DEBUG_VARLEN=1``: the varlen checks that read cu_seqlens on the host (a device sync)."""
     return os.environ.get("FLASHDOC_DEBUG_VARLEN", "0") == "1"
@@ -181,9 +192,9 @@ def validate_varlen_inputs(
     """Check a varlen call: q (total_q, nheads, headdim), k and v (total_k, nheads_k, headdim), cu_seqlens_q and
     cu_seqlens_k int32 (batch + 1,) on q's device, max_seqlen_q and max_seqlen_k ints >= 0.
 
-    Everything here reads shapes, dtypes and devices only, except, with ``FLASHDOC_DEBUG_VARLEN=1``, the checks
-    of the cu_seqlens' values (start at 0, non-decreasing, end at the totals, longest length <= max_seqlen),
-    which wait for the device."""
+    Everything here reads shapes, dtypes and devices only, except the checks of the cu_seqlens' values (start at
+    0, non-decreasing, end at the totals, longest length <= max_seqlen): on a GPU they wait for the device, so they
+    run with ``FLASHDOC_DEBUG_VARLEN=1`` only; on the CPU they cost nothing and always run (``host_readable``)."""
     _validate_tensor(q, "q", dims=3)
     _validate_tensor(k, "k", q, dims=3)
     _validate_tensor(v, "v", q, dims=3)
@@ -204,7 +215,7 @@ def validate_varlen_inputs(
     _validate_max_seqlen(max_seqlen_q, "max_seqlen_q")
     _validate_max_seqlen(max_seqlen_k, "max_seqlen_k")
     _validate_scale_and_causal(softmax_scale, causal, "softmax_scale", "causal")
-    if debug_varlen():
+    if debug_varlen() or host_readable(q, cu_seqlens_q, cu_seqlens_k):
         for cu, name, total, max_seqlen in (
             (cu_seqlens_q, "cu_seqlens_q", q.shape[0], max_seqlen_q),
             (cu_seqlens_k, "cu_seqlens_k", k.shape[0], max_seqlen_k),
@@ -212,17 +223,16 @@ def validate_varlen_inputs(
             values = cu.tolist()
             lengths = [b - a for a, b in zip(values, values[1:])]
             if values[0] != 0:
-                raise ValueError(f"{name} must start at 0, got {values[0]} (FLASHDOC_DEBUG_VARLEN=1 check)")
+                raise ValueError(f"{name} must start at 0, got {values[0]}")
             if min(lengths) < 0:
-                raise ValueError(f"{name} must be non-decreasing, got {values} (FLASHDOC_DEBUG_VARLEN=1 check)")
+                raise ValueError(f"{name} must be non-decreasing, got {values}")
             if values[-1] != total:
                 raise ValueError(
-                    f"{name} ends at {values[-1]} but the tensor holds {total} tokens; its last entry must be "
-                    "the total (FLASHDOC_DEBUG_VARLEN=1 check)"
+                    f"{name} ends at {values[-1]} but the tensor holds {total} tokens; its last entry must be the total"
                 )
             if max(lengths) > max_seqlen:
                 which = "max_seqlen_q" if name.endswith("q") else "max_seqlen_k"
                 raise ValueError(
                     f"{which} is {max_seqlen} but {name} holds a sequence of {max(lengths)} tokens; it must be at "
-                    "least the longest length (FLASHDOC_DEBUG_VARLEN=1 check)"
+                    "least the longest length"
                 )

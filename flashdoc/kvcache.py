@@ -8,7 +8,8 @@ function that validates, defaults and calls it. There is no backward: decoding r
 No host synchronisation: nothing reads a device tensor on the host (the split count and the launch grids
 follow from shapes), so a decode step can be captured in a CUDA graph. The one exception is opt-in:
 ``FLASHDOC_DEBUG_CHECKS=1`` in the environment checks the device values (sequence lengths against the cache,
-block-table entries, batch indices) on the host before each call, which synchronises.
+block-table entries, batch indices) on the host before each call, which synchronises. On CPU tensors, whose
+values the host reads for free, those checks always run.
 """
 
 import contextlib
@@ -17,6 +18,7 @@ from typing import Optional
 
 import torch
 
+from . import _validation
 from ._validation import SUPPORTED_DTYPES, _validate_tensor, validate_window_and_softcap
 from .interface import raise_when_differentiated
 from .kernels import INTERPRET
@@ -411,7 +413,8 @@ def _argument_signature(name: str, value):
 def _check_device_values(
     k_cache, cache_seqlens, seqlen_new, cache_batch_idx, cache_leftpad, block_table, capacity
 ) -> None:
-    """FLASHDOC_DEBUG_CHECKS=1: the checks that need device values, read on the host (a synchronisation)."""
+    """The checks that need device values, read on the host: with FLASHDOC_DEBUG_CHECKS=1 (a synchronisation on a
+    GPU), and always on CPU tensors (``_validation.host_readable``)."""
     if cache_leftpad is not None:
         lengths = (
             cache_seqlens.tolist()
@@ -538,7 +541,8 @@ def flash_attn_with_kvcache(
     the cache is read or written, but the result is meaningless. A negative cache_seqlens[b], a cache_batch_idx
     entry outside the cache's batch, or a block_table entry outside its pages is used as given, and reads and
     writes memory outside the caches. Set FLASHDOC_DEBUG_CHECKS=1 before importing flashdoc to check all of
-    them on the host at every call (which waits for the GPU).
+    them on the host at every call (which waits for the GPU). CPU tensors, which cost nothing to read, are
+    always checked.
     """
     # every parameter by name, in the signature's order (torch.compile cannot trace locals())
     arguments = dict(
@@ -575,7 +579,7 @@ def flash_attn_with_kvcache(
     seqlen_new = 0 if k is None else k.shape[1]
     if checked_before and type(cache_seqlens) is int:
         _check_seqlens_int(cache_seqlens, seqlen_new, capacity)
-    if DEBUG_CHECKS:
+    if DEBUG_CHECKS or _validation.host_readable(q, cache_seqlens, cache_batch_idx, cache_leftpad, block_table):
         _check_device_values(k_cache, cache_seqlens, seqlen_new, cache_batch_idx, cache_leftpad, block_table, capacity)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5

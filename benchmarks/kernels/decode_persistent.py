@@ -3,7 +3,8 @@
     python3 benchmarks/kernels/decode_persistent.py                     # H200: the two batch-64 points, graphs
     python3 benchmarks/kernels/decode_persistent.py --points 64x4096 --configs 128,8,3,1 --split-kv 128,8,2,1
     python3 benchmarks/kernels/decode_persistent.py --check             # any machine: outputs against the API's
-    PYTHONPATH=/tmp/t36:. python3 benchmarks/kernels/decode_persistent.py --aot   # sm_90 without a GPU
+    PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python3 benchmarks/kernels/decode_persistent.py --aot
+                                                                        # sm_90, without a GPU
 
 Where the batch fills the GPU (64 sequences x 8 KV heads = 512 programs of one KV head's queries each, no splits),
 the split-KV kernel's table entry holds one program an SM (128-key tiles, 3 stages: 128 KB of shared memory), so

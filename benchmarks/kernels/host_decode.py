@@ -53,8 +53,11 @@ def stub_launches(patch=setattr, on_launch=None) -> None:
     patch: how each module attribute is replaced (``setattr``, or a test's ``monkeypatch.setattr``, which undoes
     it). on_launch(kernel name, path, grid, args): called for every launch a GPU would make, path "triton" for
     a launch through Triton's own path (a plan's first), "plan" for one through a plan's launcher."""
+    from flashdoc import _validation
     from flashdoc.kernels import launch
 
+    # a GPU's device values are not read on the host (CPU tensors' are, for free)
+    patch(_validation, "host_readable", lambda *tensors: False)
     patch(decode, "INTERPRET", False)
     patch(launch, "INTERPRET", False)
     patch(decode, "device_index", lambda device: 0)

@@ -41,11 +41,11 @@ def host_us(fn):
     return best
 
 
+# --8<-- [start:calls]
 # one sequence of 128 tokens, 2 heads of 64: microseconds of GPU work per call
 q, k, v = (torch.randn(1, 128, 2, 64, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
 
 
-# --8<-- [start:calls]
 def flashdoc_forward():
     with torch.no_grad():
         flashdoc.flash_attn_func(q, k, v, causal=True)

@@ -64,10 +64,19 @@ def test_missing_method_is_a_dash_and_skipped_by_the_checks():
 
 def test_markdown_and_figure(tmp_path):
     text = bench.markdown(rows(), COPY, dict(gpu="GPU", torch="t", triton="x"))
-    for timer in bench.TIMERS.values():
+    for timer in bench.timers().values():
         assert f"**Timed with {timer}**" in text
     bench.roofline_figure(rows(), COPY, tmp_path / "roof.png")
+    assert "(L2 flushed between calls)" in text  # no GPU: no flush buffer to measure
     assert (tmp_path / "roof.png").stat().st_size > 10_000
+
+
+def test_headings_say_how_each_timer_timed(monkeypatch):
+    """On a GPU the headings give the size of the buffer do_bench writes and how the graph timing kept L2 out."""
+    monkeypatch.setattr(bench, "flush_bytes", lambda: 256 * 2**20)
+    text = bench.markdown(rows(), COPY, dict(gpu="GPU", torch="t", triton="x"))
+    assert "**Timed with do_bench (256 MiB written between calls)**" in text
+    assert "exceed 4 x L2 (60 MiB); each method's median of 3 rounds, in rotated order**" in text
 
 
 @pytest.mark.parametrize("only,expected", [("1x4096,64x32768", [(1, 4096), (64, 32768)]), (None, None)])

@@ -84,8 +84,13 @@ def test_the_report_says_which_path_and_why(monkeypatch):
     monkeypatch.setattr(gluon_support, "ALLOWED", True)
     if forward_hopper.ENABLED:
         paths = dict(_config.kernel_paths((9, 0), interpret=False))
-        assert "Hopper (Gluon) kernel for plain and causal calls at head dims 64/128/256" in paths["forward"]
-        assert "windows and softcap: Hopper kernels" in paths["variants"]
+        assert (
+            "Hopper (Gluon) kernel for plain, causal, windowed and softcapped calls at head dims 64, 128, 256"
+            in paths["forward"]
+        )
+        assert "64 (causal or windowed), 128, 256" in paths["backward dK/dV"]
+        assert "deterministic=False" in paths["backward, fused"] and "from 2048 tokens" in paths["backward, fused"]
+        assert "windows and softcap: the Hopper kernels" in paths["variants"]
         assert "ALiBi and dropout: portable" in paths["variants"]
         assert "Hopper dK/dV and dQ kernels" in paths["varlen backward"]
     assert "8.0" in dict(_config.kernel_paths((8, 0), interpret=False))["every call"]

@@ -573,6 +573,18 @@ def test_debug_checks_catch_device_values(monkeypatch):
         flash_attn_with_kvcache(**_args(cache_seqlens=good, cache_leftpad=pad + 1))
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="CPU tensors only: on a GPU the values wait for the switch")
+def test_cpu_device_values_are_always_checked():
+    """On the CPU the values in the tensors cost nothing to read, so they are checked without
+    FLASHDOC_DEBUG_CHECKS: a negative length or a block-table entry past the pages would have the interpreted
+    kernels read and write outside the CPU caches."""
+    assert not flashdoc.kvcache.DEBUG_CHECKS
+    with pytest.raises(ValueError, match=r"cache_seqlens\[1\] \(-3\) \+ new tokens \(1\) = -2 is outside"):
+        flash_attn_with_kvcache(**_args(k=_new(), v=_new(), cache_seqlens=torch.tensor([0, -3], dtype=torch.int32)))
+    with pytest.raises(ValueError, match=r"cache_batch_idx has entries outside 0..1"):
+        flash_attn_with_kvcache(**_args(cache_batch_idx=torch.tensor([0, 2], dtype=torch.int32)))
+
+
 def test_a_repeated_call_is_checked_once_and_its_values_every_time(monkeypatch):
     """A decode loop makes the same call at every step. The checks that read only the arguments' layout and
     options run once for it (``kvcache._validated``); an int cache_seqlens, which changes from step to step, is

@@ -650,6 +650,8 @@ def _no_host_reads(monkeypatch):
 def test_varlen_reads_nothing_on_the_host(monkeypatch):
     q, k, v, cu_q, cu_k = packed_inputs(*CROSS, 2, 1, 16, torch.float32)
     slopes = torch.full((2,), 0.1, device=DEVICE)
+    # CPU tensors' values are checked on the host, for free: take the path a GPU's tensors take
+    monkeypatch.setattr(flashdoc._validation, "host_readable", lambda *tensors: False)
     _no_host_reads(monkeypatch)
     out = flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 40, 30, 0.1, None, True, (5, 0), 3.0, slopes)
     out.sum().backward()
@@ -674,6 +676,20 @@ def test_varlen_debug_checks(monkeypatch):
             flashdoc.flash_attn_varlen_func(q, k, v, cu.to(DEVICE), cu_k, max_seqlen, 6)
     with pytest.raises(ValueError, match="max_seqlen_k is 2"):
         flashdoc.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 2)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="CPU tensors only: on a GPU the values wait for the switch")
+def test_cpu_cu_seqlens_values_are_always_checked():
+    """On the CPU reading cu_seqlens costs nothing, so its values are checked without FLASHDOC_DEBUG_VARLEN: an
+    entry past the tensors' length would have the interpreted kernels write past q's storage, corrupting the
+    heap, where a GPU run reads past it."""
+    q, k, v, cu_q, cu_k = packed_inputs([5, 6], [5, 6], 2, 2, 16, torch.float32, seed=1)
+    q, k, v = q.detach(), k.detach(), v.detach()
+    past_the_end = torch.tensor([0, 5, 40], dtype=torch.int32)
+    with pytest.raises(ValueError, match="cu_seqlens_q ends at 40 but the tensor holds 11 tokens"):
+        flashdoc.flash_attn_varlen_func(q, k, v, past_the_end, cu_k, 35, 6)
+    with pytest.raises(ValueError, match="cu_seqlens_k ends at 40 but the tensor holds 11 tokens"):
+        flashdoc.flash_attn_varlen_func(q, k, v, cu_q, past_the_end, 6, 35)
 
 
 def _t(*shape, dtype=torch.float16):
