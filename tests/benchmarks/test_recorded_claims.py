@@ -479,8 +479,17 @@ def test_recording_backs_the_decode_roofline_reading():
     assert min(large) > min(small.values()), paged
     claim(post, 'spread by up to {{ decode_spread("paged") }} where contiguous ones spread by')
     assert readings.decode_round_spread(readings.decode_paged_methods()) > readings.decode_round_spread(("flashdoc",))
-    claim(post, "as fast, inside the 5%, and its timing rounds")
-    assert min(large) >= 0.95, large  # the 5% the sentence puts them inside
+    claim(post, "every page size's fastest round comes within 5% of the contiguous cache")
+    contiguous = {(b, c): r["graph_tbps"] for (b, c, m), r in rows.items() if m == "flashdoc"}
+    fastest = {
+        (b, c, m): rows[(b, c, m)]["bytes"] / min(rows[(b, c, m)]["graph_rounds_ms"]) / 1e9 / contiguous[(b, c)]
+        for (b, c) in contiguous
+        for m in readings.decode_paged_methods()
+        if b * c >= readings.LARGE_DECODE_TOKENS
+    }
+    assert min(fastest.values()) >= 0.95, fastest
+    claim(post, "the gap is no wider than a paged timing's own spread")
+    assert 1 - min(large) <= readings.decode_round_spread(readings.decode_paged_methods()), large
     host_bound = set(readings.HOST_BOUND_POINTS)
     claim(post, "Timed call by call, the three smallest points measure the host, not the GPU.")
     claim(post, 'At 1 × 4k, 1 × 32k and 8 × 4k the kernels take {{ decode_call_us("flashdoc", "graph_ms") }}, less')
@@ -490,8 +499,9 @@ def test_recording_backs_the_decode_roofline_reading():
     for p in host_bound:
         for method in ("flashdoc", "sdpa-cudnn"):
             assert rows[p + (method,)]["graph_ms"] < rows[p + (method,)]["ms"], (p, method)
-    claim(post, "of which flashdoc's Python path does more")
-    assert all(rows[p + ("flashdoc",)]["ms"] > rows[p + ("sdpa-cudnn",)]["ms"] for p in host_bound)
+    claim(post, "does more of it than cuDNN's, which shows where the kernels are shortest, at 1 × 4k")
+    shortest = min(host_bound, key=lambda p: rows[p + ("flashdoc",)]["graph_ms"])
+    assert shortest == (1, 4096) and rows[shortest + ("flashdoc",)]["ms"] > rows[shortest + ("sdpa-cudnn",)]["ms"]
     claim(
         post, "1 × 128k up, the GPU work outlasts a call's host work, and the call-by-call bandwidth matches cuDNN's."
     )
@@ -619,18 +629,21 @@ def test_recording_backs_the_window_blocks_per_tile():
 
 def test_recording_backs_the_window_cost_floor():
     """Part 7's reading of the window-cost table: below about 1,024 keys forward and backward get cheaper by far
-    less than the window (an eighth of the keys saves under 30%), while the forward alone keeps shrinking and wider
-    windows still cost more; and the 1,024-key call's two timings it compares, this table's and the variants
-    benchmark's, which differ as short timings do."""
+    less than the window (an eighth of the keys saves under half), while the forward alone shrinks to a few hundred
+    keys and stops there, and wider windows still cost more; and the 1,024-key call's two timings it compares, this
+    table's and the variants benchmark's, which differ as short timings do."""
     post = read_post("masking-core.md")
     claim(post, "Below a window of about 1,024 keys a training step, forward and backward, gets cheaper by far less")
     rows = readings.window_cost_rows()
     ratio = {w: both for w, (_, _, both) in rows.items()}
     forward_ms = {w: fwd for w, (fwd, _, _) in rows.items()}
     both_ms = {w: both for w, (_, both, _) in rows.items()}
-    # from 1,024 keys down to 128 the forward sheds most of its time, the forward and backward little of its own
-    assert forward_ms[128] < forward_ms[512] < forward_ms[1024] and forward_ms[128] < 0.6 * forward_ms[1024], forward_ms
-    assert both_ms[128] > 0.7 * both_ms[1024], both_ms
+    # from 1,024 keys down to a few hundred the forward sheds much of its time, then stops; the forward and
+    # backward shed little of their own
+    claim(post, "while the forward alone shrinks down to a few hundred keys and then stops too")
+    few_hundred = min(forward_ms[256], forward_ms[512])
+    assert few_hundred < 0.7 * forward_ms[1024] and forward_ms[128] > 0.9 * few_hundred, forward_ms
+    assert both_ms[128] > 0.5 * both_ms[1024], both_ms  # an eighth of the keys saves under half
     narrow = [r for w, r in ratio.items() if w <= 1024]
     assert len(narrow) >= 4 and ratio[2048] > max(narrow) + 0.05 and ratio[4096] > ratio[2048], ratio
     # the kernels keep shrinking below 1,024 keys; the step at 128 keys is the host's (at least 1.5x its kernels,
