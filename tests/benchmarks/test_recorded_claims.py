@@ -783,3 +783,200 @@ def test_recording_backs_the_window_ring_reading():
     spread = {layout: max(p) - min(p) for layout, p in pairs.items()}
     assert abs(spread["contiguous"] - spread["zigzag"]) <= 0.1 * max(pairs["zigzag"]), pairs
     assert max(calls["contiguous"]) < min(calls["zigzag"]), calls
+
+
+def _ran(results):
+    """{(kernel, dtype, head_dim, causal, N): the config flashdoc ran} from the benchmark's record of its tiles."""
+    return {
+        (p["kernel"], p["dtype"], p["head_dim"], p["causal"], p["seq_bucket"]): p for p in results["flashdoc_autotuned"]
+    }
+
+
+def _config_rows(path):
+    """A recorded markdown table whose first cells repeat, as a list of {header: cell}."""
+    lines = [line for line in (GENERATED / path).read_text().splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    return [dict(zip(cells[0], row)) for row in cells[2:]]
+
+
+def test_recording_backs_every_row_ran_the_hopper_kernels_and_where_the_fused_backward_ran(results, post):
+    """Parts 5 and 6 say which of flashdoc's kernels the benchmark ran: the Hopper (Gluon) kernels in every row; at
+    head dimension 64 the fused backward, except under the mask at 512 and 1k tokens, where the split Hopper kernels
+    run; at 128 and 256 the split Hopper kernels."""
+    part5 = read_post("flashattention-on-hopper.md")
+    claim(post, "On this H200 every row ran the Hopper kernels")
+    claim(post, "so at head dimension 64 (under the mask from 2k tokens) its backward is the fused kernel")
+    claim(post, "at 64, where the fused backward runs in every row")
+    claim(part5, "where this kernel is flashdoc's backward at head dimension 64 from 2k tokens up")
+    claim(
+        part5,
+        "In the benchmark they are flashdoc's backward at head dimensions 128 and 256, and at 64 the fused kernel, "
+        "except in the causal rows at 512 and 1k tokens, which run the split kernels.",
+    )
+    ran = _ran(results)
+    sweep = results["sweep"]
+    assert ran and all(p["gluon"] for p in ran.values()), [k for k, p in ran.items() if not p["gluon"]]
+    for dtype in sweep["dtypes"]:
+        for d in sweep["head_dims"]:
+            for causal in sweep["causals"]:
+                for n in sweep["seqlens"]:
+                    assert ("fwd", dtype, d, causal, n) in ran, (dtype, d, causal, n)
+                    fused = ran[("dkdv", dtype, d, causal, n)]["fused_dq"]
+                    split = d != 64 or (causal and n < 2048)
+                    assert fused is not split, (dtype, d, causal, n, fused)
+                    assert (("dq", dtype, d, causal, n) in ran) is split, (dtype, d, causal, n)
+
+
+def test_recording_backs_the_hopper_forward_partitions(results):
+    """Part 5's forward: three consumers of 64 query rows (an item of 192 rows) at head dimensions 64 and 128, two
+    at 256 with 64-key tiles and the output in the query tile; and the producer's registers, from the registers per
+    SM that the roofline recorded."""
+    part5 = read_post("flashattention-on-hopper.md")
+    claim(part5, "an item is 192 rows and there are four partitions")
+    claim(part5, "three **consumer** warpgroups of 64 query rows each, with 160 registers per thread")
+    claim(part5, "flashdoc's Hopper forward runs three consumers (two at head dimension 256)")
+    claim(part5, "which frees room for 64-key tiles")
+    forward = _config_rows("triton/tile_configs/hopper_forward.md")
+    assert {row["head dim"] for row in forward} == {"64", "128", "256"}, forward
+    for row in forward:
+        consumers, rows_each = int(row["consumers"]), int(row["rows per consumer"])
+        if row["head dim"] in ("64", "128"):
+            assert (consumers, rows_each, consumers * rows_each) == (3, 64, 192), row
+        else:
+            assert (consumers, row["keys per tile"]) == (2, "64"), row
+        assert row["persistent"] == "yes" and row["ring slots"] == "2", row
+    claim(part5, "65,536 per SM less three warpgroups' 128 threads × 160: 32 per thread")
+    per_sm = number(table("flashattention/gpu_roofline/hardware.md")["registers per SM"][0])
+    assert per_sm == 65536 and (per_sm - 3 * 128 * 160) / 128 == 32, per_sm
+    assert "[160, 160, 160]" in (ROOT / "flashdoc/kernels/forward_hopper.py").read_text()
+
+
+def test_recording_backs_the_hopper_backward_tables(results):
+    """Part 5's backward: the dK/dV program's 128 keys in two consumers' 64 (64 for the wide kernel's pair), 64-row
+    query tiles, the dQ kernel's 32-key tiles at 256, and the one head dimension and mask with no split row (64
+    without the mask), which the fused kernel covers."""
+    part5 = read_post("flashattention-on-hopper.md")
+    claim(part5, "The $dK$/$dV$ program owns 128 keys of one key/value head.")
+    claim(part5, "then streams $Q$ and $dO$ tiles of 64 query rows through a ring of two shared-memory slots")
+    claim(part5, "Each of its two consumers owns 64 of the keys")
+    claim(part5, "gives one program's 64 keys to both consumers instead")
+    claim(part5, "and the $dQ$ kernel, which needs no change at 256 (32-key")
+    claim(part5, "a head dimension and mask with no $dK$/$dV$ or $dQ$ row stays on the portable kernels")
+    claim(part5, "(at head dimension 64 without the mask, only when the call asks for determinism")
+    backward = _config_rows("triton/tile_configs/hopper_backward.md")
+    kernels = ("dK/dV", "dQ", "fused dK, dV, dQ")
+    keys = {kernel: {(r["head dim"], r["causal"]) for r in backward if r["kernel"] == kernel} for kernel in kernels}
+    every = {(d, c) for d in ("64", "128", "256") for c in ("no", "yes")}
+    assert every - keys["dK/dV"] == every - keys["dQ"] == {("64", "no")}, keys
+    assert ("64", "no") in keys["fused dK, dV, dQ"], keys
+    for r in backward:
+        assert (r["BLOCK_M"], r["ring slots"], r["consumers"]) == ("64", "2", "2"), r
+        if r["kernel"] == "dK/dV":
+            assert r["BLOCK_N"] == "64", r  # per consumer at 64 and 128 (128 a program), per program at 256
+        if r["kernel"] == "dQ":
+            assert r["BLOCK_N"] == ("32" if r["head dim"] == "256" else "128"), r
+
+
+def test_recording_backs_the_step_profile_reading(post):
+    """Part 6's reading of the profiled training call: the three largest kernels are the Hopper ones, dK/dV the
+    largest; the two streams shorten the backward only a little below its kernels' sum; the fill is a microsecond."""
+    claim(post, "All three big kernels here are the Hopper ones.")
+    claim(post, "with four of the seven products, takes the largest share")
+    claim(post, "is only a little shorter than its three kernels' times added up")
+    claim(post, "The `FillFunctor` row, a microsecond,")
+    profile = table("triton/step_profile/step_profile.md")
+    ms = {name.strip("`"): number(cells[0]) for name, cells in profile.items()}
+    span = ms.pop("the backward, first kernel's start to last kernel's end (median)")
+    summed = ms.pop("the backward's three kernels, one after the other")
+    biggest = sorted(ms, key=ms.get, reverse=True)
+    assert [name.endswith("_hopper") for name in biggest] == [True] * 3 + [False] * (len(biggest) - 3), biggest
+    assert biggest[0] == "_attn_bwd_dkdv_hopper", biggest
+    assert 0.85 * summed < span < summed, (span, summed)  # shorter, by much less than dQ's time
+    (fill,) = [ms[name] for name in ms if "FillFunctor" in name]
+    assert fill <= 0.002, fill
+
+
+def test_recording_backs_close_to_cudnn_except_two_configurations(results, post):
+    """Part 6's summary: against cuDNN from 2k tokens up flashdoc is ahead or level (a geometric mean of at least
+    0.97) in every configuration but the forward at 256 and the forward and backward at 128, both without the
+    mask."""
+    claim(post, "and close to cuDNN: ahead or level in most configurations, behind without the mask at head dimension")
+    claim(post, "128 with the backward and at 256 in the forward.")
+    behind = {
+        (mode, d, causal)
+        for mode in ("fwd", "fwd_bwd")
+        for d in (64, 128, 256)
+        for causal in (False, True)
+        if any(c["geomean"] < 0.97 for c in rows(results, mode, "sdpa-cudnn", (d,), (causal,)))
+    }
+    assert behind == {("fwd", 256, False), ("fwd_bwd", 128, False)}, behind
+    claim(post, "though behind in a few rows")
+    speed = report.speed_table(results)
+    short_of = [
+        row["flashdoc"] / row["sdpa-cudnn"]
+        for (mode, _, d, _, n), row in speed.items()
+        if mode == "fwd" and d in (64, 128) and n >= 2048
+    ]
+    assert 0 < sum(r < 1 for r in short_of) <= len(short_of) / 4, short_of
+
+
+def test_recording_backs_the_memory_reading(results, post):
+    """Part 6: flashdoc's peak memory equals the FlashAttention-2 backend's at every length; naive attention is
+    measured until it runs out, with the figure's batch, heads and head dimension; and Part 2's table, which the
+    seed-post warning cites, grows with every doubling until naive attention no longer fits."""
+    claim(post, "It uses the same memory as the FlashAttention-2 backend.")
+    claim(post, "for naive attention (until it runs out)")
+    claim(post, "(batch 1, 32 heads, d = 128)")
+    memory = {}
+    for r in results["records"]:
+        if r["kind"] == "memory":
+            memory.setdefault(r["peer"], {})[r["seqlen"]] = r
+            assert (r["batch"], r["heads"], r["head_dim"], r["causal"]) == (1, 32, 128, True), r
+    for n, ours in memory["flashdoc"].items():
+        theirs = memory["sdpa-flash"][n]["peak_extra_bytes"]
+        assert abs(ours["peak_extra_bytes"] / theirs - 1) < 0.01, (n, ours, theirs)
+    naive = [memory["naive"][n] for n in sorted(memory["naive"])]
+    failed = [r for r in naive if r["status"] != "ok"]
+    assert failed and failed[0]["reason"] == "out of memory", failed
+    claim(post, "shows it growing with every doubling of $N$ until naive attention no longer fits at all")
+    part2 = [cells for _, cells in table("flashattention/gpu_memory/memory.md").items()]
+    ratios = [number(cells[2]) for cells in part2 if cells[2] != "—"]
+    assert len(ratios) >= 4 and all(a < b for a, b in zip(ratios, ratios[1:])), ratios
+    assert part2[len(ratios)][0] == "out of memory", part2
+
+
+def test_recording_backs_the_benchmark_method(results, post):
+    """Part 6's method, against the recorded run: the shapes and FLOPs it counts, the quantiles, two passes keeping
+    the lower median, a pinned CPU, at least ten timed calls, and a cold first call."""
+    from benchmarks import timing
+
+    claim(post, "The benchmark uses 16k tokens per batch (batch $= 16384/N$) and a hidden size of 2048")
+    claim(post, "FLOPs $= 4 \\cdot B \\cdot H \\cdot N^2 \\cdot d$ for the forward, halved when causal, and 3.5 times")
+    sweep = results["sweep"]
+    assert (sweep["total_tokens"], sweep["hidden"]) == (16384, 2048), sweep
+    speed = [r for r in results["records"] if r["kind"] == "speed" and r["status"] == "ok"]
+    for r in speed:
+        assert r["batch"] * r["seqlen"] == 16384 and r["heads"] * r["head_dim"] == 2048, r
+        flops = 4 * r["batch"] * r["heads"] * r["seqlen"] ** 2 * r["head_dim"]
+        flops *= (0.5 if r["causal"] else 1) * (3.5 if r["mode"] == "fwd_bwd" else 1)
+        assert r["flops"] == flops, r
+    claim(post, "The benchmark asks for the median and the 20th and 80th percentiles")
+    assert results["quantiles"] == [0.5, 0.2, 0.8], results["quantiles"]
+    claim(post, "so that at least ten calls are timed")
+    assert timing.MIN_REPS == 10
+    claim(post, "each row keeps the lower of its two medians (both are in `results.json`)")
+    assert sweep["passes"] == 2 and all(len(r["ms_passes"]) == 2 and r["ms"] == min(r["ms_passes"]) for r in speed)
+    claim(post, "The timing process runs on one CPU, every thread of it.")
+    assert sweep["pin_cpu"] and results["pinned_cpu"] is not None, results["pinned_cpu"]
+    claim(post, "records of kind `first_call`")
+    (first,) = [r for r in results["records"] if r["kind"] == "first_call"]
+    assert first["peer"] == "flashdoc" and first["cold_process"] and first["status"] == "ok", first
+
+
+def test_recording_backs_float16_twins_run_the_same_configs(results, post):
+    """Part 6: each bfloat16 row's float16 twin runs the same kernels in the same configs."""
+    claim(post, "Each bfloat16 row has a float16 twin, which runs the same kernels in the same configs.")
+    configs = {}
+    for p in results["flashdoc_autotuned"]:
+        configs.setdefault(tuple(sorted((k, v) for k, v in p.items() if k != "dtype")), set()).add(p["dtype"])
+    assert configs and all(dtypes == {"bf16", "fp16"} for dtypes in configs.values()), configs
