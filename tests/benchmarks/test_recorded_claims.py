@@ -980,3 +980,223 @@ def test_recording_backs_float16_twins_run_the_same_configs(results, post):
     for p in results["flashdoc_autotuned"]:
         configs.setdefault(tuple(sorted((k, v) for k, v in p.items() if k != "dtype")), set()).add(p["dtype"])
     assert configs and all(dtypes == {"bf16", "fp16"} for dtypes in configs.values()), configs
+
+
+def test_recording_backs_the_numpy_example_as_part1_reads_it():
+    post = read_post("attention-deep-dive.md")
+    claim(post, "Each row of weights sums to one, and the output has one row per query.")
+    out = (GENERATED / "attention/numpy_attention/stdout.txt").read_text()
+    queries = int(re.search(r"^Q: \((\d+), \d+\)", out, re.M).group(1))
+    assert "Each row sums to [1. 1.]" in out and re.search(rf"^Output: \({queries}, \d+\)$", out, re.M), out
+    claim(post, "since $e^{5} / e^{0} \\approx 148$")
+    assert round(math.exp(5)) == 148
+
+
+def test_recording_backs_the_variances_and_the_scaled_rows():
+    """Part 1's reading of the saturation table: the unscaled variance tracks d_k, the scaled one stays near 1; the
+    unscaled rows drift towards one-hot while the scaled rows' largest weight stays near a tenth, none saturated."""
+    post = read_post("attention-deep-dive.md")
+    rows_ = table("attention/scale_saturation/saturation.md")
+    dims = sorted(rows_, key=int)
+    said = claim(post, "without the scale the variance tracks $d_k$, with it the variance stays near $1$")
+    for d in dims:
+        assert 0.75 <= float(rows_[d][0]) / int(d) <= 1.25, (said, d, rows_[d])
+        assert 0.75 <= float(rows_[d][1]) <= 1.25, (said, d, rows_[d])
+    said = claim(post, "unscaled, the rows of the softmax drift towards one-hot as $d_k$ grows")
+    unscaled = [float(rows_[d][2]) for d in dims]
+    assert all(a < b for a, b in zip(unscaled, unscaled[1:])) and unscaled[-1] > 0.9, (said, unscaled)
+    said = claim(post, "the scaled rows barely change: their largest weight stays near a tenth at every dimension")
+    scaled = [float(rows_[d][3]) for d in dims]
+    assert all(0.07 <= w <= 0.13 for w in scaled), (said, scaled)
+    assert all(number(rows_[d][5]) == 0 for d in dims), (said, [rows_[d][5] for d in dims])
+    said = claim(post, "The scale removes almost all of the dependence on $d_k$")
+    grads = [float(rows_[d][7]) for d in dims]
+    assert max(grads) / min(grads) < 1.5 and max(scaled) / min(scaled) < 1.5, (said, grads, scaled)
+
+
+def test_recording_backs_the_causal_map_and_the_mask_checks():
+    post = read_post("attention-deep-dive.md")
+    maps = (GENERATED / "site/attention_maps/stdout.txt").read_text()
+    claim(
+        post, "Under the mask the upper triangle is exactly zero, and the first query, which sees only itself, puts all"
+    )
+    assert "causal weights above the diagonal are exactly 0: True" in maps, maps
+    assert "query 0 under the causal mask puts weight 1.0 on key 0" in maps, maps
+    claim(post, "One head of 24 tokens")
+    assert re.search(r"^N, d = 24, ", (ROOT / "snippets/site/attention_maps.py").read_text(), re.M)
+    out = (GENERATED / "attention/transformer/stdout.txt").read_text()
+    claim(post, "the module above uses the same ones and matches PyTorch's")
+    assert "equals nn.MultiheadAttention (causal): True" in out, out
+    assert "same as F.scaled_dot_product_attention(attn_mask=mask): True" in out, out
+    claim(post, "`(batch, heads, n, m)`: it fails as printed below")
+    assert re.search(r"\(batch, n, m\) mask against \(batch, heads, n, m\) scores: The size of tensor", out), out
+    assert "weight on padded keys of example 2: 0.0" in out, out
+
+
+def test_recording_backs_what_autograd_keeps_of_the_scores():
+    """Part 1: the score matrix is exactly N^2 x 4 bytes; autograd keeps one N x N matrix (P), and the rest of what
+    it keeps is Q, K and V (3 N d floats); the seed's 256 MB and 8 GB are 256 MiB and 8 GiB."""
+    post = read_post("attention-deep-dive.md")
+    rows_ = table("attention/score_memory/score_memory.md")
+    d = int(re.search(r"^d = (\d+)", (ROOT / "snippets/attention/score_memory.py").read_text(), re.M).group(1))
+    claim(post, "The allocation is exactly $N^2 \\times 4$ bytes")
+    claim(post, "The last column shows that it is the only one kept; the rest is $Q$, $K$ and $V$.")
+    for n, (s_bytes, exact, s_mib, kept, square) in rows_.items():
+        n = int(n)
+        assert number(s_bytes) == n * n * 4 and exact == "True", (n, s_bytes)
+        assert number(square) == number(s_mib), (n, square, s_mib)
+        assert abs(number(kept) - number(square) - 3 * n * d * 4 / 2**20) <= 0.051, (n, kept, square)
+    claim(post, 'it wrote "256 MB" and "8 GB"; the exact figures are 256 MiB and 8 GiB')
+    text = (GENERATED / "attention/score_memory/seed_arithmetic.txt").read_text()
+    assert text.startswith("32 heads x 256 MiB = 8 GiB of scores per layer"), text
+
+
+# Part 2: the hardware, the roofline, the worked example, the seed's code and the memory
+
+
+def test_recording_backs_one_block_gets_about_a_whole_chip_over_the_sm_count():
+    said = claim(
+        read_post("flashattention-explained.md"),
+        "smaller than the whole chip's by about the number of SMs",
+    )
+    hw = table("flashattention/gpu_roofline/hardware.md")
+    chip_kib = number(hw["shared memory, all SMs together"][0]) * 1024
+    block_kib = number(hw["shared memory one block can use"][0])
+    sms = number(hw["streaming multiprocessors (SMs)"][0])
+    assert abs(chip_kib / block_kib / sms - 1) < 0.1, (said, chip_kib, block_kib, sms)
+
+
+def test_recording_backs_the_roofline_reading():
+    """Part 2's reading of the roofline table: the softmax takes longer than both matmuls together, far left of the
+    ridge and well under the copy bandwidth; the matmuls sit left of the ridge at under d FLOPs per byte; the fused
+    kernel's counted intensity is N/2, right of the ridge."""
+    post = read_post("flashattention-explained.md")
+    hw = table("flashattention/gpu_roofline/hardware.md")
+    ridge = number(hw["ridge point (matmul / bandwidth)"][0])
+    copy = number(hw["measured HBM bandwidth (copy)"][0])
+    steps = {
+        name: [number(c) for c in cells[:4]] for name, cells in table("flashattention/gpu_roofline/roofline.md").items()
+    }
+    source = (ROOT / "snippets/flashattention/gpu_roofline.py").read_text()
+    seq, d = (int(x) for x in re.search(r"bh, seq, d = \(\d+, (\d+), (\d+)\)", source).groups())
+    said = claim(post, "yet it takes longer than both matmuls together")
+    assert steps["P = softmax(S)"][0] > steps["S = Q K^T"][0] + steps["O = P V"][0], (said, steps)
+    said = claim(post, "far left of the ridge, so no softmax kernel could be limited by arithmetic here")
+    assert steps["P = softmax(S)"][1] < ridge / 10, (said, steps, ridge)
+    said = claim(post, "and this kernel runs well above that floor")
+    assert steps["P = softmax(S)"][3] < 0.5 * copy, (said, steps, copy)
+    said = claim(post, "Even the two matmuls of naive attention sit left of the ridge")
+    claim(post, "their intensity is at most about $d$ FLOPs per byte")
+    for name in ("S = Q K^T", "O = P V"):
+        assert steps[name][1] < ridge and steps[name][1] <= d, (said, name, steps[name], ridge)
+    said = claim(post, "(it is $N/2$ FLOPs per byte in bf16)")
+    assert steps["fused (flashdoc)"][1] == seq / 2 > ridge, (said, steps["fused (flashdoc)"], ridge)
+    claim(post, "it does not move the point across the ridge")
+
+
+def test_recording_backs_the_l2_sizes_in_part2():
+    post = read_post("flashattention-explained.md")
+    l2_mib = number(table("flashattention/gpu_roofline/hardware.md")["L2 cache"][0])
+    roofline = (ROOT / "snippets/flashattention/gpu_roofline.py").read_text()
+    seq, d = (int(x) for x in re.search(r"bh, seq, d = \(\d+, (\d+), (\d+)\)", roofline).groups())
+    claim(post, "At the roofline's length one head's keys and values take 2 MiB in bf16")
+    head_mib = 2 * seq * d * 2 / 2**20
+    assert head_mib == 2 and l2_mib >= 10 * head_mib, (head_mib, l2_mib)
+    claim(post, f"so this GPU's {l2_mib:.0f} MiB of L2 holds those of many heads at once")
+    claim(post, "at the table's longest, 131,072 tokens, one head's alone take 64 MiB and no longer fit")
+    longest = max(int(n.replace(",", "")) for n in table("flashattention/gpu_memory/memory.md"))
+    memory = (ROOT / "snippets/flashattention/gpu_memory.py").read_text()
+    d_memory = int(re.search(r"heads, d, dtype = \(\d+, (\d+), torch\.bfloat16\)", memory).group(1))
+    assert longest == 131072 and 2 * longest * d_memory * 2 / 2**20 == 64 > l2_mib, (longest, d_memory, l2_mib)
+
+
+def test_recording_backs_the_worked_example_as_part2_walks_it():
+    """Part 2's words on the 4x4 example: each tile's scores, maxima and rescale factors, and the result."""
+    post = read_post("flashattention-explained.md")
+
+    def step(tile):
+        text = (GENERATED / f"flashattention/worked_example/{tile}.txt").read_text()
+
+        def row(name):
+            return [float(x) for x in re.search(rf"^{name} = tensor\(\[([^\]]*)\]\)", text, re.M).group(1).split(",")]
+
+        scores = [[float(x) for x in r.split(",")] for r in re.findall(r"\[\s*([-\d., ]+)\]", text.split("m_old")[0])]
+        return scores, row("m_old"), row("m_new"), row("alpha = exp\\(m_old - m_new\\)")
+
+    claim(post, "Row 1's scores are $[1, 2]$ and row 2's $[2, 1]$, so both running maxima become $2$.")
+    scores, _, m_new, alpha = step("S11")
+    assert scores == [[1, 2], [2, 1]] and m_new == [2, 2] and alpha == [0, 0], (scores, m_new, alpha)
+    claim(post, "The new scores are $[3, 4]$ for row 1 and $[0, -1]$ for row 2.")
+    claim(post, "so everything it accumulated shrinks by $\\alpha = e^{2 - 4} = e^{-2}$")
+    scores, m_old, m_new, alpha = step("S12")
+    assert scores == [[3, 4], [0, -1]] and m_old == [2, 2] and m_new == [4, 2], (scores, m_old, m_new)
+    assert alpha == [round(math.exp(-2), 4), 1], alpha
+    claim(post, "Row 3 ($[4, 3, 2, 1]$) meets its maximum in the *first* tile, so")
+    claim(post, "row 4 ($[-1, 0, 1, 2]$) raises its maximum from $0$ to $2$ and is rescaled by $e^{-2}$ like row 1")
+    s21, _, m21, _ = step("S21")
+    s22, m_old, m_new, alpha = step("S22")
+    assert [a + b for a, b in zip(s21, s22)] == [[4, 3, 2, 1], [-1, 0, 1, 2]], (s21, s22)
+    assert m21 == m_old == [4, 0] and m_new == [4, 2] and alpha == [1, round(math.exp(-2), 4)], (m_old, m_new, alpha)
+    claim(post, "Row 1 is $\\operatorname{softmax}([1, 2, 3, 4])$, and row 2 is")
+    result = (GENERATED / "flashattention/worked_example/result.txt").read_text()
+    rows_ = re.findall(r"\[([\d., ]+)\]", result.split("max |")[0])
+    soft = re.search(r"softmax\(\[1, 2, 3, 4\]\) = tensor\(\[([\d., ]+)\]\)", result).group(1)
+    assert rows_[0] == soft and rows_[1] == ", ".join(reversed(soft.split(", "))), (rows_, soft)
+    assert float(re.search(r"max \|flash - naive\| = (\S+)", result).group(1)) < 1e-12, result
+
+
+def test_recording_backs_the_seed_pseudocode_bugs():
+    """Part 2's numbered reading of the seed pseudocode's run: NameError as published, a shape error with most
+    shapes, wrong numbers when the shapes line up by accident, and a mismatch on a short last block."""
+    post = read_post("flashattention-explained.md")
+    out = dict(
+        re.findall(r"^(\d)\. (.*)$", (GENERATED / "flashattention/seed_pseudocode/stdout.txt").read_text(), re.M)
+    )
+    claim(post, "so it raises `NameError` before computing anything")
+    assert "NameError: name 'd_k' is not defined" in out["1"], out["1"]
+    claim(post, "With most shapes that fails (line 2)")
+    assert "RuntimeError" in out["2"], out["2"]
+    claim(post, "every shape lines up by accident, and it runs and returns wrong numbers (line 3)")
+    assert out["3"].startswith("batch 1, n 128, d 64 = block_size: ran;"), out["3"]
+    assert float(re.search(r"max \|error\| vs naive attention = ([\d.e-]+)", out["3"]).group(1)) > 0.01, out["3"]
+    claim(post, "the last query block is shorter, and its statistics no longer match (line 4)")
+    assert "RuntimeError" in out["4"] and "(64)" in out["4"] and "(36)" in out["4"], out["4"]
+
+
+def test_recording_backs_tiled_against_naive_as_part2_reads_it():
+    post = read_post("flashattention-explained.md")
+    text = (GENERATED / "flashattention/tiled_vs_naive/tiled_vs_naive.md").read_text()
+    rows_ = re.findall(r"^\| (\d+) \| (\d+) \| (True|False) \| (\S+) \| (\S+) \|$", text, re.M)
+    block = int(
+        re.search(r"^block = (\d+)", (ROOT / "snippets/flashattention/tiled_vs_naive.py").read_text(), re.M).group(1)
+    )
+    claim(post, "Tested against naive attention on lengths that are not multiples of the block size (64)")
+    assert block == 64 and rows_ and all(int(n) % block for r in rows_ for n in r[:2]), rows_
+    claim(post, "with and without the causal mask, including more queries than keys and the reverse")
+    assert {r[2] for r in rows_} == {"True", "False"}
+    assert any(int(r[0]) > int(r[1]) for r in rows_) and any(int(r[0]) < int(r[1]) for r in rows_), rows_
+    claim(
+        post, "The float64 column shows the two algorithms agree to rounding error; in float32 they differ by rounding"
+    )
+    assert all(float(r[4]) < 1e-13 and float(r[3]) < 1e-5 for r in rows_), rows_
+
+
+def test_recording_backs_the_memory_table_as_part2_reads_it():
+    """Part 2: naive attention's extra memory grows with N^2 until it runs out; the fused kernel's grows with N and
+    is its output plus one float32 log-sum-exp per query row."""
+    post = read_post("flashattention-explained.md")
+    stdout = (GENERATED / "flashattention/gpu_memory/stdout.txt").read_text()
+    heads, d = (int(x) for x in re.search(r"batch 1, (\d+) heads, head dim (\d+), torch\.bfloat16", stdout).groups())
+    rows_ = {int(n.replace(",", "")): cells for n, cells in table("flashattention/gpu_memory/memory.md").items()}
+    ns = sorted(rows_)
+    claim(post, "doubling $N$ until naive attention no longer fits")
+    naive = [number(rows_[n][0]) for n in ns if rows_[n][0].endswith("MiB")]
+    assert "out of memory" in [rows_[n][0] for n in ns], rows_
+    assert all(3.5 < b / a < 4.5 for a, b in zip(naive, naive[1:])), naive
+    claim(post, "So the extra memory grows linearly in $N$; naive attention's grows with $N^2$.")
+    fused = [number(rows_[n][1]) for n in ns]
+    assert all(1.9 < b / a < 2.1 for a, b in zip(fused, fused[1:])), fused
+    claim(post, "FlashAttention's extra memory is its output plus one number per query row")
+    claim(post, "(FlashAttention-1 stored both)")
+    for n, mib in zip(ns, fused):  # bf16 output, float32 LSE, to the MiB the table rounds to (the allocator pads)
+        assert abs((heads * n * d * 2 + heads * n * 4) / 2**20 - mib) <= 1, (n, mib)
