@@ -13,6 +13,8 @@ padding mask's tokens are and how long each row is.
 import torch
 import torch.nn.functional as F
 
+from ._validation import host_readable
+
 # flash-attn's names; mask_layout is flashdoc's own, shared with the transformers integration
 __all__ = ["index_first_axis", "index_put_first_axis", "pad_input", "unpad_input"]
 
@@ -26,6 +28,20 @@ def mask_layout(attention_mask: torch.Tensor) -> tuple:
     indices = mask.flatten().nonzero().flatten()
     cu_seqlens = F.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
     return indices, cu_seqlens, int(lengths.max()) if lengths.numel() else 0, lengths
+
+
+def _check_hidden_states(hidden_states, dims: str, min_dims: int) -> None:
+    if not isinstance(hidden_states, torch.Tensor):
+        raise TypeError(f"hidden_states must be a torch.Tensor of shape {dims}, got {type(hidden_states).__name__}")
+    if hidden_states.dim() < min_dims:
+        raise ValueError(f"hidden_states must have shape {dims}, got {tuple(hidden_states.shape)}")
+
+
+def _check_size(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value}")
 
 
 def _check_mask(name: str, mask, hidden_states: torch.Tensor) -> None:
@@ -69,6 +85,7 @@ def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unuse
         seqused (batch,) int32)``: the packed tokens, their positions in the flattened (batch x seqlen) axis,
         the cumulative lengths, the longest length, and each sequence's count of real tokens.
     """
+    _check_hidden_states(hidden_states, "(batch, seqlen, ...)", 2)
     _check_mask("attention_mask", attention_mask, hidden_states)
     real = attention_mask.bool()
     if unused_mask is None:
@@ -83,11 +100,31 @@ def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unuse
 
 def pad_input(hidden_states: torch.Tensor, indices: torch.Tensor, batch: int, seqlen: int) -> torch.Tensor:
     """``unpad_input``'s inverse: packed ``hidden_states`` (total, ...) back to (batch, seqlen, ...), zeros at the
-    positions ``indices`` does not name."""
+    positions ``indices`` does not name. Indices outside the batch are refused on CPU tensors, where reading them
+    costs nothing; on a GPU they stop the scatter with a device-side assert, as in flash-attn."""
+    _check_hidden_states(hidden_states, "(total, ...)", 1)
+    if not isinstance(indices, torch.Tensor) or indices.dim() != 1 or indices.is_floating_point():
+        raise TypeError(
+            "indices must be a 1-D integer torch.Tensor (the one unpad_input returned), got "
+            + (
+                f"shape {tuple(indices.shape)}, {indices.dtype}"
+                if isinstance(indices, torch.Tensor)
+                else type(indices).__name__
+            )
+        )
+    _check_size("batch", batch)
+    _check_size("seqlen", seqlen)
     if hidden_states.shape[0] != indices.shape[0]:
         raise ValueError(
             f"hidden_states has {hidden_states.shape[0]} tokens but indices names {indices.shape[0]}; pass the "
             "indices unpad_input returned with these tokens"
         )
+    if indices.numel() and host_readable(indices):
+        low, high = int(indices.min()), int(indices.max())
+        if low < 0 or high >= batch * seqlen:
+            raise ValueError(
+                f"indices run from {low} to {high} but batch x seqlen = {batch} x {seqlen} holds positions 0 to "
+                f"{batch * seqlen - 1}; pass the batch and seqlen of the mask unpad_input was given"
+            )
     out = index_put_first_axis(hidden_states, indices, batch * seqlen)
     return out.view(batch, seqlen, *hidden_states.shape[1:])

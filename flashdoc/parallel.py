@@ -190,6 +190,14 @@ def _check_rank(world_size, rank) -> None:
         raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
 
 
+def _check_dim(dim, ndim: int) -> None:
+    """``dim`` names one of a tensor's ``ndim`` dimensions (negative counts from the end, as in torch)."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    if not -ndim <= dim < ndim:
+        raise ValueError(f"dim is {dim} but the tensor has {ndim} dimensions; allowed: {-ndim} to {ndim - 1}")
+
+
 def zigzag_shard(x: torch.Tensor, world_size: int, rank: int, dim: int = 1) -> torch.Tensor:
     """Rank ``rank``'s zigzag shard of the full tensor ``x``: cut dimension ``dim`` into 2 W equal chunks and
     return chunks ``rank`` and ``2W-1-rank``, concatenated. For W = 2 and chunks a b c d: rank 0 gets a d,
@@ -197,6 +205,7 @@ def zigzag_shard(x: torch.Tensor, world_size: int, rank: int, dim: int = 1) -> t
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     _check_rank(world_size, rank)
+    _check_dim(dim, x.dim())
     length = x.shape[dim]
     if length % (2 * world_size) != 0:
         raise ValueError(
@@ -216,6 +225,7 @@ def zigzag_unshard(shards: Sequence[torch.Tensor], dim: int = 1) -> torch.Tensor
     shape = shards[0].shape
     if any(s.shape != shape for s in shards):
         raise ValueError(f"every shard must have the same shape, got {[tuple(s.shape) for s in shards]}")
+    _check_dim(dim, len(shape))
     if shape[dim] % 2 != 0:
         raise ValueError(
             f"a zigzag shard holds two equal chunks along dimension {dim}, but its length {shape[dim]} is odd"
