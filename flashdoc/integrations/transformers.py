@@ -433,9 +433,11 @@ def _find_left_padding(mask, seqlen_q):
     return (mask.shape[1] - mask.sum(-1)).to(torch.int32)
 
 
-# Keyword arguments through which transformers' models ask for attention that flashdoc's kernels cannot compute.
-# Ignoring one would compute something else, so each is refused by name.
+# Keyword arguments through which transformers' models ask for attention that flashdoc's kernels cannot compute,
+# or that this integration does not route to them. Ignoring one would compute something else, so each is refused
+# by name.
 _REFUSED_KWARGS = {
+    "head_mask": ("a head_mask", "its kernels take no per-head weights"),
     "position_bias": (
         "an additive position bias (position_bias, T5's relative attention bias)",
         "its kernels add no bias tensor to the scores",
@@ -452,22 +454,19 @@ _REFUSED_KWARGS = {
         "per-token attention sinks (sinks)",
         "it takes one sink logit per head (s_aux), not one per token",
     ),
+    "block_table": (
+        "paged attention (block_table)",
+        "this integration does not route transformers' paged cache to flashdoc.flash_attn_with_kvcache",
+    ),
 }
 
 
 def _check_supported(module, attention_mask, kwargs) -> None:
     if kwargs.get("output_attentions") or getattr(getattr(module, "config", None), "output_attentions", False):
         _refuse("output_attentions=True", "its kernels never form the attention probabilities")
-    if kwargs.get("head_mask") is not None:
-        _refuse("a head_mask", "its kernels take no per-head weights")
     for name, (what, why) in _REFUSED_KWARGS.items():
         if kwargs.get(name) is not None:
             _refuse(what, why)
-    if kwargs.get("block_table") is not None:
-        _refuse(
-            "paged attention (block_table)",
-            "this integration does not route transformers' paged cache to flashdoc.flash_attn_with_kvcache",
-        )
     if attention_mask is None:
         return
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:

@@ -497,6 +497,9 @@ def test_what_flashdoc_cannot_compute_fails_clearly():
     for name in ("position_bias", "indices", "block_indices", "sinks"):
         with pytest.raises(ValueError, match=f"cannot compute .*\\({name}"):
             flashdoc_hf.attention_forward(layer, q, kv, kv, None, **{name: torch.zeros(1, device=DEVICE)})
+    for name, match in (("head_mask", "cannot compute a head_mask"), ("block_table", r"paged attention \(block_table")):
+        with pytest.raises(ValueError, match=match):
+            flashdoc_hf.attention_forward(layer, q, kv, kv, None, **{name: torch.zeros(1, device=DEVICE)})
     for sinks, error, match in (
         (torch.zeros(2, device=DEVICE), ValueError, r"s_aux .* shape \(4,\), got \(2,\)"),
         (torch.zeros(1, 4, 6, 1, device=DEVICE), ValueError, "per-token sinks are not supported"),
