@@ -10,11 +10,47 @@ from .kernels import INTERPRET
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
+# The kernels hold softmax_scale and softcap in float32: a Python float outside its normal range would become
+# inf or 0 there, and every output NaN.
+_FLOAT32 = torch.finfo(torch.float32)
+# Window sides reach the ops as int64 (torch's schema type for an int).
+_INT64_MAX = 2**63 - 1
+
+
+def _type_name(value) -> str:
+    """The type's name, NumPy's with its package (else numpy.bool would read as a bool)."""
+    kind = type(value)
+    return f"numpy.{kind.__name__}" if kind.__module__.split(".")[0] == "numpy" else kind.__name__
+
+
+def check_int(value, name: str, minimum: int = 0, meaning: str = "") -> None:
+    """An int that is not a bool (or a ``torch.SymInt``, which tracing passes for sizes), at least ``minimum``."""
+    about = f" ({meaning})" if meaning else ""
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+        raise TypeError(f"{name} must be an int{about}, got {_type_name(value)}")
+    if isinstance(value, int) and value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}{about}, got {value}")
+
+
+def check_bool(value, name: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {_type_name(value)}")
+
+
+def _in_float32_range(value: float) -> bool:
+    return _FLOAT32.tiny <= value <= _FLOAT32.max
 
 
 def _validate_tensor(t, name: str, ref=None, ref_name: str = "q", dims: int = 4) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_nested:
+        raise TypeError(
+            f"{name} is a nested tensor; pass a dense one, or concatenate the sequences and call "
+            "flash_attn_varlen_func with their cu_seqlens"
+        )
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} has layout {t.layout}; allowed: torch.strided (call .to_dense() on it)")
     if t.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name} has dtype {t.dtype}; allowed: torch.float16, torch.bfloat16, torch.float32")
     if ref is not None and t.dtype != ref.dtype:
@@ -54,13 +90,17 @@ def _validate_heads_and_dim(q, k, v, h: int, d: int, dims: str, names) -> None:
 def _validate_scale_and_causal(softmax_scale, causal, scale_name: str, causal_name: str) -> None:
     if softmax_scale is not None:
         if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
-            raise TypeError(f"{scale_name} must be a float or None, got {type(softmax_scale).__name__}")
+            raise TypeError(f"{scale_name} must be a float or None, got {_type_name(softmax_scale)}")
         if not (math.isfinite(softmax_scale) and softmax_scale > 0):
             raise ValueError(
                 f"{scale_name} must be a finite number > 0 (default head_dim ** -0.5), got {softmax_scale}"
             )
-    if not isinstance(causal, bool):
-        raise TypeError(f"{causal_name} must be a bool, got {type(causal).__name__}")
+        if not _in_float32_range(softmax_scale):
+            raise ValueError(
+                f"{scale_name} is {softmax_scale}, which float32 (the kernels' type) cannot hold; allowed: "
+                f"{_FLOAT32.tiny:.3g} to {_FLOAT32.max:.3g}"
+            )
+    check_bool(causal, causal_name)
 
 
 def validate_attention_inputs(
@@ -96,7 +136,7 @@ def validate_attention_inputs(
 
 def validate_dropout(dropout_p) -> None:
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
-        raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
+        raise TypeError(f"dropout_p must be a float, got {_type_name(dropout_p)}")
     if not (0.0 <= dropout_p < 1.0):
         raise ValueError(
             f"dropout_p must be in [0, 1) (the probability of dropping each attention weight), got {dropout_p}"
@@ -116,10 +156,20 @@ def validate_window_and_softcap(window_size, softcap) -> None:
         raise ValueError(
             f"window_size must be two ints >= -1 (left, right; -1 for unbounded), got {tuple(window_size)}"
         )
+    if any(w > _INT64_MAX for w in window_size):
+        raise ValueError(
+            f"window_size sides must be at most 2**63 - 1 (int64), got {tuple(window_size)}; a side as long as "
+            "the sequence, or -1, already covers every key"
+        )
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
-        raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
+        raise TypeError(f"softcap must be a float, got {_type_name(softcap)}")
     if not (math.isfinite(softcap) and softcap >= 0):
         raise ValueError(f"softcap must be a finite float >= 0 (0 for no capping), got {softcap}")
+    if softcap != 0 and not _in_float32_range(softcap):
+        raise ValueError(
+            f"softcap is {softcap}, which float32 (the kernels' type) cannot hold; allowed: 0 (no capping) or "
+            f"{_FLOAT32.tiny:.3g} to {_FLOAT32.max:.3g}"
+        )
 
 
 def validate_variant_options(
@@ -143,8 +193,7 @@ def validate_variant_options(
             )
         if alibi_slopes.device != q.device:
             raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}; move it to {q.device}")
-    if not isinstance(return_attn_probs, bool):
-        raise TypeError(f"return_attn_probs must be a bool, got {type(return_attn_probs).__name__}")
+    check_bool(return_attn_probs, "return_attn_probs")
 
 
 def _validate_cu_seqlens(cu, name: str, q) -> None:
@@ -163,18 +212,14 @@ def _validate_cu_seqlens(cu, name: str, q) -> None:
         raise ValueError(f"{name} must be contiguous, got stride {cu.stride(0)}; call .contiguous() on it")
 
 
-def _validate_max_seqlen(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
-        raise TypeError(f"{name} must be an int (the longest sequence's length), got {type(value).__name__}")
-    if isinstance(value, int) and value < 0:
-        raise ValueError(f"{name} must be an int >= 0 (the longest sequence's length), got {value}")
-
-
 def host_readable(*tensors) -> bool:
     """Whether reading these tensors' values costs no synchronisation (arguments that are not tensors, such as
     None or an int, are ignored): all on the CPU, and not traced by ``torch.compile``, where a read would break the
     graph. The checks of device values always run there, since the interpreted kernels would otherwise read and
     write past the CPU tensors and corrupt the process's heap."""
+    first = tensors[0] if tensors else None
+    if isinstance(first, torch.Tensor) and first.device.type != "cpu":
+        return False  # a GPU call (callers pass q first), answered before the slower checks below
     tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
     # a subclass, such as the fake tensors of tracing, may hold no values to read
     plain = all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in tensors)
@@ -212,8 +257,8 @@ def validate_varlen_inputs(
             f"cu_seqlens_q has {cu_seqlens_q.shape[0] - 1} sequences and cu_seqlens_k "
             f"{cu_seqlens_k.shape[0] - 1}; both must be (batch + 1,) for the same batch"
         )
-    _validate_max_seqlen(max_seqlen_q, "max_seqlen_q")
-    _validate_max_seqlen(max_seqlen_k, "max_seqlen_k")
+    check_int(max_seqlen_q, "max_seqlen_q", meaning="the longest sequence's length")
+    check_int(max_seqlen_k, "max_seqlen_k", meaning="the longest sequence's length")
     _validate_scale_and_causal(softmax_scale, causal, "softmax_scale", "causal")
     if debug_varlen() or host_readable(q, cu_seqlens_q, cu_seqlens_k):
         for cu, name, total, max_seqlen in (

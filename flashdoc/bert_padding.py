@@ -13,7 +13,7 @@ padding mask's tokens are and how long each row is.
 import torch
 import torch.nn.functional as F
 
-from ._validation import host_readable
+from ._validation import check_int, host_readable
 
 # flash-attn's names; mask_layout is flashdoc's own, shared with the transformers integration
 __all__ = ["index_first_axis", "index_put_first_axis", "pad_input", "unpad_input"]
@@ -35,13 +35,6 @@ def _check_hidden_states(hidden_states, dims: str, min_dims: int) -> None:
         raise TypeError(f"hidden_states must be a torch.Tensor of shape {dims}, got {type(hidden_states).__name__}")
     if hidden_states.dim() < min_dims:
         raise ValueError(f"hidden_states must have shape {dims}, got {tuple(hidden_states.shape)}")
-
-
-def _check_size(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if isinstance(value, int) and value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value}")
 
 
 def _check_mask(name: str, mask, hidden_states: torch.Tensor) -> None:
@@ -112,8 +105,8 @@ def pad_input(hidden_states: torch.Tensor, indices: torch.Tensor, batch: int, se
                 else type(indices).__name__
             )
         )
-    _check_size("batch", batch)
-    _check_size("seqlen", seqlen)
+    check_int(batch, "batch")
+    check_int(seqlen, "seqlen")
     if hidden_states.shape[0] != indices.shape[0]:
         raise ValueError(
             f"hidden_states has {hidden_states.shape[0]} tokens but indices names {indices.shape[0]}; pass the "

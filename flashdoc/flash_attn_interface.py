@@ -13,7 +13,7 @@ the varlen functions take no ``block_table`` (``flash_attn_with_kvcache`` reads 
 
 import torch
 
-from ._validation import _validate_cu_seqlens, _validate_max_seqlen, _validate_tensor
+from ._validation import _validate_cu_seqlens, _validate_tensor, check_int
 from .interface import flash_attn_func, flash_attn_varlen_func
 from .kvcache import flash_attn_with_kvcache
 
@@ -102,7 +102,7 @@ def flash_attn_varlen_qkvpacked_func(
     the result, as ``flash_attn_varlen_func``'s."""
     q, k, v = _unstack("qkv", qkv, 1, 3, "(total, 3, nheads, headdim)")
     _validate_cu_seqlens(cu_seqlens, "cu_seqlens", qkv)
-    _validate_max_seqlen(max_seqlen, "max_seqlen")
+    check_int(max_seqlen, "max_seqlen", meaning="the longest sequence's length")
     return flash_attn_varlen_func(
         q,
         k,

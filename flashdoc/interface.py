@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 
 from ._validation import (
+    check_bool,
     validate_attention_inputs,
     validate_dropout,
     validate_variant_options,
@@ -433,10 +434,8 @@ def flash_attn_func(
         scale_name="softmax_scale",
         causal_name="causal",
     )
-    if not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    check_bool(deterministic, "deterministic")
+    check_bool(return_lse, "return_lse")
     validate_variant_options(
         q,
         dropout_p=dropout_p,
@@ -509,8 +508,7 @@ def scaled_dot_product_attention(
         causal_name="is_causal",
         names=("query", "key", "value"),
     )
-    if not isinstance(enable_gqa, bool):
-        raise TypeError(f"enable_gqa must be a bool, got {type(enable_gqa).__name__}")
+    check_bool(enable_gqa, "enable_gqa")
     if not enable_gqa and query.shape[1] != key.shape[1]:
         raise ValueError(
             f"query has {query.shape[1]} heads and key {key.shape[1]}; pass enable_gqa=True for grouped-query attention"
@@ -774,10 +772,8 @@ def flash_attn_varlen_func(
         softmax_scale=softmax_scale,
         causal=causal,
     )
-    if not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    check_bool(deterministic, "deterministic")
+    check_bool(return_lse, "return_lse")
     validate_variant_options(
         q,
         dropout_p=dropout_p,

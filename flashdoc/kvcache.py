@@ -19,7 +19,15 @@ from typing import Optional
 import torch
 
 from . import _validation
-from ._validation import SUPPORTED_DTYPES, _validate_tensor, validate_window_and_softcap
+from ._validation import (
+    SUPPORTED_DTYPES,
+    _validate_device,
+    _validate_scale_and_causal,
+    _validate_tensor,
+    check_bool,
+    check_int,
+    validate_window_and_softcap,
+)
 from .interface import raise_when_differentiated
 from .kernels import INTERPRET
 from .kernels.decode import MAX_SPLITS, append_kv, decode_attention
@@ -174,16 +182,9 @@ def _check_index(t, name: str, shape: tuple, device, dtypes=INDEX_DTYPES, shape_
         raise ValueError(f"{name} must have a unit last stride (call .contiguous() on it)")
 
 
-def _check_int(value, name: str, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-
-
 def _check_seqlens_int(cache_seqlens, seqlen_new: int, capacity: int) -> None:
     """An int cache_seqlens: the same length for every sequence, which with the new tokens must fit the cache."""
-    _check_int(cache_seqlens, "cache_seqlens", 0)
+    check_int(cache_seqlens, "cache_seqlens")
     if cache_seqlens + seqlen_new > capacity:
         raise ValueError(
             f"cache_seqlens ({cache_seqlens}) + new tokens ({seqlen_new}) = "
@@ -216,13 +217,7 @@ def _validate(
     _validate_tensor(q, "q")
     _validate_tensor(k_cache, "k_cache", q, "q")
     _validate_tensor(v_cache, "v_cache", q, "q")
-    if q.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"q is on {q.device}; allowed devices: cuda, or cpu (through Triton's interpreter)")
-    if q.device.type == "cpu" and not INTERPRET:
-        raise ValueError(
-            "q is a CPU tensor but flashdoc's kernels were compiled for the GPU; move the tensors to "
-            "CUDA, or set TRITON_INTERPRET=1 before importing flashdoc"
-        )
+    _validate_device(q, "q")
     batch, seqlen_q, n_heads, head_dim = q.shape
     if batch < 1 or seqlen_q < 1 or n_heads < 1:
         raise ValueError(
@@ -245,6 +240,12 @@ def _validate(
             raise ValueError(
                 f"{name} must have a unit last stride: it is written in place, so it cannot be copied into one"
             )
+        # An expanded cache's rows share memory, so appending new keys to one sequence would overwrite the others'.
+        if k is not None and any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape)):
+            raise ValueError(
+                f"{name} has a zero stride (shape {tuple(t.shape)}, strides {t.stride()}): an expanded view whose "
+                "rows share memory cannot take appended k and v; pass a cache with its own memory (.contiguous())"
+            )
     paged = block_table is not None
     if paged:
         if cache_batch_idx is not None:
@@ -252,9 +253,14 @@ def _validate(
                 "cache_batch_idx cannot be combined with block_table: a paged cache names each "
                 "sequence's pages in its block_table row"
             )
-        if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2:
-            got = tuple(block_table.shape) if isinstance(block_table, torch.Tensor) else type(block_table).__name__
-            raise ValueError(f"block_table must be a 2-D tensor (batch, max_blocks_per_seq), got {got}")
+        if not isinstance(block_table, torch.Tensor):
+            raise TypeError(
+                f"block_table must be a torch.Tensor (batch, max_blocks_per_seq), got {type(block_table).__name__}"
+            )
+        if block_table.dim() != 2:
+            raise ValueError(
+                f"block_table must be a 2-D tensor (batch, max_blocks_per_seq), got {tuple(block_table.shape)}"
+            )
         _check_index(
             block_table,
             "block_table",
@@ -319,10 +325,16 @@ def _validate(
         if k is None:
             raise ValueError("rotary_cos/rotary_sin apply to q and the new k: they need k and v")
         for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
-            if not isinstance(t, torch.Tensor) or t.dim() != 2:
-                raise ValueError(f"{name} must be a 2-D tensor (seqlen_ro, rotary_dim / 2)")
-            if t.dtype not in SUPPORTED_DTYPES or t.device != q.device or t.stride(-1) != 1:
-                raise ValueError(f"{name} must be a float tensor on q's device with a unit last stride")
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor (seqlen_ro, rotary_dim / 2), got {type(t).__name__}")
+            if t.dtype not in SUPPORTED_DTYPES:
+                raise TypeError(f"{name} has dtype {t.dtype}; allowed: torch.float16, torch.bfloat16, torch.float32")
+            if t.dim() != 2:
+                raise ValueError(f"{name} must be a 2-D tensor (seqlen_ro, rotary_dim / 2), got {tuple(t.shape)}")
+            if t.device != q.device:
+                raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it to {q.device}")
+            if t.stride(-1) != 1:
+                raise ValueError(f"{name} must have a unit last stride (call .contiguous() on it)")
         if rotary_cos.shape != rotary_sin.shape:
             raise ValueError(
                 f"rotary_cos and rotary_sin must have one shape, got {tuple(rotary_cos.shape)} and "
@@ -344,17 +356,10 @@ def _validate(
                 f"rotary_cos has {rotary_cos.shape[0]} positions but the cache holds {capacity}: "
                 "it needs one row per cache position"
             )
-    if not isinstance(rotary_interleaved, bool):
-        raise TypeError(f"rotary_interleaved must be a bool, got {type(rotary_interleaved).__name__}")
-    if softmax_scale is not None:
-        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
-            raise TypeError(f"softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
-        if not (softmax_scale > 0 and softmax_scale != float("inf")):
-            raise ValueError(f"softmax_scale must be a finite number > 0, got {softmax_scale}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    check_bool(rotary_interleaved, "rotary_interleaved")
+    _validate_scale_and_causal(softmax_scale, causal, "softmax_scale", "causal")
     validate_window_and_softcap(window_size, softcap)
-    _check_int(num_splits, "num_splits", 0)
+    check_int(num_splits, "num_splits")
     if num_splits > MAX_SPLITS:
         raise ValueError(f"num_splits is {num_splits}; allowed: 0 (choose automatically) to {MAX_SPLITS}")
     if alibi_slopes is not None:
@@ -367,8 +372,7 @@ def _validate(
             )
         if alibi_slopes.device != q.device:
             raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}")
-    if not isinstance(return_softmax_lse, bool):
-        raise TypeError(f"return_softmax_lse must be a bool, got {type(return_softmax_lse).__name__}")
+    check_bool(return_softmax_lse, "return_softmax_lse")
     return capacity
 
 

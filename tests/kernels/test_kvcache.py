@@ -533,7 +533,7 @@ _TABLE = torch.arange(8, dtype=torch.int32, device=DEVICE).reshape(2, 4)
         (dict(softcap=-1.0), ValueError, "softcap must be a finite float >= 0"),
         (dict(softcap=float("inf")), ValueError, "softcap must be a finite float >= 0"),
         (dict(num_splits=129), ValueError, "num_splits is 129; allowed: 0"),
-        (dict(num_splits=-1), ValueError, "num_splits must be >= 0"),
+        (dict(num_splits=-1), ValueError, "num_splits must be an int >= 0"),
         (dict(causal=1), TypeError, "causal must be a bool"),
         (dict(rotary_interleaved="x"), TypeError, "rotary_interleaved must be a bool, got str"),
     ],

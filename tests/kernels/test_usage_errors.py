@@ -3,8 +3,8 @@ tensors and NumPy scalars where a Python number or bool is expected, zero-size d
 index tensors, cu_seqlens' values on the CPU, the KV cache's index tensors and rotary tables, the ring's group,
 and the padding helpers. Each call fails before any kernel runs, with the argument's name.
 
-The tests marked ``xfail(strict=True)`` are bugs: input that crashes inside torch or returns garbage where the
-page's rule asks for a ValueError or TypeError. They pass (and so fail strictly) once the bug is fixed."""
+The last tests hold input that once crashed inside torch or returned garbage: an expanded cache taking appends,
+scales float32 cannot hold, sparse and nested tensors, and windows past int64."""
 
 import numpy as np
 import pytest
@@ -48,7 +48,7 @@ DENSE = (2, 8, 4, 32)
         (lambda: dict(window_size=(True, 0)), TypeError, "window_size must be a pair of ints"),
         (lambda: dict(window_size=(np.int64(2), 0)), TypeError, "window_size must be a pair of ints"),
         (lambda: dict(window_size=torch.tensor([2, 0])), TypeError, "window_size must be a pair of ints"),
-        (lambda: dict(causal=np.bool_(True)), TypeError, "causal must be a bool"),
+        (lambda: dict(causal=np.bool_(True)), TypeError, "causal must be a bool, got numpy.bool"),
         (lambda: dict(deterministic=1), TypeError, "deterministic must be a bool, got int"),
         (lambda: dict(return_lse=None), TypeError, "return_lse must be a bool, got NoneType"),
         (lambda: dict(alibi_slopes=torch.tensor(0.1, device=DEVICE)), ValueError, r"alibi_slopes has shape \(\)"),
@@ -138,7 +138,7 @@ def _varlen_args(**kw):
     "make,exc,match",
     [
         (lambda: dict(max_seqlen_q=torch.tensor(5)), TypeError, "max_seqlen_q must be an int .*got Tensor"),
-        (lambda: dict(max_seqlen_k=np.int64(5)), TypeError, "max_seqlen_k must be an int .*got int64"),
+        (lambda: dict(max_seqlen_k=np.int64(5)), TypeError, "max_seqlen_k must be an int .*got numpy.int64"),
         (
             lambda: dict(cu_seqlens_q=torch.tensor(0, dtype=torch.int32, device=DEVICE)),
             ValueError,
@@ -216,9 +216,9 @@ TABLE = (0, 1, 2, 3, 4, 5, 6, 7)
     "make,exc,match",
     [
         (lambda: dict(cache_seqlens=3.0), TypeError, "cache_seqlens must be an int, got float"),
-        (lambda: dict(cache_seqlens=np.int64(3)), TypeError, "cache_seqlens must be an int, got int64"),
+        (lambda: dict(cache_seqlens=np.int64(3)), TypeError, "cache_seqlens must be an int, got numpy.int64"),
         (lambda: dict(cache_seqlens=[0, 0]), TypeError, "cache_seqlens must be an int, got list"),
-        (lambda: dict(cache_seqlens=-1), ValueError, "cache_seqlens must be >= 0, got -1"),
+        (lambda: dict(cache_seqlens=-1), ValueError, "cache_seqlens must be an int >= 0, got -1"),
         (
             lambda: dict(cache_seqlens=torch.tensor(3, dtype=torch.int32, device=DEVICE)),
             ValueError,
@@ -249,7 +249,8 @@ TABLE = (0, 1, 2, 3, 4, 5, 6, 7)
             TypeError,
             "block_table has dtype torch.float32; allowed: torch.int32",
         ),
-        (lambda: _paged(block_table=[[0, 1], [2, 3]]), ValueError, "block_table must be a 2-D tensor .*got list"),
+        (lambda: _paged(block_table=[[0, 1], [2, 3]]), TypeError, "block_table must be a torch.Tensor .*got list"),
+        (lambda: _paged(block_table=i32(*TABLE)), ValueError, r"block_table must be a 2-D tensor .*got \(8,\)"),
         (
             lambda: _paged(block_table=torch.zeros(2, 0, dtype=torch.int32, device=DEVICE)),
             ValueError,
@@ -276,9 +277,9 @@ TABLE = (0, 1, 2, 3, 4, 5, 6, 7)
             "cache_batch_idx must have a unit last stride",
         ),
         (lambda: dict(num_splits=2.0), TypeError, "num_splits must be an int, got float"),
-        (lambda: dict(num_splits=np.int64(2)), TypeError, "num_splits must be an int, got int64"),
-        (lambda: dict(softmax_scale=NAN), ValueError, "softmax_scale must be a finite number > 0, got nan"),
-        (lambda: dict(softmax_scale=-INF), ValueError, "softmax_scale must be a finite number > 0, got -inf"),
+        (lambda: dict(num_splits=np.int64(2)), TypeError, "num_splits must be an int, got numpy.int64"),
+        (lambda: dict(softmax_scale=NAN), ValueError, "softmax_scale must be a finite number > 0 .*got nan"),
+        (lambda: dict(softmax_scale=-INF), ValueError, "softmax_scale must be a finite number > 0 .*got -inf"),
         (lambda: dict(window_size=(3.0, 0)), TypeError, "window_size must be a pair of ints"),
         (lambda: dict(softcap=torch.tensor(1.0)), TypeError, "softcap must be a float, got Tensor"),
         (lambda: dict(alibi_slopes=[1.0] * 4), TypeError, "alibi_slopes must be a float32 tensor"),
@@ -286,18 +287,18 @@ TABLE = (0, 1, 2, 3, 4, 5, 6, 7)
         (lambda: dict(return_softmax_lse=1), TypeError, "return_softmax_lse must be a bool, got int"),
         (
             lambda: _rotary(dtype=torch.float64),
-            ValueError,
-            "rotary_cos must be a float tensor on q's device with a unit last stride",
+            TypeError,
+            "rotary_cos has dtype torch.float64; allowed: torch.float16, torch.bfloat16, torch.float32",
         ),
         (
             lambda: _rotary(dtype=torch.int32),
-            ValueError,
-            "rotary_cos must be a float tensor on q's device with a unit last stride",
+            TypeError,
+            "rotary_cos has dtype torch.int32; allowed:",
         ),
         (
             lambda: _rotary(device="meta"),
             ValueError,
-            "rotary_cos must be a float tensor on q's device with a unit last stride",
+            "rotary_cos is on meta but q is on",
         ),
         (
             lambda: _rotary(rows=10),
@@ -310,9 +311,19 @@ TABLE = (0, 1, 2, 3, 4, 5, 6, 7)
             r"rotary_dim \(2 x rotary_cos.shape\[1\]\) is 64; allowed: a multiple of 16 up to head_dim \(32\)",
         ),
         (
-            lambda: {**_rotary(), "rotary_cos": [[1.0] * 8] * 64},
+            lambda: {**_rotary(), "rotary_cos": _rotary()["rotary_cos"][0]},
             ValueError,
-            r"rotary_cos must be a 2-D tensor \(seqlen_ro, rotary_dim / 2\)",
+            r"rotary_cos must be a 2-D tensor \(seqlen_ro, rotary_dim / 2\), got \(8,\)",
+        ),
+        (
+            lambda: {**_rotary(), "rotary_cos": _rotary()["rotary_cos"].t().contiguous().t()},
+            ValueError,
+            r"rotary_cos must have a unit last stride \(call \.contiguous\(\) on it\)",
+        ),
+        (
+            lambda: {**_rotary(), "rotary_cos": [[1.0] * 8] * 64},
+            TypeError,
+            r"rotary_cos must be a torch.Tensor \(seqlen_ro, rotary_dim / 2\), got list",
         ),
         (
             lambda: dict(k_cache=t(2, 64, 0, 32), v_cache=t(2, 64, 0, 32)),
@@ -404,59 +415,51 @@ def test_zigzag_shard_rejects_a_float_world_size():
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an expanded (stride-0) cache is written in place: the batch's rows alias one another, so each "
-    "sequence's new keys overwrite the others' and the output is silently wrong (kvcache._validate checks only "
-    "the last stride)",
-)
 @pytest.mark.parametrize("expand", ["batch", "seqlen"])
 def test_kvcache_refuses_an_expanded_cache_it_would_write(expand):
+    """An expanded cache's rows share memory: appends to one sequence would overwrite the others'."""
     shape = (1, 64, 2, 32) if expand == "batch" else (2, 1, 2, 32)
     k_cache, v_cache = (t(*shape).expand(2, 64, 2, 32) for _ in range(2))
-    with pytest.raises(ValueError, match="k_cache"):
+    with pytest.raises(ValueError, match=r"k_cache has a zero stride .*cannot take appended k and v"):
         flash_attn_with_kvcache(**_kv_args(k_cache=k_cache, v_cache=v_cache, k=_new(), v=_new()))
+    # reading one is fine: nothing is written
+    out = flash_attn_with_kvcache(**_kv_args(k_cache=k_cache, v_cache=v_cache, cache_seqlens=i32(5, 7)))
+    assert torch.isfinite(out).all() and out.abs().sum() > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a softmax_scale or softcap that is finite as a Python float but overflows or underflows float32 "
-    "(the kernels' type) passes the check, and the output is NaN",
-)
 @pytest.mark.parametrize(
-    "options",
-    [dict(softmax_scale=1e39), dict(softmax_scale=1e-50), dict(softcap=1e39)],
-    ids=["scale-overflow", "scale-underflow", "softcap-overflow"],
+    "options,name",
+    [
+        (dict(softmax_scale=1e39), "softmax_scale"),
+        (dict(softmax_scale=1e-50), "softmax_scale"),
+        (dict(softcap=1e39), "softcap"),
+        (dict(softcap=1e-50), "softcap"),
+    ],
+    ids=["scale-overflow", "scale-underflow", "softcap-overflow", "softcap-underflow"],
 )
-def test_options_that_float32_cannot_hold_are_refused(options):
+def test_options_that_float32_cannot_hold_are_refused(options, name):
+    """Finite as Python floats, these become inf or 0 in the kernels' float32, and every output NaN."""
     q = t(1, 8, 2, 16, dtype=torch.float32)
-    with pytest.raises(ValueError, match="softmax_scale|softcap"):
-        out = flash_attn_func(q, q, q, **options)
-        assert torch.isfinite(out).all()
+    with pytest.raises(ValueError, match=rf"{name} is 1e[-+]\d+, which float32 \(the kernels' type\) cannot hold"):
+        flash_attn_func(q, q, q, **options)
+    with pytest.raises(ValueError, match=name):
+        flash_attn_with_kvcache(**_kv_args(**options))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the tensor's layout is not checked: a sparse or nested tensor fails inside torch's dispatcher "
-    "(NotImplementedError, or RuntimeError 'NestedTensorImpl doesn't support sizes') instead of naming q",
-)
 @pytest.mark.parametrize("layout", ["sparse", "nested"])
 def test_a_sparse_or_nested_q_is_refused_by_name(layout):
     k = t(1, 8, 2, 16, dtype=torch.float32)
     q = k.to_sparse() if layout == "sparse" else torch.nested.nested_tensor([k[0], k[0, :4]])
-    with pytest.raises(TypeError, match="q"):
+    message = r"q has layout torch.sparse_coo; allowed: torch.strided" if layout == "sparse" else "q is a nested tensor"
+    with pytest.raises(TypeError, match=message):
         flash_attn_func(q, k, k)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a window side of 2**63 or more passes the check (two ints >= -1) and fails in torch's op schema with "
-    "RuntimeError \"Expected a value of type 'int' ... but instead found type 'int'\"",
-)
 def test_a_window_wider_than_int64_is_refused_by_name():
     q = t(1, 8, 2, 16, dtype=torch.float32)
-    with pytest.raises((ValueError, TypeError), match="window_size"):
+    with pytest.raises(ValueError, match=r"window_size sides must be at most 2\*\*63 - 1"):
         flash_attn_func(q, q, q, window_size=(2**64, 0))
+    flash_attn_func(q, q, q, window_size=(2**63 - 1, 0))  # the widest an int64 holds still runs
 
 
 @pytest.mark.parametrize("bad", ["batch too small", "2-D indices"])
