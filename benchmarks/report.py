@@ -74,12 +74,9 @@ def ratio_rows(results):
                 for causal in s["causals"]:
                     cells = {}
                     for peer in peers:
-                        ratios = [
-                            speed[k]["flashdoc"] / speed[k][peer]
-                            for n in use
-                            if "flashdoc" in speed.get(k := (mode, dtype, d, causal, n), {})
-                            and peer in speed.get(k, {})
-                        ]
+                        at = {n: speed.get((mode, dtype, d, causal, n), {}) for n in use}
+                        timed = [n for n in use if "flashdoc" in at[n] and peer in at[n]]
+                        ratios = [at[n]["flashdoc"] / at[n][peer] for n in timed]
                         cells[peer] = (
                             None
                             if not ratios
@@ -87,6 +84,7 @@ def ratio_rows(results):
                                 geomean=math.exp(sum(map(math.log, ratios)) / len(ratios)),
                                 min=min(ratios),
                                 n=len(ratios),
+                                seqlens=timed,
                             )
                         )
                     rows.append(dict(mode=mode, dtype=dtype, head_dim=d, causal=causal, ratios=cells))
@@ -250,8 +248,15 @@ def ratio_table(results):
         body.append([config_label(row["mode"], row["dtype"], row["head_dim"], row["causal"])] + cells)
     header = ["configuration"] + [f"vs {p}" for p in peers]
     ns = ", ".join(fmt_n(n) for n in use)
+    # a peer timed at fewer lengths (naive attention stops where its N x N matrix would not fit) averages fewer
+    fewer = []
+    for peer in peers:
+        timed = sorted({n for row in rows if row["ratios"][peer] for n in row["ratios"][peer]["seqlens"]})
+        if timed and timed != use:
+            fewer.append(f"{peer} at N = {', '.join(fmt_n(n) for n in timed)} only")
+    only = f" ({'; '.join(fewer)})" if fewer else ""
     return (
-        f"flashdoc's speed (TFLOP/s) divided by each peer's: geometric mean over N = {ns}, and the "
+        f"flashdoc's speed (TFLOP/s) divided by each peer's: geometric mean over N = {ns}{only}, and the "
         f"minimum; above 1× flashdoc is faster. — = not measured (see results.json for why).\n\n"
         + md_table(header, body)
     )

@@ -501,3 +501,29 @@ def test_the_command_line_runs_in_a_fresh_process(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = json.loads((tmp_path / "results.json").read_text())["records"]
     assert [r["status"] for r in records if r["kind"] == "speed" and r["peer"] == "flashdoc"] == ["ok"]
+
+
+def test_ratio_header_names_a_peer_timed_at_fewer_lengths():
+    """Naive attention stops where its N x N matrix would not fit, so its geometric mean covers fewer lengths; the
+    header says which."""
+
+    def rec(peer, n, tflops):
+        return dict(
+            kind="speed", status="ok", peer=peer, mode="fwd", dtype="bf16", head_dim=64, causal=False, seqlen=n,
+            tflops=tflops,
+        )  # fmt: skip
+
+    results = {
+        "peers": {name: {"available": True} for name in ("naive", "flex", "flashdoc")},
+        "sweep": dict(seqlens=[2048, 4096], modes=["fwd"], dtypes=["bf16"], head_dims=[64], causals=[False]),
+        "records": [
+            rec("flashdoc", 2048, 400),
+            rec("flashdoc", 4096, 400),
+            rec("flex", 2048, 200),
+            rec("flex", 4096, 100),
+            rec("naive", 2048, 40),
+        ],
+    }
+    table = report.ratio_table(results)
+    assert "geometric mean over N = 2k, 4k (naive at N = 2k only), and the minimum" in table
+    assert "| fwd bf16 d=64 full | 10.00× (min 10.00×) | 2.83× (min 2.00×) |" in table
