@@ -73,7 +73,9 @@ class Attention(nn.Module):
             )
         else:  # SDPA: rotate in PyTorch, write the cache, attend over its first keys
             q = rotate(q, cos[start : start + S], sin[start : start + S])
-            k_cache[:, start : start + S] = rotate(k, cos[start : start + S], sin[start : start + S])
+            k_cache[:, start : start + S] = rotate(
+                k, cos[start : start + S], sin[start : start + S]
+            )
             v_cache[:, start : start + S] = v
             keys, vals = (c[:, : start + S].transpose(1, 2) for c in (k_cache, v_cache))
             # S queries at the end of start + S keys: the causal mask's bottom-right
@@ -82,7 +84,9 @@ class Attention(nn.Module):
             if S > 1:
                 mask = torch.ones(S, start + S, dtype=torch.bool, device=x.device)
                 mask = mask.tril(diagonal=start)
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, vals, attn_mask=mask, enable_gqa=True)
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), keys, vals, attn_mask=mask, enable_gqa=True
+            )
             out = out.transpose(1, 2)
         return self.o(out.reshape(B, S, heads * head_dim))
 
@@ -124,7 +128,10 @@ class Model(nn.Module):
 def generate(model, prompt, impl, dtype):
     """Greedy decoding: the prompt in one call (prefill), then one token per call."""
     caches = [
-        tuple(torch.zeros(batch, max_len, kv_heads, head_dim, device=device, dtype=dtype) for _ in range(2))
+        tuple(
+            torch.zeros(batch, max_len, kv_heads, head_dim, device=device, dtype=dtype)
+            for _ in range(2)
+        )
         for _ in range(layers)
     ]
     pos = torch.zeros(batch, dtype=torch.int32, device=device)
@@ -183,7 +190,10 @@ for dtype in (torch.float32, torch.bfloat16) if gpu else (torch.float32,):
             f"{name:8s} {impl:8s}: {speeds[impl]:8.0f} tokens/s "
             f"({batch} sequences x {new_tokens} new tokens after {prompt_len})"
         )
-    print(f"{name}: flashdoc's loop runs {speeds['flashdoc'] / speeds['sdpa']:.2f}x as fast as SDPA's")
+    print(
+        f"{name}: flashdoc's loop runs {speeds['flashdoc'] / speeds['sdpa']:.2f}x"
+        " as fast as SDPA's"
+    )
     differ = results[dtype, "sdpa"] != results[dtype, "flashdoc"]
     same = 1 - differ.float().mean()
     # greedy decoding: after one different token, a sequence continues from another text
@@ -191,8 +201,13 @@ for dtype in (torch.float32, torch.bfloat16) if gpu else (torch.float32,):
     if agree.min() == new_tokens:
         agreement = f"every sequence agrees on all {new_tokens}"
     else:
-        agreement = f"the sequences agree on their first {agree.min()} to {agree.max()} tokens"
-    print(f"{name}: {same:.1%} of the generated tokens are the same in both; {agreement}\n")
+        agreement = (
+            f"the sequences agree on their first {agree.min()} to {agree.max()} tokens"
+        )
+    print(
+        f"{name}: {same:.1%} of the generated tokens are the same in both; "
+        f"{agreement}\n"
+    )
 if not gpu:
     print("(on a CPU flashdoc runs in Triton's interpreter: the speeds mean nothing)")
 first = results[torch.float32, "flashdoc"][0, :16].tolist()

@@ -8,7 +8,8 @@ Writes decode.md (tables and target checks), decode.json and decode_roofline.png
 
 import torch
 
-# The benchmark is not part of the installed package: run this from a checkout of the repository.
+# The benchmark is not part of the installed package: run this from a checkout of
+# the repository.
 from benchmarks.decode import run_benchmark
 
 # --8<-- [start:run]

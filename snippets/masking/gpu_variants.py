@@ -1,4 +1,5 @@
-"""What each attention variant costs on the GPU, as ratios of two calls timed in one run.
+"""What each attention variant costs on the GPU, as ratios of two calls timed in
+one run.
 
 A sliding window (1024, 0) against dense causal attention and against FlexAttention with
 the same sliding-window block mask; softcap against the same call without it; ALiBi
@@ -11,7 +12,8 @@ Writes claims.md, ratios.md and rows.md (the tables on the page) and variants.js
 
 import torch
 
-# The benchmark is not part of the installed package: run this from a checkout of the repository.
+# The benchmark is not part of the installed package: run this from a checkout of
+# the repository.
 from benchmarks import variants
 
 # --8<-- [start:run]
@@ -22,7 +24,8 @@ scale = "quick" if torch.cuda.is_available() else "smoke"
 result = variants.run(".", scale=scale)  # writes variants.json, variants.md
 # --8<-- [end:run]
 
-# The page's tables: each claim checked with its ratio, the other ratios, and every timed call.
+# The page's tables: each claim checked with its ratio, the other ratios, and every
+# timed call.
 tables = {
     "claims.md": variants.targets_table(result["targets"]),
     "ratios.md": variants.ratios_table(result["ratios"]),

@@ -22,7 +22,8 @@ def timed(fn):
     if gpu:
         import triton.testing
 
-        # grad_to_none: each backward writes fresh gradients instead of adding to the last one's
+        # grad_to_none: each backward writes fresh gradients instead of adding to the
+        # last one's
         return triton.testing.do_bench(fn, warmup=25, rep=100, grad_to_none=[q, k, v])
     import time  # on the CPU (a smoke run): one call, timed
 
@@ -31,13 +32,20 @@ def timed(fn):
     return (time.perf_counter() - start) * 1e3
 
 
-q, k, v = (torch.randn(1, seqlen, heads, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+q, k, v = (
+    torch.randn(
+        1, seqlen, heads, head_dim, device=device, dtype=dtype, requires_grad=True
+    )
+    for _ in range(3)
+)
 dout = torch.randn_like(q)
 
 
 # --8<-- [start:measure]
 def cost(window):
-    options = dict(causal=True, window_size=(window, 0)) if window else dict(causal=True)
+    options = (
+        dict(causal=True, window_size=(window, 0)) if window else dict(causal=True)
+    )
 
     def forward():
         with torch.no_grad():
@@ -53,14 +61,22 @@ def cost(window):
 
 
 causal_fwd, causal_fb = cost(None)
-print(f"N = {seqlen}, {heads} heads, head dim {head_dim}, {str(dtype)[6:]}: time relative to dense causal\n")
-print("| window (left, 0) | forward ms | fwd / causal | fwd+bwd ms | fwd+bwd / causal |")
+print(
+    f"N = {seqlen}, {heads} heads, head dim {head_dim}, {str(dtype)[6:]}: "
+    "time relative to dense causal\n"
+)
+print(
+    "| window (left, 0) | forward ms | fwd / causal | fwd+bwd ms | fwd+bwd / causal |"
+)
 print("|---|---|---|---|---|")
 rows = []
 for w in windows:
     fwd, fb = cost(w)
     rows.append((w, fwd / causal_fwd, fb / causal_fb))
-    print(f"| {w} | {fwd:.3f} | {fwd / causal_fwd:.2f} | {fb:.3f} | {fb / causal_fb:.2f} |")
+    print(
+        f"| {w} | {fwd:.3f} | {fwd / causal_fwd:.2f} | "
+        f"{fb:.3f} | {fb / causal_fb:.2f} |"
+    )
 print(f"| causal (no window) | {causal_fwd:.3f} | 1.00 | {causal_fb:.3f} | 1.00 |")
 
 fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -69,7 +85,8 @@ ax.plot([r[0] for r in rows], [r[2] for r in rows], "s-", label="forward + backw
 
 
 def share_inside(window):
-    """The share of the causal scores inside a window (left, 0): row i sees min(i + 1, window + 1) keys."""
+    """The share of the causal scores inside a window (left, 0): row i sees
+    min(i + 1, window + 1) keys."""
     inside = sum(min(i + 1, window + 1) for i in range(seqlen))
     return inside / (seqlen * (seqlen + 1) / 2)
 

@@ -1,5 +1,6 @@
-"""Why the benchmark's float16 rows trail their bfloat16 twins by a few percent: the same kernels, timed on
-bfloat16 inputs, on float16 inputs, and on float16 inputs that hold the bfloat16 inputs' values."""
+"""Why the benchmark's float16 rows trail their bfloat16 twins by a few percent: the
+same kernels, timed on bfloat16 inputs, on float16 inputs, and on float16 inputs that
+hold the bfloat16 inputs' values."""
 # flashdoc: gpu-only
 
 import time
@@ -10,13 +11,15 @@ import flashdoc
 
 cuda = torch.cuda.is_available()
 device = "cuda" if cuda else "cpu"
-# head dim 64 without the mask at 16k tokens, one row of the benchmark below; on the CPU (Triton's interpreter)
-# a smoke run whose numbers mean nothing
+# head dim 64 without the mask at 16k tokens, one row of the benchmark below; on the
+# CPU (Triton's interpreter) a smoke run whose numbers mean nothing
 batch, seqlen, heads, head_dim = (1, 16384, 32, 64) if cuda else (1, 64, 2, 32)
 
 # --8<-- [start:inputs]
 shape = (batch, seqlen, heads, head_dim)
-bf16 = [torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in range(4)]  # q, k, v, dout
+bf16 = [  # q, k, v, dout
+    torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in range(4)
+]
 inputs = {
     "bfloat16": bf16,
     "float16": [torch.randn_like(x, dtype=torch.float16) for x in bf16],
@@ -35,7 +38,8 @@ def forward(q, k, v, dout):
 
 
 def forward_backward(q, k, v, dout):
-    torch.autograd.grad(flashdoc.flash_attn_func(q, k, v), (q, k, v), dout)  # (no .grad to accumulate into)
+    # no .grad to accumulate into
+    torch.autograd.grad(flashdoc.flash_attn_func(q, k, v), (q, k, v), dout)
 
 
 def milliseconds(fn, tensors):
@@ -53,15 +57,20 @@ def milliseconds(fn, tensors):
 flops = 4 * batch * heads * seqlen**2 * head_dim
 times = {(name, fn): [] for name in inputs for fn in (forward, forward_backward)}
 cases = list(times)
-for r in range(5):  # five rounds through every case, each starting one case later (the GPU's clock drifts)
+# five rounds through every case, each starting one case later (the GPU's clock drifts)
+for r in range(5):
     for name, fn in cases[r % len(cases) :] + cases[: r % len(cases)]:
         times[name, fn].append(milliseconds(fn, inputs[name]))
 rows = ["| inputs | forward, TFLOP/s | forward + backward, TFLOP/s |", "|---|---|---|"]
 for name in inputs:
-    fwd, fwd_bwd = (sorted(times[name, fn])[2] for fn in (forward, forward_backward))  # the median round
-    rows.append(f"| {name} | {flops / fwd / 1e9:.0f} | {3.5 * flops / fwd_bwd / 1e9:.0f} |")
+    # the median round
+    fwd, fwd_bwd = (sorted(times[name, fn])[2] for fn in (forward, forward_backward))
+    rows.append(
+        f"| {name} | {flops / fwd / 1e9:.0f} | {3.5 * flops / fwd_bwd / 1e9:.0f} |"
+    )
 print(
-    f"flash_attn_func, batch {batch}, {seqlen} tokens, {heads} heads, head dim {head_dim}, no mask, "
+    f"flash_attn_func, batch {batch}, {seqlen} tokens, {heads} heads, "
+    f"head dim {head_dim}, no mask, "
     f"on {torch.cuda.get_device_name() if cuda else 'the CPU'}"
 )
 print("\n".join(rows))

@@ -1,13 +1,15 @@
-"""Host time per call: how long the Python side of a call takes, with flashdoc's launch cache off and on, next
-to PyTorch's FlashAttention-2 backend, on a problem so small that the GPU's share does not count."""
+"""Host time per call: how long the Python side of a call takes, with flashdoc's launch
+cache off and on, next to PyTorch's FlashAttention-2 backend, on a problem so small that
+the GPU's share does not count."""
 # flashdoc: gpu-only
 
 import os
 import time
 
-# Pin this process, and every thread it starts from now on (autograd's worker among them), to one CPU. On a
-# virtual machine, Python's host time otherwise moves a lot with where the scheduler puts each thread, and the
-# numbers below would not repeat from run to run.
+# Pin this process, and every thread it starts from now on (autograd's worker among
+# them), to one CPU. On a virtual machine, Python's host time otherwise moves a lot with
+# where the scheduler puts each thread, and the numbers below would not repeat from run
+# to run.
 if hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
@@ -20,12 +22,14 @@ from flashdoc.kernels import launch
 
 cuda = torch.cuda.is_available()
 device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
-calls = 1000 if cuda else 2  # on the CPU (Triton's interpreter) this is a smoke run: the numbers mean nothing
+# on the CPU (Triton's interpreter) this is a smoke run: the numbers mean nothing
+calls = 1000 if cuda else 2
 
 
 def host_us(fn):
-    """Microseconds per call of fn(), called back to back with one synchronisation per batch: the GPU finishes
-    a tiny call faster than the host issues the next, so this is the host's time. Best of three batches."""
+    """Microseconds per call of fn(), called back to back with one synchronisation per
+    batch: the GPU finishes a tiny call faster than the host issues the next, so this is
+    the host's time. Best of three batches."""
     for _ in range(min(calls, 50)):
         fn()
     best = float("inf")
@@ -43,7 +47,10 @@ def host_us(fn):
 
 # --8<-- [start:calls]
 # one sequence of 128 tokens, 2 heads of 64: microseconds of GPU work per call
-q, k, v = (torch.randn(1, 128, 2, 64, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+q, k, v = (
+    torch.randn(1, 128, 2, 64, device=device, dtype=dtype, requires_grad=True)
+    for _ in range(3)
+)
 
 
 def flashdoc_forward():
@@ -57,14 +64,16 @@ def flashdoc_step():  # forward + backward, as in training
 
 def sdpa(backward):
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION), torch.set_grad_enabled(backward):
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
         if backward:
             out.sum().backward()
 
 
 def on_calling_thread(fn):
-    """fn with autograd running the backward on the calling thread (for CUDA tensors it runs on a worker
-    thread of its own otherwise), to see what that hand-over costs."""
+    """fn with autograd running the backward on the calling thread (for CUDA tensors it
+    runs on a worker thread of its own otherwise), to see what that hand-over costs."""
 
     def wrapped():
         with torch.autograd.set_multithreading_enabled(False):
@@ -74,7 +83,10 @@ def on_calling_thread(fn):
 
 
 rows = [
-    "| call | flashdoc, launch cache off | flashdoc, launch cache on | SDPA, FlashAttention-2 backend |",
+    (
+        "| call | flashdoc, launch cache off | flashdoc, launch cache on "
+        "| SDPA, FlashAttention-2 backend |"
+    ),
     "|---|---|---|---|",
 ]
 cases = [
@@ -87,7 +99,8 @@ cases = [
     ),
 ]
 for name, fn, peer_fn in cases:
-    launch.LAUNCH_CACHE = False  # what FLASHDOC_LAUNCH_CACHE=0 sets at import: Triton's launch path every time
+    # what FLASHDOC_LAUNCH_CACHE=0 sets at import: Triton's launch path every time
+    launch.LAUNCH_CACHE = False
     off = host_us(fn)
     launch.LAUNCH_CACHE = True
     on = host_us(fn)
