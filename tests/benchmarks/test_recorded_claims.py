@@ -1106,7 +1106,7 @@ def test_recording_backs_the_l2_sizes_in_part2():
     claim(post, "at the table's longest, 131,072 tokens, one head's alone take 64 MiB and no longer fit")
     longest = max(int(n.replace(",", "")) for n in table("flashattention/gpu_memory/memory.md"))
     memory = (ROOT / "snippets/flashattention/gpu_memory.py").read_text()
-    d_memory = int(re.search(r"heads, d, dtype = \(\d+, (\d+), torch\.bfloat16\)", memory).group(1))
+    d_memory = int(re.search(r"heads, d, dtype = \(?\s*\(\d+, (\d+), torch\.bfloat16\)", memory).group(1))
     assert longest == 131072 and 2 * longest * d_memory * 2 / 2**20 == 64 > l2_mib, (longest, d_memory, l2_mib)
 
 
