@@ -21,14 +21,17 @@ def test_kernels_agree_over_the_gpu_check_tiles():
 
 
 def test_check_catches_a_wrong_kernel(monkeypatch):
-    """One key fewer for the last sequence: every case of both kernels must fail."""
+    """Keys left out of the last sequence: every case of both kernels must fail. On the CPU (fp32, tolerance
+    2e-5) one key fewer shows; on a GPU the check runs in bf16 with a tolerance of 2e-2, under which one key of the
+    hundred or more in those sequences moves the output too little, so half of them go missing there."""
     right = exp.persistent_call
 
-    def one_key_short(q, k_cache, v_cache, seqlens, config, sms, walk):
+    def keys_short(q, k_cache, v_cache, seqlens, config, sms, walk):
         last = torch.arange(len(seqlens), device=seqlens.device) == len(seqlens) - 1
-        return right(q, k_cache, v_cache, seqlens - last.int(), config, sms, walk)
+        missing = 1 if DEVICE == "cpu" else seqlens // 2
+        return right(q, k_cache, v_cache, seqlens - last.int() * missing, config, sms, walk)
 
-    monkeypatch.setattr(exp, "persistent_call", one_key_short)
+    monkeypatch.setattr(exp, "persistent_call", keys_short)
     assert exp.check(DEVICE) == 2 * 3
 
 

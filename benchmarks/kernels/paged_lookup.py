@@ -1,0 +1,175 @@
+"""Paged decode with one block-table lookup per page instead of one per row: does it close the gap to a
+contiguous cache at the small split points?
+
+    python3 benchmarks/kernels/paged_lookup.py [--points 1x4096,1x32768,8x4096,1x131072] [--page 16]
+    TRITON_INTERPRET=1 python benchmarks/kernels/paged_lookup.py --check   # CPU: outputs equal the shipped kernel's
+
+Where a tile of keys spans several pages, the shipped kernel's ``_cache_rows`` loads a page number for every row:
+a 64-key tile over pages of 16 reads each of its four table entries 16 times, and Nsight Compute counts 2.2-2.3x
+the contiguous kernel's instructions at these points (benchmarks/FINDINGS.md, Open leads). The variant here loads
+the tile's ``BLOCK_N // PAGE_SIZE`` entries as one vector and spreads each over its page's rows with a reshape,
+which compiles to fewer integer instructions and more barriers (the reshape's layout conversion goes through
+shared memory). Only a timing can weigh the two.
+
+The variant is a copy of ``_split_kv`` whose ``_cache_rows`` is the one below; the shipped kernel is untouched.
+Each point is timed as the decode benchmark's graph timer does it (a CUDA graph over copies of the caches that
+L2 cannot hold together, three rounds in rotated order, medians): the contiguous cache, then the paged one with
+each lookup, at the tile the table picks for it and at 128 keys. Every paged variant's output is checked against
+the shipped kernel's first.
+"""
+
+import argparse
+import statistics
+import sys
+import types
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import flashdoc  # noqa: E402, F401, I001  (first: without a GPU it turns on Triton's interpreter)
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from benchmarks import decode as bench  # noqa: E402
+from flashdoc.kernels import decode as dk  # noqa: E402
+
+ROUNDS = 3
+
+
+@triton.jit
+def _cache_rows_per_page(
+    BLOCK_TABLE,
+    stride_tb,
+    max_pages,
+    cache_page,
+    cache_len,
+    off_b,
+    pos,
+    PAGED: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    PAGE_PER_TILE: tl.constexpr,
+):
+    """``dk._cache_rows`` with one table load per page where a tile spans whole pages."""
+    if PAGED:
+        logical = pos // PAGE_SIZE
+        valid = logical < max_pages
+        if PAGE_PER_TILE:
+            first = tl.min(logical, 0)
+            page = tl.load(BLOCK_TABLE + off_b * stride_tb + first, mask=first < max_pages, other=0)
+            page = tl.zeros_like(pos) + page
+        elif pos.shape[0] % PAGE_SIZE == 0:  # tiles start at multiples of BLOCK_N, so each page is whole
+            PAGES: tl.constexpr = pos.shape[0] // PAGE_SIZE
+            entry = tl.min(logical, 0) + tl.arange(0, PAGES)
+            pages = tl.load(BLOCK_TABLE + off_b * stride_tb + entry, mask=entry < max_pages, other=0)
+            page = tl.reshape(tl.broadcast_to(pages[:, None], (PAGES, PAGE_SIZE)), (PAGES * PAGE_SIZE,))
+        else:
+            page = tl.load(BLOCK_TABLE + off_b * stride_tb + logical, mask=valid, other=0)
+        return page.to(tl.int64), pos % PAGE_SIZE, valid
+    return (tl.zeros_like(pos) + cache_page).to(tl.int64), pos, pos < cache_len
+
+
+def _split_kv_per_page():
+    """A second ``_split_kv`` from the same source, whose ``_cache_rows`` is ``_cache_rows_per_page``."""
+    fn = getattr(dk._split_kv, "fn", dk._split_kv)
+    scope = dict(fn.__globals__, _cache_rows=_cache_rows_per_page)
+    copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__module__, copy.__qualname__, copy.__doc__ = fn.__module__, fn.__qualname__, fn.__doc__
+    return triton.jit(copy)
+
+
+SHIPPED, PER_PAGE = dk._split_kv, _split_kv_per_page()
+
+
+def call_with(kernel, inputs, config):
+    """``bench.config_call`` with ``kernel`` as the split-KV kernel (the module global the launch reads)."""
+    run, _ = bench.config_call(*inputs, config)
+
+    def call():
+        dk._split_kv = kernel
+        try:
+            return run()
+        finally:
+            dk._split_kv = SHIPPED
+
+    return call
+
+
+def output_of(kernel, inputs, config):
+    """The attention output of one call with ``kernel``, written where ``config_call`` writes it."""
+    q, k_cache, v_cache, seqlens, table = inputs
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32)
+    _, m_tiles = dk.query_tiles(bench.HEADS // bench.KV_HEADS, q.shape[1])
+    capacity = k_cache.shape[1] * table.shape[1]
+    splits = 1 if dk.INTERPRET else dk.splits_for(q.shape[0] * bench.KV_HEADS * m_tiles, capacity, config, 0)
+    dk._split_kv = kernel
+    try:
+        dk.decode_attention(
+            q, k_cache, v_cache, out, lse, seqlens, 0, 0, None, table, bench.HEAD_DIM**-0.5, False, (-1, -1), 0.0,
+            None, splits, config,
+        )  # fmt: skip
+    finally:
+        dk._split_kv = SHIPPED
+    return out
+
+
+def check(batch, cache, page, config):
+    """The per-page lookup gives the shipped kernel's output, bit for bit (the same loads, in the same order)."""
+    inputs = bench.make_cache(batch, cache, page)
+    shipped, per_page = (output_of(kernel, inputs, config) for kernel in (SHIPPED, PER_PAGE))
+    if not torch.equal(shipped, per_page):
+        sys.exit(f"{batch} x {cache}, pages of {page}, {config}: the per-page lookup's output differs")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", default="1x4096,1x32768,8x4096,1x131072")
+    ap.add_argument("--page", type=int, default=16)
+    ap.add_argument("--check", action="store_true", help="compare outputs only (small shapes on the CPU)")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        if not a.check:
+            sys.exit("paged_lookup.py times CUDA graphs: it needs a GPU (--check compares outputs on the CPU)")
+        with bench.smoke_shape():  # the interpreter's tiles: 32 keys, two pages of 16
+            check(2, 128, a.page, dk.CPU_DECODE_CONFIG)
+        print(f"per-page lookup == per-row lookup, pages of {a.page}, {dk.CPU_DECODE_CONFIG}")
+        return
+    if a.check:
+        check(1, 4096, a.page, dk.table_config(bench.HEAD_DIM, a.page))
+        print(f"per-page lookup == per-row lookup at 1 x 4096, pages of {a.page}")
+        return
+    print(f"pages of {a.page}: TB/s under CUDA graphs (medians of {ROUNDS} rotated rounds)")
+    for point in a.points.split(","):
+        batch, cache = (int(x) for x in point.split("x"))
+        n_bytes = bench.kv_bytes(batch, cache)
+        fills = dk.fills_gpu(batch * bench.KV_HEADS, 0)  # one query tile per sequence and KV head
+        table = dk.table_config(bench.HEAD_DIM, a.page, fills)
+        wide = replace(table, block_n=128)
+        contiguous = [bench.make_cache(batch, cache, None, seed=i) for i in range(bench.copies_for(batch, cache))]
+        paged = [bench.make_cache(batch, cache, a.page, seed=i) for i in range(bench.copies_for(batch, cache))]
+        for config in (table, wide):
+            check(batch, cache, a.page, config)
+        variants = {
+            "contiguous": [call_with(SHIPPED, x, dk.table_config(bench.HEAD_DIM, 0, fills)) for x in contiguous],
+            f"per row, {table.block_n} keys": [call_with(SHIPPED, x, table) for x in paged],
+            f"per page, {table.block_n} keys": [call_with(PER_PAGE, x, table) for x in paged],
+            "per row, 128 keys": [call_with(SHIPPED, x, wide) for x in paged],
+            "per page, 128 keys": [call_with(PER_PAGE, x, wide) for x in paged],
+        }
+        rounds = {name: [] for name in variants}
+        names = list(variants)
+        for r in range(ROUNDS):
+            for name in names[r:] + names[:r]:
+                rounds[name].append(bench.graph_time_ms(variants[name]))
+        tbps = {name: n_bytes / statistics.median(ms) / 1e9 for name, ms in rounds.items()}
+        cells = ", ".join(f"{name} {value:.3f} ({value / tbps['contiguous']:.3f}x)" for name, value in tbps.items())
+        print(f"{batch} x {cache}: {cells}", flush=True)
+        del variants, contiguous, paged
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
