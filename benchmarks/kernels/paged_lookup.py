@@ -35,6 +35,7 @@ import triton.language as tl  # noqa: E402
 
 from benchmarks import decode as bench  # noqa: E402
 from flashdoc.kernels import decode as dk  # noqa: E402
+from flashdoc.kernels.decode import _cache_rows  # noqa: E402
 
 ROUNDS = 3
 
@@ -52,23 +53,19 @@ def _cache_rows_per_page(
     PAGE_SIZE: tl.constexpr,
     PAGE_PER_TILE: tl.constexpr,
 ):
-    """``dk._cache_rows`` with one table load per page where a tile spans whole pages."""
-    if PAGED:
+    """``dk._cache_rows`` with one table load per page where a tile spans whole pages (tiles start at multiples
+    of BLOCK_N, so each of its pages is whole when PAGE_SIZE divides the tile); the shipped lookup elsewhere."""
+    if PAGED and not PAGE_PER_TILE and pos.shape[0] % PAGE_SIZE == 0:
+        PAGES: tl.constexpr = pos.shape[0] // PAGE_SIZE
         logical = pos // PAGE_SIZE
-        valid = logical < max_pages
-        if PAGE_PER_TILE:
-            first = tl.min(logical, 0)
-            page = tl.load(BLOCK_TABLE + off_b * stride_tb + first, mask=first < max_pages, other=0)
-            page = tl.zeros_like(pos) + page
-        elif pos.shape[0] % PAGE_SIZE == 0:  # tiles start at multiples of BLOCK_N, so each page is whole
-            PAGES: tl.constexpr = pos.shape[0] // PAGE_SIZE
-            entry = tl.min(logical, 0) + tl.arange(0, PAGES)
-            pages = tl.load(BLOCK_TABLE + off_b * stride_tb + entry, mask=entry < max_pages, other=0)
-            page = tl.reshape(tl.broadcast_to(pages[:, None], (PAGES, PAGE_SIZE)), (PAGES * PAGE_SIZE,))
-        else:
-            page = tl.load(BLOCK_TABLE + off_b * stride_tb + logical, mask=valid, other=0)
-        return page.to(tl.int64), pos % PAGE_SIZE, valid
-    return (tl.zeros_like(pos) + cache_page).to(tl.int64), pos, pos < cache_len
+        entry = tl.min(logical, 0) + tl.arange(0, PAGES)
+        pages = tl.load(BLOCK_TABLE + off_b * stride_tb + entry, mask=entry < max_pages, other=0)
+        page = tl.reshape(tl.broadcast_to(pages[:, None], (PAGES, PAGE_SIZE)), (PAGES * PAGE_SIZE,))
+        return page.to(tl.int64), pos % PAGE_SIZE, logical < max_pages
+    else:
+        return _cache_rows(
+            BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, pos, PAGED, PAGE_SIZE, PAGE_PER_TILE
+        )
 
 
 def _split_kv_per_page():
