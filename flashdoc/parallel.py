@@ -33,7 +33,7 @@ from typing import NamedTuple, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from ._validation import validate_attention_inputs, validate_window_and_softcap
+from ._validation import check_int, validate_attention_inputs, validate_window_and_softcap
 from .interface import _bwd_op, _fwd_op, first_order_only, flash_attn_func
 
 __all__ = [
@@ -184,9 +184,9 @@ def ring_steps(world_size: int, seqlen: int, causal: bool, layout: str = "contig
 
 
 def _check_rank(world_size, rank) -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+    check_int(world_size, "world_size", 1)
+    check_int(rank, "rank")
+    if rank >= world_size:
         raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
 
 

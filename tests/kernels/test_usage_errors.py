@@ -405,9 +405,11 @@ def test_ring_rejects_a_group_of_another_type(monkeypatch, group):
         ring_flash_attn_func(_shard(), _shard(), _shard(), group=group)
 
 
-def test_zigzag_shard_rejects_a_float_world_size():
-    with pytest.raises(ValueError, match="world_size must be an int >= 1, got 2.0"):
+def test_zigzag_shard_rejects_a_world_size_or_rank_of_another_type():
+    with pytest.raises(TypeError, match="world_size must be an int, got float"):
         zigzag_shard(torch.zeros(1, 8, 2, 16), 2.0, 0)
+    with pytest.raises(TypeError, match="rank must be an int, got numpy.int64"):
+        zigzag_shard(torch.zeros(1, 8, 2, 16), 2, np.int64(0))
 
 
 # ---------------------------------------------------------------------------------------------------------------
