@@ -24,6 +24,17 @@ from benchmarks import decode as bench  # noqa: E402
 ROUNDS = 3
 
 
+def graph_medians(variants: dict, rounds: int = ROUNDS) -> dict:
+    """Each variant's median ms per call under CUDA graphs (``bench.graph_time_ms`` over its list of calls), over
+    ``rounds`` rounds whose order rotates, so that no variant always runs first."""
+    times = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(rounds):
+        for name in names[r:] + names[:r]:
+            times[name].append(bench.graph_time_ms(variants[name]))
+    return {name: statistics.median(ms) for name, ms in times.items()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", default="1x4096,1x32768,8x4096,1x131072")
@@ -41,13 +52,8 @@ def main():
             layout = "contiguous" if page is None else "paged"
             variants[f"{layout}, tensor"] = [bench.flashdoc_call(*x) for x in inputs]
             variants[f"{layout}, int"] = [bench.flashdoc_call(*x[:3], cache, x[4]) for x in inputs]
-        rounds = {name: [] for name in variants}
-        names = list(variants)
-        for r in range(ROUNDS):
-            for name in names[r:] + names[:r]:
-                rounds[name].append(bench.graph_time_ms(variants[name]))
-        tbps = {name: n_bytes / statistics.median(ms) / 1e9 for name, ms in rounds.items()}
-        cells = " | ".join(f"{tbps[name]:.3f}" for name in names)
+        tbps = {name: n_bytes / ms / 1e9 for name, ms in graph_medians(variants).items()}
+        cells = " | ".join(f"{value:.3f}" for value in tbps.values())
         ratio = tbps["paged, int"] / tbps["contiguous, tensor"]
         print(f"{batch} x {cache} | {cells} | paged int / contiguous tensor {ratio:.3f}", flush=True)
         del variants

@@ -19,7 +19,6 @@ the shipped kernel's first.
 """
 
 import argparse
-import statistics
 import sys
 import types
 from dataclasses import replace
@@ -34,10 +33,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from benchmarks import decode as bench  # noqa: E402
+from benchmarks.kernels.paged_chain import ROUNDS, graph_medians  # noqa: E402
 from flashdoc.kernels import decode as dk  # noqa: E402
 from flashdoc.kernels.decode import _cache_rows  # noqa: E402
-
-ROUNDS = 3
 
 
 @triton.jit
@@ -156,12 +154,7 @@ def main():
             "per row, 128 keys": [call_with(SHIPPED, x, wide) for x in paged],
             "per page, 128 keys": [call_with(PER_PAGE, x, wide) for x in paged],
         }
-        rounds = {name: [] for name in variants}
-        names = list(variants)
-        for r in range(ROUNDS):
-            for name in names[r:] + names[:r]:
-                rounds[name].append(bench.graph_time_ms(variants[name]))
-        tbps = {name: n_bytes / statistics.median(ms) / 1e9 for name, ms in rounds.items()}
+        tbps = {name: n_bytes / ms / 1e9 for name, ms in graph_medians(variants).items()}
         cells = ", ".join(f"{name} {value:.3f} ({value / tbps['contiguous']:.3f}x)" for name, value in tbps.items())
         print(f"{batch} x {cache}: {cells}", flush=True)
         del variants, contiguous, paged
