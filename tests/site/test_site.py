@@ -132,6 +132,32 @@ def test_snippet_code_fits_its_block_at_1280_px(page, built_site):
     assert not scrolled, f"these scroll at 1280 px though their lines keep to {SNIPPET_COLUMNS} columns: {scrolled}"
 
 
+def test_no_heading_permalink_wraps_onto_a_line_of_its_own(page, built_site):
+    """A heading's permalink mark is hidden until hovered, so one that wrapped alone onto a second line would
+    leave a blank-looking line under the heading (a title that just fits a 1280 px window did). At a desktop
+    and a phone width, the mark sits on the line of the heading's last word on every page."""
+    alone = []
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        for path in site_pages(built_site):
+            rel = path.relative_to(built_site).as_posix()
+            page.goto(page.site_url + rel.removesuffix("index.html"))
+            alone += [
+                f"{width} px, {rel}: {heading}"
+                for heading in page.evaluate(
+                    """() => [...document.querySelectorAll(".md-typeset .headerlink")].filter(link => {
+                        const text = document.createRange();
+                        text.selectNodeContents(link.parentElement);
+                        text.setEndBefore(link);
+                        const lines = [...text.getClientRects()];
+                        return lines.length > 0
+                            && link.getBoundingClientRect().top >= Math.max(...lines.map(r => r.bottom)) - 1;
+                    }).map(link => link.parentElement.textContent.trim())"""
+                )
+            ]
+    assert not alone, "permalinks on a line of their own:\n" + "\n".join(alone)
+
+
 def test_home_page_and_blog_list_every_post(page):
     posts = published_posts()
     page.goto(page.site_url, wait_until="networkidle")
