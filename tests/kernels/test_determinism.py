@@ -156,6 +156,11 @@ def test_lse_rows_start_on_16_byte_boundaries(seqlen):
     assert torch.equal(desc.base[:, :seqlen], stats.view(6, seqlen))
 
 
+# Triton's interpreter computes every lane in numpy, the padded keys' overflowing exp2 (this test's premise) and
+# their inf x 0 products included, and numpy warns of both; the kernels keep those lanes out of every result.
+@pytest.mark.filterwarnings(
+    "ignore:overflow encountered in exp2:RuntimeWarning", "ignore:invalid value encountered in matmul:RuntimeWarning"
+)
 @pytest.mark.parametrize("deterministic", [True, False])
 @pytest.mark.parametrize("causal", [False, True])
 def test_backward_with_every_score_far_below_zero(causal, deterministic, monkeypatch):

@@ -102,6 +102,8 @@ def test_bottom_right_rows_without_keys_are_zero():
     check_against_oracle(_flash(True), *make_qkv(1, 40, 9, 2, 2, 16, torch.float32), 0.25, True, True)
 
 
+# Under Triton's interpreter the exp2 of lanes past the keys' end overflows in numpy, which warns; no result uses them.
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_huge_logits_stay_finite(dtype):
     q, k, v = make_qkv(1, 40, 40, 2, 2, 32, dtype, scale=100.0)

@@ -449,6 +449,7 @@ def test_options_that_float32_cannot_hold_are_refused(options, name):
         flash_attn_with_kvcache(**_kv_args(**options))
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")  # building one warns
 @pytest.mark.parametrize("layout", ["sparse", "nested"])
 def test_a_sparse_or_nested_q_is_refused_by_name(layout):
     k = t(1, 8, 2, 16, dtype=torch.float32)
