@@ -12,7 +12,7 @@ device = "cuda" if torch.cuda.is_available() else "cpu"
 g = torch.Generator().manual_seed(0)
 
 # --8<-- [start:pool]
-page_size, n_pages = 16, 14  # flash-attn's and vLLM's caches use pages of 16 and more
+page_size, n_pages = 16, 14  # vLLM's default page size; any multiple of 16 works
 lengths = [40, 90, 20]  # tokens already cached per sequence
 kv_heads, head_dim = 2, 32
 pages_per_seq = [-(-(n + 1) // page_size) for n in lengths]  # room for one more token

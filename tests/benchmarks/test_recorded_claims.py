@@ -474,42 +474,42 @@ def test_recording_backs_the_decode_roofline_reading():
     claim(post, "the most at the smallest, 1 × 4k")
     smallest = min(c for _, c in points)
     assert checks["paged within 5% of contiguous at every point"]["worst"].endswith(f"at 1 x {smallest // 1024}k")
-    claim(post, "From 8 × 32k up the slowest page size reads {{ decode_paged_large() }} as fast")
+    claim(post, "From 8 × 32k up the gap narrows but stays:")
+    claim(post, "the slowest page size reads {{ decode_paged_large() }} as fast")
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
     assert min(large) > min(small.values()), paged
-    claim(post, 'spread by up to {{ decode_spread("paged") }} where contiguous ones spread by')
-    assert readings.decode_round_spread(readings.decode_paged_methods()) > readings.decode_round_spread(("flashdoc",))
-    claim(post, "every page size's fastest round comes within 5% of the contiguous cache")
-    contiguous = {(b, c): r["graph_tbps"] for (b, c, m), r in rows.items() if m == "flashdoc"}
-    fastest = {
-        (b, c, m): rows[(b, c, m)]["bytes"] / min(rows[(b, c, m)]["graph_rounds_ms"]) / 1e9 / contiguous[(b, c)]
-        for (b, c) in contiguous
-        for m in readings.decode_paged_methods()
-        if b * c >= readings.LARGE_DECODE_TOKENS
-    }
-    assert min(fastest.values()) >= 0.95, fastest
-    claim(post, "the gap is no wider than a paged timing's own spread")
-    assert 1 - min(large) <= readings.decode_round_spread(readings.decode_paged_methods()), large
+    claim(post, "every one of its timing rounds was slower than every round of the contiguous")
+    claim(post, "cache, so the shortfall is the kernel's, not the timing's.")
+
+    def round_tbps(point, method):
+        row = rows[point + (method,)]
+        return [row["bytes"] / ms / 1e9 for ms in row["graph_rounds_ms"]]
+
+    for point in (p for p in points if p[0] * p[1] >= readings.LARGE_DECODE_TOKENS):
+        slowest = min(readings.decode_paged_methods(), key=lambda m: rows[point + (m,)]["graph_tbps"])
+        assert max(round_tbps(point, slowest)) < min(round_tbps(point, "flashdoc")), (point, slowest)
     host_bound = set(readings.HOST_BOUND_POINTS)
-    claim(post, "Timed call by call, the three smallest points measure the host, not the GPU.")
-    claim(post, 'At 1 × 4k, 1 × 32k and 8 × 4k the kernels take {{ decode_call_us("flashdoc", "graph_ms") }}, less')
-    assert host_bound == {(1, 4096), (1, 32768), (8, 4096)} == set(sorted(points, key=lambda p: p[0] * p[1])[:3])
-    claim(post, 'than a call\'s host work, so flashdoc\'s calls there took {{ decode_call_us("flashdoc", "ms") }}')
-    claim(post, 'and cuDNN\'s {{ decode_call_us("sdpa-cudnn", "ms") }}: both measure the work in front of the kernel')
-    for p in host_bound:
-        for method in ("flashdoc", "sdpa-cudnn"):
-            assert rows[p + (method,)]["graph_ms"] < rows[p + (method,)]["ms"], (p, method)
-    claim(post, "does more of it than cuDNN's, which shows where the kernels are shortest, at 1 × 4k")
-    shortest = min(host_bound, key=lambda p: rows[p + ("flashdoc",)]["graph_ms"])
-    assert shortest == (1, 4096) and rows[shortest + ("flashdoc",)]["ms"] > rows[shortest + ("sdpa-cudnn",)]["ms"]
-    claim(
-        post, "1 × 128k up, the GPU work outlasts a call's host work, and the call-by-call bandwidth matches cuDNN's."
-    )
-    host_work = max(rows[p + ("flashdoc",)]["ms"] for p in host_bound)  # a host-bound call is its host work
-    assert min(b * c for b, c in points - host_bound) == 131072
-    for p in points - host_bound:
-        assert rows[p + ("flashdoc",)]["graph_ms"] > host_work, p
-        assert 0.97 <= rows[p + ("flashdoc",)]["tbps"] / rows[p + ("sdpa-cudnn",)]["tbps"] <= 1.05, p
+    claim(post, "Timed call by call, every point reads slower than under the graph, and not only where the kernels")
+    claim(post, "from 1 × 32k up each call took {{ decode_call_excess_us() }} longer than its kernels replayed in")
+    claim(post, "flashdoc's and cuDNN's alike, so that is a cost of the timing")
+    excess = readings.decode_call_excess()
+    assert {(b, c) for b, c, _ in excess} == points - host_bound, excess
+    assert min(excess.values()) > 0, excess
+    assert min(b * c for b, c, _ in excess) == 32768
+    by_method = {m: sorted(us for (_, _, mm), us in excess.items() if mm == m) for m in readings.CALL_TIMED_METHODS}
+    medians = [us[len(us) // 2] for us in by_method.values()]
+    assert max(medians) < 1.5 * min(medians), by_method  # alike: the timing's cost, not a kernel's
+    claim(post, "Only the smallest point measures the host. At 1 × 4k the kernels take")
+    assert host_bound == {(1, 4096)} == set(sorted(points, key=lambda p: p[0] * p[1])[:1])
+    claim(post, 'and flashdoc\'s call took {{ decode_call_us("flashdoc", "ms") }} against cuDNN\'s')
+    claim(post, "flashdoc's Python path does more of that work than cuDNN's")
+    for p in host_bound:  # beyond its kernels, flashdoc's call took far more than cuDNN's: its host work shows
+        over = {m: rows[p + (m,)]["ms"] - rows[p + (m,)]["graph_ms"] for m in readings.CALL_TIMED_METHODS}
+        assert over["flashdoc"] > 2 * over["sdpa-cudnn"], (p, over)
+    claim(post, "From 1 × 128k up the call-by-call bandwidth matches cuDNN's.")
+    for p in points:
+        if p[0] * p[1] >= 131072:
+            assert 0.97 <= rows[p + ("flashdoc",)]["tbps"] / rows[p + ("sdpa-cudnn",)]["tbps"] <= 1.05, p
 
 
 def test_recording_backs_the_flex_decoding_reading():

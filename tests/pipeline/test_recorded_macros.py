@@ -71,10 +71,19 @@ def test_a_window_call_from_an_unknown_recording_says_which_there_are():
         recorded.window_call("flex")
 
 
-def test_host_bound_points_are_the_smallest_caches():
+def test_the_host_bound_point_is_the_smallest_cache():
     _, rows = recorded.decode_rows()
     points = sorted({(b, c) for b, c, m in rows}, key=lambda p: p[0] * p[1])
-    assert set(recorded.HOST_BOUND_POINTS) == set(points[:3])
+    assert set(recorded.HOST_BOUND_POINTS) == set(points[:1])
+
+
+def test_call_excess_reads_each_call_against_its_graph_timing_away_from_the_host_bound_point():
+    _, rows = recorded.decode_rows()
+    excess = recorded.decode_call_excess()
+    assert excess and {m for _, _, m in excess} == set(recorded.CALL_TIMED_METHODS)
+    for (b, c, m), us in excess.items():
+        assert (b, c) not in recorded.HOST_BOUND_POINTS
+        assert us == (rows[(b, c, m)]["ms"] - rows[(b, c, m)]["graph_ms"]) * 1e3
 
 
 def test_a_fixed_cost_of_an_unknown_kernel_says_which_there_are():
@@ -90,18 +99,6 @@ def test_a_fixed_cost_at_an_unrecorded_window_names_it():
 def test_a_fixed_cost_reading_of_an_unknown_kind_says_which_there_are(macros):
     with pytest.raises(ValueError, match="what is fixed, tile, causal_tile, vs_causal, share or tiles"):
         macros["fixed_cost"]("dQ", "speed")
-
-
-def test_a_decode_spread_of_an_unknown_kind_says_which_there_are(macros):
-    with pytest.raises(ValueError, match="decode_spread: which is paged or contiguous, got 'split'"):
-        macros["decode_spread"]("split")
-
-
-def test_decode_spreads_read_the_rounds_of_the_rows_they_name():
-    _, rows = recorded.decode_rows()
-    large = [r for (b, c, m), r in rows.items() if m == "flashdoc" and b * c >= recorded.LARGE_DECODE_TOKENS]
-    widest = max(max(r["graph_rounds_ms"]) / min(r["graph_rounds_ms"]) - 1 for r in large)
-    assert recorded.decode_round_spread(("flashdoc",)) == widest
 
 
 def test_large_decode_points_are_the_benchmarks_copy_share_points():

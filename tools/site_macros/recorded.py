@@ -9,11 +9,11 @@ around the numbers ("short of 0.9x", "so that claim holds") are checked against 
     {{ window_call_ms("window_cost") }}                                   1.26 ms (fwd+bwd, 1,024-key window)
     {{ fixed_cost("forward", "fixed") }}                                  5.2 µs a forward program besides its tiles
     {{ fixed_cost("dQ", "share") }}                                       24% of a dQ program at the 1,024-key window
-    {{ decode_call_us("flashdoc", "graph_ms") }}                          12 to 37 us at the host-bound points
+    {{ decode_call_us("flashdoc", "graph_ms") }}                          12 us at the host-bound point
+    {{ decode_call_excess_us() }}                                         8 to 20 us: a call over its graph time
     {{ decode_flex_lead() }}                                              1.06x to 1.47x   (Part 8)
     {{ decode_count("sdpa-cudnn", "at_least") }}                          six: points where flashdoc reads as fast
     {{ decode_paged_large() }}                                            0.93x to 1.00x: paged / contiguous, large
-    {{ decode_spread("paged") }}                                          9%: the widest spread between graph rounds
     {{ varlen_ratio("flashdoc-dense", "fwd", False) }}                    1.03x   (Part 10)
     {{ varlen_dense_range() }}                                            1.01-1.11x, fwd+bwd, both maskings
     {{ host_time_vs_sdpa() }}                                             1.8-2.2x SDPA's host time per call
@@ -37,8 +37,10 @@ DECODE = "decoding/gpu_roofline"
 VARLEN = "varlen/gpu_rate"
 HOST_TIME = "triton/launch_overhead"
 
-# The decode points where a step's kernels take less time than its host work (Part 8 reads them together).
-HOST_BOUND_POINTS = ((1, 4096), (1, 32768), (8, 4096))
+# The decode points where a step's kernels take less time than flashdoc's host work for the call (Part 8).
+HOST_BOUND_POINTS = ((1, 4096),)
+# The methods whose calls Part 8 compares with their graph timings.
+CALL_TIMED_METHODS = ("flashdoc", "sdpa-cudnn")
 # The window whose forward + backward call Part 7 times in two recordings.
 WINDOW = 1024
 
@@ -174,6 +176,17 @@ def decode_call_range(method: str, timing: str) -> tuple[float, float]:
     return min(us), max(us)
 
 
+def decode_call_excess(methods: tuple = CALL_TIMED_METHODS) -> dict:
+    """{(batch, cache, method): µs} a call timed alone took beyond the same call replayed in a CUDA graph, at the
+    points that are not host-bound."""
+    _, rows = decode_rows()
+    return {
+        (b, c, m): (r["ms"] - r["graph_ms"]) * 1e3
+        for (b, c, m), r in rows.items()
+        if m in methods and (b, c) not in HOST_BOUND_POINTS and r.get("ms") and r.get("graph_ms")
+    }
+
+
 def decode_against(peer: str) -> dict:
     """flashdoc's graph-timed bandwidth over peer's at each point where both have one."""
     _, rows = decode_rows()
@@ -202,18 +215,6 @@ def decode_paged_ratios() -> dict:
     points = {(b, c) for b, c, m in rows if m == "flashdoc"}
     paged = decode_paged_methods()
     return {p: min(rows[p + (m,)]["graph_tbps"] for m in paged) / rows[p + ("flashdoc",)]["graph_tbps"] for p in points}
-
-
-def decode_round_spread(methods: tuple) -> float:
-    """The widest spread between one row's graph-timing rounds (fastest over slowest, less one) among methods'
-    rows, at the points that hold at least LARGE_DECODE_TOKENS."""
-    _, rows = decode_rows()
-    spreads = [
-        max(r["graph_rounds_ms"]) / min(r["graph_rounds_ms"]) - 1
-        for (b, c, m), r in rows.items()
-        if m in methods and b * c >= LARGE_DECODE_TOKENS and r.get("graph_rounds_ms")
-    ]
-    return max(spreads)
 
 
 NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
@@ -297,6 +298,13 @@ def register(env):
         return measured(f"{low} µs" if low == high else f"{low} to {high} µs")
 
     @env.macro
+    def decode_call_excess_us():
+        """'8 to 20 µs': how much longer a call timed alone took than in a CUDA graph, away from the host-bound
+        points, over flashdoc's and cuDNN's calls."""
+        excess = decode_call_excess().values()
+        return measured(f"{min(excess):.0f} to {max(excess):.0f} µs")
+
+    @env.macro
     def decode_flex_lead():
         """'1.06× to 1.47×': the range of flashdoc's lead over FlexAttention's decoding kernel."""
         lead = decode_against("flex").values()
@@ -322,15 +330,6 @@ def register(env):
         """'0.93× to 1.00×': the slowest page size over the contiguous cache, at the points of 8 x 32k tokens up."""
         ratios = [r for (b, c), r in decode_paged_ratios().items() if b * c >= LARGE_DECODE_TOKENS]
         return times_range(min(ratios), max(ratios))
-
-    @env.macro
-    def decode_spread(which):
-        """'9%': the widest spread between graph-timing rounds of one row at the points of 8 x 32k tokens up,
-        among the ``paged`` rows or the ``contiguous`` ones."""
-        methods = {"paged": decode_paged_methods(), "contiguous": ("flashdoc",)}
-        if which not in methods:
-            raise ValueError(f"decode_spread: which is paged or contiguous, got {which!r}")
-        return measured(f"{decode_round_spread(methods[which]):.0%}")
 
     @env.macro
     def varlen_ratio(method, mode, causal):
