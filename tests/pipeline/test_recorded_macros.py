@@ -14,7 +14,7 @@ PAGES = sorted((ROOT / "docs/blog/posts").glob("*.md")) + [ROOT / "docs/usage.md
 # what one macro renders: a ratio or a range of them, a time, a share, a range of times, a count of tiles, or a
 # count in words
 NUMBER = re.compile(
-    r"[\d.]+(–[\d.]+)?×|[\d.]+ (ms|µs)|\d+%|\d+ to \d+ µs|[\d.]+× to [\d.]+×|\d+ tiles|"
+    r"[\d.]+(–[\d.]+)?×|[\d.]+ (ms|µs)|\d+%|\d+ to \d+ µs|[\d.]+× to [\d.]+×|\d+ tiles|[\d,]+ tokens|"
     + "|".join(recorded.NUMBER_WORDS)
 )
 

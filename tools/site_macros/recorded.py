@@ -16,6 +16,8 @@ around the numbers ("short of 0.9x", "so that claim holds") are checked against 
     {{ decode_paged_large() }}                                            0.93x to 1.00x: paged / contiguous, large
     {{ varlen_ratio("flashdoc-dense", "fwd", False) }}                    1.03x   (Part 10)
     {{ varlen_dense_range() }}                                            1.01-1.11x, fwd+bwd, both maskings
+    {{ varlen_long("share") }}                                            94%: the FLOPs in sequences over 2,048
+    {{ varlen_padded("flops") }}                                          6.9x: the padded batch's over the real
     {{ host_time_vs_sdpa() }}                                             1.8-2.2x SDPA's host time per call
 
 The plain functions (``variant_row``, ``decode_against``, ...) return the numbers themselves, for the
@@ -234,6 +236,31 @@ def varlen_over(method: str, mode: str, causal) -> float:
     return rate[("flashdoc-varlen", mode, causal)] / rate[(method, mode, causal)]
 
 
+def varlen_lengths() -> tuple[list, int]:
+    """(the packed batch's sequence lengths, the dense comparison's sequence length)."""
+    meta = _json(VARLEN, "results.json")["meta"]
+    return meta["lengths"], meta["dense_seqlen"]
+
+
+def varlen_long_sequences() -> tuple[int, float]:
+    """(how many of the packed batch's sequences are longer than the dense comparison's, their share of the
+    batch's attention FLOPs, which grow with each length's square)."""
+    lengths, dense = varlen_lengths()
+    long = [n for n in lengths if n > dense]
+    return len(long), sum(n * n for n in long) / sum(n * n for n in lengths)
+
+
+def varlen_padding_factor(what: str) -> float:
+    """How much more the batch padded to its longest sequence holds than the real one: ``tokens`` or attention
+    ``flops``."""
+    lengths, _ = varlen_lengths()
+    if what == "tokens":
+        return len(lengths) * max(lengths) / sum(lengths)
+    if what == "flops":
+        return len(lengths) * max(lengths) ** 2 / sum(n * n for n in lengths)
+    raise ValueError(f"varlen_padded: what is tokens or flops, got {what!r}")
+
+
 # Host time per call (the usage page)
 
 
@@ -342,6 +369,24 @@ def register(env):
         """'1.01–1.11×': the packed forward + backward over the dense one's rate, over both maskings."""
         ratios = [varlen_over("flashdoc-dense", "fwd_bwd", causal) for causal in (False, True)]
         return times_range(min(ratios), max(ratios))
+
+    @env.macro
+    def varlen_long(what):
+        """Of the packed batch's sequences longer than the dense comparison's: ``count`` ('eleven'), ``share``
+        ('94%' of the batch's attention FLOPs) or ``length`` ('2,048 tokens', the dense comparison's sequences)."""
+        count, share = varlen_long_sequences()
+        if what == "count":
+            return measured(NUMBER_WORDS[count] if count < len(NUMBER_WORDS) else str(count))
+        if what == "share":
+            return measured(f"{share:.0%}")
+        if what == "length":
+            return measured(f"{varlen_lengths()[1]:,} tokens")
+        raise ValueError(f"varlen_long: what is count, share or length, got {what!r}")
+
+    @env.macro
+    def varlen_padded(what):
+        """'4.1×' (``tokens``) or '6.9×' (``flops``): the batch padded to its longest sequence over the real one."""
+        return measured(f"{varlen_padding_factor(what):.1f}×")
 
     @env.macro
     def host_time_vs_sdpa():
