@@ -17,7 +17,8 @@ import torch
 from benchmarks.schema import QUANTILES
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# Every speed measurement times at least this many calls (do_bench's budget is raised for slow ones).
+# Every speed measurement times about this many calls or more (do_bench's budget is raised for slow ones; its own
+# estimate of a call, which includes its L2 flush, can make it one fewer).
 MIN_REPS = 10
 
 

@@ -98,10 +98,12 @@ def test_recording_backs_against_cudnn(results, post):
     assert all(c["geomean"] > 1 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (True,))), said
     said = claim(post, "flashdoc is a little ahead of cuDNN on average at head dimensions 64 and 256")
     assert all(1 < c["geomean"] <= 1.10 for c in rows(results, "fwd_bwd", "sdpa-cudnn", (64, 256))), said
-    said = claim(post, "and behind at 128 without the mask")
-    assert all(c["geomean"] < 1 for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (False,))), said
-    said = claim(post, "but level with it under the mask")
-    assert all(0.95 <= c["geomean"] <= 1.05 for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (True,))), said
+    said = claim(post, "and at 128 behind without the mask")
+    full = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (False,))]
+    assert all(g < 1 for g in full), said
+    said = claim(post, "and level or a little behind under it")
+    causal = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (True,))]
+    assert all(0.95 <= g <= 1.02 for g in causal) and min(causal) > min(full), said
 
 
 def test_recording_backs_short_sequences_mostly_behind_cudnn(results, post):
@@ -1037,7 +1039,7 @@ def test_recording_backs_the_benchmark_method(results, post):
         assert r["flops"] == flops, r
     claim(post, "The benchmark asks for the median and the 20th and 80th percentiles")
     assert results["quantiles"] == [0.5, 0.2, 0.8], results["quantiles"]
-    claim(post, "so that at least ten calls are timed")
+    claim(post, "so that about ten calls are timed even for the slowest rows")
     assert timing.MIN_REPS == 10
     claim(post, "each row keeps the lower of its two medians (both are in `results.json`)")
     assert sweep["passes"] == 2 and all(len(r["ms_passes"]) == 2 and r["ms"] == min(r["ms_passes"]) for r in speed)
