@@ -27,6 +27,7 @@ from .kernels import INTERPRET
 from .kernels.backward import attn_bwd
 from .kernels.decode import decode_attention, fits_one_tile
 from .kernels.forward import attn_fwd
+from .kernels.launch import distinct
 from .kernels.mask import Variant, draw_rng
 from .kernels.varlen import varlen_bwd, varlen_fwd
 
@@ -340,6 +341,8 @@ def _attention(
     """The forward op, through autograd only when a gradient will be needed."""
     variant = _variant_args(q, window_size, softcap, alibi_slopes, dropout_p)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        # distinct: torch.compile cannot trace a Function given one tensor twice, as in flash_attn_func(x, x, x)
+        q, k, v = distinct((q, k, v))
         return _FlashAttention.apply(q, k, v, softmax_scale, causal, bottom_right, deterministic, variant)
     return _fwd_op(q, k, v, softmax_scale, causal, bottom_right, *variant)
 
@@ -788,7 +791,8 @@ def flash_attn_varlen_func(
     variant = _variant_args(q, tuple(window_size), softcap, alibi_slopes, dropout_p)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(softmax_scale), causal)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        out, lse = _FlashAttentionVarlen.apply(*args, variant)
+        # self-attention passes one cu_seqlens twice, which torch.compile cannot trace into a Function
+        out, lse = _FlashAttentionVarlen.apply(*distinct(args[:5]), *args[5:], variant)
     else:
         out, lse = _varlen_fwd_op(*args, *variant)
     if return_attn_probs:

@@ -457,9 +457,11 @@ def aligned(t: torch.Tensor) -> bool:
 
 
 def distinct(objects: tuple) -> tuple:
-    """``objects`` with each repeat of a tensor replaced by a view of it, for building a plan from: a plan tells
-    its arguments' sources apart by identity, and a call that passes one tensor twice (as k and v) must not make
-    later calls, which may not, read it twice."""
+    """``objects`` with each repeat of a tensor replaced by a view of it. A plan tells its arguments' sources apart
+    by identity, and a call that passes one tensor twice (as k and v) must not make later calls, which may not,
+    read it twice; and torch.compile cannot trace an autograd.Function given one tensor twice (self-attention's
+    ``flash_attn_func(x, x, x)`` or ``cu_seqlens`` for queries and keys alike), where a view is a tensor of its
+    own whose gradient autograd adds to its base's."""
     seen, unique = set(), []
     for obj in objects:
         if isinstance(obj, torch.Tensor) and id(obj) in seen:

@@ -26,6 +26,8 @@ class Block(torch.nn.Module):
         q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=2)  # non-contiguous views
         if api == "flash":
             o = flashdoc.flash_attn_func(q, k, v, causal=True)
+        elif api == "shared":  # one tensor as queries, keys and values: the autograd Function must take it once
+            o = flashdoc.flash_attn_func(q, q, q, causal=True)
         elif api == "variants":  # every option at once: window, softcap, ALiBi, dropout (seeded: see _run)
             slopes = torch.linspace(0.05, 0.3, self.heads, device=x.device)
             o = flashdoc.flash_attn_func(q, k, v, 0.1, None, True, (7, 0), 20.0, slopes)
@@ -63,7 +65,7 @@ def _run(backend, api, device, dtype, seqlen):
         assert torch.allclose(a, b, atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("api", ["flash", "sdpa", "variants", "kvpacked"])
+@pytest.mark.parametrize("api", ["flash", "shared", "sdpa", "variants", "kvpacked"])
 def test_compile_fullgraph_aot_eager(api):
     _run("aot_eager", api, DEVICE, torch.float32, 24)
 
@@ -102,7 +104,7 @@ def test_opcheck_custom_ops():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("api", ["flash", "sdpa", "variants", "kvpacked"])
+@pytest.mark.parametrize("api", ["flash", "shared", "sdpa", "variants", "kvpacked"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16])
 def test_gpu_compile_fullgraph_inductor(api, dtype):
     _run("inductor", api, "cuda", dtype, 512)

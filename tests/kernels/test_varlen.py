@@ -804,6 +804,26 @@ def test_varlen_compile_fullgraph():
         torch.testing.assert_close(a, b)
 
 
+def test_varlen_compile_fullgraph_with_one_cu_seqlens_and_one_tensor():
+    """Self-attention passes one cu_seqlens as both (and here one tensor as q, k and v): torch.compile cannot
+    trace an autograd.Function given a tensor twice, so the call must hand each over once, and the gradient of
+    the shared tensor is the sum of its three roles'."""
+    q, _, _, cu, _ = packed_inputs([9, 20], [9, 20], 2, 2, 16, torch.float32)
+
+    def step(x, cu):
+        return flashdoc.flash_attn_varlen_func(x, x, x, cu, cu, 20, 20, causal=True)
+
+    backend = "aot_eager" if DEVICE == "cpu" else "inductor"
+    torch._dynamo.reset()
+    out = torch.compile(step, backend=backend, fullgraph=True)(q, cu)
+    (grad,) = torch.autograd.grad(out.sum(), q)
+    k, v = (q.detach().clone().requires_grad_() for _ in range(2))
+    q_alone = q.detach().clone().requires_grad_()
+    out_apart = flashdoc.flash_attn_varlen_func(q_alone, k, v, cu, cu.clone(), 20, 20, causal=True)
+    torch.testing.assert_close(out, out_apart)
+    torch.testing.assert_close(grad, sum(torch.autograd.grad(out_apart.sum(), (q_alone, k, v))))
+
+
 # --- GPU sweep (flash-attn's parametrization) ------------------------------------------------------------------
 # Random lengths up to the pair's maxima, as flash-attn's varlen tests draw them (a few sequences empty), every
 # feature over head dims {32, 59, 64, 128, 256}, MHA and GQA.
