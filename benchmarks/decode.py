@@ -151,12 +151,13 @@ def training_call(q, k_cache, v_cache):
 
 
 def config_call(q, k_cache, v_cache, seqlens, table, config):
-    """The split-KV kernel (and merge) under one DecodeConfig, without the public API's checks: for the sweep."""
+    """The split-KV kernel (and merge) under one DecodeConfig, without the public API's checks: for the sweep.
+    (call, splits): call() runs it and returns the output it wrote; one split under Triton's interpreter."""
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32)
     _, m_tiles = dk.query_tiles(HEADS // KV_HEADS, q.shape[1])
     capacity = k_cache.shape[1] * (1 if table is None else table.shape[1])
-    splits = dk.splits_for(q.shape[0] * KV_HEADS * m_tiles, capacity, config, 0)
+    splits = 1 if dk.INTERPRET else dk.splits_for(q.shape[0] * KV_HEADS * m_tiles, capacity, config, 0)
 
     def call():
         dk.decode_attention(
@@ -178,6 +179,7 @@ def config_call(q, k_cache, v_cache, seqlens, table, config):
             splits,
             config,
         )
+        return out
 
     return call, splits
 

@@ -3,6 +3,7 @@ TypeError that names the argument and says what is allowed."""
 
 import math
 import os
+from typing import Optional
 
 import torch
 
@@ -23,12 +24,13 @@ def _type_name(value) -> str:
     return f"numpy.{kind.__name__}" if kind.__module__.split(".")[0] == "numpy" else kind.__name__
 
 
-def check_int(value, name: str, minimum: int = 0, meaning: str = "") -> None:
-    """An int that is not a bool (or a ``torch.SymInt``, which tracing passes for sizes), at least ``minimum``."""
+def check_int(value, name: str, minimum: Optional[int] = 0, meaning: str = "") -> None:
+    """An int that is not a bool (or a ``torch.SymInt``, which tracing passes for sizes), at least ``minimum``
+    (None: any int)."""
     about = f" ({meaning})" if meaning else ""
     if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
         raise TypeError(f"{name} must be an int{about}, got {_type_name(value)}")
-    if isinstance(value, int) and value < minimum:
+    if minimum is not None and isinstance(value, int) and value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}{about}, got {value}")
 
 
@@ -41,6 +43,12 @@ def _in_float32_range(value: float) -> bool:
     return _FLOAT32.tiny <= value <= _FLOAT32.max
 
 
+def check_dtype(t: torch.Tensor, name: str) -> None:
+    """TypeError naming ``name`` unless t's dtype is one the kernels compute in."""
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {t.dtype}; allowed: torch.float16, torch.bfloat16, torch.float32")
+
+
 def _validate_tensor(t, name: str, ref=None, ref_name: str = "q", dims: int = 4) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -51,8 +59,7 @@ def _validate_tensor(t, name: str, ref=None, ref_name: str = "q", dims: int = 4)
         )
     if t.layout != torch.strided:
         raise TypeError(f"{name} has layout {t.layout}; allowed: torch.strided (call .to_dense() on it)")
-    if t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name} has dtype {t.dtype}; allowed: torch.float16, torch.bfloat16, torch.float32")
+    check_dtype(t, name)
     if ref is not None and t.dtype != ref.dtype:
         raise TypeError(f"{name} has dtype {t.dtype} but {ref_name} has {ref.dtype}; all three must share one dtype")
     if ref is not None and t.device != ref.device:

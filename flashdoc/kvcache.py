@@ -20,11 +20,11 @@ import torch
 
 from . import _validation
 from ._validation import (
-    SUPPORTED_DTYPES,
     _validate_device,
     _validate_scale_and_causal,
     _validate_tensor,
     check_bool,
+    check_dtype,
     check_int,
     validate_window_and_softcap,
 )
@@ -327,8 +327,7 @@ def _validate(
         for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor (seqlen_ro, rotary_dim / 2), got {type(t).__name__}")
-            if t.dtype not in SUPPORTED_DTYPES:
-                raise TypeError(f"{name} has dtype {t.dtype}; allowed: torch.float16, torch.bfloat16, torch.float32")
+            check_dtype(t, name)
             if t.dim() != 2:
                 raise ValueError(f"{name} must be a 2-D tensor (seqlen_ro, rotary_dim / 2), got {tuple(t.shape)}")
             if t.device != q.device:
@@ -383,10 +382,11 @@ _validated = {}
 
 
 def _tensor_signature(t):
-    """What ``_validate`` reads of a tensor argument (None for None); TypeError for anything but a plain tensor."""
+    """What ``_validate`` reads of a tensor argument (None for None); TypeError for anything but a plain strided
+    tensor (a nested one has no strides to key on, and ``_validate`` names it)."""
     if t is None:
         return None
-    if type(t) is not torch.Tensor:
+    if type(t) is not torch.Tensor or t.is_nested or t.layout is not torch.strided:
         raise TypeError
     return t.shape, t.stride(), t.dtype, t.device
 

@@ -192,8 +192,7 @@ def _check_rank(world_size, rank) -> None:
 
 def _check_dim(dim, ndim: int) -> None:
     """``dim`` names one of a tensor's ``ndim`` dimensions (negative counts from the end, as in torch)."""
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    check_int(dim, "dim", minimum=None)
     if not -ndim <= dim < ndim:
         raise ValueError(f"dim is {dim} but the tensor has {ndim} dimensions; allowed: {-ndim} to {ndim - 1}")
 

@@ -93,22 +93,8 @@ def call_with(kernel, inputs, config):
 
 
 def output_of(kernel, inputs, config):
-    """The attention output of one call with ``kernel``, written where ``config_call`` writes it."""
-    q, k_cache, v_cache, seqlens, table = inputs
-    out = torch.empty_like(q)
-    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32)
-    _, m_tiles = dk.query_tiles(bench.HEADS // bench.KV_HEADS, q.shape[1])
-    capacity = k_cache.shape[1] * table.shape[1]
-    splits = 1 if dk.INTERPRET else dk.splits_for(q.shape[0] * bench.KV_HEADS * m_tiles, capacity, config, 0)
-    dk._split_kv = kernel
-    try:
-        dk.decode_attention(
-            q, k_cache, v_cache, out, lse, seqlens, 0, 0, None, table, bench.HEAD_DIM**-0.5, False, (-1, -1), 0.0,
-            None, splits, config,
-        )  # fmt: skip
-    finally:
-        dk._split_kv = SHIPPED
-    return out
+    """The attention output of one call with ``kernel``."""
+    return call_with(kernel, inputs, config)()
 
 
 def check(batch, cache, page, config):
