@@ -29,6 +29,17 @@ SWITCHES = {
 }
 
 
+def switch(name: str) -> bool:
+    """Whether one of flashdoc's switches (``SWITCHES``) is on: "1" or "0" from the environment, its default when
+    unset or empty. Any other value is refused by name, so that a spelling such as "true" cannot leave a switch
+    at its default unnoticed."""
+    default = SWITCHES[name][0]
+    value = os.environ.get(name) or default
+    if value not in ("0", "1"):
+        raise ValueError(f"the environment sets {name}={value!r}; allowed: 0 or 1 (unset means {default})")
+    return value == "1"
+
+
 def _versions() -> list[tuple[str, str]]:
     import torch
     import triton

@@ -2,11 +2,11 @@
 TypeError that names the argument and says what is allowed."""
 
 import math
-import os
 from typing import Optional
 
 import torch
 
+from ._config import switch
 from .kernels import INTERPRET
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -235,7 +235,7 @@ def host_readable(*tensors) -> bool:
 
 def debug_varlen() -> bool:
     """Whether ``FLASHDOC_DEBUG_VARLEN=1``: the varlen checks that read cu_seqlens on the host (a device sync)."""
-    return os.environ.get("FLASHDOC_DEBUG_VARLEN", "0") == "1"
+    return switch("FLASHDOC_DEBUG_VARLEN")
 
 
 def validate_varlen_inputs(

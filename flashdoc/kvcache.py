@@ -13,12 +13,12 @@ values the host reads for free, those checks always run.
 """
 
 import contextlib
-import os
 from typing import Optional
 
 import torch
 
 from . import _validation
+from ._config import switch
 from ._validation import (
     _validate_device,
     _validate_scale_and_causal,
@@ -35,7 +35,7 @@ from .kernels.decode import MAX_SPLITS, append_kv, decode_attention
 __all__ = ["flash_attn_with_kvcache"]
 
 # Checks that read device values on the host (and so synchronise): off unless asked for.
-DEBUG_CHECKS = os.environ.get("FLASHDOC_DEBUG_CHECKS", "0") not in ("", "0")
+DEBUG_CHECKS = switch("FLASHDOC_DEBUG_CHECKS")
 
 # Page sizes are multiples of this (vLLM's smallest block is 16 tokens); a tile of keys never needs fewer.
 PAGE_MULTIPLE = 16

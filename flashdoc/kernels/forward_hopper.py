@@ -20,9 +20,9 @@ finish together. In a program:
   the ring, so while one does its softmax on the CUDA cores another's products run on the tensor cores. Under
   the causal mask each stops at its own last key tile.
 
-At head dims over 128 each consumer writes its output through its own query tile's shared memory, as
-FlashAttention-3 does, rather than through a separate output tile: at d = 256 that is what leaves room for 64-key
-tiles in the ring.
+At head dims over 128 each consumer writes its output through its own query tile's shared memory rather than
+through a separate output tile (FlashAttention-3 puts its output over the value tiles instead): at d = 256 that is
+what leaves room for 64-key tiles in the ring.
 
 Sliding windows and softcap come from the masking core (``mask.py``, through ``hopper_common``): a window is the
 causal kernel with the window's right edge as its diagonal and a left edge (IS_LOCAL), so an item streams only
@@ -43,17 +43,17 @@ hashes of ``benchmarks/kernels/code_hash.py``).
 """
 
 import functools
-import os
 
 import torch
 
+from .._config import switch
 from . import cdiv, gluon_support
 from .common import find_item
 from .hopper_common import GLUON, consumers_of, descriptor, mask, plan_options, rows_descriptor  # noqa: F401 (re-exported)
 from .launch import aligned, device_index, distinct, gluon_plan, layout, plan_cache, planned
 
 # FLASHDOC_HOPPER=0 keeps every forward and backward on the portable kernels (for comparisons and debugging).
-ENABLED = os.environ.get("FLASHDOC_HOPPER", "1") != "0"
+ENABLED = switch("FLASHDOC_HOPPER")
 
 
 # --8<-- [start:hopper_configs]

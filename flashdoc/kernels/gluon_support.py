@@ -11,11 +11,12 @@ Differences between the verified releases' APIs, where the kernels need any, are
 
 from __future__ import annotations
 
-import os
 import re
 import warnings
 
 import triton
+
+from .._config import switch
 
 # Each release verified on an H200: the GPU suite passes and the benchmark ran, Hopper kernels against cuDNN.
 VERIFIED_TRITON = ("3.6", "3.7", "3.8", "3.9")
@@ -51,7 +52,7 @@ def _has_gluon() -> bool:
 
 
 HAS_GLUON = _has_gluon()
-ALLOWED, REASON = gluon_verdict(triton.__version__, HAS_GLUON, os.environ.get(UNVERIFIED_ENV, "0") == "1")
+ALLOWED, REASON = gluon_verdict(triton.__version__, HAS_GLUON, switch(UNVERIFIED_ENV))
 
 _warned = False
 

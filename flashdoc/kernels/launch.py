@@ -20,7 +20,6 @@ import ctypes
 import dataclasses
 import functools
 import operator
-import os
 from typing import Callable, NamedTuple
 
 import torch
@@ -28,6 +27,7 @@ import triton
 from triton import knobs
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from .._config import switch
 from . import INTERPRET, LIBRARY_INTERPRETED
 
 try:  # the Hopper kernels' host descriptors (Gluon, experimental: absent from some Triton builds)
@@ -37,15 +37,15 @@ except ImportError:
 
 # FLASHDOC_AUTOTUNE=0 skips the autotuner and takes the first config that fits the head dim (the one tuning
 # found best most often): one compile per shape family instead of several, for wide test sweeps.
-AUTOTUNE = os.environ.get("FLASHDOC_AUTOTUNE", "1") != "0"
+AUTOTUNE = switch("FLASHDOC_AUTOTUNE")
 
 # FLASHDOC_LAUNCH_CACHE=0 sends every launch through Triton's own launch path and keeps no plans (for comparison
 # and debugging).
-LAUNCH_CACHE = os.environ.get("FLASHDOC_LAUNCH_CACHE", "1") != "0"
+LAUNCH_CACHE = switch("FLASHDOC_LAUNCH_CACHE")
 
 # FLASHDOC_DIRECT_LAUNCH=0 keeps cached launches on Triton's Python wrapper rather than its C launcher underneath
 # (``DirectLaunch``), for comparison and debugging.
-DIRECT_LAUNCH = os.environ.get("FLASHDOC_DIRECT_LAUNCH", "1") != "0"
+DIRECT_LAUNCH = switch("FLASHDOC_DIRECT_LAUNCH")
 
 
 # ---------------------------------------------------------------------------------------------------------------

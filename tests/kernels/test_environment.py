@@ -1,6 +1,7 @@
 """The Triton-release gate of the Hopper kernels, its warning, and the environment report, all on the CPU: version
 strings are faked, since the gate's logic is what CI can check."""
 
+import os
 import re
 import subprocess
 import sys
@@ -101,6 +102,26 @@ def test_the_report_lists_every_switch_flashdoc_reads():
     package = Path(flashdoc.__file__).parent
     read = {m for path in package.rglob("*.py") for m in re.findall(r"FLASHDOC_[A-Z_]+", path.read_text())}
     assert read <= set(_config.SWITCHES), read - set(_config.SWITCHES)
+
+
+@pytest.mark.parametrize("name", [n for n in _config.SWITCHES if n.startswith("FLASHDOC_")])
+def test_every_switch_reads_0_and_1_and_refuses_anything_else_by_name(name, monkeypatch):
+    default = _config.SWITCHES[name][0] == "1"
+    for value, on in (("0", False), ("1", True), ("", default)):
+        monkeypatch.setenv(name, value)
+        assert _config.switch(name) is on, (name, value)
+    monkeypatch.delenv(name)
+    assert _config.switch(name) is default
+    monkeypatch.setenv(name, "true")
+    with pytest.raises(ValueError, match=f"{name}='true'; allowed: 0 or 1"):
+        _config.switch(name)
+
+
+def test_a_misspelt_switch_fails_the_import_by_name():
+    """A switch read at import refuses a value it does not know there, before any call runs on a default."""
+    env = {**os.environ, "FLASHDOC_HOPPER": "off"}
+    proc = subprocess.run([sys.executable, "-c", "import flashdoc"], capture_output=True, text=True, env=env)
+    assert proc.returncode != 0 and "FLASHDOC_HOPPER='off'; allowed: 0 or 1" in proc.stderr
 
 
 def test_python_m_flashdoc_prints_the_report():
