@@ -43,6 +43,7 @@ T5) is refused when it is built (:func:`_check_models`).
 from __future__ import annotations
 
 import inspect
+import sys
 import weakref
 
 import torch
@@ -77,10 +78,12 @@ def register(name: str = NAME) -> str:
         )
     try:
         from transformers import AttentionInterface, AttentionMaskInterface
-    except ImportError as e:  # transformers < 4.53 has no AttentionMaskInterface
+    except ImportError as e:  # transformers < 4.53 has no AttentionMaskInterface, or its import failed
+        version = getattr(sys.modules.get("transformers"), "__version__", "not importable")
         raise ImportError(
             "flashdoc.integrations.transformers needs transformers >= 4.53 (AttentionInterface and "
-            "AttentionMaskInterface): pip install 'transformers>=4.53'"
+            f"AttentionMaskInterface); this environment's transformers ({version}) gave: {e}. "
+            "pip install 'transformers>=4.53'"
         ) from e
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, mask_function)
@@ -138,10 +141,16 @@ def _answer_flash_import() -> None:
     fa_utils._lazy_imports = _lazy_imports
 
 
+def _declares_flash_attn(cls) -> bool:
+    """Whether a model class declares flash-attn support: ``_supports_flash_attn``, named
+    ``_supports_flash_attn_2`` in older releases such as 4.53 (True where it declares neither)."""
+    return getattr(cls, "_supports_flash_attn", getattr(cls, "_supports_flash_attn_2", True))
+
+
 def _check_models() -> None:
     """Check each model built with a registered name, where transformers checks its own implementations' support.
 
-    - A model class that declares neither flash-attn support (``_supports_flash_attn``) nor support for
+    - A model class that declares neither flash-attn support (``_declares_flash_attn``) nor support for
       registered attention functions (``_supports_attention_backend``) is refused: such a model computes attention
       in its own code (BLOOM, MPT, BigBird) or builds its masks differently (BigBird-Pegasus's decoder marks its
       layers not causal and relies on a 4-D mask), and given flashdoc's mask, ``None`` or a 2-D padding mask, it
@@ -165,7 +174,7 @@ def _check_models() -> None:
         if attn_implementation not in _NAMES:
             return original(self, attn_implementation, *args, **kwargs)
         cls = type(self)
-        if not getattr(cls, "_supports_flash_attn", True) and not getattr(cls, "_supports_attention_backend", True):
+        if not _declares_flash_attn(cls) and not getattr(cls, "_supports_attention_backend", True):
             raise ValueError(
                 f"attn_implementation={attn_implementation!r}: {cls.__name__} supports neither flash-attn nor "
                 "registered attention functions (it computes attention, or builds its masks, its own way), so "

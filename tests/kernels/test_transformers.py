@@ -68,6 +68,8 @@ def tiny_config(kind: str, scale: str = "cpu"):
             layer_types=["sliding_attention", "full_attention"] * (2 if big else 1),
         )
     if kind == "gpt_oss":
+        if not hasattr(transformers, "GptOssConfig"):
+            pytest.skip(f"transformers {transformers.__version__} has no gpt-oss (it arrived in 4.55)")
         return transformers.GptOssConfig(
             **{**common, "intermediate_size": 256 if big else 64},
             head_dim=64 if big else 16,
@@ -430,6 +432,19 @@ def test_training_loss_follows_sdpa():
     assert_close_like_flash_attn("loss curve", ours, ref, pt, torch.float32)
 
 
+def test_register_names_the_transformers_it_found_when_the_interfaces_are_missing(monkeypatch):
+    """An old transformers (or one whose import fails) gets an ImportError that names its version and the cause,
+    not only the version floor."""
+    import sys
+    import types
+
+    old = types.ModuleType("transformers")
+    old.__version__ = "4.52.4"
+    monkeypatch.setitem(sys.modules, "transformers", old)
+    with pytest.raises(ImportError, match=r"needs transformers >= 4.53 .*transformers \(4\.52\.4\) gave: cannot"):
+        flashdoc_hf.register("flashdoc-old")
+
+
 def test_register_and_from_pretrained(tmp_path):
     """A model saved to disk loads with attn_implementation="flashdoc"; a name without "flash" works too."""
     config = tiny_config("qwen2")
@@ -576,13 +591,29 @@ def test_a_window_kept_on_the_layer_is_applied():
 def test_models_outside_the_attention_interface_are_refused_when_built():
     """BLOOM computes attention in its own code and adds the mask it is given as a 4-D bias: with flashdoc's mask
     (None, or 2-D padding) it would drop the causal mask. Models that declare neither flash-attn nor
-    attention-function support are refused when they are built, as transformers refuses flash_attention_2."""
+    attention-function support are refused when they are built, as transformers refuses flash_attention_2 (where
+    transformers has the hook for it)."""
     register_all()
     config = transformers.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=1, n_head=2)
-    if transformers.BloomForCausalLM._supports_flash_attn or transformers.BloomForCausalLM._supports_attention_backend:
+    if flashdoc_hf._declares_flash_attn(transformers.BloomForCausalLM) or getattr(
+        transformers.BloomForCausalLM, "_supports_attention_backend", True
+    ):
         pytest.skip("this transformers' BLOOM runs registered attention functions")
-    with pytest.raises(ValueError, match="BloomForCausalLM supports neither flash-attn nor registered attention"):
-        transformers.AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc")
+    if hasattr(transformers.PreTrainedModel, "_check_and_adjust_attn_implementation"):
+        with pytest.raises(ValueError, match="BloomForCausalLM supports neither flash-attn nor registered attention"):
+            transformers.AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc")
+        return
+    # older releases (4.53) have no hook to refuse it in, and build BLOOM on its own attention whatever the name:
+    # then it must compute exactly what eager attention does
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc").eval()
+    eager = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    eager.load_state_dict(model.state_dict())
+    ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, attention_mask=mask).logits, eager(ids, attention_mask=mask).logits)
 
 
 def test_t5_is_refused():
