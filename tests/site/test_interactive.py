@@ -127,6 +127,10 @@ def test_attention_explorer_updates_live_and_matches_python(page):
     field.fill("")
     assert field.get_attribute("aria-invalid") == "true"
     assert not any(math.isnan(x) for row in explorer_state(root)["P"] for x in row)
+    field.fill("1e200")  # its products would overflow to infinity, and the softmax to NaN
+    assert field.get_attribute("aria-invalid") == "true"
+    assert not any(math.isnan(x) for row in explorer_state(root)["P"] for x in row)
+    assert "undefined" not in root.locator(".fd-explorer__summary").inner_text()
     assert root.bounding_box()["height"] == pytest.approx(height, abs=2), "the explorer jumped"
 
 

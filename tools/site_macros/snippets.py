@@ -66,6 +66,13 @@ def imports_flashdoc(snip: Snippet) -> bool:
     return any(rel.startswith("flashdoc/") for rel in prov.get("modules", {}))
 
 
+def imports_benchmarks(snip: Snippet) -> bool:
+    """Whether running the snippet imported the repository's benchmark harness (``benchmarks/``), which the
+    package a reader installs does not contain."""
+    prov = snip.provenance() or {}
+    return any(rel.startswith("benchmarks/") for rel in prov.get("modules", {}))
+
+
 def _attribute(text: str) -> str:
     """A value for a double-quoted attribute in a fence's ``{ ... }`` options: one line, and no brace or backtick
     that the fence's own syntax could take for its end (entities, which the browser turns back into text)."""
@@ -136,6 +143,8 @@ def register(env):
             )
         else:
             caption = f'Complete and runnable: <a href="{url}">download {snip.rel_path}</a>.'
+        if imports_benchmarks(snip):  # the wheel holds flashdoc only
+            caption += " It imports the repository's benchmark harness, so it runs from a checkout of the repository."
         caption_html = f'<p class="snippet-source">{caption}</p>'
         if collapsed:
             return f'??? example "{title or snip.rel_path}"\n\n{_indent(block)}\n\n{_indent(caption_html)}\n'

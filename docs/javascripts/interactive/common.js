@@ -98,6 +98,9 @@ export function matrixTable({ caption, rowLabels, colLabels, values, digits = 3,
 
 // An editable matrix of number inputs, each labelled for screen readers ("Q, cat, dimension 1").
 // Calls onChange(values) whenever a valid number is typed; invalid text is flagged and ignored.
+// Entries past this size say nothing more about attention, and their products could overflow to infinity.
+const MAX_ENTRY = 1e6;
+
 export function matrixEditor({ name, rowLabels, values, onChange, step = 0.1 }) {
   const cols = values[0].length;
   const table = h("table", { class: "fd-matrix fd-matrix--edit" });
@@ -113,6 +116,8 @@ export function matrixEditor({ name, rowLabels, values, onChange, step = 0.1 }) 
       const input = h("input", {
         type: "number",
         step: String(step),
+        min: String(-MAX_ENTRY),
+        max: String(MAX_ENTRY),
         value: String(v),
         inputmode: "decimal",
         "aria-label": `${name}, ${rowLabels[i]}, dimension ${j + 1}`,
@@ -120,8 +125,9 @@ export function matrixEditor({ name, rowLabels, values, onChange, step = 0.1 }) 
       });
       input.addEventListener("input", () => {
         const x = Number.parseFloat(input.value);
-        const ok = input.value.trim() !== "" && Number.isFinite(x);
+        const ok = input.value.trim() !== "" && Number.isFinite(x) && Math.abs(x) <= MAX_ENTRY;
         input.setAttribute("aria-invalid", ok ? "false" : "true");
+        input.title = ok ? "" : `a number from ${-MAX_ENTRY} to ${MAX_ENTRY}; the last valid one is kept`;
         if (!ok) return;
         current[i][j] = x;
         onChange(current.map((r) => r.slice()));

@@ -122,7 +122,7 @@ function createView(root) {
         let state = "pending";
         let text = "";
         if (!visits) { state = "skipped"; text = "masked"; }
-        else if (k === position - 1) { state = "current"; text = `S${sub(i + 1)}${sub(k + 1)}`; }
+        else if (k === position - 1) { state = "current"; text = `S${sub(i + 1)},${sub(k + 1)}`; }
         else if (k < position - 1) { state = "done"; text = "done"; }
         tr.append(h("td", { class: `fd-tile fd-tile--${state}`, dataset: { state } }, text));
       }
@@ -172,7 +172,7 @@ function createView(root) {
       h("p", { class: "fd-worker__note" }, note),
       h("div", { class: "fd-worker__tables" },
         scrollBox(matrixTable({
-          caption: current ? `Tile S${sub(i + 1)}${sub(k + 1)} (scaled scores)` : "Score tile", rowLabels, colLabels: tileKeys, className: "fd-S", digits: DIGITS,
+          caption: current ? `Tile S${sub(i + 1)},${sub(k + 1)} (scaled scores)` : "Score tile", rowLabels, colLabels: tileKeys, className: "fd-S", digits: DIGITS,
           values: current ? current.S : blank(n, tileCols),
           cell: (v) => placeholder(v) || (v === -Infinity ? { text: "−∞", class: "fd-masked", title: "masked" } : null),
         })),
@@ -208,7 +208,9 @@ function createView(root) {
         }))),
       h("p", { class: "fd-stepper__verdict", dataset: { maxDiff: finished ? String(diff) : "" } },
         finished
-          ? `Largest difference between the two: ${diff.toExponential(1)} (float64 rounding): the same numbers.`
+          ? diff < 1e-9
+            ? `Largest difference between the two: ${diff.toExponential(1)} (float64 rounding): the same numbers.`
+            : `Largest difference between the two: ${diff}: they disagree, which is a bug in this page.`
           : "After the last key block each worker divides O by ℓ; the result appears on the left."));
   }
 
