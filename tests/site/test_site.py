@@ -47,6 +47,14 @@ def site_pages(site: Path) -> list[Path]:
     return sorted(p for p in site.rglob("*.html") if p.name != "404.html" and "snippets" not in p.parts)
 
 
+def visit_pages(page, site: Path):
+    """Open every page of the built site in turn in the browser page; yields each one's path in the site."""
+    for path in site_pages(site):
+        rel = path.relative_to(site).as_posix()
+        page.goto(page.site_url + rel.removesuffix("index.html"))
+        yield rel
+
+
 def target_file(site: Path, page: Path, url: str) -> Path:
     rel = posixpath.normpath(posixpath.join(page.parent.relative_to(site).as_posix(), unquote(url)))
     path = site / rel
@@ -92,9 +100,7 @@ def test_no_page_shows_an_include_line_as_text(built_site):
 def test_every_page_loads_cleanly(page, built_site):
     """The fixture fails this test on any console error, failed request or request to another host."""
     broken_images = []
-    for path in site_pages(built_site):
-        rel = path.relative_to(built_site).as_posix()
-        page.goto(page.site_url + rel.removesuffix("index.html"))
+    for rel in visit_pages(page, built_site):
         page.wait_for_load_state("networkidle")  # leaving earlier would abort the page's own late requests
         broken_images += [
             f"{rel}: {src}"
@@ -113,9 +119,7 @@ def test_snippet_code_fits_its_block_at_1280_px(page, built_site):
     """Every snippet block whose lines keep to the snippets' column limit shows them whole, without a
     horizontal scroll bar, in the fixture's 1280 px window (folded blocks opened first)."""
     scrolled = []
-    for path in site_pages(built_site):
-        rel = path.relative_to(built_site).as_posix()
-        page.goto(page.site_url + rel.removesuffix("index.html"))
+    for rel in visit_pages(page, built_site):
         scrolled += [
             f"{rel}: {name}"
             for name in page.evaluate(
@@ -139,9 +143,7 @@ def test_no_heading_permalink_wraps_onto_a_line_of_its_own(page, built_site):
     alone = []
     for width in (1280, 390):
         page.set_viewport_size({"width": width, "height": 900})
-        for path in site_pages(built_site):
-            rel = path.relative_to(built_site).as_posix()
-            page.goto(page.site_url + rel.removesuffix("index.html"))
+        for rel in visit_pages(page, built_site):
             alone += [
                 f"{width} px, {rel}: {heading}"
                 for heading in page.evaluate(

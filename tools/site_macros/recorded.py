@@ -222,6 +222,11 @@ def decode_paged_ratios() -> dict:
 NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
 
 
+def in_words(n: int) -> str:
+    """'eleven' for 11; digits past twelve."""
+    return NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else str(n)
+
+
 # Part 10: the varlen benchmark
 
 
@@ -349,8 +354,7 @@ def register(env):
         }
         if which not in counts:
             raise ValueError(f"decode_count: which is one of {sorted(counts)}, got {which!r}")
-        n = counts[which]
-        return measured(NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else str(n))
+        return measured(in_words(counts[which]))
 
     @env.macro
     def decode_paged_large():
@@ -376,7 +380,7 @@ def register(env):
         ('94%' of the batch's attention FLOPs) or ``length`` ('2,048 tokens', the dense comparison's sequences)."""
         count, share = varlen_long_sequences()
         if what == "count":
-            return measured(NUMBER_WORDS[count] if count < len(NUMBER_WORDS) else str(count))
+            return measured(in_words(count))
         if what == "share":
             return measured(f"{share:.0%}")
         if what == "length":
