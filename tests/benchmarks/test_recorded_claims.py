@@ -480,8 +480,7 @@ def test_recording_backs_the_decode_roofline_reading():
     claim(post, "the slowest page size reads {{ decode_paged_large() }} as fast")
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
     assert min(large) > min(small.values()), paged
-    claim(post, "every one of its timing rounds was slower than every round of the contiguous")
-    claim(post, "cache, so the shortfall is the kernel's, not the timing's.")
+    claim(post, "every one of its timing rounds was slower than every round of the contiguous cache.")
 
     def round_tbps(point, method):
         row = rows[point + (method,)]
@@ -491,9 +490,8 @@ def test_recording_backs_the_decode_roofline_reading():
         slowest = min(readings.decode_paged_methods(), key=lambda m: rows[point + (m,)]["graph_tbps"])
         assert max(round_tbps(point, slowest)) < min(round_tbps(point, "flashdoc")), (point, slowest)
     host_bound = set(readings.HOST_BOUND_POINTS)
-    claim(post, "Timed call by call, every point reads slower than under the graph, and not only where the kernels")
-    claim(post, "from 1 × 32k up each call took {{ decode_call_excess_us() }} longer than its kernels replayed in")
-    claim(post, "flashdoc's and cuDNN's alike, so that is a cost of the timing")
+    claim(post, "Timed call by call, from 1 × 32k up each call took {{ decode_call_excess_us() }} longer than")
+    claim(post, "flashdoc's and cuDNN's alike: a cost of the timing")
     excess = readings.decode_call_excess()
     assert {(b, c) for b, c, _ in excess} == points - host_bound, excess
     assert min(excess.values()) > 0, excess
@@ -504,7 +502,7 @@ def test_recording_backs_the_decode_roofline_reading():
     claim(post, "Only the smallest point measures the host. At 1 × 4k the kernels take")
     assert host_bound == {(1, 4096)} == set(sorted(points, key=lambda p: p[0] * p[1])[:1])
     claim(post, 'and flashdoc\'s call took {{ decode_call_us("flashdoc", "ms") }} against cuDNN\'s')
-    claim(post, "flashdoc's Python path does more of that work than cuDNN's")
+    claim(post, "flashdoc's Python path does more work in front of the kernel")
     for p in host_bound:  # beyond its kernels, flashdoc's call took far more than cuDNN's: its host work shows
         over = {m: rows[p + (m,)]["ms"] - rows[p + (m,)]["graph_ms"] for m in readings.CALL_TIMED_METHODS}
         assert over["flashdoc"] > 2 * over["sdpa-cudnn"], (p, over)
