@@ -382,11 +382,10 @@ _validated = {}
 
 
 def _tensor_signature(t):
-    """What ``_validate`` reads of a tensor argument (None for None); TypeError for anything but a plain strided
-    tensor (a nested one has no strides to key on, and ``_validate`` names it)."""
+    """What ``_validate`` reads of a tensor argument (None for None); TypeError for anything but a plain tensor."""
     if t is None:
         return None
-    if type(t) is not torch.Tensor or t.is_nested or t.layout is not torch.strided:
+    if type(t) is not torch.Tensor:
         raise TypeError
     return t.shape, t.stride(), t.dtype, t.device
 
@@ -395,12 +394,14 @@ def _signature(arguments: dict):
     """Everything ``_validate``'s verdict depends on, as a key of ``_validated``: each tensor's type, shape,
     strides, dtype and device, and each other argument's type and value, except an int cache_seqlens's value,
     which changes from step to step and is checked on every call (``_check_seqlens_int``). None when a call
-    cannot be keyed (a tensor subclass, which no valid call passes), and while torch.compile traces the call."""
+    cannot be keyed (a tensor subclass, or a nested or sparse tensor, whose shape or strides torch refuses to give
+    with a RuntimeError: no valid call passes one, and ``_validate`` names it), and while torch.compile traces the
+    call."""
     if torch.compiler.is_compiling():
         return None
     try:
         return tuple(_argument_signature(name, value) for name, value in arguments.items())
-    except TypeError:
+    except (TypeError, RuntimeError):
         return None
 
 
