@@ -97,7 +97,7 @@ fig.savefig("saturation.png", dpi=150)
 q, k = torch.randn(16, 256), torch.randn(16, 256)
 for name, logits in (
     ("weights_unscaled.png", q @ k.T),
-    ("weights_scaled.png", q @ k.T / 16),
+    ("weights_scaled.png", q @ k.T / math.sqrt(q.shape[-1])),
 ):
     fig, ax = plt.subplots(figsize=(4, 4))
     ax.imshow(torch.softmax(logits, dim=-1), cmap="viridis", vmin=0, vmax=1)

@@ -45,11 +45,13 @@ for n in (1024, 2048, 4096, 8192):
 
 table = "\n".join(rows) + "\n"
 print(table)
-# The seed post's arithmetic, redone from the measured size of one head's scores:
+# The seed post's arithmetic, redone from the measured size of one head's scores at
+# the loop's last length:
 mib, gib = s_bytes / 2**20, 32 * s_bytes / 2**30
 emit(
     "seed_arithmetic.txt",
-    f"32 heads x {mib:.0f} MiB = {gib:.0f} GiB of scores per layer, batch 1, float32",
+    f"N = {n:,}: 32 heads x {mib:.0f} MiB = {gib:.0f} GiB of scores per layer, "
+    "batch 1, float32",
 )
 with open("score_memory.md", "w") as f:
     f.write(table)

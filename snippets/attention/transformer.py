@@ -1,6 +1,6 @@
 """Scaled dot-product attention, multi-head attention and a transformer block in
-PyTorch, checked against PyTorch's own implementations, with the shapes printed at
-every step."""
+PyTorch, checked against PyTorch's own implementations, with the shapes printed for
+each check."""
 
 import torch
 import torch.nn as nn

@@ -1,5 +1,6 @@
 """Which attention Hugging Face transformers uses when it is not told: a tiny Llama,
-built from a config (no download), on whatever device this runs on."""
+built from a config on the CPU (no download). Needs transformers
+(pip install transformers)."""
 
 import importlib.util
 
@@ -29,6 +30,6 @@ try:
 except (ImportError, ValueError) as err:
     print(
         f'attn_implementation="flash_attention_2": {type(err).__name__}:\n'
-        f"  {str(err).splitlines()[0][:70]}..."
+        f"  ...{str(err).splitlines()[0].rpartition('error: ')[2]}"
     )
 # --8<-- [end:default]

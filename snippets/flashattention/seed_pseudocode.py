@@ -90,7 +90,8 @@ m_new = torch.maximum(m_i, m_ij)
 beta_form = torch.exp(m_ij - m_new) * torch.exp(scores - m_ij[:, None]).sum(dim=-1)
 standard = torch.exp(scores - m_new[:, None]).sum(dim=-1)
 print(
-    f"5. fully masked tile row: beta form adds {beta_form.item()}, the standard form adds {standard.item()}"
+    f"5. fully masked tile row: beta form adds {beta_form.item()}, "
+    f"the standard form adds {standard.item()}"
 )
 
 # The same row with one visible key: every term is finite, and the two forms agree.
@@ -100,6 +101,7 @@ m_new = torch.maximum(m_i, m_ij)
 beta_form = torch.exp(m_ij - m_new) * torch.exp(scores - m_ij[:, None]).sum(dim=-1)
 standard = torch.exp(scores - m_new[:, None]).sum(dim=-1)
 print(
-    f"6. one visible key: beta form adds {beta_form.item():.4f}, the standard form adds {standard.item():.4f}"
+    f"6. one visible key: beta form adds {beta_form.item():.4f}, "
+    f"the standard form adds {standard.item():.4f}"
 )
 # --8<-- [end:beta]

@@ -63,7 +63,7 @@ def run_key_block(j):
         P = torch.exp(S - lse[i : i + block, None])  # recomputed from the LSE
         dP = do_blk @ v_blk.T
         dS = P * (dP - delta[i : i + block, None])
-        dQ_part = dS @ k_blk * scale  # added into rows i, i+1 of dQ
+        dQ_part = dS @ k_blk * scale  # this tile's share of dQ's rows i, i+1
         dV += P.T @ do_blk
         dK += dS.T @ q_blk * scale
         tile = f"{i // block + 1}{j // block + 1}"

@@ -6,7 +6,8 @@ walks along its row one key/value block at a time, computing a tile of scores in
 memory, folding it into a running max, sum and output, and never writing the tile out.
 All programs run at once, so a whole column of tiles is in flight at each step. Under a
 causal mask a program stops at the diagonal: tiles above it are never computed, and only
-the tiles on the diagonal need the mask itself.
+the tiles on the diagonal need the mask itself. Writing the video needs imageio-ffmpeg
+(pip install imageio-ffmpeg), which brings its own ffmpeg.
 """
 
 import imageio_ffmpeg

@@ -1123,7 +1123,7 @@ def test_recording_backs_what_autograd_keeps_of_the_scores():
         assert abs(number(kept) - number(square) - 3 * n * d * 4 / 2**20) <= 0.051, (n, kept, square)
     claim(post, 'it wrote "256 MB" and "8 GB"; the exact figures are 256 MiB and 8 GiB')
     text = (GENERATED / "attention/score_memory/seed_arithmetic.txt").read_text()
-    assert text.startswith("32 heads x 256 MiB = 8 GiB of scores per layer"), text
+    assert text.startswith("N = 8,192: 32 heads x 256 MiB = 8 GiB of scores per layer"), text
 
 
 # Part 2: the hardware, the roofline, the worked example, the seed's code and the memory
