@@ -19,8 +19,9 @@ pages_per_seq = [-(-(n + 1) // page_size) for n in lengths]  # room for one more
 max_pages = max(pages_per_seq)
 
 # Pages are handed out in any order (here: shuffled), as an allocator that recycles
-# the pages of finished sequences would. Unused table entries point at page 0; they
-# are never read, because each sequence's length says where its keys end.
+# the pages of finished sequences would. Unused table entries hold 0, which may also
+# be a page in use: they are never read, because each sequence's length says where
+# its keys end.
 order = torch.randperm(n_pages, generator=g).tolist()
 block_table = torch.zeros(len(lengths), max_pages, dtype=torch.int32)
 for b, n in enumerate(pages_per_seq):

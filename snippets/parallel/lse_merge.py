@@ -1,6 +1,8 @@
 """The log-sum-exp merge, worked on one query row, then the whole ring checked: three
 processes on the CPU (gloo, Triton's interpreter) run flashdoc.parallel's ring attention
-forward and backward and compare their shards with one process's flash_attn_func."""
+forward and backward and compare their shards with one process's flash_attn_func.
+Everything here runs on CPU tensors: on a machine with a GPU, run it with
+TRITON_INTERPRET=1, so that flashdoc's kernels run in the interpreter there too."""
 
 import os
 import socket

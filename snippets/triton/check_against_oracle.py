@@ -30,8 +30,10 @@ def attention(q, k, v, dtype, causal=True):
     return torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, dim=-1), v)
 
 
-def outputs_and_grads(fn, q, k, v, dout):
-    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
+def outputs_and_grads(fn, q, k, v, dout, dtype=None):
+    """fn's output and gradients, in float64, taken at inputs of dtype (default:
+    theirs): a reference's gradients must not be rounded back to half precision."""
+    q, k, v = (x.detach().to(dtype or x.dtype).requires_grad_() for x in (q, k, v))
     out = fn(q, k, v)
     out.backward(dout.to(out.dtype))
     return [t.double() for t in (out, q.grad, k.grad, v.grad)]
@@ -48,7 +50,9 @@ for dtype in (torch.float16, torch.bfloat16):
         lambda *x: flashdoc.flash_attn_func(*x, causal=True), q, k, v, dout
     )
     for ref_dtype in (torch.float32, torch.float64):  # flash-attn's, flashdoc's
-        ref = outputs_and_grads(lambda *x: attention(*x, ref_dtype), q, k, v, dout)
+        ref = outputs_and_grads(
+            lambda *x: attention(*x, ref_dtype), q, k, v, dout, ref_dtype
+        )
         for name, r, p, f in zip(("out", "dq", "dk", "dv"), ref, same_dtype, flash):
             err_flash = (f - r).abs().max().item()
             err_torch = (p - r).abs().max().item()

@@ -47,8 +47,8 @@ print(
 # --8<-- [end:sdpa]
 
 # --8<-- [start:gqa]
-# Grouped-query attention: 8 query heads share each key/value head (flash_attn_func
-# infers it from the shapes).
+# Grouped-query attention: heads // kv_heads query heads share each key/value head
+# (8 on a GPU; flash_attn_func infers the group from the shapes).
 kv_heads = max(heads // 8, 1)
 k_gqa = torch.randn(batch, seqlen, kv_heads, head_dim, device=device, dtype=dtype)
 v_gqa = torch.randn(batch, seqlen, kv_heads, head_dim, device=device, dtype=dtype)

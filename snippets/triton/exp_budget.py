@@ -11,8 +11,9 @@ EXP2_PER_CLOCK = 16
 # Work per attention score, per unit of head dimension d (a product of length
 # d is 2d FLOPs), and the exp2 calls per score:
 # - forward: Q K^T and P V, one exp2 for P;
-# - backward as flashdoc does it: S, dV, dP, dK in one kernel, S, dP, dQ in
-#   the other (7 products), and P, with its exp2, recomputed in each.
+# - backward in two kernels (Part 4's): S, dV, dP, dK in one, S, dP, dQ in the
+#   other (7 products), and P, with its exp2, recomputed in each; the fused
+#   Hopper kernel that takes most d = 64 calls does 5 products and one exp2.
 WORK = {"forward": (2 * 2, 1), "backward": (7 * 2, 2)}
 
 header = ["head dim"]

@@ -2,7 +2,7 @@
 row's softmax and has no value vector. flashdoc's kernels compute attention without
 it, and the log-sum-exp they return is enough to fold it in exactly afterwards. Then a
 tiny gpt-oss (random weights from a config, nothing to download) on flashdoc against
-its own eager attention."""
+its own eager attention, which needs transformers 4.55 or newer (gpt-oss)."""
 
 import copy
 
@@ -11,15 +11,16 @@ import torch
 import flashdoc
 
 torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
 
 # --8<-- [start:identity]
 batch, seqlen, heads, head_dim = 2, 24, 4, 16
-q, k, v = (torch.randn(batch, seqlen, heads, head_dim) for _ in range(3))
-sinks = torch.randn(heads)  # one logit per head
+q, k, v = (torch.randn(batch, seqlen, heads, head_dim).to(device) for _ in range(3))
+sinks = torch.randn(heads).to(device)  # one logit per head
 
 # The sink as one more column of scores, whose value vector is zeros.
 scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * head_dim**-0.5
-future = torch.ones(seqlen, seqlen, dtype=torch.bool).triu(1)
+future = torch.ones(seqlen, seqlen, dtype=torch.bool, device=device).triu(1)
 scores = scores.masked_fill(future, float("-inf"))
 sink_column = sinks[None, :, None, None].expand(batch, heads, seqlen, 1)
 weights = torch.softmax(torch.cat([scores, sink_column], dim=-1), dim=-1)
@@ -57,10 +58,12 @@ model = AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc")
 eager = AutoModelForCausalLM.from_config(
     copy.deepcopy(config), attn_implementation="eager"
 )
+model, eager = model.to(device), eager.to(device)
 eager.load_state_dict(model.state_dict())
 
 lengths = [12, 5, 9]
 input_ids = torch.randint(0, config.vocab_size, (len(lengths), max(lengths)))
+input_ids = input_ids.to(device)
 attention_mask = torch.zeros_like(input_ids)
 for row, n in enumerate(lengths):
     attention_mask[row, max(lengths) - n :] = 1  # left padding

@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 torch.manual_seed(0)  # the model's random weights, and so the differences printed below
+device = "cuda" if torch.cuda.is_available() else "cpu"
 
 # --8<-- [start:five_lines]
 import flashdoc.integrations.transformers
@@ -18,6 +19,7 @@ tiny = dict(hidden_size=64, num_hidden_layers=2, vocab_size=256)
 config = LlamaConfig(**tiny, num_attention_heads=4, num_key_value_heads=2)
 # or .from_pretrained(name, ...)
 model = AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc")
+model = model.to(device)
 # --8<-- [end:five_lines]
 
 # --8<-- [start:padded]
@@ -25,10 +27,12 @@ model = AutoModelForCausalLM.from_config(config, attn_implementation="flashdoc")
 eager = AutoModelForCausalLM.from_config(
     copy.deepcopy(config), attn_implementation="eager"
 )
+eager = eager.to(device)
 eager.load_state_dict(model.state_dict())
 
 lengths = [12, 5, 9]
 input_ids = torch.randint(0, config.vocab_size, (len(lengths), max(lengths)))
+input_ids = input_ids.to(device)
 attention_mask = torch.zeros_like(input_ids)
 for row, n in enumerate(lengths):
     attention_mask[row, max(lengths) - n :] = 1  # left padding, as for generation
@@ -47,7 +51,7 @@ print(f"largest difference from eager at real tokens: {difference:.1e}")
 
 # Packed, padding-free: the three sequences in one row, positions restarting at 0.
 packed_ids = input_ids[real][None]
-position_ids = torch.cat([torch.arange(n) for n in lengths])[None]
+position_ids = torch.cat([torch.arange(n, device=device) for n in lengths])[None]
 with torch.no_grad():
     packed = model(packed_ids, position_ids=position_ids, use_cache=False).logits[0]
 difference = (packed - ours[real]).abs().max().item()
