@@ -10,6 +10,7 @@ Configs are (BLOCK_M per consumer, BLOCK_N, STAGES, consumers, persistent).
 import argparse
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.kernels.code_hash import compile_forward, ptxas_info
 from benchmarks.kernels.gluon_bwd import _config, _time
@@ -105,8 +106,15 @@ def check(head_dims=(64, 128)):
     print(f"check done: worst |out - portable| {worst:.3g}", flush=True)
 
 
+def cudnn(q, k, v, causal):
+    """PyTorch's SDPA on cuDNN, the peer the recorded benchmark compares with (q, k, v as (B, H, N, d) views)."""
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
 def bench(causal_modes=(False, True), head_dims=(64, 128), lengths=(2048, 4096, 8192, 16384)):
-    """TFLOP/s of each config against the portable kernel (autotuned), same process, rotated order, median of 3."""
+    """TFLOP/s of each config and of cuDNN against the portable kernel (autotuned), same process, rotated order,
+    median of 3."""
     for d in head_dims:
         for causal in causal_modes:
             for n in lengths:
@@ -114,7 +122,11 @@ def bench(causal_modes=(False, True), head_dims=(64, 128), lengths=(2048, 4096, 
                 q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                 o, lse = torch.empty_like(q), torch.empty(b, h, n, device="cuda", dtype=torch.float32)
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
-                runs = {"portable": lambda: portable(q, k, v, o, lse, causal)}
+                qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+                runs = {
+                    "portable": lambda: portable(q, k, v, o, lse, causal),
+                    "cudnn": lambda: cudnn(qt, kt, vt, causal),
+                }
                 for cfg in configs(d):
                     name = "g%d-%d-%d-%d%s" % (*cfg[:4], "p" * cfg[4])
                     runs[name] = lambda cfg=cfg: hopper(q, k, v, causal, cfg, out=o, lse=lse)
