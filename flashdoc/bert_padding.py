@@ -74,9 +74,11 @@ def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unuse
             are packed with it (its ``cu_seqlens`` count them) and ``seqused`` leaves them out, as flash-attn's.
 
     Returns:
-        ``(hidden_states (total, ...), indices (total,), cu_seqlens (batch + 1,) int32, max_seqlen int,
-        seqused (batch,) int32)``: the packed tokens, their positions in the flattened (batch x seqlen) axis,
-        the cumulative lengths, the longest length, and each sequence's count of real tokens.
+        hidden_states: (total, ...), the packed tokens.
+        indices: (total,), their positions in the flattened (batch x seqlen) axis.
+        cu_seqlens: (batch + 1,) int32, the cumulative lengths.
+        max_seqlen: int, the longest length.
+        seqused: (batch,) int32, each sequence's count of real tokens.
     """
     _check_hidden_states(hidden_states, "(batch, seqlen, ...)", 2)
     _check_mask("attention_mask", attention_mask, hidden_states)

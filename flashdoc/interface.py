@@ -382,12 +382,12 @@ def flash_attn_func(
         causal: mask keys after the query's position. The mask is aligned to the bottom-right corner of the
             (seqlen_q, seqlen_k) score matrix, as flash-attn >= 2.1: query i sees key j when
             j <= i + seqlen_k - seqlen_q. Rows that see no key output zeros (and get zero gradients).
-            For seqlen_q = 2, seqlen_k = 5 (1 = kept)::
+            For seqlen_q = 2, seqlen_k = 5 (1 = kept):
 
                 1 1 1 1 0
                 1 1 1 1 1
 
-            and for seqlen_q = 5, seqlen_k = 2::
+            and for seqlen_q = 5, seqlen_k = 2:
 
                 0 0
                 0 0
@@ -416,8 +416,9 @@ def flash_attn_func(
 
     Returns:
         out: (batch, seqlen_q, nheads, headdim), q's dtype; with ``return_lse``, (out, lse); with
-        ``return_attn_probs``, (out, lse, None). lse: (batch, nheads, seqlen_q), float32, natural log of the
-        softmax denominator of the (capped, biased) scores, before dropout (``-inf`` for rows that see no key).
+            ``return_attn_probs``, (out, lse, None).
+        lse: (batch, nheads, seqlen_q), float32, natural log of the softmax denominator of the (capped, biased)
+            scores, before dropout (``-inf`` for rows that see no key).
 
     Inputs may be non-contiguous (e.g. views of a packed QKV projection). A tensor is copied once when its last
     dimension does not have stride 1, when its start or other strides are not 16-byte aligned, or when its
@@ -472,12 +473,12 @@ def scaled_dot_product_attention(
         dropout_p: probability of dropping each attention weight, in [0, 1), as ``flash_attn_func``'s (and,
             as in PyTorch, applied even in eval mode: pass 0.0 there).
         is_causal: mask aligned to the top-left corner, as PyTorch: query i sees key j when j <= i.
-            For seqlen_q = 2, seqlen_k = 5 (1 = kept)::
+            For seqlen_q = 2, seqlen_k = 5 (1 = kept):
 
                 1 0 0 0 0
                 1 1 0 0 0
 
-            and for seqlen_q = 5, seqlen_k = 2 (every row sees key 0)::
+            and for seqlen_q = 5, seqlen_k = 2 (every row sees key 0):
 
                 1 0
                 1 1
@@ -488,7 +489,7 @@ def scaled_dot_product_attention(
         enable_gqa: allow heads_kv < heads (grouped-query attention).
 
     Returns:
-        (batch, heads, seqlen_q, head_dim), query's dtype.
+        out: (batch, heads, seqlen_q, head_dim), query's dtype.
 
     As with PyTorch's flash backend, the backward may add dq's parts in an order that varies from run to run
     (``flash_attn_func``'s ``deterministic``); ``torch.use_deterministic_algorithms(True)`` makes it bit-identical.
@@ -754,8 +755,8 @@ def flash_attn_varlen_func(
         return_lse: (keyword) also return the log-sum-exp: ``(out, lse)``.
 
     Returns:
-        out: (total_q, nheads, headdim), q's dtype; lse: (nheads, total_q) float32, as flash-attn's varlen
-        returns it (``-inf`` for rows that see no key).
+        out: (total_q, nheads, headdim), q's dtype.
+        lse: (nheads, total_q) float32, as flash-attn's varlen returns it (``-inf`` for rows that see no key).
 
     Nothing here reads cu_seqlens on the host: the call never waits for the GPU, so it can be captured in a CUDA
     graph and traced by ``torch.compile(fullgraph=True)``. The kernels launch one program per real tile of every

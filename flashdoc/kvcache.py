@@ -496,7 +496,7 @@ def flash_attn_with_kvcache(
 
     Query i of sequence b is at key position ``i + seqlen_k - seqlen_q``, where ``seqlen_k = cache_seqlens[b]``
     + the new tokens: the causal mask and the window are aligned to the bottom-right corner, as flash-attn does.
-    With seqlen_q = 2 and seqlen_k = 5, causal (1 = kept)::
+    With seqlen_q = 2 and seqlen_k = 5, causal (1 = kept):
 
         1 1 1 1 0
         1 1 1 1 1
@@ -538,8 +538,9 @@ def flash_attn_with_kvcache(
         return_softmax_lse: also return the log-sum-exp of each row of scaled scores.
 
     Returns:
-        out: (batch, seqlen_q, nheads, headdim), q's dtype; and with return_softmax_lse, lse: (batch, nheads,
-        seqlen_q), float32, natural log (-inf for a query that sees no key; its output is zero).
+        out: (batch, seqlen_q, nheads, headdim), q's dtype.
+        lse: with return_softmax_lse, (batch, nheads, seqlen_q), float32, natural log (-inf for a query that sees
+            no key; its output is zero).
 
     Nothing here synchronises with the GPU (a decode step can be captured in a CUDA graph), so values on the
     device are not checked. A cache_seqlens[b] + seqlen_new past the cache's capacity is masked: nothing outside

@@ -475,8 +475,8 @@ def ring_flash_attn_func(
         softcap: as in ``flash_attn_func``, ``softcap * tanh(scores / softcap)`` after scaling; 0 for none.
 
     Returns:
-        (batch, seqlen / W, nheads, headdim), this rank's output shard, in q's dtype. The partial outputs are
-        merged in float32.
+        out: (batch, seqlen / W, nheads, headdim), this rank's output shard, in q's dtype. The partial outputs
+            are merged in float32.
     """
     validate_attention_inputs(
         q,

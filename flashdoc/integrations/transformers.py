@@ -63,14 +63,14 @@ NAME = "flashdoc"
 def register(name: str = NAME) -> str:
     """Make ``attn_implementation=name`` run attention on flashdoc's kernels; returns the name.
 
-    Call it once, before building or loading a model. It registers :func:`attention_forward` with
-    ``transformers.AttentionInterface`` and :func:`mask_function` with ``transformers.AttentionMaskInterface``.
+    Call it once, before building or loading a model. It registers ``attention_forward`` with
+    ``transformers.AttentionInterface`` and ``mask_function`` with ``transformers.AttentionMaskInterface``.
 
     transformers treats every name that contains "flash" as a flash-attn package to import when a model is
     built; for such a name (the default, "flashdoc", is one) this also tells that import to return flashdoc's
-    functions (see :func:`_answer_flash_import`), and keeps the name for models that list the flash kernels they
-    work with, which transformers would otherwise use instead. Models that can run neither flash-attn nor
-    registered attention functions are refused when they are built (see :func:`_check_models`).
+    functions, and keeps the name for models that list the flash kernels they work with, which transformers
+    would otherwise use instead. Models that can run neither flash-attn nor registered attention functions are
+    refused when they are built.
     """
     if not isinstance(name, str) or not name or "|" in name or "/" in name or ":" in name:
         raise ValueError(
