@@ -18,7 +18,8 @@ PlaywrightTimeout = pytest.importorskip("playwright.sync_api", reason="needs `pi
 
 # What material's copy button copies (its clipboard code): the data-copy of the nearest element that has one,
 # else the text of the block's <code>. Read in the page, per Python block, with what wraps it.
-PYTHON_BLOCKS = ".md-typeset div.language-python.highlight"
+# The API reference's signatures (mkdocstrings' .doc-signature) are the package's own, not programs to copy.
+PYTHON_BLOCKS = ".md-typeset div.language-python.highlight:not(.doc-signature)"
 BLOCKS_JS = (
     """() => [...document.querySelectorAll('"""
     + PYTHON_BLOCKS
