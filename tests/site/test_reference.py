@@ -84,3 +84,29 @@ def test_every_parameter_and_return_value_has_a_name(reference):
         for parameter in inspect.signature(obj).parameters.values():
             if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
                 assert parameter.name in listed, f"{dotted}: argument {parameter.name} is not on the reference page"
+
+
+def documented_arguments(doc: str) -> list[str]:
+    """The names a Google-style docstring's Args section lists (an item may name several: "k, v: ...")."""
+    lines = doc.splitlines()
+    if "Args:" not in lines:
+        return []
+    names = []
+    for line in lines[lines.index("Args:") + 1 :]:
+        if line and not line.startswith(" "):  # the next section, or the text after the list
+            break
+        item = re.match(r"    (\w[\w, ]*):", line)
+        if item:
+            names += [name.strip() for name in item[1].split(",")]
+    return names
+
+
+@pytest.mark.parametrize("dotted", documented_objects())
+def test_documented_arguments_exist(dotted):
+    """Each name in a docstring's Args section is an argument of the function (the renderer's own check is off,
+    since it does not read an item that names two)."""
+    module_name, _, name = dotted.rpartition(".")
+    obj = getattr(importlib.import_module(module_name), name)
+    parameters = set(inspect.signature(obj).parameters)
+    unknown = [arg for arg in documented_arguments(inspect.getdoc(obj) or "") if arg not in parameters]
+    assert not unknown, f"{dotted}'s docstring documents arguments it does not have: {unknown}"
