@@ -195,5 +195,6 @@ def report() -> str:
 
 
 def show_config() -> None:
-    """Print which versions, GPU and kernel path flashdoc uses here, and why (``python -m flashdoc``)."""
+    """Print what flashdoc runs on here, as ``python -m flashdoc`` does: the versions, the GPUs, which kernels
+    the calls run on and why, where compiled kernels are kept, and flashdoc's environment switches."""
     print(report(), end="")

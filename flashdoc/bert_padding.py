@@ -71,7 +71,8 @@ def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unuse
         attention_mask: (batch, seqlen), bool or integer, nonzero at real tokens (flash-attn also takes a float 0/1
             mask; here a float mask is refused, since an additive one of 0 and -inf would count every token).
         unused_mask: (batch, seqlen), optional, nonzero at tokens allocated to a sequence but not used yet; they
-            are packed with it (its ``cu_seqlens`` count them) and ``seqused`` leaves them out, as flash-attn's.
+            are packed with their sequence (``cu_seqlens`` and ``max_seqlen`` count them) and left out of
+            ``seqused``, as in flash-attn.
 
     Returns:
         hidden_states: (total, ...), the packed tokens.

@@ -53,10 +53,10 @@ def flash_attn_qkvpacked_func(
     deterministic=False,
     return_attn_probs=False,
 ):
-    """``flash_attn_func`` on ``qkv`` (batch, seqlen, 3, nheads, headdim): queries, keys and values stacked on
-    dim 2, as one projection to ``3 x nheads x headdim`` features gives them after a reshape. The heads are the
-    same for all three (no GQA: use ``flash_attn_kvpacked_func``). Every other argument, and the result, as
-    ``flash_attn_func``'s."""
+    """``flash_attn_func`` on ``qkv`` (batch, seqlen, 3, nheads, headdim): queries, keys and values stacked on dim
+    2, as one projection to ``3 x nheads x headdim`` features gives them after a reshape. The heads are the same for
+    all three (no GQA: use ``flash_attn_kvpacked_func``). Every other argument (there is no ``return_lse`` keyword:
+    use ``return_attn_probs``), and the result, as ``flash_attn_func``'s."""
     q, k, v = _unstack("qkv", qkv, 2, 3, "(batch, seqlen, 3, nheads, headdim)")
     return flash_attn_func(
         q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs
@@ -76,8 +76,8 @@ def flash_attn_kvpacked_func(
     return_attn_probs=False,
 ):
     """``flash_attn_func`` on ``q`` (batch, seqlen_q, nheads, headdim) and ``kv`` (batch, seqlen_k, 2, nheads_k,
-    headdim), keys and values stacked on dim 2 (nheads a multiple of nheads_k: GQA/MQA). Every other argument, and
-    the result, as ``flash_attn_func``'s."""
+    headdim), keys and values stacked on dim 2 (nheads a multiple of nheads_k: GQA/MQA). Every other argument (there
+    is no ``return_lse`` keyword: use ``return_attn_probs``), and the result, as ``flash_attn_func``'s."""
     k, v = _unstack("kv", kv, 2, 2, "(batch, seqlen_k, 2, nheads_k, headdim)")
     return flash_attn_func(
         q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs
@@ -98,8 +98,8 @@ def flash_attn_varlen_qkvpacked_func(
     return_attn_probs=False,
 ):
     """``flash_attn_varlen_func`` on ``qkv`` (total, 3, nheads, headdim), a packed batch's queries, keys and values
-    stacked on dim 1; the same ``cu_seqlens`` and ``max_seqlen`` serve queries and keys. Every other argument, and
-    the result, as ``flash_attn_varlen_func``'s."""
+    stacked on dim 1; the same ``cu_seqlens`` and ``max_seqlen`` serve queries and keys. Every other argument (there
+    is no ``return_lse`` keyword: use ``return_attn_probs``), and the result, as ``flash_attn_varlen_func``'s."""
     q, k, v = _unstack("qkv", qkv, 1, 3, "(total, 3, nheads, headdim)")
     _validate_cu_seqlens(cu_seqlens, "cu_seqlens", qkv)
     check_int(max_seqlen, "max_seqlen", meaning="the longest sequence's length")
@@ -139,7 +139,8 @@ def flash_attn_varlen_kvpacked_func(
     return_attn_probs=False,
 ):
     """``flash_attn_varlen_func`` on ``q`` (total_q, nheads, headdim) and ``kv`` (total_k, 2, nheads_k, headdim),
-    keys and values stacked on dim 1. Every other argument, and the result, as ``flash_attn_varlen_func``'s."""
+    keys and values stacked on dim 1. Every other argument (there is no ``return_lse`` keyword: use
+    ``return_attn_probs``), and the result, as ``flash_attn_varlen_func``'s."""
     k, v = _unstack("kv", kv, 1, 2, "(total_k, 2, nheads_k, headdim)")
     return flash_attn_varlen_func(
         q,

@@ -396,8 +396,9 @@ def flash_attn_func(
                 1 1
         window_size: (left, right): sliding-window (local) attention, aligned like ``causal``: query i sees
             key j when i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right; -1 means
-            unbounded on that side, and causal=True sets right = 0. A window costs in proportion to its width:
-            key blocks outside every row's window are skipped.
+            unbounded on that side, and so is a side at least seqlen_k wide, as in flash-attn; causal=True sets
+            right = 0. A window costs in proportion to its width: key blocks outside every row's window are
+            skipped.
         softcap: if > 0, scores are capped after scaling: ``softcap * tanh(score / softcap)`` (Gemma 2, Grok).
         alibi_slopes: (nheads,) or (batch, nheads), float32, on q's device: adds
             ``-slope * |i + seqlen_k - seqlen_q - j|`` to the score of query i and key j (after softcap). (With
@@ -406,7 +407,8 @@ def flash_attn_func(
             the log-sum-exp of the scores as stated here.)
         deterministic: as in flash-attn, False (the default) lets the backward run a fused kernel that adds
             dq's parts from different key blocks in HBM, where that is faster (on Hopper, fp16/bf16 at head dim
-            64: every non-causal call, and causal calls whose query and key lengths both reach 2,048), so dq
+            64 without a window, softcap, ALiBi or dropout: non-causal calls, and causal calls whose query and
+            key lengths both reach 2,048), so dq
             may differ in its last bits from run to run; True, or ``torch.use_deterministic_algorithms(True)``,
             gives bit-identical gradients on every run.
         return_attn_probs: as flash-attn, also return the log-sum-exp and the attention probabilities; these are
@@ -740,7 +742,8 @@ def flash_attn_varlen_func(
             ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` of q. Starts at 0, non-decreasing, ends at total_q; a
             sequence may be empty.
         cu_seqlens_k: (batch + 1,) int32, likewise for k and v.
-        max_seqlen_q: int, the longest query sequence (at least the real longest: it picks the tuning bucket).
+        max_seqlen_q: int, the longest query sequence (at least the real longest: it selects the tuned kernel
+            settings).
         max_seqlen_k: int, the longest key sequence; a window side at least this wide is unbounded.
         dropout_p, softmax_scale, softcap: as in ``flash_attn_func``.
         causal: mask aligned to each sequence's own bottom-right corner: query i of sequence b sees key j when
@@ -756,14 +759,17 @@ def flash_attn_varlen_func(
 
     Returns:
         out: (total_q, nheads, headdim), q's dtype.
-        lse: (nheads, total_q) float32, as flash-attn's varlen returns it (``-inf`` for rows that see no key).
+        lse: with ``return_lse`` or ``return_attn_probs``, (nheads, total_q) float32, as flash-attn's varlen
+            returns it (``-inf`` for rows that see no key).
 
     Nothing here reads cu_seqlens on the host: the call never waits for the GPU, so it can be captured in a CUDA
-    graph and traced by ``torch.compile(fullgraph=True)``. The kernels launch one program per real tile of every
-    sequence (plus a bound's worth that exit at once), longest sequences first. The checks that would read
-    cu_seqlens (starts at 0, non-decreasing, ends at total_q / total_k, max_seqlen at least the longest length)
-    run only with the environment variable ``FLASHDOC_DEBUG_VARLEN=1``, since they wait for the device;
-    without it, wrong cu_seqlens give wrong results, as in flash-attn.
+    graph and traced by ``torch.compile(fullgraph=True)``. The kernels take the tiles of every sequence, longest
+    sequences first: the portable ones launch a program a tile (up to a bound worked out from the shapes; the
+    extra programs exit at once), and on Hopper persistent programs claim the tiles in that order. The checks
+    that would read cu_seqlens (starts at 0, non-decreasing, ends at total_q / total_k, max_seqlen at least the
+    longest length) run on CUDA tensors only with the environment variable ``FLASHDOC_DEBUG_VARLEN=1``, since
+    they wait for the device (CPU tensors, which cost nothing to read, are always checked); without it, wrong
+    cu_seqlens give wrong results, or make the kernels read and write outside the tensors, as in flash-attn.
     """
     validate_varlen_inputs(
         q,

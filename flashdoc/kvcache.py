@@ -502,7 +502,8 @@ def flash_attn_with_kvcache(
         1 1 1 1 1
 
     Args:
-        q: (batch, seqlen_q, nheads, headdim), float16, bfloat16 or float32.
+        q: (batch, seqlen_q, nheads, headdim), float16, bfloat16 or float32; headdim a multiple of 8, from 8
+            to 256.
         k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k, headdim) without a block_table, or
             (num_blocks, page_size, nheads_k, headdim) with one (a paged cache; page_size a multiple of 16).
             nheads must be a multiple of nheads_k (GQA/MQA). Written in place when k and v are given.
@@ -535,7 +536,7 @@ def flash_attn_with_kvcache(
             log-sum-exp (FlashDecoding). 0 chooses from the shapes (as many splits as fill one wave of
             programs, else flash-attn's heuristic); 1 never splits. Any value gives the same result up to
             rounding.
-        return_softmax_lse: also return the log-sum-exp of each row of scaled scores.
+        return_softmax_lse: also return the log-sum-exp of each row of scaled (capped, biased) scores.
 
     Returns:
         out: (batch, seqlen_q, nheads, headdim), q's dtype.
@@ -543,8 +544,9 @@ def flash_attn_with_kvcache(
             no key; its output is zero).
 
     Nothing here synchronises with the GPU (a decode step can be captured in a CUDA graph), so values on the
-    device are not checked. A cache_seqlens[b] + seqlen_new past the cache's capacity is masked: nothing outside
-    the cache is read or written, but the result is meaningless. A negative cache_seqlens[b], a cache_batch_idx
+    device are not checked. A cache_seqlens[b] + seqlen_new past the cache's capacity is masked: the caches are
+    never read or written outside their bounds, but the result is meaningless, and rotary_cos and rotary_sin are
+    read past their end. A negative cache_seqlens[b], a cache_batch_idx
     entry outside the cache's batch, or a block_table entry outside its pages is used as given, and reads and
     writes memory outside the caches. Set FLASHDOC_DEBUG_CHECKS=1 before importing flashdoc to check all of
     them on the host at every call (which waits for the GPU). CPU tensors, which cost nothing to read, are

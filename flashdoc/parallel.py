@@ -58,7 +58,8 @@ LAYOUTS = ("contiguous", "zigzag")
 
 class RingBlock(NamedTuple):
     """One step's attention block: rows of the local queries, rows of the visiting key/value shard, and whether
-    the block is causal (only the diagonal block, where queries and keys are the same tokens, is). Under a sliding
+    the block has a causal mask aligned to its top-left corner (without a window only the diagonal block does,
+    where queries and keys are the same tokens; under one, any block whose band is a triangle). Under a sliding
     window, ``window`` is the block's own (left, right), counted from its first query and first key (the top-left
     corner; -1 unbounded)."""
 
@@ -77,7 +78,8 @@ def ring_block(
     At step s, rank r holds the key/value shard of rank (r - s) mod W. ``seqlen`` is the local shard's length.
     Contiguous: the shard of an earlier rank is seen in full, a later one not at all. Zigzag (chunks r and
     2W-1-r): an earlier rank's early chunk is seen in full by both local chunks and its late chunk by neither;
-    a later rank's two chunks are seen in full by the local late chunk only. Either way half a block.
+    a later rank's two chunks are seen in full by the local late chunk only. Under zigzag, either way half a
+    block.
     """
     every = slice(0, seqlen)
     if step == 0:
@@ -160,11 +162,15 @@ def _band_block(offset: int, rows: slice, keys: slice, left: int, right: int) ->
     return RingBlock(q, kv, False, (block_left, block_right))
 
 
-@functools.cache
 def ring_steps(world_size: int, seqlen: int, causal: bool, layout: str = "contiguous", window_size=(-1, -1)) -> int:
-    """How many ring steps any rank has a block in: W without a window; fewer when a window ends where some
-    nearer shard does."""
-    if tuple(window_size) == (-1, -1):
+    """How many steps the ring runs: one past the last step in which any rank has a block. W without a window;
+    fewer when a window ends where some nearer shard does."""
+    return _ring_steps(world_size, seqlen, causal, layout, tuple(window_size))  # a list window too
+
+
+@functools.cache
+def _ring_steps(world_size: int, seqlen: int, causal: bool, layout: str, window_size: tuple) -> int:
+    if window_size == (-1, -1):
         return world_size
     last = max(
         step
@@ -282,10 +288,12 @@ _KV_TAG, _DKV_TAG = 0, 1  # the two streams of messages of the backward, kept ap
 def merge_partial(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor, block_lse: torch.Tensor) -> None:
     """Fold one block's attention into the running result, in place: out (B, S, H, D) fp32 and lse (B, H, S)
     fp32 become the attention over the union of both key sets. With L = logaddexp(lse, block_lse), each side
-    is weighted by its share of the softmax denominator, exp(lse - L) and exp(block_lse - L)."""
+    is weighted by its share of the softmax denominator, exp(lse - L) and exp(block_lse - L). A row that sees
+    no key on either side (both LSEs -inf) keeps L = -inf and gets zeros, as the kernels give it."""
     new_lse = torch.logaddexp(lse, block_lse)
-    old_weight = torch.exp(lse - new_lse).transpose(1, 2).unsqueeze(-1)
-    new_weight = torch.exp(block_lse - new_lse).transpose(1, 2).unsqueeze(-1)
+    shift = new_lse.nan_to_num(neginf=0.0)  # exp(-inf - (-inf)) would be NaN
+    old_weight = torch.exp(lse - shift).transpose(1, 2).unsqueeze(-1)
+    new_weight = torch.exp(block_lse - shift).transpose(1, 2).unsqueeze(-1)
     # two passes over the (memory-bound) output, and no temporary of its size
     out.mul_(old_weight).addcmul_(block_out, new_weight)
     lse.copy_(new_lse)
@@ -455,8 +463,8 @@ def ring_flash_attn_func(
     ``flash_attn_func(q_full, k_full, v_full, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
     softcap=softcap)``, and autograd
     gives this rank's shards of the gradients. Keys and values move around the ring with asynchronous
-    ``batch_isend_irecv`` while the blocks compute; nothing waits on the host inside a step. Runs on NCCL
-    (CUDA tensors) and gloo (CPU tensors, through Triton's interpreter).
+    ``batch_isend_irecv`` while the blocks compute. Runs on NCCL (CUDA tensors), where nothing waits on the host
+    inside a step, and on gloo (CPU tensors, through Triton's interpreter), whose transfers the host waits for.
 
     Args:
         q: (batch, seqlen / W, nheads, headdim), this rank's queries; W is the group's size.
@@ -471,7 +479,8 @@ def ring_flash_attn_func(
             (``zigzag_shard``), which gives every rank the same causal work. Must match how the shards were cut.
         window_size: (left, right), flash-attn's sliding window over positions in the full sequence: query i sees
             key j when i - left <= j <= i + right, -1 for unbounded; with ``causal``, right is 0. The ring stops
-            as soon as no rank needs farther shards, so a window narrower than a contiguous shard costs one hop.
+            as soon as no rank needs farther shards, so a window with right = 0 narrower than a contiguous shard
+            costs one hop; one that looks right needs the next rank's shard, which comes round last.
         softcap: as in ``flash_attn_func``, ``softcap * tanh(scores / softcap)`` after scaling; 0 for none.
 
     Returns:

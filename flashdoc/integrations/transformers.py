@@ -68,8 +68,8 @@ def register(name: str = NAME) -> str:
 
     transformers treats every name that contains "flash" as a flash-attn package to import when a model is
     built; for such a name (the default, "flashdoc", is one) this also tells that import to return flashdoc's
-    functions, and keeps the name for models that list the flash kernels they work with, which transformers
-    would otherwise use instead. Models that can run neither flash-attn nor registered attention functions are
+    functions, and stops transformers from swapping in a kernel from the Hub for models that list the flash
+    kernels they support. Models that can run neither flash-attn nor registered attention functions are
     refused when they are built.
     """
     if not isinstance(name, str) or not name or "|" in name or "/" in name or ":" in name:
@@ -217,8 +217,9 @@ def mask_function(
     The causal, sliding-window and packed-sequence parts of the mask are applied inside the kernels (from
     ``is_causal``, ``sliding_window`` and ``position_ids``); only padding has to travel as a tensor. A mask
     function with any other part asks for a pattern flashdoc cannot apply: a model's own function on top
-    (``or_mask_function``/``and_mask_function``, bidirectional image tokens), blocks of tokens, or chunked
-    attention over more keys than a chunk holds (Llama 4). That fails here, naming the part.
+    (``or_mask_function``/``and_mask_function``, bidirectional image tokens), blocks of tokens, chunked
+    attention over more keys than a chunk holds (Llama 4), or a mask built with ``torch.vmap``. That fails here
+    with a ValueError naming the part.
     """
     unapplied = "vmap-built masks" if kwargs.get("use_vmap") else _unapplied_mask(mask_function, kv_offset + kv_length)
     if unapplied is not None:
@@ -298,7 +299,9 @@ def attention_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: query (batch, heads, seqlen_q, head_dim), key and value
-    (batch, kv_heads, seqlen_k, head_dim) in; (batch, seqlen_q, heads, head_dim) and no weights out."""
+    (batch, kv_heads, seqlen_k, head_dim) in; (batch, seqlen_q, heads, value's head_dim) and no weights out.
+    What flashdoc cannot compute (attention weights asked for, a mask it cannot apply) raises a ValueError
+    that names it."""
     _check_supported(module, attention_mask, kwargs)
     is_causal = module.is_causal if is_causal is None else is_causal
     if sliding_window is None:  # a layer that keeps its window rather than pass it (Qwen2-MoE's sliding layers)

@@ -358,6 +358,7 @@ def test_windows_shorten_the_ring():
     assert ring_steps(4, 16, False, "contiguous", (10, 1)) == 4
     assert ring_steps(4, 16, True, "contiguous") == 4
     assert ring_steps(4, 16, True, "zigzag", (3, 0)) == 4  # chunk 2W-1-r's neighbour is a later rank's
+    assert ring_steps(4, 16, True, "contiguous", [10, 0]) == 2  # a list, as flash-attn's callers pass it
 
 
 def test_merge_of_two_halves_is_attention_over_both():
@@ -370,6 +371,18 @@ def test_merge_of_two_halves_is_attention_over_both():
     merge_partial(merged, merged_lse, out_b, lse_b)
     torch.testing.assert_close(merged, out, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(merged_lse, lse, atol=1e-6, rtol=1e-5)
+
+
+def test_merge_of_rows_that_see_no_key_stays_empty():
+    """Rows empty on both sides (LSE -inf) stay empty, zeros and -inf, as the kernels return them, instead of
+    exp(-inf - (-inf)) = NaN; a row empty on one side takes the other's result."""
+    out = torch.zeros(1, 2, 1, 4)
+    lse = torch.full((1, 1, 2), -torch.inf)
+    block_out = torch.stack((torch.zeros(4), torch.arange(4.0))).view(1, 2, 1, 4)
+    block_lse = torch.tensor([[[-torch.inf, 0.5]]])
+    merge_partial(out, lse, block_out, block_lse)
+    assert torch.equal(out[0, 0, 0], torch.zeros(4)) and lse[0, 0, 0] == -torch.inf
+    assert torch.equal(out[0, 1, 0], torch.arange(4.0)) and lse[0, 0, 1] == 0.5
 
 
 def _zeros(seqlen):
