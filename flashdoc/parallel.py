@@ -33,7 +33,7 @@ from typing import NamedTuple, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from ._validation import check_int, validate_attention_inputs, validate_window_and_softcap
+from ._validation import check_bool, check_int, validate_attention_inputs, validate_window_and_softcap
 from .interface import _bwd_op, _fwd_op, first_order_only, flash_attn_func
 
 __all__ = [
@@ -69,6 +69,19 @@ class RingBlock(NamedTuple):
     window: tuple = (-1, -1)
 
 
+def _check_schedule(world_size, seqlen, causal, layout, window_size=(-1, -1), rank=0, step=0) -> None:
+    """The schedule helpers' arguments, refused by name as ``ring_flash_attn_func`` refuses its own."""
+    _check_rank(world_size, rank)
+    check_int(step, "step")
+    check_int(seqlen, "seqlen", 1, meaning="the length of one rank's shard")
+    check_bool(causal, "causal")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "zigzag" and seqlen % 2:
+        raise ValueError(f"seqlen is {seqlen}: a zigzag shard holds two equal chunks, so its length must be even")
+    validate_window_and_softcap(window_size, 0.0)
+
+
 # --8<-- [start:schedule]
 def ring_block(
     rank: int, step: int, world_size: int, seqlen: int, causal: bool, layout: str = "contiguous"
@@ -81,6 +94,7 @@ def ring_block(
     a later rank's two chunks are seen in full by the local late chunk only. Under zigzag, either way half a
     block.
     """
+    _check_schedule(world_size, seqlen, causal, layout, rank=rank, step=step)
     every = slice(0, seqlen)
     if step == 0:
         return RingBlock(every, every, causal)
@@ -113,6 +127,7 @@ def ring_blocks(
     With a window (left, right) over positions in the whole sequence (query i sees key j when
     i - left <= j <= i + right; -1 unbounded, ``causal`` sets right = 0), each run of local queries meets each run
     of visiting keys (one run a shard; two, its chunks, under zigzag) in at most one block."""
+    _check_schedule(world_size, seqlen, causal, layout, window_size, rank, step)
     if tuple(window_size) == (-1, -1):
         block = ring_block(rank, step, world_size, seqlen, causal, layout)
         return [] if block is None else [block]
@@ -165,6 +180,7 @@ def _band_block(offset: int, rows: slice, keys: slice, left: int, right: int) ->
 def ring_steps(world_size: int, seqlen: int, causal: bool, layout: str = "contiguous", window_size=(-1, -1)) -> int:
     """How many steps the ring runs: one past the last step in which any rank has a block. W without a window;
     fewer when a window ends where some nearer shard does."""
+    _check_schedule(world_size, seqlen, causal, layout, window_size)
     return _ring_steps(world_size, seqlen, causal, layout, tuple(window_size))  # a list window too
 
 

@@ -411,6 +411,16 @@ def _zeros(seqlen):
         (lambda: ring_flash_attn_func(*(_zeros(4) for _ in range(3)), window_size=(-2, 0)), "window_size must be"),
         (lambda: ring_flash_attn_func(*(_zeros(4) for _ in range(3)), window_size=8), "window_size must be"),
         (lambda: ring_flash_attn_func(*(_zeros(4) for _ in range(3)), softcap=-1.0), "softcap must be"),
+        # the schedule helpers are public too: nothing they cannot schedule comes back as a plan
+        (lambda: ring_steps(4, 16, True, "diag"), "layout must be one of"),
+        (lambda: ring_steps(0, 16, True), "world_size must be an int >= 1"),
+        (lambda: ring_steps(4, 0, True), "seqlen must be an int >= 1"),
+        (lambda: ring_steps(4, 15, True, "zigzag"), "must be even"),
+        (lambda: ring_steps(4, 16, True, "contiguous", 8), "window_size must be a pair"),
+        (lambda: ring_blocks(0, 0, 4, 16, True, "contiguous", (-2, 0)), "window_size must be two ints"),
+        (lambda: ring_blocks(4, 0, 4, 16, True), r"rank must be an int in \[0, 4\)"),
+        (lambda: ring_block(0, -1, 4, 16, True), "step must be an int >= 0"),
+        (lambda: ring_block(0, 0, 4, 16, 1), "causal must be a bool"),
     ],
 )
 def test_bad_input(call, match):
