@@ -69,14 +69,18 @@ class RingBlock(NamedTuple):
     window: tuple = (-1, -1)
 
 
+def _check_layout(layout) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+
+
 def _check_schedule(world_size, seqlen, causal, layout, window_size=(-1, -1), rank=0, step=0) -> None:
     """The schedule helpers' arguments, refused by name as ``ring_flash_attn_func`` refuses its own."""
     _check_rank(world_size, rank)
     check_int(step, "step")
     check_int(seqlen, "seqlen", 1, meaning="the length of one rank's shard")
     check_bool(causal, "causal")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    _check_layout(layout)
     if layout == "zigzag" and seqlen % 2:
         raise ValueError(f"seqlen is {seqlen}: a zigzag shard holds two equal chunks, so its length must be even")
     validate_window_and_softcap(window_size, 0.0)
@@ -513,8 +517,7 @@ def ring_flash_attn_func(
         scale_name="softmax_scale",
         causal_name="causal",
     )
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    _check_layout(layout)
     validate_window_and_softcap(window_size, softcap)
     window, softcap = tuple(window_size), float(softcap)
     if q.shape[1] != k.shape[1]:
