@@ -52,6 +52,12 @@ def documented_objects() -> list[str]:
     return sorted(paths.values())
 
 
+def public_object(dotted: str):
+    """The object at a dotted path that ``documented_objects`` returned."""
+    module_name, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module_name), name)
+
+
 @pytest.fixture(scope="module")
 def reference(built_site):
     path = built_site / "reference" / "index.html"
@@ -59,11 +65,16 @@ def reference(built_site):
     return path.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("dotted", documented_objects())
-def test_every_public_function_has_an_entry(reference, dotted):
+@pytest.fixture(scope="module")
+def reference_ids(reference) -> set[str]:
     parser = Anchors()
     parser.feed(reference)
-    assert dotted in parser.ids, f"docs/reference.md has no `::: {dotted}` entry"
+    return parser.ids
+
+
+@pytest.mark.parametrize("dotted", documented_objects())
+def test_every_public_function_has_an_entry(reference_ids, dotted):
+    assert dotted in reference_ids, f"docs/reference.md has no `::: {dotted}` entry"
 
 
 def test_every_parameter_and_return_value_has_a_name(reference):
@@ -77,8 +88,7 @@ def test_every_parameter_and_return_value_has_a_name(reference):
         name.strip() for entry in re.findall(r"<b><code>([^<]+)</code></b>", reference) for name in entry.split(",")
     }
     for dotted in documented_objects():
-        module_name, _, name = dotted.rpartition(".")
-        obj = getattr(importlib.import_module(module_name), name)
+        obj = public_object(dotted)
         if inspect.isclass(obj) or "Args:" not in (inspect.getdoc(obj) or ""):
             continue
         for parameter in inspect.signature(obj).parameters.values():
@@ -105,8 +115,7 @@ def documented_arguments(doc: str) -> list[str]:
 def test_documented_arguments_exist(dotted):
     """Each name in a docstring's Args section is an argument of the function (the renderer's own check is off,
     since it does not read an item that names two)."""
-    module_name, _, name = dotted.rpartition(".")
-    obj = getattr(importlib.import_module(module_name), name)
+    obj = public_object(dotted)
     parameters = set(inspect.signature(obj).parameters)
     unknown = [arg for arg in documented_arguments(inspect.getdoc(obj) or "") if arg not in parameters]
     assert not unknown, f"{dotted}'s docstring documents arguments it does not have: {unknown}"
