@@ -13,9 +13,9 @@
 # %% [markdown]
 # # The 4×4 FlashAttention example, as a notebook
 #
-# The worked example from [FlashAttention: exact attention without the N×N matrix](../blog/posts/flashattention-explained.md),
-# to run and change. It uses the same teaching code as the post, `flashdoc.reference` (install flashdoc from the
-# repository with `pip install -e .`). Its source, `snippets/notebooks/worked_example.py`, is a plain Python file in
+# The worked example from [Part 2: FlashAttention, exact attention without the N×N matrix](../blog/posts/flashattention-explained.md),
+# to run and change. It uses the same teaching code as the post, `flashdoc.reference` (install flashdoc as
+# [Using flashdoc](../usage.md#install) shows). Its source, `snippets/notebooks/worked_example.py`, is a plain Python file in
 # jupytext's percent format: run it as a script, or open it in Jupyter through jupytext.
 #
 # Four tokens, $d_k = 4$, blocks of two rows. $K = 2I$ makes the scaled scores $S = QK^\top/2$ equal to $Q$, and

@@ -840,6 +840,30 @@ def test_recording_backs_the_backward_crossover_reading():
     assert all(3 <= p / n <= 10 for p, n in zip(sorted(pcie), sorted(nvlink))), (pcie, nvlink)
 
 
+def test_recording_backs_the_ring_models_last_hop():
+    """Part 9's reading of the two-GPU table: the forward's rows reach 1.000 on NVLink, and the forward and
+    backward's stay below it (the gradient sums' last hop) by less as the tokens per rank grow."""
+    post = read_post("attention-across-gpus.md")
+    claim(post, "The forward's rows reach 1.000 wherever the transfer hides; the forward and backward's stay a little below")
+    claim(post, "Its share shrinks as the tokens per rank grow.")
+    rows = re.findall(
+        r"^\| ([\dk]+) \| ([\dk]+) \| (fwd|fwd\+bwd) \| ([^|]+) \| \d+x \| ([\d.]+) \| ([\d.]+) \|$",
+        (GENERATED / "parallel/cost_model/two_gpus.md").read_text(),
+        re.M,
+    )
+    assert len(rows) == 12, rows
+    nvlink = {}
+    for _, per_rank, mode, mask, on_nvlink, _ in rows:
+        nvlink.setdefault((mode, mask), []).append((number(per_rank.rstrip("k")), float(on_nvlink)))
+    for (mode, mask), points in nvlink.items():
+        efficiencies = [e for _, e in sorted(points)]
+        if mode == "fwd":
+            assert efficiencies == [1.0] * len(efficiencies), (mask, efficiencies)
+        else:
+            assert all(e < 1.0 for e in efficiencies), (mask, efficiencies)
+            assert efficiencies == sorted(efficiencies), (mask, efficiencies)
+
+
 def test_recording_backs_the_window_ring_reading():
     """Part 9's reading of the windowed ring: the contiguous layout is done after two of four steps, zigzag needs
     all four in more kernel calls, and the contiguous layout is about as even as zigzag, rank 0 apart."""
