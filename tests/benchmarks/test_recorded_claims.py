@@ -96,8 +96,9 @@ def test_recording_backs_against_cudnn(results, post):
     said = claim(post, "at 256 it is behind without the mask")
     assert all(c["geomean"] < 1 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (False,))), said
     assert all(c["geomean"] > 1 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (True,))), said
-    said = claim(post, "flashdoc is a little ahead of cuDNN on average at head dimensions 64 and 256")
-    assert all(1 < c["geomean"] <= 1.10 for c in rows(results, "fwd_bwd", "sdpa-cudnn", (64, 256))), said
+    said = claim(post, "flashdoc is level with or a little ahead of cuDNN on average at head dimensions 64 and 256")
+    means = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (64, 256))]
+    assert all(0.98 <= g <= 1.10 for g in means) and sum(g > 1 for g in means) > len(means) / 2, (said, means)
     said = claim(post, "and at 128 behind without the mask")
     full = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (False,))]
     assert all(g < 1 for g in full), said
@@ -477,15 +478,17 @@ def test_recording_backs_the_decode_roofline_reading():
     claim(post, "The gap stays at the large points too: from 8 × 32k up the slowest page size reads")
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
     assert large and min(large) < 0.95, paged
-    claim(post, "every one of its timing rounds was slower than every round of the contiguous cache.")
+    claim(post, "at most of those points every one of its timing rounds was slower than every round of the contiguous")
 
     def round_tbps(point, method):
         row = rows[point + (method,)]
         return [row["bytes"] / ms / 1e9 for ms in row["graph_rounds_ms"]]
 
+    separated = []
     for point in (p for p in points if p[0] * p[1] >= readings.LARGE_DECODE_TOKENS):
         slowest = min(readings.decode_paged_methods(), key=lambda m: rows[point + (m,)]["graph_tbps"])
-        assert max(round_tbps(point, slowest)) < min(round_tbps(point, "flashdoc")), (point, slowest)
+        separated.append(max(round_tbps(point, slowest)) < min(round_tbps(point, "flashdoc")))
+    assert sum(separated) > len(separated) / 2, separated
     host_bound = set(readings.HOST_BOUND_POINTS)
     claim(post, "Timed call by call, from 1 × 32k up each call took {{ decode_call_excess_us() }} longer than")
     claim(post, "flashdoc's and cuDNN's alike: a cost of the timing")
