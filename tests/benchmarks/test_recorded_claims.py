@@ -841,11 +841,11 @@ def test_recording_backs_the_backward_crossover_reading():
 
 
 def test_recording_backs_the_ring_models_last_hop():
-    """Part 9's reading of the two-GPU table: the forward's rows reach 1.000 on NVLink, and the forward and
-    backward's stay below it (the gradient sums' last hop) by less as the tokens per rank grow."""
+    """Part 9's reading of the two-GPU table: the fwd rows reach 1.000 on NVLink, and the fwd+bwd rows stay below
+    it (the gradient sums' last hop) by less as the tokens per rank grow."""
     post = read_post("attention-across-gpus.md")
-    claim(post, "The forward's rows reach 1.000 wherever the transfer hides; the forward and backward's stay a little below")
-    claim(post, "Its share shrinks as the tokens per rank grow.")
+    claim(post, "The fwd rows reach 1.000 wherever the transfer hides; the fwd+bwd rows stay a little below")
+    claim(post, "That hop's share shrinks as the tokens per rank grow.")
     rows = re.findall(
         r"^\| ([\dk]+) \| ([\dk]+) \| (fwd|fwd\+bwd) \| ([^|]+) \| \d+x \| ([\d.]+) \| ([\d.]+) \|$",
         (GENERATED / "parallel/cost_model/two_gpus.md").read_text(),
