@@ -72,10 +72,14 @@ def _split_kv_per_page():
     scope = dict(fn.__globals__, _cache_rows=_cache_rows_per_page)
     copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
     copy.__module__, copy.__qualname__, copy.__doc__ = fn.__module__, fn.__qualname__, fn.__doc__
-    return triton.jit(copy)
+    copy.__annotations__ = dict(fn.__annotations__)  # the tl.constexpr parameters (FunctionType drops them)
+    # the shipped kernel's unspecialised integers (names, or their indices once Triton has read them)
+    names = [dk._split_kv.arg_names[i] if isinstance(i, int) else i for i in getattr(SHIPPED, "do_not_specialize", ())]
+    return triton.jit(copy, do_not_specialize=names)
 
 
-SHIPPED, PER_PAGE = dk._split_kv, _split_kv_per_page()
+SHIPPED = dk._split_kv
+PER_PAGE = _split_kv_per_page()
 
 
 def call_with(kernel, inputs, config):
