@@ -1,4 +1,4 @@
-"""Sessions for flashdoc: tests, lint, snippets, docs, publish, bench.
+"""Sessions for flashdoc: tests, lint, transformers, snippets, docs, publish, bench.
 
     nox -s tests              the whole test suite (Triton interpreter on CPU; GPU tests run when a GPU is there)
     nox -s tests -- kernels   one group of tests: kernels, pipeline, site or benchmarks (tests/<group>/)
@@ -14,8 +14,9 @@
 tests, snippets, docs and publish share one environment, .nox/flashdoc (torch, Triton, the test and docs
 extras: about 2.7 GB), made by the first of them and reused by the others until pyproject.toml changes.
 
-On a machine whose Python environment is already prepared (the H200 box has torch and Triton but no package
-registry), run a session in place with `nox --no-venv -s <session>`: installs are skipped.
+On a machine whose Python environment is already prepared (a GPU machine with torch and Triton but no package
+index, say), run a session in place with `nox --no-venv -s <session>`: installs are skipped. Paths into the
+environments are POSIX ones (`bin/`).
 """
 
 from __future__ import annotations
@@ -42,10 +43,15 @@ SHARED_ENV = ROOT / ".nox" / "flashdoc"
 SHARED_EXTRAS = "test,docs"
 # `nox --no-venv`: run in the Python that runs nox, installing nothing (the sharing sessions declare no nox
 # environment of their own, so nox cannot tell them apart from in-place runs; its command line can).
-IN_PLACE = "--no-venv" in sys.argv or any(a in ("--force-venv-backend=none", "-db=none") for a in sys.argv)
+IN_PLACE = "--no-venv" in sys.argv or any(
+    a in ("--force-venv-backend=none", "-db=none")
+    or (a in ("--force-venv-backend", "-db") and sys.argv[i + 1 : i + 2] == ["none"])
+    for i, a in enumerate(sys.argv)
+)
 
-# Without a CUDA GPU, take PyTorch's CPU build (a few hundred MB) rather than a multi-GB CUDA build.
-# Override with FLASHDOC_TORCH, e.g. FLASHDOC_TORCH="torch==2.11.0".
+# Without a CUDA GPU, install this pinned torch first (on Linux PyPI's wheel is the CUDA build, which runs on a
+# CPU too; PIP_EXTRA_INDEX_URL set to PyTorch's CPU wheel index gives the small CPU build). Override with
+# FLASHDOC_TORCH, e.g. FLASHDOC_TORCH="torch==2.11.0".
 CPU_TORCH = os.environ.get("FLASHDOC_TORCH", "torch==2.13.0")
 QUIET = {
     "NO_MKDOCS_2_WARNING": "1",  # mkdocs 1.6's long notice about its successor, on every run
@@ -107,12 +113,13 @@ def tool(name: str) -> str:
 
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
-    """Lint with ruff (pyproject.toml's rules), then run the test suite. Extra arguments go to pytest, e.g.
-    `nox -s tests -- -k snippets -x`; a first argument naming a group runs that folder only: `nox -s tests --
-    kernels -x` runs tests/kernels."""
+    """Lint with ruff, then run the test suite (`-- <group>`: one of kernels, pipeline, site, benchmarks).
+
+    Extra arguments go to pytest, e.g. `nox -s tests -- -k snippets -x`; a first argument naming a group runs that
+    folder only: `nox -s tests -- kernels -x` runs tests/kernels. The lint uses pyproject.toml's rules."""
     env = shared_env(session)
     if IN_PLACE and shutil.which("ruff") is None:
-        session.log("ruff is not installed in this environment: lint skipped")  # e.g. the H200 box, in place
+        session.log("ruff is not installed in this environment: lint skipped")
     else:
         session.run(tool("ruff"), "check", ".", env=env, external=True)
     args = list(session.posargs)
@@ -123,16 +130,17 @@ def tests(session: nox.Session) -> None:
 
 # transformers releases the integration is tested against besides the newest one, which `tests` installs: the oldest
 # it supports (4.53 brought AttentionMaskInterface), the last 4.x (its mask functions take cache_position where 5.x
-# passes the query length) and the release on our GPU machine.
+# passes the query length) and a 5.x release older than the newest.
 TRANSFORMERS_RELEASES = ("4.53.3", "4.57.6", "5.17.0")
 
 
 @nox.session(name="transformers")
 @nox.parametrize("release", TRANSFORMERS_RELEASES)
 def transformers_releases(session: nox.Session, release: str) -> None:
-    """The transformers integration's tests on an older transformers release, in an environment of its own
-    (torch, flashdoc with its test extra, and that release). `nox -s transformers` runs every listed release;
-    extra arguments go to pytest."""
+    """The transformers integration's tests on an older transformers release, in an environment of its own.
+
+    The environment holds torch, flashdoc with its test extra, and that release. `nox -s transformers` runs every
+    listed release; extra arguments go to pytest."""
     # the release alone, not over the newest one: a downgrade would leave the newest one's own dependencies (the
     # `kernels` package) behind, too new for the older release's huggingface_hub
     install(session, "test")
@@ -151,8 +159,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def snippets(session: nox.Session) -> None:
-    """Run every snippet (or those named: `nox -s snippets -- attention/numpy_attention`) and record outputs;
-    `nox -s snippets -- --stale` records only the stale ones."""
+    """Run snippets and record their outputs into docs/generated/ (`-- topic/name` or `-- --stale`).
+
+    With no arguments every snippet runs; `nox -s snippets -- attention/numpy_attention` runs the ones named, and
+    `nox -s snippets -- --stale` only those whose outputs are stale."""
     env = shared_env(session)
     session.run(tool("python"), "-m", "tools.record_snippets", *session.posargs, env=env, external=True)
 
@@ -203,9 +213,11 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def publish(session: nox.Session) -> None:
-    """Record every stale output (on a CUDA GPU for GPU-only snippets), refuse to go on while any is stale, then
-    build the site with flashdoc's wheel and sdist. FLASHDOC_SITE_URL and FLASHDOC_REPO_URL set where it is
-    published (defaults in mkdocs.yml)."""
+    """Record stale outputs, refuse while any is still stale, then build the site for deployment.
+
+    GPU-only snippets are recorded only on a CUDA GPU; an output stamped as recorded with older code counts as
+    stale here. FLASHDOC_SITE_URL and FLASHDOC_REPO_URL set where the site is published (defaults in
+    mkdocs.yml)."""
     env = {**shared_env(session), "FLASHDOC_REQUIRE_FRESH": "1"}
     session.run(tool("python"), "-m", "tools.record_snippets", "--stale", env=env, external=True)
     try:
@@ -233,10 +245,11 @@ BENCH_SUITES = (
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmark flashdoc against its peers into bench-results/ (extra arguments go to `python -m benchmarks.run`;
-    benchmarks/README.md has the protocol), then the suites of BENCH_SUITES (variants, decode, varlen and the
-    transformers training step) into bench-results/<suite>/. `nox -s bench -- --quick` passes --quick to every
-    run."""
+    """Run the benchmarks into bench-results/ (GPU; `-- --quick` for a smoke subset of each).
+
+    First flashdoc against its peers (extra arguments go to `python -m benchmarks.run`; benchmarks/README.md has
+    the protocol), then the suites of BENCH_SUITES (variants, decode, varlen and the transformers training step)
+    into bench-results/<suite>/. `--quick` reaches every run."""
     install(session, "bench")
     session.run("python", "-m", "benchmarks.run", "--out", "bench-results", *session.posargs)
     quick = ["--quick"] if "--quick" in session.posargs else []
