@@ -11,6 +11,8 @@ on these kernels is sensitive to small source changes (benchmarks/FINDINGS.md).
         # a Triton 3.6 wheel unpacked in /tmp/t36
     PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python3 benchmarks/kernels/code_hash.py --portable
         # the tl kernels instead
+    PYTHONPATH=/tmp/t36:. TRITON_INTERPRET=0 python3 benchmarks/kernels/code_hash.py --decode
+        # the split-KV decode kernel
 
 ptxas is not always deterministic: the same PTX file of a portable dK/dV kernel assembled to two different SASS
 listings, alternating between runs. Equal "code" hashes (the PTX's instructions) with different "sass" hashes
@@ -19,6 +21,12 @@ are that, not a change: assemble it again.
 ``--portable`` compiles every config of the portable kernels' tables (``forward.FWD_CONFIGS``,
 ``backward.DKDV_CONFIGS`` and ``DQ_CONFIGS``), with and without the causal mask, in bf16 (fp32 for the fp32
 entries), with the integer arguments Triton specialises on taken as multiples of 16, as in a typical launch.
+
+``--decode`` compiles the split-KV decode kernel under every entry of its tables (``decode.DECODE_CONFIGS`` and
+``TUNED_CONFIGS``), for a contiguous cache and for pages of each tuned size, of 48 rows (dividing no tile) and
+of 256 (holding several tiles), with and without splits, at a decode step's shape (4 query heads a KV head, one
+query). A comma-separated MATCH after ``--portable`` or ``--decode`` keeps the labels that contain every part
+(``--decode d=128,page=16``).
 
 ``--variants`` compiles the sliding-window and softcap kernels too (their compile errors, registers and spills
 show here, without a GPU); a regular expression as the last argument keeps the labels it matches
@@ -53,6 +61,13 @@ POINTERS = {
     "CU_K": "*i32",
     "ORDER": "*i32",
     "ITEMS": "*i32",
+    # the split-KV decode kernel's
+    "CACHE_SEQLENS": "*i32",
+    "CACHE_BATCH_IDX": "*i32",
+    "BLOCK_TABLE": "*i32",
+    "CACHE_LEFTPAD": "*i32",
+    "O_PART": "*fp32",
+    "LSE_PART": "*fp32",
 }
 FLOATS = {"qk_scale", "softmax_scale", "softcap_scale"}
 QUERY_ROWS = ("q_desc", "do_desc", "o_desc", "dq_desc")  # tiles of query rows; the other descriptors hold keys
@@ -346,7 +361,7 @@ def compile_portable(kernel, config, descriptors, constants, float32: bool):
             attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             sig[name] = "fp32" if name in FLOATS else "i32"
-            if i not in kernel.do_not_specialize:
+            if i not in kernel.do_not_specialize and name not in kernel.do_not_specialize:  # indices or names
                 attrs[(i,)] = [["tt.divisibility", 16]]
     source = ASTSource(kernel, sig, {(kernel.arg_names.index(k),): v for k, v in meta.items()}, attrs)
     return triton.compile(
@@ -385,14 +400,59 @@ def portable_kernels(match=""):
                         yield name, compile_portable(kernel, config, descriptors, constants, float32)
 
 
+# A decode step's shape for the split-KV kernel: the recorded benchmark's 32 query heads over 8 KV heads, one query.
+DECODE_GROUP, DECODE_SEQLEN_Q = 4, 1
+# Page sizes compiled besides the tuned table's: one the tile lies in (256) and one that divides no tile (48).
+DECODE_PAGE_SIZES = (48, 256)
+
+
+def decode_kernels(match=""):
+    """(label, compiled kernel) for the split-KV decode kernel under every entry of ``DECODE_CONFIGS`` and
+    ``TUNED_CONFIGS`` (a contiguous cache, the tuned page sizes and ``DECODE_PAGE_SIZES``), with and without
+    splits, at a decode step's shape in bf16, whose label contains every comma-separated part of ``match``."""
+    from flashdoc.kernels import decode as dk
+
+    block_m, _ = dk.query_tiles(DECODE_GROUP, DECODE_SEQLEN_Q)
+    pages = sorted({key[1] for key in dk.TUNED_CONFIGS} | set(DECODE_PAGE_SIZES))
+    for d, fills in sorted(dk.DECODE_CONFIGS):
+        for page in (0, *pages):
+            config = dk.table_config(d, page, fills)
+            for split in (False, True):
+                constants = dict(
+                    HEAD_DIM=d,
+                    BLOCK_D=d,
+                    BLOCK_M=block_m,
+                    GROUP=DECODE_GROUP,
+                    PAGED=page > 0,
+                    PAGE_SIZE=page,
+                    HAS_BATCH_IDX=False,
+                    SEQLENS_TENSOR=True,
+                    IS_CAUSAL=False,
+                    IS_LOCAL=False,
+                    SOFTCAP=False,
+                    ALIBI=False,
+                    SPLIT=split,
+                    DOT_PRECISION="tf32",
+                )
+                tconfig = config.triton_config(paged=page > 0)  # a paged cache's stages include the lookups'
+                name = (
+                    f"decode d={d} {'fills' if fills else 'splits'} {f'page={page}' if page else 'contiguous'} "
+                    f"split={split} n{config.block_n} w{tconfig.num_warps} s{tconfig.num_stages}"
+                )
+                if all(part in name for part in match.split(",")):
+                    yield name, compile_portable(dk._split_kv, tconfig, {}, constants, float32=False)
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if "--portable" in args:
-        # --portable [MATCH]: only the portable kernels whose label contains MATCH (e.g. "dq", "fwd,causal=True")
-        i = args.index("--portable")
-        for label, ck in portable_kernels(args[i + 1] if len(args) > i + 1 else ""):
-            print(f"{label}: code {code_hash(ck.asm['ptx'])}  {ptxas_info(ck)}", flush=True)
-        sys.exit()
+    for flag, kernels in (("--portable", portable_kernels), ("--decode", decode_kernels)):
+        if flag in args:
+            # --portable [MATCH] / --decode [MATCH]: only the kernels whose label contains every comma-separated
+            # part of MATCH (e.g. "dq", "fwd,causal=True", "decode,page=16")
+            i = args.index(flag)
+            for label, ck in kernels(args[i + 1] if len(args) > i + 1 else ""):
+                print(f"{label}: code {code_hash(ck.asm['ptx'])}  {ptxas_info(ck)}", flush=True)
+            sys.exit()
     variants = "--variants" in args
     args = [a for a in args if a != "--variants"]
     keep = re.compile(args[0]) if args else None
