@@ -133,6 +133,11 @@ def test_attention_explorer_updates_live_and_matches_python(page):
     assert "undefined" not in root.locator(".fd-explorer__summary").inner_text()
     assert root.bounding_box()["height"] == pytest.approx(height, abs=2), "the explorer jumped"
 
+    # Identical keys: every row is uniform, so the summary names the tie rather than the first key.
+    root.get_by_label("Example").select_option("same-keys")
+    summary = root.locator(".fd-explorer__summary").inner_text()
+    assert "“a” → “a” = “b” = “c” (0.33 each)" in summary, summary
+
 
 # ---------------------------------------------------------------------------------------------- tile stepper
 
@@ -329,6 +334,7 @@ def test_runnable_cell_runs_offline_on_the_sites_pyodide(page):
 
     # Edited code that fails: the traceback starts at the reader's line, not inside the runner.
     cell.get_by_role("button", name="Edit").click()
+    assert not cell.get_by_role("button", name="Edit").is_visible(), "Edit stays shown while the editor is open"
     editor = cell.get_by_label("Python code of snippets/interactive/pure_python_attention.py")
     editor.fill("def divide(a, b):\n    return a / b\n\nprint('before')\nprint(divide(1, 0))\n")
     editor.press("Control+Enter")

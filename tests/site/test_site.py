@@ -136,6 +136,40 @@ def test_snippet_code_fits_its_block_at_1280_px(page, built_site):
     assert not scrolled, f"these scroll at 1280 px though their lines keep to {SNIPPET_COLUMNS} columns: {scrolled}"
 
 
+def test_display_math_fits_its_column_at_1280_px(page, built_site):
+    """Every display equation shows whole in the fixture's 1280 px window: the box scrolls sideways, but an
+    overlay scrollbar stays hidden until scrolled, so an equation wider than the column reads as cut off (break
+    it over lines with ``gathered`` or ``aligned``)."""
+    wide = []
+    for rel in visit_pages(page, built_site):
+        wide += [
+            f"{rel}: {text}"
+            for text in page.evaluate(
+                """() => {
+                    document.querySelectorAll("details").forEach(d => { d.open = true; });
+                    return [...document.querySelectorAll("div.arithmatex")]
+                        .filter(m => m.scrollWidth > m.clientWidth + 1)
+                        .map(m => m.querySelector("annotation")?.textContent.slice(0, 60) ?? "");
+                }"""
+            )
+        ]
+    assert not wide, f"display equations wider than their column at 1280 px: {wide}"
+
+
+def test_no_table_of_contents_entry_shows_math_source(built_site):
+    """Math in a heading is typeset in the heading, but the table of contents and search show its LaTeX source:
+    headings write it in plain text instead (Unicode: √dₖ)."""
+    entry = re.compile(r'<a[^>]*class="md-nav__link"[^>]*>(.*?)</a>', re.S)
+    tags = re.compile(r"<[^>]+>|\s+")
+    shown = [
+        (str(p.relative_to(built_site)), tags.sub(" ", text).strip())
+        for p in site_pages(built_site)
+        for text in entry.findall(p.read_text("utf-8"))
+        if "\\(" in text or "\\[" in text
+    ]
+    assert not shown, f"table-of-contents entries showing LaTeX: {shown}"
+
+
 def test_no_heading_permalink_wraps_onto_a_line_of_its_own(page, built_site):
     """A heading's permalink mark is hidden until hovered, so one that wrapped alone onto a second line would
     leave a blank-looking line under the heading (a title that just fits a 1280 px window did). At a desktop

@@ -110,8 +110,11 @@ function initExplorer(root) {
         rowLabels: queryLabels, colLabels: state.V[0].map((_, j) => `dim ${j + 1}`), values: O, className: "fd-output",
       })));
     const focus = P.map((row, i) => {
-      const j = row.indexOf(Math.max(...row));
-      return `“${state.tokens[i]}” → “${state.tokens[j]}” (${fmt(row[j], 2)})`;
+      // keys whose weight equals the row's largest (to rounding): a tie names them all, not the first
+      const top = Math.max(...row);
+      const keys = row.flatMap((w, j) => (top - w <= 1e-9 * top ? [`“${state.tokens[j]}”`] : []));
+      const each = keys.length > 1 ? " each" : "";
+      return `“${state.tokens[i]}” → ${keys.join(" = ")} (${fmt(top, 2)}${each})`;
     });
     summary.textContent = `Strongest weight per query: ${focus.join(", ")}.`;
     root.flashdocState = {
