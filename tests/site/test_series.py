@@ -90,3 +90,31 @@ def test_newest_first_lists_run_the_series_backwards(built_site):
         parts = [int(n) for n in re.findall(r"Part (\d+):", newest_first)]
         parts = list(dict.fromkeys(parts))  # a title and its description may both name the part
         assert parts == sorted(parts, reverse=True) and parts[-1] == 1, (page, parts)
+
+
+def test_a_phone_reader_can_jump_within_a_post(page, built_site):
+    """Below 60em the theme hides a post's table of contents and its drawer holds only the blog's archive and
+    categories: javascripts/post-toc.js adds the post's sections there, one entry per heading of the right-hand
+    contents, and following one closes the drawer at that section. At desktop width the copy stays hidden."""
+    (html,) = built_site.glob("blog/*/*/*/decoding/index.html")
+    url = page.site_url + html.parent.relative_to(built_site).as_posix() + "/"
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(url)
+    headings = page.locator(".md-sidebar--secondary .md-nav--secondary a.md-nav__link")
+    entries = page.locator(".md-nav--primary .fd-post-toc a.md-nav__link")
+    assert entries.count() == headings.count() > 5
+
+    def names(links):
+        return [" ".join(text.split()) for text in links.all_text_contents()]
+
+    assert names(entries) == names(headings)
+    page.locator("label.md-header__button[for='__drawer']").click()
+    page.locator(".fd-post-toc__title").wait_for()
+    target = entries.filter(has_text="Paged KV caches and block tables")
+    target.click()
+    page.wait_for_function("() => !document.getElementById('__drawer').checked")
+    assert page.url.endswith("#paged-kv-caches-and-block-tables")
+    heading = page.locator("#paged-kv-caches-and-block-tables").bounding_box()
+    assert 0 <= heading["y"] < 200, heading  # scrolled to it, under the header
+    page.set_viewport_size({"width": 1280, "height": 900})
+    assert not page.locator(".fd-post-toc__title").is_visible()
