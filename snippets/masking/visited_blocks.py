@@ -9,7 +9,6 @@ else is skipped without being loaded.
 
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 
 from flashdoc.kernels.mask import block_ranges
 
@@ -65,10 +64,10 @@ fig.legend(
 )
 fig.tight_layout(rect=(0, 0.1, 1, 0.97))
 fig.savefig("visited_blocks.png", dpi=120)
-torch.set_printoptions(linewidth=120)
-print(
-    "\nkey_block_range for the sliding window, first 6 tiles "
-    "(lo, full_lo, full_hi, hi):"
-)
 window = masks["sliding window (256, 0)"]
-print(block_ranges(seqlen, seqlen, block_m, block_n, **window)[:6])
+ranges = block_ranges(seqlen, seqlen, block_m, block_n, **window)[:6].tolist()
+print("\n`key_block_range` for the sliding window, first 6 query tiles (keys):\n")
+print("| query tile | lo | full_lo | full_hi | hi |")
+print("|---|---|---|---|---|")
+for tile, (lo, full_lo, full_hi, hi) in enumerate(ranges):
+    print(f"| {tile} | {lo} | {full_lo} | {full_hi} | {hi} |")

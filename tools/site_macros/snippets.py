@@ -151,12 +151,13 @@ def register(env):
         return f"{block}\n{caption_html}\n"
 
     @env.macro
-    def output(name, file="stdout.txt", title="Output"):
-        """A recorded output of ``snippets/<name>.py``: text in a block, markdown tables inline."""
+    def output(name, file="stdout.txt", title="Output", markdown=False):
+        """A recorded output of ``snippets/<name>.py``: text in a block, markdown inline (a ``.md`` file, or
+        ``markdown=True`` for a snippet that prints markdown tables)."""
         snip = snippet(name)
         path = snip.recorded_file(file)
         rel = path.relative_to(ROOT).as_posix()  # pymdownx.snippets resolves paths from the project root
-        if file.endswith(".md"):
+        if file.endswith(".md") or markdown:
             body = f'--8<-- "{rel}"'
         else:
             body = f'```text title="{title}"\n--8<-- "{rel}"\n```'
