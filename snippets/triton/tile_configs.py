@@ -49,6 +49,20 @@ write(
     rows,
 )
 
+
+# BLOCK_M and BLOCK_N mean different things in each kernel: the dK/dV programs own
+# their keys and stream query tiles, dQ's own query rows and stream key tiles.
+def tiles(kernel, head_dim, m, n):
+    """(query rows, keys) of one config, as words."""
+    if kernel == "dQ":
+        return f"{m} per consumer", f"{n} per streamed tile"
+    wide = head_dim > backward_hopper.MAX_NARROW_HEAD_DIM  # both consumers share keys
+    return (
+        f"{m} per streamed tile",
+        f"{n} {'shared by both' if wide else 'per consumer'}",
+    )
+
+
 rows = []
 for kernel, table in [
     ("dK/dV", backward_hopper.HOPPER_DKDV_CONFIGS),
@@ -56,12 +70,14 @@ for kernel, table in [
     ("fused dK, dV, dQ", backward_hopper.FUSED_DQ_CONFIGS),
 ]:
     for (hd, causal), (m, n, stages, consumers) in table.items():
+        rows_, keys = tiles(kernel, hd, m, n)
         rows.append(
-            f"| {kernel} | {hd} | {yes(causal)} | {m} | {n} | {stages} | {consumers} |"
+            f"| {kernel} | {hd} | {yes(causal)} | {rows_} | {keys} | {stages} "
+            f"| {consumers} |"
         )
 write(
     "hopper_backward.md",
-    "| kernel | head dim | causal | BLOCK_M | BLOCK_N | ring slots | consumers |",
+    "| kernel | head dim | causal | query rows | keys | ring slots | consumers |",
     rows,
 )
 ((key, tokens),) = backward_hopper.FUSED_DQ_MIN_SEQLEN.items()

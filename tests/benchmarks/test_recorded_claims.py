@@ -972,11 +972,13 @@ def test_recording_backs_the_hopper_backward_tables(results):
     assert every - keys["dK/dV"] == every - keys["dQ"] == {("64", "no")}, keys
     assert ("64", "no") in keys["fused dK, dV, dQ"], keys
     for r in backward:
-        assert (r["BLOCK_M"], r["ring slots"], r["consumers"]) == ("64", "2", "2"), r
-        if r["kernel"] == "dK/dV":
-            assert r["BLOCK_N"] == "64", r  # per consumer at 64 and 128 (128 a program), per program at 256
+        assert (number(r["query rows"]), r["ring slots"], r["consumers"]) == (64, "2", "2"), r
+        if r["kernel"] == "dK/dV":  # per consumer at 64 and 128 (128 a program), shared by both at 256
+            wide = r["head dim"] == "256"
+            assert r["keys"] == ("64 shared by both" if wide else "64 per consumer"), r
+            assert r["query rows"] == "64 per streamed tile", r
         if r["kernel"] == "dQ":
-            assert r["BLOCK_N"] == ("32" if r["head dim"] == "256" else "128"), r
+            assert r["keys"] == ("32" if r["head dim"] == "256" else "128") + " per streamed tile", r
 
 
 def test_recording_backs_the_step_profile_reading(post):
