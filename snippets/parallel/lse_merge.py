@@ -31,7 +31,10 @@ def worked_example():
         out_s * w.transpose(1, 2)[..., None] for (out_s, _), w in zip(parts, weights)
     )
     # --8<-- [end:merge]
-    lines = ["| keys | lse of the shard | weight exp(lse_s - lse) |", "|---|---|---|"]
+    lines = [
+        "| keys | lse of the shard | its weight, exp(lse of the shard - lse of all) |",
+        "|---|---|---|",
+    ]
     for s, ((_, lse_s), w) in enumerate(zip(parts, weights)):
         keys = f"{s * N // W} to {(s + 1) * N // W - 1}"
         lines.append(f"| {keys} | {lse_s[0, 0, 0]:.4f} | {w[0, 0, 0]:.4f} |")

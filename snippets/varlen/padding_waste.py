@@ -41,7 +41,7 @@ def wasted(lengths):
 g = torch.Generator().manual_seed(0)
 rows = [
     "| batch size | tokens wasted (median) | attention FLOPs wasted (median) "
-    "| (10th - 90th percentile) |",
+    "| attention FLOPs wasted (10th - 90th percentile) |",
     "|---|---|---|---|",
 ]
 medians = {}
