@@ -115,24 +115,27 @@ def test_every_page_loads_cleanly(page, built_site):
 SNIPPET_COLUMNS = int(re.search(r"^line-length = (\d+)", (ROOT / "snippets/ruff.toml").read_text(), re.M).group(1))
 
 
+def found_on_every_page(page, site: Path, script: str, arg=None) -> list[str]:
+    """Open every page (its folded blocks too) and collect what ``script`` returns there, as 'page: item'."""
+    found = []
+    for rel in visit_pages(page, site):
+        page.evaluate('() => document.querySelectorAll("details").forEach(d => { d.open = true; })')
+        found += [f"{rel}: {item}" for item in page.evaluate(script, arg)]
+    return found
+
+
 def test_snippet_code_fits_its_block_at_1280_px(page, built_site):
     """Every snippet block whose lines keep to the snippets' column limit shows them whole, without a
     horizontal scroll bar, in the fixture's 1280 px window (folded blocks opened first)."""
-    scrolled = []
-    for rel in visit_pages(page, built_site):
-        scrolled += [
-            f"{rel}: {name}"
-            for name in page.evaluate(
-                """columns => {
-                    document.querySelectorAll("details").forEach(d => { d.open = true; });
-                    return [...document.querySelectorAll(".fd-program pre > code")]
-                        .filter(c => Math.max(...c.innerText.split("\\n").map(l => l.length)) <= columns)
-                        .filter(c => c.scrollWidth > c.clientWidth)
-                        .map(c => c.closest(".fd-program").dataset.snippet);
-                }""",
-                SNIPPET_COLUMNS,
-            )
-        ]
+    scrolled = found_on_every_page(
+        page,
+        built_site,
+        """columns => [...document.querySelectorAll(".fd-program pre > code")]
+            .filter(c => Math.max(...c.innerText.split("\\n").map(l => l.length)) <= columns)
+            .filter(c => c.scrollWidth > c.clientWidth)
+            .map(c => c.closest(".fd-program").dataset.snippet)""",
+        SNIPPET_COLUMNS,
+    )
     assert not scrolled, f"these scroll at 1280 px though their lines keep to {SNIPPET_COLUMNS} columns: {scrolled}"
 
 
@@ -140,19 +143,13 @@ def test_display_math_fits_its_column_at_1280_px(page, built_site):
     """Every display equation shows whole in the fixture's 1280 px window: the box scrolls sideways, but an
     overlay scrollbar stays hidden until scrolled, so an equation wider than the column reads as cut off (break
     it over lines with ``gathered`` or ``aligned``)."""
-    wide = []
-    for rel in visit_pages(page, built_site):
-        wide += [
-            f"{rel}: {text}"
-            for text in page.evaluate(
-                """() => {
-                    document.querySelectorAll("details").forEach(d => { d.open = true; });
-                    return [...document.querySelectorAll("div.arithmatex")]
-                        .filter(m => m.scrollWidth > m.clientWidth + 1)
-                        .map(m => m.querySelector("annotation")?.textContent.slice(0, 60) ?? "");
-                }"""
-            )
-        ]
+    wide = found_on_every_page(
+        page,
+        built_site,
+        """() => [...document.querySelectorAll("div.arithmatex")]
+            .filter(m => m.scrollWidth > m.clientWidth + 1)
+            .map(m => m.querySelector("annotation")?.textContent.slice(0, 60) ?? "")""",
+    )
     assert not wide, f"display equations wider than their column at 1280 px: {wide}"
 
 
