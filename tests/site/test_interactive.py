@@ -386,3 +386,8 @@ def test_widgets_fit_a_phone_screen(page):
             assert box.bounding_box()["width"] <= 390
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             box.screenshot(path=str(SCREENSHOTS / f"phone-{selector[4:]}-{i}.png"))
+    # The stepper's buttons stick under the header as the reader scrolls: one row of them, not two.
+    page.goto(page.site_url + "interactive/tile-stepper/")
+    page.locator(".fd-tile-stepper" + READY).first.wait_for()
+    tops = {round(b.bounding_box()["y"]) for b in page.locator(".fd-stepper__nav").first.locator("button").all()}
+    assert len(tops) == 1, f"the stepper's buttons wrap onto {len(tops)} rows at 390 px"
