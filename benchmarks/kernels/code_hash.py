@@ -283,6 +283,10 @@ VARIANTS = {
     "softcap": (False, dict(SOFTCAP=True)),
     "causal softcap": (True, dict(SOFTCAP=True)),
     "window softcap": (True, dict(IS_LOCAL=True, SOFTCAP=True)),
+    # the forward's softcap without a running max (``mask.bounded_exponent``: bf16); the backward has none
+    "softcap bounded": (False, dict(SOFTCAP=True, BOUNDED_EXPONENT=True)),
+    "causal softcap bounded": (True, dict(SOFTCAP=True, BOUNDED_EXPONENT=True)),
+    "window softcap bounded": (True, dict(IS_LOCAL=True, SOFTCAP=True, BOUNDED_EXPONENT=True)),
 }
 
 
@@ -292,9 +296,11 @@ def variant_kernels():
     pick."""
     for name, (causal, extra) in VARIANTS.items():
         for d, tab_causal in fh.HOPPER_CONFIGS:
-            if tab_causal == causal:
+            if tab_causal == causal and (d >= fh.BOUNDED_MIN_HEAD_DIM or "BOUNDED_EXPONENT" not in extra):
                 config = fh.table_config((d, tab_causal), "IS_LOCAL" in extra)
                 yield f"fwd  d={d} {name}", partial(compile_forward, d, causal, config, **extra)
+        if "BOUNDED_EXPONENT" in extra:
+            continue
         for (d, tab_causal), (bm, bn, stages, consumers) in bh.HOPPER_DKDV_CONFIGS.items():
             if tab_causal != causal:
                 continue

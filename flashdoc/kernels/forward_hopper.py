@@ -51,6 +51,7 @@ from . import cdiv, gluon_support
 from .common import find_item
 from .hopper_common import GLUON, consumers_of, descriptor, mask, plan_options, rows_descriptor  # noqa: F401 (re-exported)
 from .launch import aligned, device_index, distinct, gluon_plan, layout, plan_cache, planned
+from .mask import EXPONENT_HEADROOM, bounded_exponent
 
 # FLASHDOC_HOPPER=0 keeps every forward and backward on the portable kernels (for comparisons and debugging).
 ENABLED = switch("FLASHDOC_HOPPER")
@@ -86,6 +87,16 @@ WINDOW_CONFIGS = {
 # shared memory that the key/value ring needs.
 MAX_SEPARATE_O_HEAD_DIM = 128
 # --8<-- [end:hopper_configs]
+# Softcap's fixed row max (``mask.bounded_exponent``) drops the running max and the accumulator's rescaling: on the
+# H200 (benchmarks/kernels/softcap_bound.py) the bf16 softcap forward went from 0.79x to 0.96x the call without
+# softcap at d = 128 (0.85x to 0.92x causal) and from 0.94x to 1.04x at d = 256, but from 0.73x to 0.66x at
+# d = 64 without the mask, where the tanh and the exponential, not the products, bound the loop.
+BOUNDED_MIN_HEAD_DIM = 128
+
+
+def bounded(head_dim: int, softcap: float, dtype: torch.dtype) -> bool:
+    """The forward's BOUNDED_EXPONENT: the fixed row max where it is exact and pays."""
+    return head_dim >= BOUNDED_MIN_HEAD_DIM and bounded_exponent(softcap, dtype)
 
 
 @functools.cache
@@ -507,10 +518,13 @@ if GLUON:
         s_layout: gl.constexpr,
         p_layout: gl.constexpr,
         row_o: gl.constexpr,
+        BOUNDED: gl.constexpr = False,
     ):
         """``forward._attn_fwd_inner`` for one consumer warpgroup: key/value tiles [lo, hi) from the ring, whose
         tile 0 is the ring's kv_it-th. The scores go through ``Scores``: capped (``_scores``), then, in the
-        MASKED tiles, masked by the core's band (``mask_scores``)."""
+        MASKED tiles, masked by the core's band (``mask_scores``). BOUNDED (softcap, ``mask.bounded_exponent``):
+        m_i is a fixed offset the capped exponents cannot outgrow, so there is no running max to keep and the
+        accumulator is never rescaled."""
         k_smem, v_smem, k_ready, v_ready, kv_empty = ring.a, ring.b, ring.a_ready, ring.b_ready, ring.empty
         qk_scale = scores.qk_scale
         dtype: gl.constexpr = k_smem.dtype
@@ -544,28 +558,35 @@ if GLUON:
                     scores.IS_CAUSAL,
                     scores.IS_LOCAL,
                 )
-            m_ij = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
-            if MASKED:
-                m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
-            p = gl.exp2(qk * qk_scale - m_ij[:, None])
-            alpha = gl.exp2(m_i - m_ij)
-            l_i = l_i * alpha + gl.sum(p, 1)
-            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+            if BOUNDED:
+                p = gl.exp2(qk * qk_scale - m_i[:, None])
+                l_i = l_i + gl.sum(p, 1)
+            else:
+                m_ij = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
+                if MASKED:
+                    m_ij = gl.where(m_ij == float("-inf"), 0.0, m_ij)
+                p = gl.exp2(qk * qk_scale - m_ij[:, None])
+                alpha = gl.exp2(m_i - m_ij)
+                l_i = l_i * alpha + gl.sum(p, 1)
+                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+                m_i = m_ij
             # the probabilities feed the next product from registers, as its A operand
             p = gl.convert_layout(p.to(dtype), p_layout)
             mbarrier.wait(v_ready.index(s), phase)
             acc = warpgroup_mma(p, v_smem.index(s).reshape([BLOCK_N, BLOCK_D]), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(kv_empty.index(s), count=1)  # one arrival per warpgroup: this stage may be refilled
-            m_i = m_ij
         return acc, l_i, m_i
 
     # --8<-- [end:hopper_consume]
 
     @gluon.jit
-    def _consumer(o_desc, LSE, queries, ring, work, scores, SUB: gl.constexpr, O_IN_Q: gl.constexpr):
+    def _consumer(
+        o_desc, LSE, queries, ring, work, scores, SUB: gl.constexpr, O_IN_Q: gl.constexpr, BOUNDED: gl.constexpr
+    ):
         """Consumer warpgroup SUB: rows row0 + SUB * BLOCK_M + [0, BLOCK_M) of each work item's query tile. With
-        O_IN_Q, queries.o is queries.q: the output goes out through the query tile, which is released only then."""
+        O_IN_Q, queries.o is queries.q: the output goes out through the query tile, which is released only then.
+        BOUNDED: ``_consume``'s, with m_i fixed at ``mask.bounded_exponent``'s offset."""
         q_smem, o_smem, item_smem, q_ready, q_empty = queries.q, queries.o, queries.item, queries.ready, queries.empty
         k_smem, k_ready, kv_empty = ring.a, ring.a_ready, ring.empty
         total, n_heads, group_size = work.total, work.n_heads, work.group_size
@@ -632,7 +653,10 @@ if GLUON:
                 skipped = False
             q = q_smem.index(SUB).reshape([BLOCK_M, BLOCK_D])  # from the descriptor's (1, BLOCK_M, 1, BLOCK_D) tile
             offs_m = first + gl.arange(0, BLOCK_M, layout=row_s)
-            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
+            if BOUNDED:
+                m_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=row_s) + (scores.qk_scale - EXPONENT_HEADROOM)
+            else:
+                m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
             l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
             acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)
             if IS_LOCAL:
@@ -663,6 +687,7 @@ if GLUON:
                     s_layout,
                     p_layout,
                     row_o,
+                    BOUNDED,
                 )
             else:
                 kv_base = kv_it
@@ -682,6 +707,7 @@ if GLUON:
                 s_layout,
                 p_layout,
                 row_o,
+                BOUNDED,
             )
             acc, l_i, m_i = _consume(
                 acc,
@@ -699,6 +725,7 @@ if GLUON:
                 s_layout,
                 p_layout,
                 row_o,
+                BOUNDED,
             )
             if VARLEN:  # (before the producer may publish the next item)
                 q_start, seqlen_q = _read_rows(item_smem)
@@ -810,6 +837,7 @@ if GLUON:
         IS_LOCAL: gl.constexpr = False,
         SOFTCAP: gl.constexpr = False,
         VARLEN: gl.constexpr = False,
+        BOUNDED_EXPONENT: gl.constexpr = False,
     ):
         """Work items: ``total`` tiles of N_CONSUMERS * BLOCK_M query rows (``n_tiles`` per (batch, head)), claimed
         one at a time through COUNTER (an int32 zero): one per program, or, on a persistent grid of one program per
@@ -859,8 +887,8 @@ if GLUON:
             gl.warp_specialize(
                 [
                     (_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section)),
-                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q)),
-                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q)),
+                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q, BOUNDED_EXPONENT)),
+                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q, BOUNDED_EXPONENT)),
                 ],
                 [4, 4],
                 [240, 240],
@@ -869,9 +897,9 @@ if GLUON:
             gl.warp_specialize(
                 [
                     (_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section)),
-                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q)),
-                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q)),
-                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 2, O_IN_Q)),
+                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 0, O_IN_Q, BOUNDED_EXPONENT)),
+                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 1, O_IN_Q, BOUNDED_EXPONENT)),
+                    (_consumer, (o_desc, LSE, queries, ring, work, scores, 2, O_IN_Q, BOUNDED_EXPONENT)),
                 ],
                 [4, 4, 4],
                 [160, 160, 160],
@@ -968,6 +996,7 @@ def _plan(objects, softmax_scale, causal, bottom_right, config, window_size, sof
             STAGES=stages,
             N_CONSUMERS=consumers,
             O_IN_Q=head_dim > MAX_SEPARATE_O_HEAD_DIM,
+            BOUNDED_EXPONENT=bounded(head_dim, softcap, q.dtype),
         ),
         4,
         objects,

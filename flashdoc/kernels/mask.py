@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from . import INTERPRET, cdiv
+from . import INTERPRET, LOG2E, cdiv
 from .launch import aligned, layout, on_device
 
 _INTERPRETED: tl.constexpr = tl.constexpr(INTERPRET)
@@ -347,6 +347,22 @@ def softcap_grad(capped, cap_in):
 
 
 # --8<-- [end:softcap]
+
+# A capped score's exponent is bounded: with t = tanh(...) in [-1, 1] it is t * C, C = softcap * log2(e). So the
+# online softmax's running row max can be a constant, m = C - EXPONENT_HEADROOM, that no exponent outgrows: every
+# probability 2^(t C - m) lies in [2^(HEADROOM - 2C), 2^HEADROOM], and the accumulator is never rescaled. That
+# needs the whole range in normal floating point: an fp32 sum, and P in bf16, which has fp32's exponent range
+# (fp16's stops at 2^16), down to 2^-126, so 2C <= 126 + HEADROOM (softcap up to about 65; Gemma 2 uses 50). The
+# sums stay finite while keys * |v| < 2^64.
+EXPONENT_HEADROOM: tl.constexpr = tl.constexpr(64.0)
+_MIN_NORMAL_EXPONENT = -126.0
+
+
+def bounded_exponent(softcap: float, dtype: torch.dtype) -> bool:
+    """Whether a softcapped forward in ``dtype`` may fix its row max at softcap * log2(e) - EXPONENT_HEADROOM
+    instead of keeping a running one (the Hopper forward's BOUNDED_EXPONENT)."""
+    cap = softcap * LOG2E
+    return softcap > 0 and dtype == torch.bfloat16 and EXPONENT_HEADROOM.value - 2 * cap >= _MIN_NORMAL_EXPONENT
 
 
 # --8<-- [start:mod_scores]

@@ -812,6 +812,7 @@ def _hopper_plan(objects, band: Band, softmax_scale: float, variant: Variant, co
             N_CONSUMERS=consumers,
             O_IN_Q=head_dim > forward_hopper.MAX_SEPARATE_O_HEAD_DIM,
             VARLEN=True,
+            BOUNDED_EXPONENT=forward_hopper.bounded(head_dim, variant.softcap, q.dtype),
         ),
         4,
         objects,

@@ -236,6 +236,60 @@ def test_gpu_hopper_backward_variants(causal, window_size, softcap, head_dim, dt
     assert not misses, " | ".join(misses)
 
 
+def test_bounded_exponent_only_where_every_probability_stays_normal():
+    """The forward fixes its row max for softcap only in bf16 (P keeps fp32's exponent range; fp16's tops out at
+    65504) and only while the smallest probability, 2^(64 - 2 softcap log2(e)), is a normal float: up to a
+    softcap of about 65."""
+    from flashdoc.kernels.mask import bounded_exponent
+
+    assert bounded_exponent(50.0, torch.bfloat16) and bounded_exponent(1.0, torch.bfloat16)
+    assert bounded_exponent(65.0, torch.bfloat16) and not bounded_exponent(66.0, torch.bfloat16)
+    assert not bounded_exponent(50.0, torch.float16) and not bounded_exponent(0.0, torch.bfloat16)
+    # and where it pays: not at d = 64, whose loop the tanh and the exponential bound
+    from flashdoc.kernels import forward_hopper as fh
+
+    assert fh.bounded(128, 50.0, torch.bfloat16) and fh.bounded(256, 50.0, torch.bfloat16)
+    assert not fh.bounded(64, 50.0, torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
+@pytest.mark.parametrize("softcap", [50.0, 65.0])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_hopper_forward_softcap_at_the_edges_of_the_cap(softcap, causal):
+    """Rows whose scores all sit at the cap's bottom (-softcap) and rows at its top, in one call: with the row max
+    fixed (bf16, ``mask.bounded_exponent``) their probabilities are the bound's smallest and largest. Output by
+    flash-attn's rule against the oracle, LSE to 1e-3."""
+    from flashdoc.kernels import forward_hopper as fh
+    from flashdoc.kernels.launch import on_device
+    from flashdoc.kernels.mask import bounded_exponent
+
+    assert bounded_exponent(softcap, torch.bfloat16)
+    batch, seqlen, heads, d = 2, 300, 2, 128
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    k = 1.0 + 0.05 * torch.randn(batch, seqlen, heads, d, device="cuda", generator=gen)
+    # scores of about +-40 softcaps: every tanh is within bf16's rounding of -1 (even rows) or 1 (odd rows)
+    sign = torch.where(torch.arange(seqlen, device="cuda") % 2 == 0, -1.0, 1.0)[None, :, None, None]
+    q = (
+        sign
+        * 40
+        * softcap
+        * d**-0.5
+        * (1.0 + 0.05 * torch.randn(batch, seqlen, heads, d, device="cuda", generator=gen))
+    )
+    q, k = q.to(torch.bfloat16), k.to(torch.bfloat16)
+    v = torch.randn(batch, seqlen, heads, d, device="cuda", generator=gen).to(torch.bfloat16)
+    scale = d**-0.5
+    out_ref, lse_ref = reference(q, k, v, scale, causal, (-1, -1), softcap, True)
+    out_pt, _ = reference(q, k, v, scale, causal, (-1, -1), softcap, True, torch.bfloat16)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((batch, heads, seqlen), float("nan"), device="cuda")
+    with on_device(q.device):
+        fh.attn_fwd_hopper(q, k, v, out, lse, scale, causal, True, softcap=softcap)
+    assert_close_like_flash_attn("out", out, out_ref, out_pt, torch.bfloat16)
+    torch.testing.assert_close(lse, lse_ref.float(), atol=1e-3, rtol=1e-4)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
 def test_gpu_hopper_supports_the_variants_it_has():
