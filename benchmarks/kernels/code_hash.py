@@ -25,7 +25,8 @@ entries), with the integer arguments Triton specialises on taken as multiples of
 ``--decode`` compiles the split-KV decode kernel under every entry of its tables (``decode.DECODE_CONFIGS`` and
 ``TUNED_CONFIGS``), for a contiguous cache and for pages of each tuned size, of 48 rows (dividing no tile) and
 of 256 (holding several tiles), with and without splits, at a decode step's shape (4 query heads a KV head, one
-query). A comma-separated MATCH after ``--portable`` or ``--decode`` keeps the labels that contain every part
+query); then the split kernel with every variant at once, the merge and the append kernel. A comma-separated
+MATCH after ``--portable`` or ``--decode`` keeps the labels that contain every part
 (``--decode d=128,page=16``).
 
 ``--variants`` compiles the sliding-window and softcap kernels too (their compile errors, registers and spills
@@ -68,8 +69,9 @@ POINTERS = {
     "CACHE_LEFTPAD": "*i32",
     "O_PART": "*fp32",
     "LSE_PART": "*fp32",
+    "SLOPES": "*fp32",
 }
-FLOATS = {"qk_scale", "softmax_scale", "softcap_scale"}
+FLOATS = {"qk_scale", "softmax_scale", "softcap_scale", "cap_in", "cap_out"}
 QUERY_ROWS = ("q_desc", "do_desc", "o_desc", "dq_desc")  # tiles of query rows; the other descriptors hold keys
 ROWS = ("LSE2", "DELTA")  # the dK/dV kernels' LSE and delta: ``forward_hopper.rows_descriptor``s
 # the portable kernels' variant arguments (mask.VariantArgs), None (compiled as constants) without their features
@@ -346,10 +348,11 @@ def variant_kernels():
                 )
 
 
-def compile_portable(kernel, config, descriptors, constants, float32: bool):
+def compile_portable(kernel, config, descriptors, constants, float32: bool, runtime=()):
     """A portable (``tl``) kernel compiled for sm_90 under one ``triton.Config``: descriptors (name: rows
     meta-parameter) as 4-D ``head_tiles`` descriptors, pointers (``*bf16``/``*fp32``; LSE-like rows fp32), the
-    scales fp32, other integers i32, those the kernel specialises taken divisible by 16."""
+    scales fp32, other integers i32, those the kernel specialises taken divisible by 16. The variants' arguments
+    are None unless named in ``runtime``."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -357,7 +360,7 @@ def compile_portable(kernel, config, descriptors, constants, float32: bool):
     meta = {**constexpr_defaults(kernel), **constants, **config.kwargs}
     sig, attrs = {}, {}
     for i, name in enumerate(kernel.arg_names):
-        if name in meta or name in VARIANT_ARGS:  # the variants' arguments are None without their features
+        if name in meta or (name in VARIANT_ARGS and name not in runtime):  # None without their features
             sig[name] = "constexpr"
             meta.setdefault(name, None)
         elif name in descriptors:
@@ -447,6 +450,63 @@ def decode_kernels(match=""):
                 )
                 if all(part in name for part in match.split(",")):
                     yield name, compile_portable(dk._split_kv, tconfig, {}, constants, float32=False)
+    for name, kernel, tconfig, constants, runtime in _decode_others(dk, block_m):
+        if all(part in name for part in match.split(",")):
+            yield name, compile_portable(kernel, tconfig, {}, constants, float32=False, runtime=runtime)
+
+
+def _decode_others(dk, block_m):
+    """(label, kernel, config, constexprs, runtime variant arguments) of the decode kernels besides the tables'
+    entries: the split-KV kernel with every variant at once over pages of 16, the merge, and the append kernel
+    (contiguous, paged with interleaved rotary, contiguous with GPT-NeoX rotary)."""
+    every = dict(IS_CAUSAL=True, IS_LOCAL=True, SOFTCAP=True, ALIBI=True, HAS_LEFTPAD=True)
+    yield (
+        "decode d=128 page=16 window softcap alibi leftpad split n64 w4 s5",
+        dk._split_kv,
+        triton.Config({"BLOCK_N": 64}, num_warps=4, num_stages=5),
+        dict(
+            HEAD_DIM=128,
+            BLOCK_D=128,
+            BLOCK_M=block_m,
+            GROUP=DECODE_GROUP,
+            PAGED=True,
+            PAGE_SIZE=16,
+            HAS_BATCH_IDX=False,
+            SEQLENS_TENSOR=True,
+            SPLIT=True,
+            DOT_PRECISION="tf32",
+            **every,
+        ),
+        ("cap_in", "cap_out", "SLOPES"),
+    )
+    yield (
+        "merge d=128",
+        dk._merge_splits,
+        triton.Config({}, num_warps=4, num_stages=2),
+        dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=32, CHUNK=16),
+        (),
+    )
+    for paged, rotary, interleaved in ((False, False, False), (True, True, True), (False, True, False)):
+        yield (
+            f"append d=128 {'page=64' if paged else 'contiguous'} rotary={rotary} interleaved={interleaved}",
+            dk._append_kv,
+            triton.Config({}, num_warps=4, num_stages=1),
+            dict(
+                HEAD_DIM=128,
+                BLOCK_D=128,
+                BLOCK_H=32,
+                BLOCK_HK=8,
+                PAGED=paged,
+                PAGE_SIZE=64 if paged else 0,
+                HAS_BATCH_IDX=not paged,
+                SEQLENS_TENSOR=True,
+                APPEND=True,
+                ROTARY=rotary,
+                INTERLEAVED=interleaved,
+                Q_POS_PER_ROW=True,
+            ),
+            (),
+        )
 
 
 if __name__ == "__main__":
