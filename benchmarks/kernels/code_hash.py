@@ -427,22 +427,7 @@ def decode_kernels(match=""):
         for page in (0, *pages):
             config = dk.table_config(d, page, fills)
             for split in (False, True):
-                constants = dict(
-                    HEAD_DIM=d,
-                    BLOCK_D=d,
-                    BLOCK_M=block_m,
-                    GROUP=DECODE_GROUP,
-                    PAGED=page > 0,
-                    PAGE_SIZE=page,
-                    HAS_BATCH_IDX=False,
-                    SEQLENS_TENSOR=True,
-                    IS_CAUSAL=False,
-                    IS_LOCAL=False,
-                    SOFTCAP=False,
-                    ALIBI=False,
-                    SPLIT=split,
-                    DOT_PRECISION="tf32",
-                )
+                constants = _split_constants(d, block_m, page, split)
                 tconfig = config.triton_config(paged=page > 0)  # a paged cache's stages include the lookups'
                 name = (
                     f"decode d={d} {'fills' if fills else 'splits'} {f'page={page}' if page else 'contiguous'} "
@@ -455,6 +440,26 @@ def decode_kernels(match=""):
             yield name, compile_portable(kernel, tconfig, {}, constants, float32=False, runtime=runtime)
 
 
+def _split_constants(d, block_m, page, split):
+    """The split-KV kernel's constexprs at a decode step's shape in bf16, without variants; page 0: contiguous."""
+    return dict(
+        HEAD_DIM=d,
+        BLOCK_D=d,
+        BLOCK_M=block_m,
+        GROUP=DECODE_GROUP,
+        PAGED=page > 0,
+        PAGE_SIZE=page,
+        HAS_BATCH_IDX=False,
+        SEQLENS_TENSOR=True,
+        IS_CAUSAL=False,
+        IS_LOCAL=False,
+        SOFTCAP=False,
+        ALIBI=False,
+        SPLIT=split,
+        DOT_PRECISION="tf32",
+    )
+
+
 def _decode_others(dk, block_m):
     """(label, kernel, config, constexprs, runtime variant arguments) of the decode kernels besides the tables'
     entries: the split-KV kernel with every variant at once over pages of 16, the merge, and the append kernel
@@ -464,19 +469,7 @@ def _decode_others(dk, block_m):
         "decode d=128 page=16 window softcap alibi leftpad split n64 w4 s5",
         dk._split_kv,
         triton.Config({"BLOCK_N": 64}, num_warps=4, num_stages=5),
-        dict(
-            HEAD_DIM=128,
-            BLOCK_D=128,
-            BLOCK_M=block_m,
-            GROUP=DECODE_GROUP,
-            PAGED=True,
-            PAGE_SIZE=16,
-            HAS_BATCH_IDX=False,
-            SEQLENS_TENSOR=True,
-            SPLIT=True,
-            DOT_PRECISION="tf32",
-            **every,
-        ),
+        {**_split_constants(128, block_m, 16, True), **every},
         ("cap_in", "cap_out", "SLOPES"),
     )
     yield (
