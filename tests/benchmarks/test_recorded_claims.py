@@ -582,15 +582,14 @@ def test_recording_backs_the_variant_costs():
     assert row(flex, "fwd")["met"] and row(flex, "fwd_bwd")["met"]
     softcap = "softcap / the same call without"
     claim(post, f'Softcap\'s forward runs at {{{{ variant_ratio("{softcap}", "fwd", causal=False) }}}} the rate')
-    claim(post, f'{{{{ variant_ratio("{softcap}", "fwd", causal=True) }}}} under the causal mask, both short of 0.9×.')
-    assert not row(softcap, "fwd", causal=False)["met"] and not row(softcap, "fwd", causal=True)["met"]
+    claim(post, f'{{{{ variant_ratio("{softcap}", "fwd", causal=True) }}}} under the causal mask, so that claim holds.')
+    assert row(softcap, "fwd", causal=False)["met"] and row(softcap, "fwd", causal=True)["met"]
     claim(post, f'the ratios are {{{{ variant_ratio("{softcap}", "fwd_bwd", "ratios", causal=False) }}}}')
-    claim(post, "so the cap weighs no")
-    claim(post, "more on the whole step than on the forward, with the mask or without it.")
-    for causal in (False, True):  # the cap's cost on a forward + backward is no more than on the forward
+    claim(post, "so there the cap costs more than in the forward.")
+    for causal in (False, True):  # the cap's cost on a forward + backward is more than on the forward
         step = row(softcap, "fwd_bwd", "ratios", causal=causal)["ratio"]
         forward = row(softcap, "fwd", causal=causal)["ratio"]
-        assert step >= forward, (causal, step, forward)
+        assert step < forward, (causal, step, forward)
     alibi = "ALiBi / FlexAttention's score_mod"
     claim(post, f'flashdoc\'s is {{{{ variant_ratio("{alibi}", "fwd") }}}} as fast in the forward')
     assert row(alibi, "fwd")["met"] and row(alibi, "fwd_bwd")["met"]
