@@ -844,7 +844,8 @@ if GLUON:
         SM, as many as each program gets through, the producer loading an item's queries and first keys while the
         consumers finish the one before; causal ones in sections of ``section`` (batch, head) pairs
         (``_causal_item``). q/k/v/o_desc: ``descriptors``. The mask and the score change: ``Scores`` (IS_LOCAL, a
-        sliding window's left edge, comes with IS_CAUSAL: ``hopper_common.mask``).
+        sliding window's left edge, comes with IS_CAUSAL: ``hopper_common.mask``); BOUNDED_EXPONENT, softcap's
+        fixed row max (``bounded``).
 
         VARLEN: packed sequences (``varlen.varlen_fwd_hopper``, ``Packed``): the descriptors are
         ``hopper_common.packed_descriptor``s, ``total`` bounds the items, right_offset and left_offset are the
