@@ -489,18 +489,20 @@ def test_recording_backs_the_decode_roofline_reading():
         slowest = min(readings.decode_paged_methods(), key=lambda m: rows[point + (m,)]["graph_tbps"])
         separated.append(max(round_tbps(point, slowest)) < min(round_tbps(point, "flashdoc")))
     assert sum(separated) > len(separated) / 2, separated
-    host_bound = set(readings.HOST_BOUND_POINTS)
-    claim(post, "Timed call by call, from 1 × 32k up each call took {{ decode_call_excess_us() }} longer than")
+    host_bound = set(readings.decode_host_bound_points())
+    claim(post, "Timed call by call, the smaller points measure the host. At {{ decode_host_bound() }} flashdoc's call")
+    claim(post, "took more than twice as long as its kernels")
+    others = points - host_bound
+    assert host_bound and max(b * c for b, c in host_bound) <= min(b * c for b, c in others), host_bound
+    claim(post, "At the other points each call took at most {{ decode_call_excess_us() }} longer than under the")
     claim(post, "flashdoc's and cuDNN's alike: a cost of the timing")
     excess = readings.decode_call_excess()
-    assert {(b, c) for b, c, _ in excess} == points - host_bound, excess
-    assert min(excess.values()) > 0, excess
-    assert min(b * c for b, c, _ in excess) == 32768
+    assert {(b, c) for b, c, _ in excess} == others, excess
+    for (b, c, m), us in excess.items():  # a call is never faster than its kernels beyond the timing's noise
+        assert us > -1e-3 * rows[(b, c, m)]["ms"] * 1e3, ((b, c, m), us)
     by_method = {m: sorted(us for (_, _, mm), us in excess.items() if mm == m) for m in readings.CALL_TIMED_METHODS}
     medians = [us[len(us) // 2] for us in by_method.values()]
-    assert max(medians) < 1.5 * min(medians), by_method  # alike: the timing's cost, not a kernel's
-    claim(post, "Only the smallest point measures the host. At 1 × 4k the kernels take")
-    assert host_bound == {(1, 4096)} == set(sorted(points, key=lambda p: p[0] * p[1])[:1])
+    assert min(medians) > 0 and max(medians) < 1.5 * min(medians), by_method  # alike: the timing's cost
     claim(post, 'and flashdoc\'s call took {{ decode_call_us("flashdoc", "ms") }} against cuDNN\'s')
     claim(post, "flashdoc's Python path does more work in front of the kernel")
     for p in host_bound:  # beyond its kernels, flashdoc's call took far more than cuDNN's: its host work shows
@@ -582,14 +584,17 @@ def test_recording_backs_the_variant_costs():
     assert row(flex, "fwd")["met"] and row(flex, "fwd_bwd")["met"]
     softcap = "softcap / the same call without"
     claim(post, f'Softcap\'s forward runs at {{{{ variant_ratio("{softcap}", "fwd", causal=False) }}}} the rate')
-    claim(post, f'{{{{ variant_ratio("{softcap}", "fwd", causal=True) }}}} under the causal mask, so that claim holds.')
-    assert row(softcap, "fwd", causal=False)["met"] and row(softcap, "fwd", causal=True)["met"]
+    claim(post, "the mask is full, so that claim holds, and at")
+    claim(post, "under the causal mask, so that one does not.")
+    assert row(softcap, "fwd", causal=False)["met"] and not row(softcap, "fwd", causal=True)["met"]
+    # the causal ratio's baseline ran faster in its own rows than the same call in the dense rows
+    claim(post, "Part of the causal shortfall is the timing's")
+    claim(post, '{{ variant_causal_ms("softcap") }} in the softcap rows and {{ variant_causal_ms("dense") }} in the')
+    assert readings.causal_forward_ms("softcap") < readings.causal_forward_ms("dense")
     claim(post, f'the ratios are {{{{ variant_ratio("{softcap}", "fwd_bwd", "ratios", causal=False) }}}}')
-    claim(post, "so there the cap costs more than in the forward.")
-    for causal in (False, True):  # the cap's cost on a forward + backward is more than on the forward
-        step = row(softcap, "fwd_bwd", "ratios", causal=causal)["ratio"]
-        forward = row(softcap, "fwd", causal=causal)["ratio"]
-        assert step < forward, (causal, step, forward)
+    claim(post, "the backward keeps its whole cost")
+    for causal in (False, True):  # the cap costs the step something: the backward's tanh
+        assert row(softcap, "fwd_bwd", "ratios", causal=causal)["ratio"] < 1, causal
     alibi = "ALiBi / FlexAttention's score_mod"
     claim(post, f'flashdoc\'s is {{{{ variant_ratio("{alibi}", "fwd") }}}} as fast in the forward')
     assert row(alibi, "fwd")["met"] and row(alibi, "fwd_bwd")["met"]
@@ -670,9 +675,9 @@ def test_recording_backs_the_causal_blocks_skipped_and_masked():
 def test_recording_backs_the_window_cost_floor():
     """Part 7's reading of the window-cost table: below about 1,024 keys forward and backward get cheaper by far
     less than the window (an eighth of the keys saves under half), while the forward alone, which takes about as
-    long as its kernel timed alone, shrinks to a few hundred keys and levels off there, and wider windows still cost
-    more; a step takes about a millisecond at these widths; and the 1,024-key call's two timings it compares, this
-    table's and the variants benchmark's, lie within 10% of each other."""
+    long as its kernel timed alone, shrinks at every halving of the window by less than half, and wider windows
+    still cost more; a step takes about a millisecond at these widths; and the 1,024-key call's two timings it
+    compares, this table's and the variants benchmark's, lie within 10% of each other."""
     post = read_post("masking-core.md")
     claim(post, "Below a window of about 1,024 keys a training step, forward and backward, gets cheaper by far less")
     rows = readings.window_cost_rows()
@@ -680,11 +685,11 @@ def test_recording_backs_the_window_cost_floor():
     forward_ms = {w: fwd for w, (fwd, _, _) in rows.items()}
     both_ms = {w: both for w, (_, both, _) in rows.items()}
     narrow_widths = [w for w in rows if w <= 1024]
-    # from 1,024 keys down to a few hundred the forward sheds much of its time, then levels off (halving the window
-    # once more saves under a fifth); the forward and backward shed little of their own
-    claim(post, "while the forward alone shrinks down to a few hundred keys and then levels off, as its kernel does")
-    few_hundred = min(forward_ms[256], forward_ms[512])
-    assert few_hundred < 0.7 * forward_ms[1024] and forward_ms[128] > 0.8 * forward_ms[256], forward_ms
+    # from 1,024 keys down the forward sheds time at every halving of the window, but less than half of it (each
+    # program's fixed cost stays); the forward and backward shed little of their own
+    claim(post, "while the forward alone shrinks with the window, if by less than half at each halving, as its kernel")
+    for w in (256, 512, 1024):
+        assert 0.5 * forward_ms[w] < forward_ms[w // 2] < forward_ms[w], forward_ms
     for w in narrow_widths:  # the forward call follows its kernel, timed alone: the host does not set its time
         kernel_ms = readings.fixed_cost_program("forward", w)["kernel_us"] / 1e3
         assert 0.8 < forward_ms[w] / kernel_ms < 1.25, (w, forward_ms[w], kernel_ms)
