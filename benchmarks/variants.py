@@ -7,13 +7,14 @@ flashdoc's dense rows and FlexAttention with the same block mask / score_mod, wi
     python -m benchmarks.variants --out OUT --smoke             # tiny shapes on the CPU: the numbers mean nothing
 
 Shapes follow the protocol of ``benchmarks/run.py``: bf16, 16k tokens in total (batch = 16384 / N), hidden 2048
-(heads = 2048 / d). Each time is the median of ``triton.testing.do_bench``. TFLOP/s count 4 * B * H * d FLOPs
-per (query, key) pair inside the mask (N^2 dense, N(N+1)/2 causal, the band for a window), x 3.5 for
-forward+backward (the backward's five products over the forward's two): work done per second, so a sliding
-window's rate compares with the dense causal rate whatever the window skips. A kernel computes whole tiles, so
-it also visits pairs outside the mask at the band's edges; each row records those too (``visited_pairs``, for
-64 x 128 tiles), and the window's ratio to dense causal is also given on them: the kernel's efficiency apart
-from the tiling.
+(heads = 2048 / d). Each time is the median of ``triton.testing.do_bench``, and on a GPU each group's rows are
+timed in ``ROUNDS`` rounds, in an order rotated every round, each row keeping its median round. TFLOP/s count
+4 * B * H * d FLOPs per (query, key) pair inside the mask (N^2 dense, N(N+1)/2 causal, the band for a window),
+x 3.5 for forward+backward (the backward's five products over the forward's two): work done per second, so a
+sliding window's rate compares with the dense causal rate whatever the window skips. A kernel computes whole
+tiles, so it also visits pairs outside the mask at the band's edges; each row records those too
+(``visited_pairs``, for 64 x 128 tiles), and the window's ratio to dense causal is also given on them: the
+kernel's efficiency apart from the tiling.
 
 The targets (each printed as met or unmet with its ratio, and kept in the JSON):
 
@@ -27,13 +28,14 @@ flashdoc``'s kernel-path report. Windows and softcap run on the Hopper kernels w
 ratio to the dense call is the variant's own cost), ALiBi on the portable ones.
 
 On a checkout without some variant, its rows are recorded as unsupported, so the dense rows still compare across
-versions. Rows are written out as they are measured, and a SIGTERM or Ctrl-C (a time limit) keeps what was
-measured.
+versions. Rows are written out as each group's rounds end, and a SIGTERM or Ctrl-C (a time limit) keeps what was
+measured, each row's median over the rounds it had.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import signal
 import sys
@@ -53,6 +55,10 @@ WINDOW = (1024, 0)
 SOFTCAP = 50.0
 QUANTILES = [0.5, 0.2, 0.8]
 GROUPS = ("dense", "window", "softcap", "alibi")
+# A ratio divides two rows of one group. Timed once each, a ratio hangs on which of a call's modes its one timing
+# fell into (the dense causal forward's do_bench samples are bimodal on the H200: 1.49 and 1.65 ms); timed in
+# rounds whose order rotates, so that no row is always first, each row keeps its median round.
+ROUNDS = 3
 SCALES = ("full", "quick", "smoke")
 # The tiles the visited-pairs count assumes (the Hopper forward's; the portable kernels' are autotuned).
 TILE_M, TILE_N = 64, 128
@@ -389,6 +395,22 @@ def run_row(spec: dict, s: dict, device: str, dtype, flex) -> dict:
     return row
 
 
+def rotated(items: list, turn: int) -> list:
+    """items, starting at index turn (mod their number): round turn's order."""
+    k = turn % len(items)
+    return items[k:] + items[:k]
+
+
+def median_round(timed: list[dict]) -> dict:
+    """One row out of its rounds: the round with the median time, carrying every round's time (``ms_rounds``);
+    a row that has no time (skipped, unsupported, failed) as its one round recorded it."""
+    if "ms" not in timed[0]:
+        return timed[0]
+    row = dict(sorted(timed, key=lambda r: r["ms"])[len(timed) // 2])
+    row["ms_rounds"] = [r["ms"] for r in timed]
+    return row
+
+
 def describe(row: dict) -> str:
     head = f"{row['group']:8s} {row['name']:34s} {row['mode']:7s} N={row['seqlen']:6d} d={row['head_dim']:3d}"
     if "tflops" in row:
@@ -516,7 +538,8 @@ def summary_line(meta: dict) -> str:
     return (
         f"{meta['gpu']}, torch {meta['torch']}, Triton {meta['triton']}, flashdoc {meta.get('flashdoc_commit')}; "
         f"{meta['dtype']}, {meta['tokens']} tokens in total, hidden {meta['hidden']} ({meta['scale']} run"
-        f"{', interrupted' if meta.get('interrupted') else ''}). TFLOP/s on the pairs inside the mask."
+        f"{', interrupted' if meta.get('interrupted') else ''}). TFLOP/s on the pairs inside the mask"
+        + (f", each row its median of {meta['rounds']} rounds." if meta.get("rounds", 1) > 1 else ".")
     )
 
 
@@ -596,9 +619,10 @@ def report(result: dict) -> str:
 # --- the run --------------------------------------------------------------------------------------------------
 
 
-def run(out_dir, scale: str = "full", groups=GROUPS, verbose: bool = True) -> dict:
-    """Time every row of ``groups`` at ``scale`` and write ``variants.json`` and ``variants.md`` into out_dir
-    (``variants-<groups>.*`` for a subset), after every row; returns the JSON dict."""
+def run(out_dir, scale: str = "full", groups=GROUPS, verbose: bool = True, rounds: int | None = None) -> dict:
+    """Time every row of ``groups`` at ``scale`` in ``rounds`` rounds (default: ``ROUNDS`` on a GPU, one on the
+    CPU, where a smoke run's numbers mean nothing) and write ``variants.json`` and ``variants.md`` into out_dir
+    (``variants-<groups>.*`` for a subset) after every group; returns the JSON dict."""
     from benchmarks.run import environment
 
     groups = tuple(g for g in GROUPS if g in groups)
@@ -607,6 +631,9 @@ def run(out_dir, scale: str = "full", groups=GROUPS, verbose: bool = True) -> di
     if device == "cpu" and scale != "smoke":
         raise ValueError(f"scale {scale!r} needs a CUDA GPU; without one, use scale 'smoke'")
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    rounds = rounds if rounds is not None else (ROUNDS if device == "cuda" else 1)
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     s = shapes(scale)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -624,6 +651,7 @@ def run(out_dir, scale: str = "full", groups=GROUPS, verbose: bool = True) -> di
         softcap=SOFTCAP,
         tile=[TILE_M, TILE_N],
         kernel_paths=environment_kernel_paths(),
+        rounds=rounds,
         interrupted=False,
     )
     result = dict(meta=meta, rows=[], targets=[], ratios=[])
@@ -642,16 +670,32 @@ def run(out_dir, scale: str = "full", groups=GROUPS, verbose: bool = True) -> di
             flex = Flex()
         except Exception as err:  # no FlexAttention in this torch: its rows are skipped
             print(f"FlexAttention unavailable: {type(err).__name__}: {err}", flush=True)
-    try:
-        for spec in specs:
-            row = run_row(spec, s, device, dtype, flex)
+    timed: list[list[dict]] = []  # the current group's rows, each a list of its rounds
+
+    def keep_group():
+        for row in (median_round(rounds_of_row) for rounds_of_row in timed if rounds_of_row):
             result["rows"].append(row)
             if verbose:
                 print(describe(row), flush=True)
-            write()
-    except KeyboardInterrupt:  # a time limit: keep what was measured
+        timed.clear()
+        write()
+
+    try:
+        # a group's rows at one head dim divide each other: those are rotated together, in the order rows_to_run
+        # gives
+        for _, batch_of_specs in itertools.groupby(specs, key=lambda spec: (spec["group"], spec["head_dim"])):
+            group_specs = list(batch_of_specs)
+            timed.extend([] for _ in group_specs)
+            for turn in range(rounds):
+                for i in rotated(list(range(len(group_specs))), turn):
+                    if turn and "ms" not in timed[i][0]:  # skipped, unsupported or failed: once is enough
+                        continue
+                    timed[i].append(run_row(group_specs[i], s, device, dtype, flex))
+            keep_group()
+    except KeyboardInterrupt:  # a time limit: keep what was measured, each row's rounds so far
         meta["interrupted"] = True
         print("interrupted: writing the rows measured so far", flush=True)
+        keep_group()
     write()
     if verbose:
         print()

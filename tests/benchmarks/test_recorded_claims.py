@@ -591,6 +591,9 @@ def test_recording_backs_the_variant_costs():
     claim(post, "Part of the causal shortfall is the timing's")
     claim(post, '{{ variant_causal_ms("softcap") }} in the softcap rows and {{ variant_causal_ms("dense") }} in the')
     assert readings.causal_forward_ms("softcap") < readings.causal_forward_ms("dense")
+    claim(post, "each row is the median of one timing")
+    meta = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())["meta"]
+    assert meta.get("rounds", 1) == 1, meta.get("rounds")  # a run in rounds keeps each row's median round
     claim(post, f'the ratios are {{{{ variant_ratio("{softcap}", "fwd_bwd", "ratios", causal=False) }}}}')
     claim(post, "the backward keeps its whole cost")
     for causal in (False, True):  # the cap costs the step something: the backward's tanh

@@ -257,3 +257,65 @@ def test_report_parts_are_whole_tables():
         assert all(line.startswith("|") and line.endswith("|") for line in table.splitlines())
         position = text.index(table, position)
     assert bench.rows_table([]).count("\n") == 2  # a run interrupted before its first row still has a table
+
+
+def test_rotated_starts_each_round_one_row_later():
+    assert [bench.rotated([0, 1, 2], turn) for turn in range(4)] == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
+
+
+def test_median_round_keeps_the_middle_time_and_every_rounds():
+    timed = [dict(ms=3.0, ms_p20=2.9), dict(ms=1.0, ms_p20=0.9), dict(ms=2.0, ms_p20=1.9)]
+    assert bench.median_round(timed) == dict(ms=2.0, ms_p20=1.9, ms_rounds=[3.0, 1.0, 2.0])
+    assert bench.median_round([dict(skipped="no GPU")]) == dict(skipped="no GPU")
+
+
+def test_rounds_rotate_a_groups_rows_and_keep_each_rows_median(tmp_path, monkeypatch):
+    """Three rounds of the softcap group: each round starts one row later, each row keeps its median round, and
+    the rows come out in rows_to_run's order."""
+    specs = bench.rows_to_run("smoke", ["softcap"])
+    order, clock = [], iter(range(1, 1000))
+
+    def fake_row(spec, s, device, dtype, flex):
+        order.append(specs.index(spec))
+        return dict(spec, ms=float(next(clock)), ms_p20=0.0, ms_p80=0.0, pairs=1, visited_pairs=1, tflops=1.0)
+
+    monkeypatch.setattr(bench, "run_row", fake_row)
+    result = bench.run(tmp_path, "smoke", ["softcap"], verbose=False, rounds=3)
+    per_head_dim = len(specs) // len({s["head_dim"] for s in specs})
+    first = list(range(per_head_dim))
+    assert order[: 3 * per_head_dim] == first + first[1:] + first[:1] + first[2:] + first[:2]
+    assert [(r["name"], r["mode"], r["causal"]) for r in result["rows"]] == [
+        (s["name"], s["mode"], s["causal"]) for s in specs
+    ]
+    for row in result["rows"]:
+        assert len(row["ms_rounds"]) == 3 and row["ms"] == sorted(row["ms_rounds"])[1]
+    assert result["meta"]["rounds"] == 3
+    assert "each row its median of 3 rounds" in bench.summary_line(result["meta"])
+
+
+def test_an_interrupted_round_keeps_each_rows_rounds_so_far(tmp_path, monkeypatch):
+    specs = bench.rows_to_run("smoke", ["alibi"])
+    calls = []
+
+    def fake_row(spec, s, device, dtype, flex):
+        if len(calls) == len(specs) + 1:  # a time limit in the second round, after its first row
+            raise KeyboardInterrupt
+        calls.append(spec)
+        if spec["peer"] == "flex":
+            return dict(spec, skipped="FlexAttention runs compiled on a GPU only")
+        return dict(spec, ms=float(len(calls)), ms_p20=0.0, ms_p80=0.0, pairs=1, visited_pairs=1, tflops=1.0)
+
+    monkeypatch.setattr(bench, "run_row", fake_row)
+    result = bench.run(tmp_path, "smoke", ["alibi"], verbose=False, rounds=3)
+    assert result["meta"]["interrupted"] is True
+    assert len(result["rows"]) == len(specs)
+    rounds = sorted(len(r.get("ms_rounds", [])) for r in result["rows"] if r["peer"] == "flashdoc")
+    assert rounds == [1, 2]  # the second round's first row was timed again, the other not yet
+    assert all("skipped" in r and "ms_rounds" not in r for r in result["rows"] if r["peer"] == "flex")
+    saved = json.loads((tmp_path / "variants-alibi.json").read_text())
+    assert saved["meta"]["interrupted"] is True and len(saved["rows"]) == len(specs)
+
+
+def test_rounds_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="rounds must be at least 1, got 0"):
+        bench.run(tmp_path, "smoke", ["alibi"], verbose=False, rounds=0)
