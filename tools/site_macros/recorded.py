@@ -192,13 +192,16 @@ def decode_rows() -> tuple[dict, dict]:
 
 
 def decode_host_bound_points() -> list:
-    """The (batch, cache) points, smallest first, where flashdoc's call took more than ``HOST_BOUND_FACTOR`` times
-    its kernels: there the call-by-call timing measures the host's work in front of the kernels."""
+    """The (batch, cache) points, fewest tokens first, where flashdoc's call took more than ``HOST_BOUND_FACTOR``
+    times its kernels: there the call-by-call timing measures the host's work in front of the kernels."""
     _, rows = decode_rows()
     return sorted(
-        (b, c)
-        for (b, c, m), r in rows.items()
-        if m == "flashdoc" and r.get("ms") and r.get("graph_ms") and r["ms"] > HOST_BOUND_FACTOR * r["graph_ms"]
+        (
+            (b, c)
+            for (b, c, m), r in rows.items()
+            if m == "flashdoc" and r.get("ms") and r.get("graph_ms") and r["ms"] > HOST_BOUND_FACTOR * r["graph_ms"]
+        ),
+        key=lambda point: (point[0] * point[1], point),
     )
 
 
