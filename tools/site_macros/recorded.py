@@ -271,6 +271,17 @@ def varlen_rates() -> dict:
     return {(r["method"], r["mode"], r["causal"]): r["tflops"] for r in _json(VARLEN, "results.json")["records"]}
 
 
+def varlen_spread(method: str, mode: str, causal) -> float:
+    """How far a varlen-benchmark row's median time lies above its 20th percentile, as a fraction: the spread of
+    that call's timings, which moves any ratio to it."""
+    (row,) = [
+        r
+        for r in _json(VARLEN, "results.json")["records"]
+        if (r["method"], r["mode"], r["causal"]) == (method, mode, causal)
+    ]
+    return row["ms"] / row["ms_p20"] - 1
+
+
 def varlen_over(method: str, mode: str, causal) -> float:
     """The packed varlen call's rate over method's, in this mode and masking."""
     rate = varlen_rates()
@@ -408,6 +419,11 @@ def register(env):
         """'0.93× to 1.00×': the slowest page size over the contiguous cache, at the points of 8 x 32k tokens up."""
         ratios = [r for (b, c), r in decode_paged_ratios().items() if b * c >= LARGE_DECODE_TOKENS]
         return times_range(min(ratios), max(ratios))
+
+    @env.macro
+    def varlen_spread_percent(method, mode, causal):
+        """'15%': how far a varlen-benchmark call's median time lies above its 20th percentile."""
+        return measured(f"{varlen_spread(method, mode, causal):.0%}")
 
     @env.macro
     def varlen_ratio(method, mode, causal):
