@@ -84,28 +84,34 @@ def variant_row(what: str, mode: str, table: str = "targets", causal=None) -> di
     return rows[0]
 
 
+def _variant_ms(what: str, keep) -> float:
+    """The median ms of the one variants-benchmark row that ``keep`` accepts (a ValueError naming what if not one)."""
+    rows = [r for r in _json(VARIANTS, "variants.json")["rows"] if keep(r)]
+    if len(rows) != 1:
+        raise ValueError(f"{VARIANTS}: {len(rows)} rows of {what}")
+    return rows[0]["ms"]
+
+
 def plain_forward_ms(group: str, causal: bool = True) -> float:
     """flashdoc's forward time with no window, softcap or ALiBi, causal or full, in this group of the variants
     benchmark's rows (the call a group's ratios divide by)."""
-    (ms,) = [
-        r["ms"]
-        for r in _json(VARIANTS, "variants.json")["rows"]
-        if (r["group"], r["peer"], r["mode"], r["causal"]) == (group, "flashdoc", "fwd", causal)
-        and r["window"] == [-1, -1]
-        and not r["softcap"]
-        and not r["alibi"]
-    ]
-    return ms
+    return _variant_ms(
+        f"flashdoc's plain forward in group {group!r}, causal={causal}",
+        lambda r: (
+            (r["group"], r["peer"], r["mode"], r["causal"]) == (group, "flashdoc", "fwd", causal)
+            and r["window"] == [-1, -1]
+            and not r["softcap"]
+            and not r["alibi"]
+        ),
+    )
 
 
 def softcap_forward_ms(causal: bool) -> float:
     """The softcapped forward's time in the variants benchmark's softcap rows."""
-    (ms,) = [
-        r["ms"]
-        for r in _json(VARIANTS, "variants.json")["rows"]
-        if (r["group"], r["mode"], r["causal"]) == ("softcap", "fwd", causal) and r["softcap"]
-    ]
-    return ms
+    return _variant_ms(
+        f"the softcapped forward, causal={causal}",
+        lambda r: (r["group"], r["mode"], r["causal"]) == ("softcap", "fwd", causal) and r["softcap"],
+    )
 
 
 def softcap_against_dense_rows(causal: bool) -> float:
@@ -133,13 +139,10 @@ def window_call(source: str) -> float:
     if source == "window_cost":
         return window_step(WINDOW)
     if source == "variants":
-        rows = _json(VARIANTS, "variants.json")["rows"]
-        (ms,) = [
-            r["ms"]
-            for r in rows
-            if (r["group"], r["peer"], r["mode"], r["window"]) == ("window", "flashdoc", "fwd_bwd", [WINDOW, 0])
-        ]
-        return ms
+        return _variant_ms(
+            f"flashdoc's window ({WINDOW}, 0) forward + backward",
+            lambda r: (r["group"], r["peer"], r["mode"], r["window"]) == ("window", "flashdoc", "fwd_bwd", [WINDOW, 0]),
+        )
     raise ValueError(f"window_call: source is 'window_cost' or 'variants', got {source!r}")
 
 
