@@ -291,13 +291,23 @@ def test_recording_backs_heads_cost_the_flops_of_one_and_h_times_the_score_memor
     assert flops[0] == flops[1] and scores[0] == h * scores[1], (said, flops, scores)
 
 
+def saturation_by_dk() -> dict:
+    """Part 1's saturation table (a measure a row, d_k along the columns) as {d_k: [Var raw, Var scaled, max weight
+    raw, max weight scaled, one-hot raw, one-hot scaled, gradient raw, gradient scaled]}."""
+    path = GENERATED / "attention/scale_saturation/saturation.md"
+    dims = [c.strip() for c in path.read_text().splitlines()[0].strip().strip("|").split("|")][1:]
+    measures = list(table("attention/scale_saturation/saturation.md").values())
+    assert len(measures) == 8, measures
+    return {d: [cells[i] for cells in measures] for i, d in enumerate(dims)}
+
+
 def test_recording_backs_unscaled_gradient_grows_shrinks_then_collapses():
     """Part 1's reading of the saturation table: without the scale the share of one-hot rows grows at every d_k;
     the median gradient grows first, then shrinks, and collapses between the two largest d_k, where most rows
     become saturated; at d_k = 64 it is larger than the scaled gradient."""
     post = read_post("attention-deep-dive.md")
     said = claim(post, "What grows steadily is saturation: the share of rows that are almost one-hot.")
-    rows_ = table("attention/scale_saturation/saturation.md")
+    rows_ = saturation_by_dk()
     dims = sorted(rows_, key=int)
     share = [number(rows_[d][4]) for d in dims]
     assert all(a < b for a, b in zip(share, share[1:])), (said, share)
@@ -1119,7 +1129,7 @@ def test_recording_backs_the_variances_and_the_scaled_rows():
     """Part 1's reading of the saturation table: the unscaled variance tracks d_k, the scaled one stays near 1; the
     unscaled rows drift towards one-hot while the scaled rows' largest weight stays near a tenth, none saturated."""
     post = read_post("attention-deep-dive.md")
-    rows_ = table("attention/scale_saturation/saturation.md")
+    rows_ = saturation_by_dk()
     dims = sorted(rows_, key=int)
     said = claim(post, "without the scale the variance tracks $d_k$, with it the variance stays near $1$")
     for d in dims:
