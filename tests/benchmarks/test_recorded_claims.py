@@ -876,7 +876,7 @@ def test_recording_backs_the_ring_models_last_hop():
     """Part 9's reading of the two-GPU table: the fwd rows reach 1.000 on NVLink, and the fwd+bwd rows stay below
     it (the gradient sums' last hop) by less as the tokens per rank grow."""
     post = read_post("attention-across-gpus.md")
-    claim(post, "The fwd rows reach 1.000 wherever the transfer hides; the fwd+bwd rows stay a little below")
+    claim(post, "On NVLink the fwd rows reach 1.000 and the fwd+bwd rows stay a little below")
     claim(post, "That hop's share shrinks as the tokens per rank grow.")
     rows = re.findall(
         r"^\| ([\dk]+) \| ([\dk]+) \| (fwd|fwd\+bwd) \| ([^|]+) \| \d+x \| ([\d.]+) \| ([\d.]+) \|$",
@@ -894,6 +894,30 @@ def test_recording_backs_the_ring_models_last_hop():
         else:
             assert all(e < 1.0 for e in efficiencies), (mask, efficiencies)
             assert efficiencies == sorted(efficiencies), (mask, efficiencies)
+
+
+def test_recording_backs_the_ring_model_over_pcie():
+    """Part 9: over PCIe three of the four 32k rows fall below NVLink's (the full forward stays at 1.000), and the
+    causal steps' 16k tokens per rank are below both of PCIe's causal crossovers, forward and backward."""
+    said = claim(post := read_post("attention-across-gpus.md"), "Over PCIe three of the four 32k rows fall further")
+    claim(post, "the causal steps' 16k tokens per rank are below both of PCIe's causal crossovers")
+    rows = re.findall(
+        r"^\| 32k \| 16k \| (fwd|fwd\+bwd) \| ([^|]+) \| \d+x \| ([\d.]+) \| ([\d.]+) \|$",
+        (GENERATED / "parallel/cost_model/two_gpus.md").read_text(),
+        re.M,
+    )
+    assert len(rows) == 4, rows
+    fell = [(mode, mask) for mode, mask, nvlink, pcie in rows if float(pcie) < float(nvlink)]
+    assert len(fell) == 3 and ("fwd", "full") not in fell, (said, rows)
+    causal_crossovers = [
+        number(tokens)
+        for tokens in re.findall(
+            r"^\| PCIe[^|]* \| (?:forward|backward) \| causal[^|]* \| ([\d,]+) \|$",
+            (GENERATED / "parallel/cost_model/crossover.md").read_text(),
+            re.M,
+        )
+    ]
+    assert len(causal_crossovers) == 2 and all(16 * 1024 < c for c in causal_crossovers), (said, causal_crossovers)
 
 
 def test_recording_backs_the_window_ring_reading():
