@@ -84,6 +84,23 @@ def test_the_host_bound_points_are_where_flashdocs_call_outlasts_its_kernels_and
     assert min(points, key=lambda p: p[0] * p[1]) in bound
 
 
+def test_the_paged_host_bound_points_are_where_every_page_sizes_call_outlasts_its_kernels():
+    _, rows = recorded.decode_rows()
+    paged = recorded.decode_paged_methods()
+    points = {(b, c) for b, c, m in rows if m == "flashdoc"}
+    bound = recorded.decode_host_bound_points("paged")
+    for p in points:
+        calls = [rows[p + (m,)] for m in paged]
+        assert (p in bound) == all(c["ms"] > recorded.HOST_BOUND_FACTOR * c["graph_ms"] for c in calls), (p, calls)
+    with pytest.raises(ValueError, match="group is 'flashdoc' or 'paged', got 'flex'"):
+        recorded.decode_host_bound_points("flex")
+
+
+def test_decode_points_read_as_a_list_in_words():
+    assert recorded.decode_points_in_words([(1, 4096)]) == "1 × 4k"
+    assert recorded.decode_points_in_words([(1, 4096), (1, 32768), (8, 4096)]) == "1 × 4k, 1 × 32k and 8 × 4k"
+
+
 def test_call_excess_reads_each_call_against_its_graph_timing_away_from_the_host_bound_points():
     _, rows = recorded.decode_rows()
     excess = recorded.decode_call_excess()

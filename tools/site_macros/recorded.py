@@ -194,18 +194,36 @@ def decode_rows() -> tuple[dict, dict]:
     return recorded, {(r["batch"], r["cache"], r["method"]): r for r in recorded["rows"] if "error" not in r}
 
 
-def decode_host_bound_points() -> list:
-    """The (batch, cache) points, fewest tokens first, where flashdoc's call took more than ``HOST_BOUND_FACTOR``
-    times its kernels: there the call-by-call timing measures the host's work in front of the kernels."""
+def decode_call_group(group: str) -> tuple:
+    """The methods of a host-bound reading: ``flashdoc`` (the contiguous cache) or ``paged`` (each page size)."""
+    if group == "flashdoc":
+        return ("flashdoc",)
+    if group == "paged":
+        return decode_paged_methods()
+    raise ValueError(f"decode_call_group: group is 'flashdoc' or 'paged', got {group!r}")
+
+
+def decode_host_bound_points(group: str = "flashdoc") -> list:
+    """The (batch, cache) points, fewest tokens first, where every call of the group's methods took more than
+    ``HOST_BOUND_FACTOR`` times its kernels: there the call-by-call timing measures the host's work in front of
+    the kernels."""
     _, rows = decode_rows()
+    methods = decode_call_group(group)
+    points = {(b, c) for b, c, m in rows if m == "flashdoc"}
+
+    def bound(r):
+        return bool(r.get("ms") and r.get("graph_ms")) and r["ms"] > HOST_BOUND_FACTOR * r["graph_ms"]
+
     return sorted(
-        (
-            (b, c)
-            for (b, c, m), r in rows.items()
-            if m == "flashdoc" and r.get("ms") and r.get("graph_ms") and r["ms"] > HOST_BOUND_FACTOR * r["graph_ms"]
-        ),
+        (p for p in points if all(bound(rows.get(p + (m,)) or {}) for m in methods)),
         key=lambda point: (point[0] * point[1], point),
     )
+
+
+def decode_points_in_words(points: list) -> str:
+    """'1 × 4k, 1 × 32k and 8 × 4k' for [(1, 4096), (1, 32768), (8, 4096)]."""
+    names = [f"{b} × {c // 1024}k" for b, c in points]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def decode_call_range(method: str, timing: str) -> tuple[float, float]:
@@ -394,8 +412,16 @@ def register(env):
     @env.macro
     def decode_host_bound():
         """'1 × 4k and 8 × 4k': the decode points where flashdoc's call timed alone measures the host."""
-        names = [f"{b} × {c // 1024}k" for b, c in decode_host_bound_points()]
-        return measured(names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1])
+        return measured(decode_points_in_words(decode_host_bound_points()))
+
+    @env.macro
+    def decode_paged_host_bound_more():
+        """'1 × 32k': the decode points where every page size's call timed alone measures the host and flashdoc's
+        contiguous call does not."""
+        more = [p for p in decode_host_bound_points("paged") if p not in decode_host_bound_points()]
+        if not more:
+            raise ValueError("decode_paged_host_bound_more: the paged calls are host-bound at no point more")
+        return measured(decode_points_in_words(more))
 
     @env.macro
     def decode_flex_lead():
