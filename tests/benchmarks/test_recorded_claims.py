@@ -886,17 +886,22 @@ def test_recording_backs_the_backward_crossover_reading():
     assert all(3 <= p / n <= 10 for p, n in zip(sorted(pcie), sorted(nvlink))), (pcie, nvlink)
 
 
+def two_gpu_rows() -> list:
+    """Part 9's two-GPU table: (N, tokens per rank, mode, mask, NVLink efficiency, PCIe efficiency) a row."""
+    return re.findall(
+        r"^\| ([\dk]+) \| ([\dk]+) \| (fwd|fwd\+bwd) \| ([^|]+) \| \d+x \| ([\d.]+) \| ([\d.]+) \|$",
+        (GENERATED / "parallel/cost_model/two_gpus.md").read_text(),
+        re.M,
+    )
+
+
 def test_recording_backs_the_ring_models_last_hop():
     """Part 9's reading of the two-GPU table: the fwd rows reach 1.000 on NVLink, and the fwd+bwd rows stay below
     it (the gradient sums' last hop) by less as the tokens per rank grow."""
     post = read_post("attention-across-gpus.md")
     claim(post, "On NVLink the fwd rows reach 1.000 and the fwd+bwd rows stay a little below")
     claim(post, "That hop's share shrinks as the tokens per rank grow.")
-    rows = re.findall(
-        r"^\| ([\dk]+) \| ([\dk]+) \| (fwd|fwd\+bwd) \| ([^|]+) \| \d+x \| ([\d.]+) \| ([\d.]+) \|$",
-        (GENERATED / "parallel/cost_model/two_gpus.md").read_text(),
-        re.M,
-    )
+    rows = two_gpu_rows()
     assert len(rows) == 12, rows
     nvlink = {}
     for _, per_rank, mode, mask, on_nvlink, _ in rows:
@@ -915,11 +920,7 @@ def test_recording_backs_the_ring_model_over_pcie():
     causal steps' 16k tokens per rank are below both of PCIe's causal crossovers, forward and backward."""
     said = claim(post := read_post("attention-across-gpus.md"), "Over PCIe three of the four 32k rows fall further")
     claim(post, "the causal steps' 16k tokens per rank are below both of PCIe's causal crossovers")
-    rows = re.findall(
-        r"^\| 32k \| 16k \| (fwd|fwd\+bwd) \| ([^|]+) \| \d+x \| ([\d.]+) \| ([\d.]+) \|$",
-        (GENERATED / "parallel/cost_model/two_gpus.md").read_text(),
-        re.M,
-    )
+    rows = [row[2:] for row in two_gpu_rows() if row[:2] == ("32k", "16k")]
     assert len(rows) == 4, rows
     fell = [(mode, mask) for mode, mask, nvlink, pcie in rows if float(pcie) < float(nvlink)]
     assert len(fell) == 3 and ("fwd", "full") not in fell, (said, rows)
