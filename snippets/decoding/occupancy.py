@@ -62,9 +62,9 @@ lines = [
     f"row used ({seqlen_q / train_block_m:.1%} of each tile's rows). K+V requested: "
     "bytes the programs load (before any L2 hit); the cache holds the decode column's.",
     "",
-    "| batch x cache | training: programs | per SM | K+V requested "
-    "| decode: splits | programs | per SM | K+V requested |",
-    "|---|---|---|---|---|---|---|---|",
+    "| batch x cache | training: programs (per SM) | K+V requested "
+    "| decode: splits | programs (per SM) | K+V requested |",
+    "|---|---|---|---|---|---|",
 ]
 for batch in (1, 8, 64):
     for cache in (4096, 32768, 131072):
@@ -72,8 +72,8 @@ for batch in (1, 8, 64):
         dec, splits = decode_programs(batch, cache)
         size = batch * cache * kv_bytes_per_token / 2**20  # MiB
         lines.append(
-            f"| {batch} x {cache // 1024}k | {train} | {train / sms:.2f} "
-            f"| {group * size:,.0f} MiB | {splits} | {dec} | {dec / sms:.2f} "
+            f"| {batch} x {cache // 1024}k | {train} ({train / sms:.2f}) "
+            f"| {group * size:,.0f} MiB | {splits} | {dec} ({dec / sms:.2f}) "
             f"| {size:,.0f} MiB |"
         )
 table = "\n".join(lines) + "\n"
@@ -93,7 +93,7 @@ lines = [
     f"a sequence has {kv_heads} programs (one per KV head) before it is split. "
     "Busy: programs / (waves x slots).",
     "",
-    "| batch | flash-attn's rule | flashdoc's rule |",
+    "| batch | flash-attn's rule, on these slots | flashdoc's rule |",
     "|---|---|---|",
 ]
 for batch in (1, 2, 3, 4, 8, 12):
