@@ -153,6 +153,20 @@ def test_display_math_fits_its_column_at_1280_px(page, built_site):
     assert not wide, f"display equations wider than their column at 1280 px: {wide}"
 
 
+def test_tables_fit_their_column_at_1280_px(page, built_site):
+    """Every markdown table shows whole in the fixture's 1280 px window. A table wider than the text column scrolls
+    sideways, and its cut-off columns were the ones the prose read (the theme's minimum header width alone made a
+    table of ten columns 1,000 px wide); the stylesheet lets header cells shrink to their longest word."""
+    wide = found_on_every_page(
+        page,
+        built_site,
+        """() => [...document.querySelectorAll("article .md-typeset__scrollwrap")]
+            .filter(w => w.querySelector("table:not([class])") && w.scrollWidth > w.clientWidth + 1)
+            .map(w => [...w.querySelectorAll("th")].slice(0, 3).map(h => h.textContent.trim()).join(" | "))""",
+    )
+    assert not wide, f"tables wider than their column at 1280 px: {wide}"
+
+
 def test_no_table_of_contents_entry_shows_math_source(built_site):
     """Math in a heading is typeset in the heading, but the table of contents and search show its LaTeX source:
     headings write it in plain text instead (Unicode: √dₖ)."""
