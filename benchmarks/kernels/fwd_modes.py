@@ -66,6 +66,8 @@ if __package__ in (None, ""):  # run as a script: the checkout's flashdoc and be
 
 import torch  # noqa: E402
 
+from benchmarks.variants import rotated  # noqa: E402  (the variants benchmark's round order)
+
 CONDITIONS = ("fresh", "fresh-held", "fixed", "rotate", "nonpersistent")
 MASKS = ("causal", "full")
 THRESHOLD = 0.04  # a relative gap between sorted times that splits two modes
@@ -465,9 +467,9 @@ def measure(args) -> tuple:
     with ClockSampler(torch.cuda.current_device(), args.clock_ms) as sampler:
         for r in range(args.rounds):
             count = args.calls // args.rounds + (r < args.calls % args.rounds)
-            mask_order = _rotated(list(masks), r)
+            mask_order = rotated(list(masks), r)
             for mask in mask_order:
-                for condition in _rotated(list(masks[mask]), r):
+                for condition in rotated(list(masks[mask]), r):
                     call, keep = masks[mask][condition]
                     ms, ptrs, block_walls = time_block(call, keep, count, flush)
                     for i, (t, p) in enumerate(zip(ms, ptrs)):
@@ -480,11 +482,6 @@ def measure(args) -> tuple:
         record.update(t=start - first, clock_mhz=clock)
     source = sampler.source + ("" if samples or sampler.read is None else " (no sample came back)")
     return records, source, device
-
-
-def _rotated(items: list, r: int) -> list:
-    shift = r % len(items) if items else 0
-    return items[shift:] + items[:shift]
 
 
 def main(argv=None):

@@ -153,7 +153,7 @@ def test_summaries_of_synthetic_calls():
 
 def test_rotation_moves_the_first_condition_every_round():
     names = ["fresh", "fixed", "rotate"]
-    assert [fwd_modes._rotated(names, r)[0] for r in range(4)] == ["fresh", "fixed", "rotate", "fresh"]
+    assert [fwd_modes.rotated(names, r)[0] for r in range(4)] == ["fresh", "fixed", "rotate", "fresh"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the exit without a GPU")
