@@ -162,3 +162,52 @@ def test_main_without_a_gpu_exits_2_with_a_message(capsys):
         fwd_modes.main([])
     assert exit_.value.code == 2
     assert "no CUDA GPU here" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU's host path stubbed out, for machines without a GPU")
+def test_every_condition_calls_the_hopper_forward_through_the_gpu_host_path():
+    """Each condition's call, run twice through the H200's host path over CPU tensors with the launches stubbed out
+    (``host_overhead.stub_gpu_host_path``, in a process of its own), reaches the Hopper forward: first through
+    Triton's path, then through its plan. A wrong argument to a kernel entry would fail here, not on the GPU."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = textwrap.dedent(
+        """
+        import torch
+        import benchmarks.kernels.host_overhead as probe
+        from benchmarks.kernels import fwd_modes
+
+        seen = []
+        probe.stub_gpu_host_path(on_launch=lambda name, path: seen.append((name, path)))
+        q, k, v = (torch.randn(1, 256, 2, 128, dtype=torch.bfloat16) for _ in range(3))
+        for causal in (True, False):
+            for name, (call, _) in fwd_modes.make_calls(q, k, v, causal, fwd_modes.CONDITIONS, 4).items():
+                seen.clear()
+                shapes = {tuple(call().shape) for _ in range(2)}
+                print(causal, name, shapes == {tuple(q.shape)}, sorted({path for _, path in seen}),
+                      sorted({kernel for kernel, _ in seen}))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 * len(fwd_modes.CONDITIONS), done.stdout
+    for line in lines:  # the output's shape, and every launch the Hopper forward, the second through its plan
+        assert line.endswith("True ['first', 'plan'] ['_attn_fwd_hopper']") or line.endswith(
+            "True ['plan'] ['_attn_fwd_hopper']"
+        ), line
+    # the persistent-grid switch makes a plan of its own (another config): its first call is a first launch
+    assert all("'first'" in line for line in lines if " nonpersistent " in line), lines
