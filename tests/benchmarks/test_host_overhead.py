@@ -57,3 +57,36 @@ def test_probe_times_every_row():
     for row in rows:
         assert re.fullmatch(r" *\d+\.\d us  \S.*", row), row
     assert not any("SDPA" in row for row in rows)
+
+
+def test_every_forward_modes_condition_calls_the_hopper_forward():
+    """The forward-modes probe (benchmarks/kernels/fwd_modes.py) has its calls checked here before a GPU runs them:
+    each condition's call, made twice, reaches the Hopper forward, the second time through its plan (the first
+    through Triton's path, unless an earlier condition made the plan). The persistent-grid switch makes a plan of
+    its own. A wrong argument to a kernel entry fails here, not in device time."""
+    code = textwrap.dedent(
+        """
+        import torch
+        import benchmarks.kernels.host_overhead as probe
+        from benchmarks.kernels import fwd_modes
+
+        seen = []
+        probe.stub_gpu_host_path(on_launch=lambda name, path: seen.append((name, path)))
+        q, k, v = (torch.randn(1, 256, 2, 128, dtype=torch.bfloat16) for _ in range(3))
+        for causal in (True, False):
+            for name, (call, _) in fwd_modes.make_calls(q, k, v, causal, fwd_modes.CONDITIONS, 4).items():
+                seen.clear()
+                shapes = {tuple(call().shape) for _ in range(2)}
+                print(causal, name, shapes == {tuple(q.shape)}, sorted({path for _, path in seen}),
+                      sorted({kernel for kernel, _ in seen}))
+        """
+    )
+    from benchmarks.kernels.fwd_modes import CONDITIONS
+
+    lines = _run(["-c", code]).splitlines()
+    assert len(lines) == 2 * len(CONDITIONS), lines
+    for line in lines:  # the output's shape, and every launch the Hopper forward, the second through its plan
+        assert line.endswith("True ['first', 'plan'] ['_attn_fwd_hopper']") or line.endswith(
+            "True ['plan'] ['_attn_fwd_hopper']"
+        ), line
+    assert all("'first'" in line for line in lines if " nonpersistent " in line), lines
