@@ -545,8 +545,8 @@ def flash_attn_with_kvcache(
 
     Nothing here synchronises with the GPU (a decode step can be captured in a CUDA graph), so values on the
     device are not checked. A cache_seqlens[b] + seqlen_new past the cache's capacity is masked: the caches are
-    never read or written outside their bounds, but the result is meaningless, and rotary_cos and rotary_sin are
-    read past their end. A negative cache_seqlens[b], a cache_batch_idx
+    never read or written outside their bounds (nor are rotary_cos and rotary_sin: a position past their rows is
+    left unrotated), but the result is meaningless. A negative cache_seqlens[b], a cache_batch_idx
     entry outside the cache's batch, or a block_table entry outside its pages is used as given, and reads and
     writes memory outside the caches. Set FLASHDOC_DEBUG_CHECKS=1 before importing flashdoc to check all of
     them on the host at every call (which waits for the GPU). CPU tensors, which cost nothing to read, are

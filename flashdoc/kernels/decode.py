@@ -211,12 +211,25 @@ def _cache_rows(
 
 @triton.jit
 def _rotate(
-    x, X_PARTNER_PTR, partner_mask, COS, SIN, stride_cs, position, offs_d, rotary_dim, INTERLEAVED: tl.constexpr
+    x,
+    X_PARTNER_PTR,
+    partner_mask,
+    COS,
+    SIN,
+    stride_cs,
+    seqlen_ro,
+    position,
+    offs_d,
+    rotary_dim,
+    INTERLEAVED: tl.constexpr,
 ):
     """The rotary embedding of rows ``x`` (R, BLOCK_D) at integer ``position`` (R,): each pair of dimensions
     (2i, 2i + 1) when INTERLEAVED (GPT-J), else (i, i + rotary_dim / 2) (GPT-NeoX), turns by the angle whose
     cos and sin are ``COS[position, i]``, ``SIN[position, i]``. Dimensions from rotary_dim on are kept.
-    X_PARTNER_PTR: pointers to each element's partner in its pair (loaded here, in fp32)."""
+    X_PARTNER_PTR: pointers to each element's partner in its pair (loaded here, in fp32).
+
+    A position at or past the tables' ``seqlen_ro`` rows (a cache_seqlens value past the cache, which a GPU call
+    does not check) reads no table: the row is left unrotated, as flash-attn's rotary kernel leaves it."""
     half = rotary_dim // 2
     if INTERLEAVED:
         pair = offs_d // 2
@@ -228,14 +241,25 @@ def _rotate(
     m = partner_mask & rotated[None, :]
     partner = tl.load(X_PARTNER_PTR, mask=m, other=0.0).to(tl.float32)
     cs_offs = position[:, None] * stride_cs + pair[None, :]
-    cos = tl.load(COS + cs_offs, mask=m, other=1.0).to(tl.float32)
-    sin = tl.load(SIN + cs_offs, mask=m, other=0.0).to(tl.float32)
+    in_table = m & (position < seqlen_ro)[:, None]
+    cos = tl.load(COS + cs_offs, mask=in_table, other=1.0).to(tl.float32)
+    sin = tl.load(SIN + cs_offs, mask=in_table, other=0.0).to(tl.float32)
     sign = tl.where(first, -1.0, 1.0)
     out = x * cos + sign[None, :] * partner * sin
     return tl.where(rotated[None, :], out, x)
 
 
-@triton.jit(do_not_specialize=["seqlen_new", "seqlen_q", "max_pages", "cache_len", "cache_seqlen_const", "rotary_dim"])
+@triton.jit(
+    do_not_specialize=[
+        "seqlen_ro",
+        "seqlen_new",
+        "seqlen_q",
+        "max_pages",
+        "cache_len",
+        "cache_seqlen_const",
+        "rotary_dim",
+    ]
+)
 def _append_kv(
     Q,
     K_NEW,
@@ -268,6 +292,7 @@ def _append_kv(
     stride_vh,
     stride_tb,
     stride_cs,
+    seqlen_ro,
     n_heads,
     n_kv_heads,
     seqlen_new,
@@ -321,7 +346,17 @@ def _append_kv(
             if ROTARY:
                 partner = offs_d ^ 1 if INTERLEAVED else (offs_d + rotary_dim // 2) % rotary_dim
                 k = _rotate(
-                    k, k_src + partner[None, :], row_ok, COS, SIN, stride_cs, pos, offs_d, rotary_dim, INTERLEAVED
+                    k,
+                    k_src + partner[None, :],
+                    row_ok,
+                    COS,
+                    SIN,
+                    stride_cs,
+                    seqlen_ro,
+                    pos,
+                    offs_d,
+                    rotary_dim,
+                    INTERLEAVED,
                 )
             dst = page.to(tl.int64)[:, None] * stride_kp + row[:, None] * stride_ks + offs_h[:, None] * stride_kh
             tl.store(K_CACHE + dst + offs_d[None, :], k.to(K_CACHE.dtype.element_ty), mask=m)
@@ -340,7 +375,17 @@ def _append_kv(
                 q_pos += s
             partner = offs_d ^ 1 if INTERLEAVED else (offs_d + rotary_dim // 2) % rotary_dim
             q = _rotate(
-                q, q_src + partner[None, :], row_ok, COS, SIN, stride_cs, q_pos, offs_d, rotary_dim, INTERLEAVED
+                q,
+                q_src + partner[None, :],
+                row_ok,
+                COS,
+                SIN,
+                stride_cs,
+                seqlen_ro,
+                q_pos,
+                offs_d,
+                rotary_dim,
+                INTERLEAVED,
             )
             dst = Q_ROT + off_b.to(tl.int64) * stride_rb + s * stride_rs + offs_h[:, None] * stride_rh
             tl.store(dst + offs_d[None, :], q.to(Q_ROT.dtype.element_ty), mask=row_ok)
@@ -832,6 +877,7 @@ def _make_append_plan(
         *v_cache.stride()[:3],
         block_table.stride(0) if paged else 0,
         rotary_cos.stride(0) if rotary else 0,
+        rotary_cos.shape[0] if rotary else 0,
         n_heads,
         n_kv_heads,
         seqlen_new,

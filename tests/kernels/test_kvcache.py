@@ -270,6 +270,40 @@ def test_rotary(interleaved, causal):
     check(torch.float16, seqlen_q=2, seqlen_new=2, rotary_dim=16, interleaved=interleaved, causal=causal)
 
 
+@pytest.mark.parametrize("interleaved", [True, False], ids=["gptj", "neox"])
+def test_rotary_tables_are_not_read_past_their_end(interleaved):
+    """A cache_seqlens value past the cache is not checked on a GPU (that would wait for the device), so the
+    append kernel, called here below the checks, must not read the rotary tables past their rows. The tables are
+    the first rows of NaN-filled buffers: positions inside them rotate as the oracle does, a position past the
+    end is left unrotated (flash-attn's rule) without reading a NaN, and the cache is written only inside."""
+    from flashdoc.kernels.decode import append_kv
+
+    capacity, rotary_dim, seqlen = 8, 16, 3
+    f16 = dict(device=DEVICE, dtype=torch.float16)
+    q = torch.randn(2, seqlen, 4, 32, **f16)
+    k, v = torch.randn(2, seqlen, 2, 32, **f16), torch.randn(2, seqlen, 2, 32, **f16)
+    k_cache, v_cache = torch.zeros(2, capacity, 2, 32, **f16), torch.zeros(2, capacity, 2, 32, **f16)
+    seqlens = torch.tensor([2, 6], dtype=torch.int32, device=DEVICE)  # sequence 1 reaches position 8: past both
+    angles = torch.rand(capacity, rotary_dim // 2, device=DEVICE) * 6.28
+    tables = []
+    for rows in (angles.cos(), angles.sin()):
+        buffer = torch.full((capacity + 4, rotary_dim // 2), float("nan"), device=DEVICE)
+        buffer[:capacity] = rows
+        tables.append(buffer[:capacity])
+    cos, sin = tables
+    q_rot = torch.empty_like(q)
+    append_kv(q, k, v, q_rot, k_cache, v_cache, seqlens, 0, None, None, cos, sin, interleaved, True)
+
+    positions = seqlens.long()[:, None] + torch.arange(seqlen, device=DEVICE)
+    past_end = (torch.ones(1, rotary_dim // 2, device=DEVICE), torch.zeros(1, rotary_dim // 2, device=DEVICE))
+    cos_ext, sin_ext = torch.cat((cos, past_end[0])), torch.cat((sin, past_end[1]))  # row 8: no turn
+    torch.testing.assert_close(q_rot, rotate(q, cos_ext, sin_ext, positions, interleaved), atol=2e-3, rtol=2e-3)
+    k_rot = rotate(k, cos_ext, sin_ext, positions, interleaved)
+    torch.testing.assert_close(k_cache[0, 2:5], k_rot[0], atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(k_cache[1, 6:8], k_rot[1, :2], atol=2e-3, rtol=2e-3)
+    assert torch.equal(v_cache[1, 6:8], v[1, :2]) and (k_cache[0, :2] == 0).all() and (k_cache[1, :6] == 0).all()
+
+
 def test_num_splits_all_agree():
     """Every split count gives the oracle's result and the same result up to rounding (they merge the same
     numbers in different groupings); more splits than key tiles leave some empty."""
