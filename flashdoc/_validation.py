@@ -39,6 +39,12 @@ def check_bool(value, name: str) -> None:
         raise TypeError(f"{name} must be a bool, got {_type_name(value)}")
 
 
+def _finite(value) -> bool:
+    """math.isfinite in comparisons: torch.compile, which passes a float argument as a symbolic float from its
+    second value on, traces comparisons but not math.isfinite (under fullgraph=True that call fails)."""
+    return value == value and -math.inf < value < math.inf  # NaN is the one value unequal to itself
+
+
 def _in_float32_range(value: float) -> bool:
     return _FLOAT32.tiny <= value <= _FLOAT32.max
 
@@ -98,7 +104,7 @@ def _validate_scale_and_causal(softmax_scale, causal, scale_name: str, causal_na
     if softmax_scale is not None:
         if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
             raise TypeError(f"{scale_name} must be a float or None, got {_type_name(softmax_scale)}")
-        if not (math.isfinite(softmax_scale) and softmax_scale > 0):
+        if not (_finite(softmax_scale) and softmax_scale > 0):
             raise ValueError(
                 f"{scale_name} must be a finite number > 0 (default head_dim ** -0.5), got {softmax_scale}"
             )
@@ -170,7 +176,7 @@ def validate_window_and_softcap(window_size, softcap) -> None:
         )
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise TypeError(f"softcap must be a float, got {_type_name(softcap)}")
-    if not (math.isfinite(softcap) and softcap >= 0):
+    if not (_finite(softcap) and softcap >= 0):
         raise ValueError(f"softcap must be a finite float >= 0 (0 for no capping), got {softcap}")
     if softcap != 0 and not _in_float32_range(softcap):
         raise ValueError(
@@ -200,6 +206,12 @@ def validate_variant_options(
             )
         if alibi_slopes.device != q.device:
             raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}; move it to {q.device}")
+        if alibi_slopes.requires_grad and torch.is_grad_enabled():
+            raise ValueError(
+                "alibi_slopes requires grad, but the kernels compute no gradient for the slopes (flash-attn's do "
+                "not either), so its .grad would stay None without a word; pass alibi_slopes.detach(), or add the bias "
+                "to the scores yourself if the slopes are learned"
+            )
     check_bool(return_attn_probs, "return_attn_probs")
 
 

@@ -230,6 +230,11 @@ def _validate(
         raise ValueError(
             f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
         )
+    if _one_memory(k_cache, v_cache):
+        raise ValueError(
+            "k_cache and v_cache are the same memory (one tensor, or two views that start at one address): "
+            "the keys and values need caches of their own, e.g. torch.empty_like(k_cache) for v_cache"
+        )
     n_slots, cache_len, n_kv_heads, cache_dim = k_cache.shape
     if cache_dim != head_dim:
         raise ValueError(f"k_cache has head_dim {cache_dim} but q has {head_dim}")
@@ -381,6 +386,16 @@ def _validate(
 _validated = {}
 
 
+def _one_memory(k_cache, v_cache) -> bool:
+    """Whether the caches start at one address of one storage: passed as both, each appended value would overwrite
+    its key. Compared through the storage, not data_ptr(), which is 0 for every fake tensor; skipped while
+    torch.compile traces (the eager call checks it)."""
+    if torch.compiler.is_compiling() or k_cache.numel() == 0:
+        return False
+    same_storage = k_cache.untyped_storage()._cdata == v_cache.untyped_storage()._cdata
+    return same_storage and k_cache.storage_offset() == v_cache.storage_offset()
+
+
 def _tensor_signature(t):
     """What ``_validate`` reads of a tensor argument (None for None); TypeError for anything but a plain tensor."""
     if t is None:
@@ -393,14 +408,16 @@ def _tensor_signature(t):
 def _signature(arguments: dict):
     """Everything ``_validate``'s verdict depends on, as a key of ``_validated``: each tensor's type, shape,
     strides, dtype and device, and each other argument's type and value, except an int cache_seqlens's value,
-    which changes from step to step and is checked on every call (``_check_seqlens_int``). None when a call
+    which changes from step to step and is checked on every call (``_check_seqlens_int``), and whether the two
+    caches are one memory (``_one_memory``: views of one shape and strides may or may not be). None when a call
     cannot be keyed (a tensor subclass, or a nested or sparse tensor, whose shape or strides torch refuses to give
     with a RuntimeError: no valid call passes one, and ``_validate`` names it), and while torch.compile traces the
     call."""
     if torch.compiler.is_compiling():
         return None
     try:
-        return tuple(_argument_signature(name, value) for name, value in arguments.items())
+        signature = tuple(_argument_signature(name, value) for name, value in arguments.items())
+        return (*signature, _one_memory(arguments["k_cache"], arguments["v_cache"]))
     except (TypeError, RuntimeError):
         return None
 

@@ -26,6 +26,9 @@ calls = {
         q, k, v, dropout_p=1.0
     ),
     "a window side below -1": lambda: flash_attn_func(q, k, v, window_size=(256, -2)),
+    "ALiBi slopes that require grad": lambda: flash_attn_func(
+        q, k, v, alibi_slopes=torch.full((2,), 0.5, device=device, requires_grad=True)
+    ),
 }
 for what, call in calls.items():
     try:

@@ -70,6 +70,22 @@ def test_compile_fullgraph_aot_eager(api):
     _run("aot_eager", api, DEVICE, torch.float32, 24)
 
 
+def test_compiled_call_takes_new_float_options():
+    """From a float argument's second value on, torch.compile passes it as a symbolic float and recompiles once;
+    the checks of softmax_scale and softcap must trace then too, under fullgraph=True, and each value must reach
+    the kernels (the result matches eager's for that value)."""
+    q, k, v = (t.detach() for t in make_qkv(1, 16, 16, 2, 2, 16, torch.float32))
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        lambda q, k, v, scale, cap: flashdoc.flash_attn_func(q, k, v, softmax_scale=scale, softcap=cap),
+        backend="aot_eager",
+        fullgraph=True,
+    )
+    for scale, cap in ((0.3, 5.0), (0.5, 6.0), (0.7, 7.0)):
+        expected = flashdoc.flash_attn_func(q, k, v, softmax_scale=scale, softcap=cap)
+        torch.testing.assert_close(compiled(q, k, v, scale, cap), expected)
+
+
 def test_opcheck_custom_ops():
     """torch.library.opcheck: the schemas and fake implementations agree with the kernels, in eager and under
     AOT dispatch. Autograd is not the ops' business (a torch.autograd.Function wraps them; the gradient tests

@@ -430,6 +430,30 @@ def test_kvcache_refuses_an_expanded_cache_it_would_write(expand):
     assert torch.isfinite(out).all() and out.abs().sum() > 0
 
 
+@pytest.mark.parametrize("view", ["one-tensor", "one-address"])
+def test_kvcache_refuses_one_memory_as_both_caches(view):
+    """Passed the same memory twice, each appended value would overwrite its key. Two views of one buffer that do
+    not share an address (keys and values side by side in one allocation) stay allowed."""
+    both = t(2, 64, 2, 2, 32)
+    k_cache = both[:, :, :, 0]
+    v_cache = k_cache if view == "one-tensor" else both[:, :, :, 0][:]  # another view at the same address
+    with pytest.raises(ValueError, match=r"k_cache and v_cache are the same memory .*torch.empty_like\(k_cache\)"):
+        flash_attn_with_kvcache(**_kv_args(k_cache=k_cache, v_cache=v_cache, k=_new(), v=_new()))
+    flash_attn_with_kvcache(**_kv_args(k_cache=k_cache, v_cache=both[:, :, :, 1], k=_new(), v=_new()))
+
+
+def test_alibi_slopes_that_require_grad_are_refused_while_grad_is_on():
+    """The kernels give the slopes no gradient (as flash-attn's do not): learned slopes would stay untrained
+    without a word. Under no_grad, or detached, the same slopes are fine."""
+    q, k, v = (t(1, 8, 2, 16, dtype=torch.float32).requires_grad_() for _ in range(3))
+    slopes = torch.rand(2, device=DEVICE).requires_grad_()
+    with pytest.raises(ValueError, match=r"alibi_slopes requires grad, .*pass alibi_slopes.detach\(\)"):
+        flash_attn_func(q, k, v, alibi_slopes=slopes)
+    with torch.no_grad():
+        expected = flash_attn_func(q, k, v, alibi_slopes=slopes)
+    torch.testing.assert_close(flash_attn_func(q, k, v, alibi_slopes=slopes.detach()).detach(), expected)
+
+
 @pytest.mark.parametrize(
     "options,name",
     [
