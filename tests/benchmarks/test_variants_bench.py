@@ -133,6 +133,7 @@ def test_targets_from_synthetic_rows():
             _row("window", "flashdoc causal", mode, 100.0),
             _row("window", window, mode, 95.0 if mode == "fwd" else 85.0, window=bench.WINDOW),
             _row("window", f"flex window {bench.WINDOW}", mode, 95.0, peer="flex", window=bench.WINDOW),
+            _row("window", "flex causal", mode, 125.0 if mode == "fwd" else 100.0, peer="flex"),
             _row("alibi", "flashdoc alibi", mode, 50.0),
             _row("alibi", "flex alibi score_mod", mode, 50.0, peer="flex"),
         ]
@@ -154,6 +155,10 @@ def test_targets_from_synthetic_rows():
     tiling = (win["visited_pairs"] / win["pairs"]) / (causal["visited_pairs"] / causal["pairs"])
     assert [round(r["ratio"], 4) for r in tiled] == [round(0.95 * tiling, 4), round(0.85 * tiling, 4)]
     assert "0.85x: unmet" in bench.target_line(targets[2])
+    flex = [r for r in ratios if r["what"] == bench.FLEX_WINDOW_RATIO]
+    assert [(r["mode"], round(r["ratio"], 3)) for r in flex] == [("fwd", 0.76), ("fwd_bwd", 0.95)]
+    # the window target's Flex row is Flex's window, not its causal call (now in the same group)
+    assert got[("window_vs_flex", "fwd_bwd", None)] == (round(85.0 / 95.0, 3), False)
 
 
 def _report_example():
