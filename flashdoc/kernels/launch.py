@@ -462,11 +462,15 @@ def distinct(objects: tuple) -> tuple:
     read it twice; and torch.compile cannot trace an autograd.Function given one tensor twice (self-attention's
     ``flash_attn_func(x, x, x)`` or ``cu_seqlens`` for queries and keys alike), where a view is a tensor of its
     own whose gradient autograd adds to its base's."""
-    seen, unique = set(), []
+    unique = []
     for obj in objects:
-        if isinstance(obj, torch.Tensor) and id(obj) in seen:
-            obj = obj.view(obj.shape)
-        seen.add(id(obj))
+        # `is` in a plain loop, not id(): torch.compile (torch 2.11) cannot take the id of a tensor made inside
+        # the traced code
+        if isinstance(obj, torch.Tensor):
+            for earlier in unique:
+                if obj is earlier:
+                    obj = obj.view(obj.shape)
+                    break
         unique.append(obj)
     return tuple(unique)
 
