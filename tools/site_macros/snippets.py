@@ -158,9 +158,7 @@ def register(env):
         path = snip.recorded_file(file)
         rel = path.relative_to(ROOT).as_posix()  # pymdownx.snippets resolves paths from the project root
         if file.endswith(".md") or markdown:
-            # a class for the stylesheet: a recorded table's first column holds short labels ("1 x 32k") that
-            # read badly broken over two lines
-            body = f'<div class="fd-recorded" markdown>\n\n--8<-- "{rel}"\n\n</div>'
+            body = f'--8<-- "{rel}"'
         else:
             body = f'```text title="{title}"\n--8<-- "{rel}"\n```'
         return f"{body}\n{provenance_html(snip, snip.provenance())}\n"  # recorded_file checked freshness
