@@ -464,32 +464,14 @@ def evaluate(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     tiled kernel keeps on a narrow band)."""
     targets, ratios = [], []
     window_rows = [r for r in rows if r["group"] == "window"]
+    # the band the window rows are named after, "(1024, 0)" (the dense causal rows' window is (-1, -1))
+    band = next((tuple(r["window"]) for r in window_rows if tuple(r["window"]) != (-1, -1)), None)
     for d in sorted({r["head_dim"] for r in window_rows}):
         for mode in ("fwd", "fwd_bwd"):
             n = max(r["seqlen"] for r in window_rows)
-            win = next(
-                (
-                    r
-                    for r in window_rows
-                    if r["name"].startswith("flashdoc window")
-                    and "tflops" in r
-                    and r["mode"] == mode
-                    and r["head_dim"] == d
-                ),
-                None,
-            )
+            win = _find(rows, "window", f"flashdoc window {band}", mode, n, d)
             causal = _find(rows, "window", "flashdoc causal", mode, n, d)
-            flex = next(
-                (
-                    r
-                    for r in window_rows
-                    if r["name"].startswith("flex window")
-                    and "tflops" in r
-                    and r["mode"] == mode
-                    and r["head_dim"] == d
-                ),
-                None,
-            )
+            flex = _find(rows, "window", f"flex window {band}", mode, n, d)
             flex_causal = _find(rows, "window", "flex causal", mode, n, d)
             where = dict(group="window", head_dim=d, mode=mode, seqlen=n)
             targets.append(_target("window_vs_causal", _ratio(win, causal), **where))
