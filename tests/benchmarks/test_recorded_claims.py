@@ -485,10 +485,11 @@ def test_recording_backs_the_decode_roofline_reading():
     smallest = min(c for _, c in points)
     assert checks["paged within 5% of contiguous at every point"]["worst"].endswith(f"at 1 x {smallest // 1024}k")
     assert min(paged.values()) == paged[(1, smallest)] < 0.95, paged
-    claim(post, "The gap stays at the large points too: from 8 × 32k up the slowest page size reads")
+    claim(post, "From 8 × 32k up the gap is within the claim's 5%: the slowest page size reads")
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
-    assert large and min(large) < 0.95, paged
-    claim(post, "at most of those points every one of its timing rounds was slower than every round of the contiguous")
+    assert large and 0.95 <= min(large) and max(large) < 1, paged
+    claim(post, "It is small but not noise: at most of those points every one of its")
+    claim(post, "timing rounds was slower than every round of the contiguous cache.")
 
     def round_tbps(point, method):
         row = rows[point + (method,)]
@@ -518,10 +519,14 @@ def test_recording_backs_the_decode_roofline_reading():
     for p in host_bound:  # beyond its kernels, flashdoc's call took far more than cuDNN's: its host work shows
         over = {m: rows[p + (m,)]["ms"] - rows[p + (m,)]["graph_ms"] for m in readings.CALL_TIMED_METHODS}
         assert over["flashdoc"] > 2 * over["sdpa-cudnn"], (p, over)
-    said = claim(post, "The paged calls measure the host at one point more, {{ decode_paged_host_bound_more() }},")
+    said = claim(
+        post, 'Paged calls cost the host more still: at {{ decode_worst_paged_call("point") }} each page size\'s call'
+    )
     paged_bound = set(readings.decode_host_bound_points("paged"))
-    assert host_bound < paged_bound and len(paged_bound - host_bound) == 1, (said, host_bound, paged_bound)
-    said = claim(post, "which is why the call-by-call claim on pages fails by so much more than the graph's")
+    worst_point = readings.decode_worst_paged_call_point()
+    paged_us, contiguous_us = (readings.decode_worst_paged_call_us(w) for w in ("paged", "contiguous"))
+    assert worst_point in paged_bound and paged_us[0] > 2 * contiguous_us[1], (said, worst_point, paged_us)
+    claim(post, "is why the call-by-call claim on pages fails by so much more than the graph's.")
 
     def worst_paged(key):  # the slowest page size over the contiguous cache, and where
         return min(
@@ -531,7 +536,7 @@ def test_recording_backs_the_decode_roofline_reading():
         )
 
     by_call, by_graph = worst_paged("tbps"), worst_paged("graph_tbps")
-    assert by_call[1] in paged_bound and by_call[0] < 0.75 * by_graph[0], (said, by_call, by_graph)
+    assert by_call[1] == worst_point and by_call[0] < 0.75 * by_graph[0], (said, by_call, by_graph)
     claim(post, "From 1 × 128k up the call-by-call bandwidth matches cuDNN's.")
     for p in points:
         if p[0] * p[1] >= 131072:
@@ -606,22 +611,27 @@ def test_recording_backs_the_variant_costs():
     flex = "sliding window / FlexAttention's"
     claim(post, f'Against FlexAttention\'s window, flashdoc\'s is {{{{ variant_ratio("{flex}", "fwd") }}}} as fast')
     assert row(flex, "fwd")["met"] and row(flex, "fwd_bwd")["met"]
+    flex_keeps = "FlexAttention's sliding window / its dense causal"
+    claim(post, f'counted alike, it keeps {{{{ variant_ratio("{flex_keeps}", "fwd", "ratios") }}}} of that rate')
+    claim(post, "On a band this narrow, neither tiled kernel comes near the 0.9× that")
+    for mode in ("fwd", "fwd_bwd"):
+        assert row(flex_keeps, mode, "ratios")["ratio"] < 0.85, mode
     softcap = "softcap / the same call without"
     claim(post, f'Softcap\'s forward runs at {{{{ variant_ratio("{softcap}", "fwd", causal=False) }}}} the rate')
-    claim(post, "so by the claim table the first holds and the second does not.")
-    assert row(softcap, "fwd", causal=False)["met"] and not row(softcap, "fwd", causal=True)["met"]
-    # each baseline ran more than 5% off the same call's timing in the dense rows of the run
-    claim(post, "Both ratios hang on their baselines, though.")
-    claim(post, '{{ variant_plain_ms("softcap", causal=False) }} with the full mask in the softcap rows and')
-    claim(post, "against the dense rows' timings the ratios would be {{ variant_softcap_vs_dense_rows(False) }} and")
-    for causal in (False, True):
-        drift = readings.plain_forward_ms("softcap", causal) / readings.plain_forward_ms("dense", causal)
-        assert abs(drift - 1) > 0.05, (causal, drift)
-        moved = readings.softcap_against_dense_rows(causal) / row(softcap, "fwd", causal=causal)["ratio"]
-        assert abs(moved * drift - 1) < 1e-9, (causal, moved, drift)  # the same capped time, the other baseline
-    claim(post, "Each row is the median of one timing")
+    claim(post, "so by the claim table the first holds and")
+    claim(post, "the second misses by a hair (the table rounds it to two digits).")
+    capped_causal = row(softcap, "fwd", causal=True)
+    assert row(softcap, "fwd", causal=False)["met"] and not capped_causal["met"], capped_causal
+    assert capped_causal["ratio"] > capped_causal["threshold"] - 0.005, capped_causal  # a hair: it rounds to 0.90
+    claim(post, "The baselines are steady: every row is the median")
+    claim(post, "of three rounds, timed in an order rotated every round")
     meta = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())["meta"]
-    assert meta.get("rounds", 1) == 1, meta.get("rounds")  # a run in rounds keeps each row's median round
+    assert meta["rounds"] == 3, meta.get("rounds")
+    claim(post, '{{ variant_plain_ms("softcap", causal=False) }} with the full mask in the softcap rows and')
+    claim(post, "under the causal mask, within 1% of each other. So the ratios measure the cap, not")
+    for causal in (False, True):  # one call, timed in two groups of rows of the same run
+        drift = readings.plain_forward_ms("softcap", causal) / readings.plain_forward_ms("dense", causal)
+        assert abs(drift - 1) < 0.01, (causal, drift)
     claim(post, f'the ratios are {{{{ variant_ratio("{softcap}", "fwd_bwd", "ratios", causal=False) }}}}')
     claim(post, "the fixed maximum helps the forward alone, since the backward has no running")
     for causal in (False, True):  # the cap costs the step something: the backward's tanh
@@ -719,16 +729,21 @@ def test_recording_backs_the_window_cost_floor():
     narrow_widths = [w for w in rows if w <= 1024]
     # from 1,024 keys down the forward sheds time at every halving of the window, but less than half of it (each
     # program's fixed cost stays); the forward and backward shed little of their own
-    claim(post, "gets cheaper by far less than the window, or not at all, while the forward alone keeps shrinking")
-    claim(post, "though each halving of the window saves it less than half its time; timed alone, as below, its kernel")
-    claim(post, "its kernel takes about as long.")
-    for w in (256, 512, 1024):
+    claim(
+        post, "window, or not at all. The forward alone shrinks with the window down to 256 keys, though each halving"
+    )
+    claim(post, "saves it less than half its time, and down to there its kernel, timed alone as below, takes about as")
+    for w in (512, 1024):
         assert 0.5 * forward_ms[w] < forward_ms[w // 2] < forward_ms[w], forward_ms
-    for w in narrow_widths:  # the forward call follows its kernel, timed alone: the host does not set its time
-        kernel_ms = readings.fixed_cost_program("forward", w)["kernel_us"] / 1e3
-        assert 0.8 < forward_ms[w] / kernel_ms < 1.25, (w, forward_ms[w], kernel_ms)
+    kernel_ms = {w: readings.fixed_cost_program("forward", w)["kernel_us"] / 1e3 for w in narrow_widths}
+    for w in (256, 512, 1024):  # the forward call follows its kernel, timed alone: the host does not set its time
+        assert 0.8 < forward_ms[w] / kernel_ms[w] < 1.25, (w, forward_ms[w], kernel_ms[w])
+    claim(post, "At 128 keys the forward call took {{ window_forward_ms(128) }}, longer than at 256 keys")
+    claim(post, "at that width the forward, too, waits for the host.")
+    assert forward_ms[128] > forward_ms[256] and forward_ms[128] > 1.25 * kernel_ms[128], (forward_ms, kernel_ms)
     assert both_ms[128] > 0.5 * both_ms[1024], both_ms  # an eighth of the keys saves under half
-    assert both_ms[128] > min(both_ms[256], both_ms[512]), both_ms  # or nothing: the narrowest is not the cheapest
+    # or nothing: some halving from 1,024 keys down saves under 5%
+    assert any(both_ms[w // 2] > 0.95 * both_ms[w] for w in (256, 512, 1024)), both_ms
     narrow = [ratio[w] for w in narrow_widths]
     assert len(narrow) >= 4 and ratio[2048] > max(narrow) + 0.05 and ratio[4096] > ratio[2048], ratio
     # the kernels shrink far more below 1,024 keys; the step at 128 keys is the host's (at least 1.5x its kernels,

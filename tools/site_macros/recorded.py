@@ -106,20 +106,6 @@ def plain_forward_ms(group: str, causal: bool = True) -> float:
     )
 
 
-def softcap_forward_ms(causal: bool) -> float:
-    """The softcapped forward's time in the variants benchmark's softcap rows."""
-    return _variant_ms(
-        f"the softcapped forward, causal={causal}",
-        lambda r: (r["group"], r["mode"], r["causal"]) == ("softcap", "fwd", causal) and r["softcap"],
-    )
-
-
-def softcap_against_dense_rows(causal: bool) -> float:
-    """Softcap's forward rate over the same call without it as the dense rows timed that call, not the softcap
-    rows: the ratio with the other timing of its baseline."""
-    return plain_forward_ms("dense", causal) / softcap_forward_ms(causal)
-
-
 def window_cost_rows() -> dict:
     """The window-cost table as {width: (forward ms, forward + backward ms, forward + backward / causal)}."""
     rows = re.findall(
@@ -234,6 +220,30 @@ def decode_call_range(method: str, timing: str) -> tuple[float, float]:
     return min(us), max(us)
 
 
+def decode_worst_paged_call_point() -> tuple:
+    """The (batch, cache) point where the slowest page size's call, timed alone, reads the least against the
+    contiguous cache's: where the call-by-call claim on pages is worst."""
+    _, rows = decode_rows()
+    points = {(b, c) for b, c, m in rows if m == "flashdoc"}
+    return min(
+        (rows[p + (m,)]["tbps"] / rows[p + ("flashdoc",)]["tbps"], p) for p in points for m in decode_paged_methods()
+    )[1]
+
+
+def decode_worst_paged_call_us(what: str) -> tuple[float, float]:
+    """The least and most microseconds at that point: ``paged`` every page size's call timed alone, ``contiguous``
+    the contiguous cache's, ``kernels`` every page size's call in a CUDA graph."""
+    _, rows = decode_rows()
+    point = decode_worst_paged_call_point()
+    methods, timing = {
+        "paged": (decode_paged_methods(), "ms"),
+        "contiguous": (("flashdoc",), "ms"),
+        "kernels": (decode_paged_methods(), "graph_ms"),
+    }[what]
+    us = [rows[point + (m,)][timing] * 1e3 for m in methods]
+    return min(us), max(us)
+
+
 def decode_call_excess(methods: tuple = CALL_TIMED_METHODS) -> dict:
     """{(batch, cache, method): µs} a call timed alone took beyond the same call replayed in a CUDA graph, at the
     points that are not host-bound."""
@@ -345,21 +355,16 @@ def host_time_ratios() -> dict:
 
 def register(env):
     @env.macro
-    def variant_ratio(what, mode, table="targets", causal=None):
-        """One ratio of the variants benchmark, as '0.73×'."""
+    def variant_ratio(what, mode, table="targets", causal=None, digits=2):
+        """One ratio of the variants benchmark, as '0.73×' (more digits where rounding would hide which side of a
+        threshold it lies)."""
         ratio = variant_row(what, mode, table, causal)["ratio"]
-        return times_range(ratio, ratio)
+        return times_range(ratio, ratio, digits)
 
     @env.macro
     def variant_plain_ms(group, causal=True):
         """'1.71 ms': the call without a variant that a group of variant rows divides by (dense causal by default)."""
         return measured(f"{plain_forward_ms(group, causal):.2f} ms")
-
-    @env.macro
-    def variant_softcap_vs_dense_rows(causal):
-        """'0.90×': softcap's forward ratio against the dense rows' timing of the same call without it."""
-        ratio = softcap_against_dense_rows(causal)
-        return times_range(ratio, ratio)
 
     @env.macro
     def window_call_ms(source):
@@ -370,6 +375,16 @@ def register(env):
     def window_step_ms(window):
         """'0.93 ms': the window-cost table's forward + backward time at a window (left, 0) of this width."""
         return measured(f"{window_step(window):.2f} ms")
+
+    @env.macro
+    def window_forward_ms(window):
+        """'0.14 ms': the window-cost table's forward time at a window (left, 0) of this width."""
+        return measured(f"{window_cost_rows()[window][0]:.2f} ms")
+
+    @env.macro
+    def window_forward_kernel_ms(window):
+        """'0.12 ms': the forward kernel alone at a window (left, 0) of this width (the fixed-cost recording)."""
+        return measured(f"{fixed_cost_program('forward', window)['kernel_us'] / 1e3:.2f} ms")
 
     @env.macro
     def window_kernels_ms(window):
@@ -415,14 +430,15 @@ def register(env):
         return measured(decode_points_in_words(decode_host_bound_points()))
 
     @env.macro
-    def decode_paged_host_bound_more():
-        """'1 × 32k': the decode points where every page size's call timed alone measures the host and flashdoc's
-        contiguous call does not."""
-        contiguous = set(decode_host_bound_points())
-        more = [p for p in decode_host_bound_points("paged") if p not in contiguous]
-        if not more:
-            raise ValueError("decode_paged_host_bound_more: the paged calls are host-bound at no point more")
-        return measured(decode_points_in_words(more))
+    def decode_worst_paged_call(what):
+        """At the point where the call-by-call claim on pages is worst: ``point`` ('1 × 4k'), or the calls' times
+        ('127 to 149 µs'): ``paged``, ``contiguous`` or ``kernels`` (the paged calls in a CUDA graph)."""
+        if what == "point":
+            return measured(decode_points_in_words([decode_worst_paged_call_point()]))
+        if what not in ("paged", "contiguous", "kernels"):
+            raise ValueError(f"decode_worst_paged_call: what is point, paged, contiguous or kernels, got {what!r}")
+        low, high = (f"{us:.0f}" for us in decode_worst_paged_call_us(what))
+        return measured(f"{low} µs" if low == high else f"{low} to {high} µs")
 
     @env.macro
     def decode_flex_lead():
