@@ -59,10 +59,20 @@ def _run(backend, api, device, dtype, seqlen):
         out = compiled(x, api)
     out.sum().backward()
     grads = [p.grad for p in model.parameters()] + [x.grad]
-    tol = 1e-5 if dtype == torch.float32 else 2e-2
-    assert torch.allclose(out, eager, atol=tol, rtol=tol)
-    for a, b in zip(grads, grads_eager):
-        assert torch.allclose(a, b, atol=tol, rtol=tol)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    _assert_close(out, eager, tol, "output")
+    names = [name for name, _ in model.named_parameters()] + ["x"]
+    for name, a, b in zip(names, grads, grads_eager):
+        _assert_close(a, b, tol, f"{name}.grad")
+
+
+def _assert_close(compiled, eager, tol, what):
+    """Norm-wise relative error. In bf16 an element-wise bound fails on rounding alone: inductor fuses the sums
+    into a gradient (the three that a shared q/k/v tensor receives, the tokens a weight's gradient adds up) and
+    rounds once, where eager rounds every term, so large entries differ by a few of bf16's steps. A wrong gradient
+    is off by order 1 in this norm, rounding by order 1e-3."""
+    err = ((compiled.float() - eager.float()).norm() / eager.float().norm().clamp_min(1e-30)).item()
+    assert err <= tol, f"{what}: relative error {err:.2e} against eager, over {tol:.0e}"
 
 
 @pytest.mark.parametrize("api", ["flash", "shared", "sdpa", "variants", "kvpacked"])
