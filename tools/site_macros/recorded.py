@@ -377,14 +377,17 @@ def register(env):
         return measured(f"{window_step(window):.2f} ms")
 
     @env.macro
-    def window_forward_ms(window):
-        """'0.14 ms': the window-cost table's forward time at a window (left, 0) of this width."""
-        return measured(f"{window_cost_rows()[window][0]:.2f} ms")
-
-    @env.macro
-    def window_forward_kernel_ms(window):
-        """'0.12 ms': the forward kernel alone at a window (left, 0) of this width (the fixed-cost recording)."""
-        return measured(f"{fixed_cost_program('forward', window)['kernel_us'] / 1e3:.2f} ms")
+    def window_forward_ms(window, timed="call"):
+        """'0.14 ms': the forward at a window (left, 0) of this width: ``call`` as the window-cost table timed the
+        public call, ``kernel`` its kernel alone, as the fixed-cost recording timed it."""
+        if timed not in ("call", "kernel"):
+            raise ValueError(f"window_forward_ms: timed is 'call' or 'kernel', got {timed!r}")
+        ms = (
+            window_cost_rows()[window][0]
+            if timed == "call"
+            else fixed_cost_program("forward", window)["kernel_us"] / 1e3
+        )
+        return measured(f"{ms:.2f} ms")
 
     @env.macro
     def window_kernels_ms(window):
