@@ -527,15 +527,7 @@ def test_recording_backs_the_decode_roofline_reading():
     paged_us, contiguous_us = (readings.decode_worst_paged_call_us(w) for w in ("paged", "contiguous"))
     assert worst_point in paged_bound and paged_us[0] > 2 * contiguous_us[1], (said, worst_point, paged_us)
     claim(post, "is why the call-by-call claim on pages fails by so much more than the graph's.")
-
-    def worst_paged(key):  # the slowest page size over the contiguous cache, and where
-        return min(
-            (rows[p + (m,)][key] / rows[p + ("flashdoc",)][key], p)
-            for p in points
-            for m in readings.decode_paged_methods()
-        )
-
-    by_call, by_graph = worst_paged("tbps"), worst_paged("graph_tbps")
+    by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
     assert by_call[1] == worst_point and by_call[0] < 0.75 * by_graph[0], (said, by_call, by_graph)
     claim(post, "From 1 × 128k up the call-by-call bandwidth matches cuDNN's.")
     for p in points:
@@ -727,8 +719,8 @@ def test_recording_backs_the_window_cost_floor():
     forward_ms = {w: fwd for w, (fwd, _, _) in rows.items()}
     both_ms = {w: both for w, (_, both, _) in rows.items()}
     narrow_widths = [w for w in rows if w <= 1024]
-    # from 1,024 keys down the forward sheds time at every halving of the window, but less than half of it (each
-    # program's fixed cost stays); the forward and backward shed little of their own
+    # from 1,024 keys down to 256 the forward sheds time at every halving of the window, but less than half of it
+    # (each program's fixed cost stays); the forward and backward shed little of their own
     claim(
         post, "window, or not at all. The forward alone shrinks with the window down to 256 keys, though each halving"
     )

@@ -220,14 +220,17 @@ def decode_call_range(method: str, timing: str) -> tuple[float, float]:
     return min(us), max(us)
 
 
-def decode_worst_paged_call_point() -> tuple:
-    """The (batch, cache) point where the slowest page size's call, timed alone, reads the least against the
-    contiguous cache's: where the call-by-call claim on pages is worst."""
+def decode_worst_paged(key: str = "tbps") -> tuple:
+    """(ratio, (batch, cache)): the lowest bandwidth of any page size over the contiguous cache's, and where, timed
+    call by call (``tbps``) or in a CUDA graph (``graph_tbps``)."""
     _, rows = decode_rows()
     points = {(b, c) for b, c, m in rows if m == "flashdoc"}
-    return min(
-        (rows[p + (m,)]["tbps"] / rows[p + ("flashdoc",)]["tbps"], p) for p in points for m in decode_paged_methods()
-    )[1]
+    return min((rows[p + (m,)][key] / rows[p + ("flashdoc",)][key], p) for p in points for m in decode_paged_methods())
+
+
+def decode_worst_paged_call_point() -> tuple:
+    """The (batch, cache) point where the call-by-call claim on pages is worst."""
+    return decode_worst_paged("tbps")[1]
 
 
 def decode_worst_paged_call_us(what: str) -> tuple[float, float]:
