@@ -223,9 +223,7 @@ def decode_call_range(method: str, timing: str) -> tuple[float, float]:
 def decode_worst_paged(key: str = "tbps") -> tuple:
     """(ratio, (batch, cache)): the lowest bandwidth of any page size over the contiguous cache's, and where, timed
     call by call (``tbps``) or in a CUDA graph (``graph_tbps``)."""
-    _, rows = decode_rows()
-    points = {(b, c) for b, c, m in rows if m == "flashdoc"}
-    return min((rows[p + (m,)][key] / rows[p + ("flashdoc",)][key], p) for p in points for m in decode_paged_methods())
+    return min((ratio, point) for point, ratio in decode_paged_ratios(key).items())
 
 
 def decode_worst_paged_call_point() -> tuple:
@@ -281,12 +279,13 @@ def decode_paged_methods() -> tuple:
     return tuple(sorted({m for _, _, m in rows if m.startswith("flashdoc-paged")}))
 
 
-def decode_paged_ratios() -> dict:
-    """{point: the slowest page size's graph-timed bandwidth over the contiguous cache's}."""
+def decode_paged_ratios(key: str = "graph_tbps") -> dict:
+    """{point: the slowest page size's bandwidth over the contiguous cache's}, in a CUDA graph (``graph_tbps``) or
+    call by call (``tbps``)."""
     _, rows = decode_rows()
     points = {(b, c) for b, c, m in rows if m == "flashdoc"}
     paged = decode_paged_methods()
-    return {p: min(rows[p + (m,)]["graph_tbps"] for m in paged) / rows[p + ("flashdoc",)]["graph_tbps"] for p in points}
+    return {p: min(rows[p + (m,)][key] for m in paged) / rows[p + ("flashdoc",)][key] for p in points}
 
 
 NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
@@ -356,6 +355,12 @@ def host_time_ratios() -> dict:
     return {call: number(cells[1]) / number(cells[2]) for call, cells in rows.items()}
 
 
+def us_range(low: float, high: float) -> str:
+    """'12 to 37 µs', or '50 µs' where both ends round alike."""
+    a, b = f"{low:.0f}", f"{high:.0f}"
+    return measured(f"{a} µs" if a == b else f"{a} to {b} µs")
+
+
 def register(env):
     @env.macro
     def variant_ratio(what, mode, table="targets", causal=None, digits=2):
@@ -421,8 +426,7 @@ def register(env):
     @env.macro
     def decode_call_us(method, timing):
         """'12 to 37 µs' (or '50 µs' where they round alike): a method's calls at the host-bound decode points."""
-        low, high = (f"{us:.0f}" for us in decode_call_range(method, timing))
-        return measured(f"{low} µs" if low == high else f"{low} to {high} µs")
+        return us_range(*decode_call_range(method, timing))
 
     @env.macro
     def decode_call_excess_us():
@@ -443,8 +447,7 @@ def register(env):
             return measured(decode_points_in_words([decode_worst_paged_call_point()]))
         if what not in ("paged", "contiguous", "kernels"):
             raise ValueError(f"decode_worst_paged_call: what is point, paged, contiguous or kernels, got {what!r}")
-        low, high = (f"{us:.0f}" for us in decode_worst_paged_call_us(what))
-        return measured(f"{low} µs" if low == high else f"{low} to {high} µs")
+        return us_range(*decode_worst_paged_call_us(what))
 
     @env.macro
     def decode_flex_lead():
