@@ -982,7 +982,7 @@ def test_recording_backs_every_row_ran_the_hopper_kernels_and_where_the_fused_ba
     head dimension 64 the fused backward, except under the mask at 512 and 1k tokens, where the split Hopper kernels
     run; at 128 and 256 the split Hopper kernels."""
     part5 = read_post("flashattention-on-hopper.md")
-    claim(post, "On this H200 every row ran the Hopper kernels")
+    claim(post, 'On this {{ gpu_card("triton/benchmark") }} every row ran the Hopper kernels')
     claim(
         post, "so at head dimension 64 (without the mask at every length, under it from 2k tokens) its backward is the"
     )

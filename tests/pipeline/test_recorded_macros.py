@@ -1,13 +1,15 @@
 """The macros that put the variant, window fixed-cost, decoding, varlen and host-time recordings' numbers into the
 prose (tools/site_macros/recorded.py): every call the pages make evaluates against the recordings, each renders one
-measured number, and a call naming nothing recorded fails with a message that says what it asked for."""
+measured number, and a call naming nothing recorded fails with a message that says what it asked for. Also the
+macros that name the GPU a recording ran on (tools/site_macros/snippets.py)."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-from tools.site_macros import recorded
+from tools.outputs import all_snippets, snippet
+from tools.site_macros import recorded, snippets
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "docs/blog/posts").glob("*.md")) + [ROOT / "docs/usage.md"]
@@ -139,3 +141,72 @@ def test_a_range_of_call_times_that_round_alike_reads_as_one_time(macros, monkey
     assert macros["decode_call_us"]("sdpa-cudnn", "ms") == '<span class="measured">50 µs</span>'
     monkeypatch.setattr(recorded, "decode_call_range", lambda method, timing: (11.6, 37.6))
     assert macros["decode_call_us"]("flashdoc", "graph_ms") == '<span class="measured">12 to 38 µs</span>'
+
+
+# The GPU a recording ran on, for the prose around its numbers (tools/site_macros/snippets.py)
+
+DOCS_PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md") if "generated" not in p.relative_to(ROOT / "docs").parts)
+
+
+@pytest.mark.parametrize(
+    "device,card",
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H100 PCIe", "H100"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("Tesla V100-SXM2-16GB", "V100"),
+    ],
+)
+def test_a_device_reads_as_its_card(device, card):
+    assert snippets.card_name(device) == card
+
+
+def test_a_card_takes_the_article_its_spoken_name_needs():
+    assert snippets.cards_in_words(["H100"], article=True) == "an H100"
+    assert snippets.cards_in_words(["B200"], article=True) == "a B200"
+    assert snippets.cards_in_words(["H100", "RTX 4090"], article=True) == "an H100 and an RTX\N{NO-BREAK SPACE}4090"
+    assert snippets.cards_in_words(["A100", "H100", "H200"]) == "A100, H100 and H200"
+
+
+class Recording:
+    def __init__(self, prov):
+        self.prov = prov
+
+    def check_fresh(self):
+        return self.prov
+
+
+def test_a_recording_made_on_the_cpu_names_no_gpu(monkeypatch):
+    cpu = "CPU (x86_64, 2 cores, Triton interpreter)"
+    monkeypatch.setattr(snippets, "snippet", lambda name: Recording(dict(device=cpu, gpu=False)))
+    with pytest.raises(ValueError, match=r"masking/gpu_variants was recorded on CPU \(x86_64.*not on a GPU"):
+        snippets.recorded_card("masking/gpu_variants")
+    with pytest.raises(ValueError, match="names no GPU"):
+        snippets.card_name(cpu)
+
+
+def test_a_recording_reads_as_the_card_in_its_provenance(monkeypatch):
+    monkeypatch.setattr(snippets, "snippet", lambda name: Recording(dict(device="NVIDIA H100 80GB HBM3", gpu=True)))
+    assert snippets.recorded_card("triton/benchmark") == "H100"
+
+
+def test_the_cards_of_all_gpu_recordings_are_each_named_once():
+    cards = snippets.recorded_cards()
+    gpu_only = [s for s in all_snippets() if s.gpu_only]
+    assert cards == sorted({snippets.card_name(s.provenance()["device"]) for s in gpu_only}), cards
+
+
+def test_every_card_a_page_names_is_that_of_a_gpu_recording():
+    env = Env()
+    snippets.register(env)
+    found = []
+    for page in DOCS_PAGES:
+        for expr in re.findall(r"\{\{\s*(gpu_cards?\(.*?\))\s*\}\}", page.read_text()):
+            found.append(expr)
+            text = eval(expr, {"__builtins__": {}}, env.macros)
+            assert text and "<" not in text, (page.name, expr, text)
+            for name in re.findall(r'gpu_card\("([^"]+)"', expr):
+                assert snippet(name).gpu_only, f"{page.name}: {expr} names the card of a recording made on the CPU"
+    assert len(found) >= 10, found

@@ -8,6 +8,8 @@
     {{ figure("attention/scaling", "saturation.png", "Caption") }}   a recorded image
     {{ install_flashdoc() }}                                   the one line that installs flashdoc
     {{ repo_file("benchmarks/FINDINGS.md") }}                  a link to a file of the repository
+    {{ gpu_card("triton/benchmark", article=True) }}           'an H200': the GPU a recording ran on
+    {{ gpu_cards(article=True) }}                              'an H200', or 'an H100 and an H200': all of them
 
 The code itself is pulled in by pymdownx.snippets (``check_paths: true``), so a missing file or section
 fails the build. Each block's copy button copies a complete program (``tools/programs.py``): for a section,
@@ -24,10 +26,55 @@ import posixpath
 
 from tools import downloads
 from tools.hooks.package_source import commit
-from tools.outputs import DOCS_DIR, ROOT, Freshness, Snippet, snippet
+from tools.outputs import DOCS_DIR, ROOT, Freshness, Snippet, all_snippets, snippet
 from tools.programs import copy_program
 
 IMAGE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg", ".gif", ".webp")
+
+# Words of a device name that say who made or sold the card rather than which card it is.
+BRAND_WORDS = {"NVIDIA", "Tesla", "GeForce", "Quadro", "AMD", "Instinct", "Radeon"}
+# Product lines whose next word names the card: "RTX 4090", not "RTX".
+LINE_WORDS = {"RTX", "GTX", "TITAN", "Pro"}
+# Letters whose spoken name starts with a vowel sound, so that "an" goes before them: an H100, an RTX 4090.
+AN_LETTERS = set("AEFHILMNORSX")
+
+
+def card_name(device: str) -> str:
+    """The card a recording's ``device`` names, as prose names it: 'H200' for 'NVIDIA H200', 'H100' for 'NVIDIA
+    H100 80GB HBM3', 'A100' for 'NVIDIA A100-SXM4-80GB', 'RTX 4090' for 'NVIDIA GeForce RTX 4090'."""
+    words = [w for w in device.replace("-", " ").split() if w not in BRAND_WORDS]
+    if not words or device.startswith("CPU"):
+        raise ValueError(f"{device!r} names no GPU")
+    return " ".join(words[:2]) if words[0] in LINE_WORDS and len(words) > 1 else words[0]
+
+
+def with_article(card: str) -> str:
+    """'an H200', 'a B200'."""
+    return f"{'an' if card[0].upper() in AN_LETTERS else 'a'} {card}"
+
+
+def recorded_card(name: str) -> str:
+    """The card that the shown recording of snippet ``name`` ran on; a recording made on the CPU is an error, since
+    the prose that names its GPU would then be wrong."""
+    prov = snippet(name).check_fresh()
+    if not prov.get("gpu") or prov["device"].startswith("CPU"):
+        raise ValueError(
+            f"{name} was recorded on {prov['device']}, not on a GPU: a page that names the GPU it ran on is wrong; "
+            "record it on a CUDA GPU, or name no GPU there"
+        )
+    return card_name(prov["device"])
+
+
+def recorded_cards() -> list[str]:
+    """The cards that the GPU-only snippets' recordings ran on, each once, in order."""
+    return sorted({recorded_card(snip.name) for snip in all_snippets() if snip.gpu_only})
+
+
+def cards_in_words(cards: list[str], article: bool = False) -> str:
+    """'H100 and H200', or with articles 'an H100 and an H200'; a space inside a name does not break."""
+    names = [c.replace(" ", "\N{NO-BREAK SPACE}") for c in cards]
+    names = [with_article(c) for c in names] if article else names
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def provenance_html(snip: Snippet, prov: dict) -> str:
@@ -112,6 +159,17 @@ def register(env):
     def repo_file(path):
         """A link to a file of the repository that a page names (the notes behind a figure, a tool it mentions)."""
         return repository_link(env.conf["repo_url"], path)
+
+    @env.macro
+    def gpu_card(name, article=False):
+        """'H200' (or 'an H200'): the card the shown recording of snippet ``name`` ran on, for the prose around
+        it, so that a recording on another card changes the sentence with the numbers."""
+        return cards_in_words([recorded_card(name)], article)
+
+    @env.macro
+    def gpu_cards(article=False):
+        """'H200', or 'H100 and H200' where they differ: the cards of every GPU-only recording on the site."""
+        return cards_in_words(recorded_cards(), article)
 
     @env.macro
     def install_flashdoc():
