@@ -83,13 +83,17 @@ DECODE_CONFIGS = {
     (256, True): DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
 }
 # Paged caches that ran faster with other entries, keyed (padded head dim, page size, grid fills the GPU): pages
-# of 16 and 64 rows want 64-key tiles, and fewer in flight where the batch fills the GPU (timed as CUDA graphs).
+# of 16 and 64 rows want 64-key tiles, and fewer in flight, where the batch fills the GPU; under splits, pages of
+# 16 want 64-key tiles only where splits are short (SHORT_SPLIT_TILES). Timed as CUDA graphs.
 TUNED_CONFIGS = {
     (128, 16, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
     (128, 16, True): DecodeConfig(block_n=64, warps=4, stages=2, programs_per_sm=1),
-    (128, 64, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
     (128, 64, True): DecodeConfig(block_n=64, warps=4, stages=2, programs_per_sm=1),
 }
+# A split entry of TUNED_CONFIGS holds where a split of the contiguous entry streams fewer tiles than this. Pages of
+# 16 rows ran faster over 64-key tiles at 1 x 4k (two tiles a split) and over the contiguous entry's 128-key tiles
+# from 1 x 32k and 8 x 4k up (16 tiles a split and more), by 1-2.4 points (H100, benchmarks/FINDINGS.md).
+SHORT_SPLIT_TILES = 8
 # --8<-- [end:decode_configs]
 
 PAGED_EXTRA_STAGES = 2
@@ -175,6 +179,14 @@ def num_sms(device_index: int) -> int:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# A tile over at most this many whole pages looks each page up once and spreads it over the page's rows (a layout
+# conversion through shared memory); over more pages, each row looks its own page up. Timed on an H100 (CUDA
+# graphs, benchmarks/kernels/paged_lookup.py), one lookup a page was 0.3-1.4 points faster than one a row over
+# 64-key tiles of pages of 16 and up to 4 points faster over 128-key tiles of pages of 64, but slower over 128-key
+# tiles of pages of 16, where the conversion costs more than the eight lookups it saves (benchmarks/FINDINGS.md).
+MAX_PAGES_PER_LOOKUP: tl.constexpr = tl.constexpr(4)
+
+
 @triton.jit
 def _cache_rows(
     BLOCK_TABLE,
@@ -186,23 +198,31 @@ def _cache_rows(
     pos,
     PAGED: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
-    PAGE_PER_TILE: tl.constexpr,
+    TILE_ROWS: tl.constexpr,
 ):
     """(page, row in page, valid) of cache positions ``pos`` of sequence ``off_b``.
 
-    Paged: the page is ``BLOCK_TABLE[off_b, pos // PAGE_SIZE]``. When the tile lies within one page
-    (PAGE_PER_TILE: PAGE_SIZE is a multiple of the tile and ``pos`` starts a tile), one lookup serves the tile;
-    otherwise each row looks its page up. Contiguous: one page per sequence, ``cache_page``, of ``cache_len``
-    rows (the cache's seqlen, a runtime value: a new cache length compiles nothing new). Positions past the
-    pages the table holds, or past the contiguous cache, are not valid (never read, never written).
+    Paged: the page is ``BLOCK_TABLE[off_b, pos // PAGE_SIZE]``. TILE_ROWS > 0: ``pos`` is a tile of that many
+    consecutive positions from a multiple of TILE_ROWS, so it lies within one page (one lookup serves it) or covers
+    whole pages (one lookup a page, up to MAX_PAGES_PER_LOOKUP of them); otherwise each row looks its page up.
+    Contiguous: one page per sequence, ``cache_page``, of ``cache_len`` rows (the cache's seqlen, a runtime
+    value: a new cache length compiles nothing new). Positions past the pages the table holds, or past the
+    contiguous cache, are not valid (never read, never written).
     """
     if PAGED:
         logical = pos // PAGE_SIZE
         valid = logical < max_pages
-        if PAGE_PER_TILE:  # one lookup for the tile: its first row's page
+        if TILE_ROWS == 0:
+            page = tl.load(BLOCK_TABLE + off_b * stride_tb + logical, mask=valid, other=0)
+        elif PAGE_SIZE % TILE_ROWS == 0:  # one lookup for the tile: its first row's page
             first = tl.min(logical, 0)
             page = tl.load(BLOCK_TABLE + off_b * stride_tb + first, mask=first < max_pages, other=0)
             page = tl.zeros_like(pos) + page
+        elif TILE_ROWS % PAGE_SIZE == 0 and TILE_ROWS // PAGE_SIZE <= MAX_PAGES_PER_LOOKUP:
+            PAGES: tl.constexpr = TILE_ROWS // PAGE_SIZE
+            entry = tl.min(logical, 0) + tl.arange(0, PAGES)
+            pages = tl.load(BLOCK_TABLE + off_b * stride_tb + entry, mask=entry < max_pages, other=0)
+            page = tl.reshape(tl.broadcast_to(pages[:, None], (PAGES, PAGE_SIZE)), (TILE_ROWS,))
         else:
             page = tl.load(BLOCK_TABLE + off_b * stride_tb + logical, mask=valid, other=0)
         return page.to(tl.int64), pos % PAGE_SIZE, valid
@@ -338,7 +358,7 @@ def _append_kv(
             else:
                 cache_page = off_b.to(tl.int64)
             page, row, valid = _cache_rows(
-                BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, pos, PAGED, PAGE_SIZE, False
+                BLOCK_TABLE, stride_tb, max_pages, cache_page, cache_len, off_b, pos, PAGED, PAGE_SIZE, 0
             )
             m = row_ok & valid[:, None]
             k_src = K_NEW + off_b.to(tl.int64) * stride_nb + s * stride_ns + offs_h[:, None] * stride_nh
@@ -538,7 +558,7 @@ def _split_kv(
             offs_n,
             PAGED,
             PAGE_SIZE,
-            PAGED and PAGE_SIZE % BLOCK_N == 0,
+            BLOCK_N,
         )
         if HAS_LEFTPAD:
             row += pad
@@ -700,11 +720,18 @@ def launch_plan(
 ) -> tuple:
     """(DecodeConfig, num_splits) for a launch of ``programs`` per split (batch x KV heads x query tiles) over
     caches of ``capacity`` keys per sequence (pages of ``page_size`` rows, 0 for a contiguous cache), from shapes
-    only: the table's config for the regime, and ``num_splits_heuristic``'s split count for it."""
+    only: the table's config for the regime, and ``num_splits_heuristic``'s split count for it. A paged cache's
+    split entry in ``TUNED_CONFIGS`` replaces the contiguous one only where that one's splits are short."""
     if INTERPRET:
         return CPU_DECODE_CONFIG, 1
-    config = decode_config(head_dim, dtype, page_size, fills_gpu(programs, device_index))
-    return config, splits_for(programs, capacity, config, device_index)
+    fills = fills_gpu(programs, device_index)
+    config = decode_config(head_dim, dtype, 0, fills)
+    splits = splits_for(programs, capacity, config, device_index)
+    if page_size:
+        tuned = decode_config(head_dim, dtype, page_size, fills)
+        if tuned != config and (fills or cdiv(cdiv(capacity, config.block_n), splits) < SHORT_SPLIT_TILES):
+            config, splits = tuned, splits_for(programs, capacity, tuned, device_index)
+    return config, splits
 
 
 def splits_for(programs: int, capacity: int, config: DecodeConfig, device_index: int) -> int:

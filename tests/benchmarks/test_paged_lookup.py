@@ -1,6 +1,6 @@
-"""The per-page lookup experiment (benchmarks/kernels/paged_lookup.py) off the GPU: its copy of the split-KV kernel
-gives the shipped kernel's output bit for bit in Triton's interpreter, and the check stops on one that does not.
-(The timing needs a GPU.)"""
+"""The page-lookup experiment (benchmarks/kernels/paged_lookup.py) off the GPU: its copies of the split-KV kernel
+(one lookup a page, one a row) give the shipped kernel's output bit for bit in Triton's interpreter, and the check
+stops on one that does not. (The timing needs a GPU.)"""
 
 import pytest
 import torch
@@ -14,19 +14,21 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU check
 
 @pytest.mark.parametrize("page", [16, 32])
 def test_per_page_lookup_matches_the_shipped_kernel(page):
-    """Tiles of 32 keys: two pages of 16 each (one lookup a page), or one page of 32 (the shipped path)."""
+    """Tiles of 32 keys: two pages of 16 each (the shipped kernel looks each page up once), or one page of 32."""
     with bench.smoke_shape():
         exp.check(2, 128, page, dk.CPU_DECODE_CONFIG)
     assert dk._split_kv is exp.SHIPPED  # the swap is undone
 
 
-def test_check_stops_on_a_different_output(monkeypatch):
+@pytest.mark.parametrize("name", ["per-page", "per-row"])
+def test_check_stops_on_a_different_output(monkeypatch, name):
     real = exp.output_of
+    wrong = exp.PER_PAGE if name == "per-page" else exp.PER_ROW
 
-    def wrong_per_page(kernel, inputs, config):
+    def one_wrong(kernel, inputs, config):
         out = real(kernel, inputs, config)
-        return out + 1 if kernel is exp.PER_PAGE else out
+        return out + 1 if kernel is wrong else out
 
-    monkeypatch.setattr(exp, "output_of", wrong_per_page)
-    with bench.smoke_shape(), pytest.raises(SystemExit, match="the per-page lookup's output differs"):
+    monkeypatch.setattr(exp, "output_of", one_wrong)
+    with bench.smoke_shape(), pytest.raises(SystemExit, match=f"the {name} lookup's output differs"):
         exp.check(2, 128, 16, dk.CPU_DECODE_CONFIG)
