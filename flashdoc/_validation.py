@@ -2,7 +2,7 @@
 TypeError that names the argument and says what is allowed."""
 
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -16,6 +16,35 @@ MAX_HEAD_DIM = 256
 _FLOAT32 = torch.finfo(torch.float32)
 # Window sides reach the ops as int64 (torch's schema type for an int).
 _INT64_MAX = 2**63 - 1
+
+
+class Names(NamedTuple):
+    """What the caller calls the tensors and counts that the checks name. A packed function's q, k and v are
+    slices of the tensor it was given, so they take that tensor's name (k and v of ``kv`` are both "kv"), and
+    ``layout`` states its layout in the shape errors in place of the unpacked one."""
+
+    q: str = "q"
+    k: str = "k"
+    v: str = "v"
+    cu_seqlens_q: str = "cu_seqlens_q"
+    cu_seqlens_k: str = "cu_seqlens_k"
+    max_seqlen_q: str = "max_seqlen_q"
+    max_seqlen_k: str = "max_seqlen_k"
+    layout: Optional[str] = None
+
+
+FLASH_NAMES = Names()
+SDPA_NAMES = Names("query", "key", "value")
+
+
+def _each(names, tensors) -> dict:
+    """Each name once, with its tensor: k and v sliced from one ``kv`` are one tensor to the caller."""
+    return dict(zip(names, tensors))
+
+
+def _and(words) -> str:
+    words = list(words)
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _type_name(value) -> str:
@@ -55,7 +84,9 @@ def check_dtype(t: torch.Tensor, name: str) -> None:
         raise TypeError(f"{name} has dtype {t.dtype}; allowed: torch.float16, torch.bfloat16, torch.float32")
 
 
-def _validate_tensor(t, name: str, ref=None, ref_name: str = "q", dims: int = 4) -> None:
+def _validate_tensor(t, name: str, ref=None, ref_name: str = "q", dims: int = 4, group=None) -> None:
+    """group: the names of the tensors that must share t's dtype and device, when not "all three" (a packed
+    tensor passed as two of them is named once)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.is_nested:
@@ -67,11 +98,30 @@ def _validate_tensor(t, name: str, ref=None, ref_name: str = "q", dims: int = 4)
         raise TypeError(f"{name} has layout {t.layout}; allowed: torch.strided (call .to_dense() on it)")
     check_dtype(t, name)
     if ref is not None and t.dtype != ref.dtype:
-        raise TypeError(f"{name} has dtype {t.dtype} but {ref_name} has {ref.dtype}; all three must share one dtype")
+        together = _together(group)
+        raise TypeError(f"{name} has dtype {t.dtype} but {ref_name} has {ref.dtype}; {together} must share one dtype")
     if ref is not None and t.device != ref.device:
-        raise ValueError(f"{name} is on {t.device} but {ref_name} is on {ref.device}; all three must be on one device")
+        together = _together(group)
+        raise ValueError(f"{name} is on {t.device} but {ref_name} is on {ref.device}; {together} must be on one device")
     if t.dim() != dims:
         raise ValueError(f"{name} must be {dims}-D, got {t.dim()}-D with shape {tuple(t.shape)}")
+
+
+def _together(group) -> str:
+    """The tensors that must share a dtype and a device, as the caller named them."""
+    names = list(dict.fromkeys(group[:3])) if group is not None else []
+    return "all three" if len(names) in (0, 3) else _and(names)
+
+
+def _layout(layout: str, names: Names) -> str:
+    """The layout that shape errors state: the packed tensor's when the tensors are its slices."""
+    if names.layout is not None:
+        return names.layout
+    return {
+        "bshd": "(batch, seqlen, heads, head_dim)",
+        "bhsd": "(batch, heads, seqlen, head_dim)",
+        "varlen": "(total_tokens, heads, head_dim)",
+    }[layout]
 
 
 def _validate_device(q, qn: str) -> None:
@@ -84,18 +134,23 @@ def _validate_device(q, qn: str) -> None:
         )
 
 
-def _validate_heads_and_dim(q, k, v, h: int, d: int, dims: str, names) -> None:
+def _validate_heads_and_dim(q, k, v, h: int, d: int, layout: str, names: Names) -> None:
     """Heads on axis h (GQA/MQA: a multiple of k's) and one head_dim (1 to MAX_HEAD_DIM) on axis d."""
-    qn, kn, vn = names
     if k.shape[h] != v.shape[h]:
-        raise ValueError(f"{kn} and {vn} must have the same number of heads, got {k.shape[h]} and {v.shape[h]}")
+        raise ValueError(
+            f"{names.k} and {names.v} must have the same number of heads, got {k.shape[h]} and {v.shape[h]}"
+        )
     if k.shape[h] < 1 or q.shape[h] % k.shape[h] != 0:
         raise ValueError(
-            f"{qn} heads ({q.shape[h]}) must be a multiple of {kn} heads ({k.shape[h]}) (GQA/MQA); layout is {dims}"
+            f"{names.q} heads ({q.shape[h]}) must be a multiple of {names.k} heads ({k.shape[h]}) (GQA/MQA); "
+            f"layout is {_layout(layout, names)}"
         )
     head_dim = q.shape[d]
     if k.shape[d] != head_dim or v.shape[d] != head_dim:
-        raise ValueError(f"{qn}, {kn} and {vn} must share one head_dim, got {head_dim}, {k.shape[d]}, {v.shape[d]}")
+        each = _each(names[:3], (q, k, v))
+        raise ValueError(
+            f"{_and(each)} must share one head_dim, got {', '.join(str(t.shape[d]) for t in each.values())}"
+        )
     if head_dim > MAX_HEAD_DIM or head_dim < 1:
         raise ValueError(f"head_dim is {head_dim}; allowed: 1 to {MAX_HEAD_DIM}")
 
@@ -117,33 +172,38 @@ def _validate_scale_and_causal(softmax_scale, causal, scale_name: str, causal_na
 
 
 def validate_attention_inputs(
-    q, k, v, *, layout: str, softmax_scale, causal, scale_name: str, causal_name: str, names=("q", "k", "v")
+    q, k, v, *, layout: str, softmax_scale, causal, scale_name: str, causal_name: str, names: Names = FLASH_NAMES
 ) -> None:
     """Check q, k, v and the scalar arguments.
 
     layout: "bshd" (flash-attn: batch, seqlen, heads, head_dim) or "bhsd" (SDPA: batch, heads, seqlen, head_dim).
-    names: what the caller calls q, k, v (flash-attn: q, k, v; SDPA: query, key, value).
+    names: what the caller calls q, k, v (flash-attn: q, k, v; SDPA: query, key, value; a packed function: the
+    packed tensor).
     """
-    qn, kn, vn = names
+    qn, kn, vn = names.q, names.k, names.v
     _validate_tensor(q, qn)
-    _validate_tensor(k, kn, q, qn)
-    _validate_tensor(v, vn, q, qn)
+    _validate_tensor(k, kn, q, qn, group=names)
+    _validate_tensor(v, vn, q, qn, group=names)
     _validate_device(q, qn)
     s, h = (1, 2) if layout == "bshd" else (2, 1)
-    dims = "(batch, seqlen, heads, head_dim)" if layout == "bshd" else "(batch, heads, seqlen, head_dim)"
     if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
-        raise ValueError(
-            f"batch sizes differ: {qn} {q.shape[0]}, {kn} {k.shape[0]}, {vn} {v.shape[0]}; layout is {dims}"
-        )
+        sizes = ", ".join(f"{n} {t.shape[0]}" for n, t in _each(names[:3], (q, k, v)).items())
+        raise ValueError(f"batch sizes differ: {sizes}; layout is {_layout(layout, names)}")
     if k.shape[s] != v.shape[s]:
         raise ValueError(
-            f"{kn} and {vn} must have the same seqlen, got {k.shape[s]} and {v.shape[s]}; layout is {dims}"
+            f"{kn} and {vn} must have the same seqlen, got {k.shape[s]} and {v.shape[s]}; layout is "
+            f"{_layout(layout, names)}"
         )
     if k.shape[s] < 1:
-        raise ValueError(f"{kn} has zero keys (seqlen 0); attention needs at least one key; layout is {dims}")
+        raise ValueError(
+            f"{kn} has zero keys (seqlen 0); attention needs at least one key; layout is {_layout(layout, names)}"
+        )
     if q.shape[0] < 1 or q.shape[s] < 1 or q.shape[h] < 1:
-        raise ValueError(f"{qn} must have batch, heads and seqlen >= 1, got shape {tuple(q.shape)}; layout is {dims}")
-    _validate_heads_and_dim(q, k, v, h, 3, dims, names)
+        raise ValueError(
+            f"{qn} must have batch, heads and seqlen >= 1, got shape {tuple(q.shape)}; layout is "
+            f"{_layout(layout, names)}"
+        )
+    _validate_heads_and_dim(q, k, v, h, 3, layout, names)
     _validate_scale_and_causal(softmax_scale, causal, scale_name, causal_name)
 
 
@@ -185,27 +245,39 @@ def validate_window_and_softcap(window_size, softcap) -> None:
         )
 
 
+def check_alibi_slopes(alibi_slopes, q, batch: int, nheads: int, q_name: str = "q") -> None:
+    """alibi_slopes (not None) a float32 tensor of shape (nheads,) or (batch, nheads) on q's device, for every
+    entry point that takes it."""
+    if not isinstance(alibi_slopes, torch.Tensor):
+        raise TypeError(
+            "alibi_slopes must be a float32 tensor of shape (nheads,) or (batch, nheads), or None, got "
+            f"{_type_name(alibi_slopes)}"
+        )
+    if alibi_slopes.dtype != torch.float32:
+        raise TypeError(f"alibi_slopes must be a float32 tensor, got dtype {alibi_slopes.dtype}; call .float() on it")
+    if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
+        raise ValueError(
+            f"alibi_slopes has shape {tuple(alibi_slopes.shape)}; allowed: ({nheads},) or ({batch}, {nheads}), "
+            f"i.e. alibi_slopes must have shape (nheads={nheads},) or (batch={batch}, nheads={nheads})"
+        )
+    if alibi_slopes.device != q.device:
+        raise ValueError(
+            f"alibi_slopes is on {alibi_slopes.device} but {q_name} is on {q.device}; move it to {q.device}"
+        )
+
+
 def validate_variant_options(
-    q, *, dropout_p, window_size, softcap, alibi_slopes, return_attn_probs=False, batch=None
+    q, *, dropout_p, window_size, softcap, alibi_slopes, return_attn_probs=False, batch=None, names=FLASH_NAMES
 ) -> None:
     """flash-attn 2's options beyond the scale and causal: dropout_p in [0, 1); window_size two ints >= -1;
-    softcap a float >= 0; alibi_slopes None or fp32 of shape (nheads,) or (batch, nheads) on q's device.
+    softcap a float >= 0; alibi_slopes None or as ``check_alibi_slopes`` says, and not requiring grad.
     q: (batch, seqlen, nheads, headdim), or (total, nheads, headdim) with ``batch`` given (varlen)."""
     validate_dropout(dropout_p)
     validate_window_and_softcap(window_size, softcap)
     if alibi_slopes is not None:
         batch, nheads = (q.shape[0], q.shape[2]) if batch is None else (batch, q.shape[1])
-        if not isinstance(alibi_slopes, torch.Tensor):
-            raise TypeError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
-        if alibi_slopes.dtype != torch.float32:
-            raise TypeError(f"alibi_slopes has dtype {alibi_slopes.dtype}; allowed: torch.float32")
-        if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
-            raise ValueError(
-                f"alibi_slopes has shape {tuple(alibi_slopes.shape)}; allowed: ({nheads},) or "
-                f"({batch}, {nheads}), i.e. (nheads,) or (batch, nheads)"
-            )
-        if alibi_slopes.device != q.device:
-            raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}; move it to {q.device}")
+        check_alibi_slopes(alibi_slopes, q, batch, nheads, names.q)
+        # (flash_attn_with_kvcache, which has no backward, checks the slopes above and not this)
         if alibi_slopes.requires_grad and torch.is_grad_enabled():
             raise ValueError(
                 "alibi_slopes requires grad, but the kernels compute no gradient for the slopes (flash-attn's do "
@@ -215,7 +287,7 @@ def validate_variant_options(
     check_bool(return_attn_probs, "return_attn_probs")
 
 
-def _validate_cu_seqlens(cu, name: str, q) -> None:
+def _validate_cu_seqlens(cu, name: str, q, q_name: str = "q") -> None:
     if not isinstance(cu, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
     if cu.dtype != torch.int32:
@@ -226,7 +298,7 @@ def _validate_cu_seqlens(cu, name: str, q) -> None:
             f"starting at 0), got shape {tuple(cu.shape)}"
         )
     if cu.device != q.device:
-        raise ValueError(f"{name} is on {cu.device} but q is on {q.device}; move it to {q.device}")
+        raise ValueError(f"{name} is on {cu.device} but {q_name} is on {q.device}; move it to {q.device}")
     if cu.stride(0) != 1:  # the kernels index it as a plain array
         raise ValueError(f"{name} must be contiguous, got stride {cu.stride(0)}; call .contiguous() on it")
 
@@ -251,38 +323,43 @@ def debug_varlen() -> bool:
 
 
 def validate_varlen_inputs(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale, causal
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale, causal, names=FLASH_NAMES
 ) -> None:
     """Check a varlen call: q (total_q, nheads, headdim), k and v (total_k, nheads_k, headdim), cu_seqlens_q and
     cu_seqlens_k int32 (batch + 1,) on q's device, max_seqlen_q and max_seqlen_k ints >= 0.
 
     Everything here reads shapes, dtypes and devices only, except the checks of the cu_seqlens' values (start at
     0, non-decreasing, end at the totals, longest length <= max_seqlen): on a GPU they wait for the device, so they
-    run with ``FLASHDOC_DEBUG_VARLEN=1`` only; on the CPU they cost nothing and always run (``host_readable``)."""
-    _validate_tensor(q, "q", dims=3)
-    _validate_tensor(k, "k", q, dims=3)
-    _validate_tensor(v, "v", q, dims=3)
-    _validate_device(q, "q")
-    dims = "(total_tokens, heads, head_dim)"
+    run with ``FLASHDOC_DEBUG_VARLEN=1`` only; on the CPU they cost nothing and always run (``host_readable``).
+    names: what the caller calls the tensors and counts (a packed function: its own arguments)."""
+    qn, kn, vn = names.q, names.k, names.v
+    _validate_tensor(q, qn, dims=3)
+    _validate_tensor(k, kn, q, qn, dims=3, group=names)
+    _validate_tensor(v, vn, q, qn, dims=3, group=names)
+    _validate_device(q, qn)
     if k.shape[0] != v.shape[0]:
-        raise ValueError(f"k and v must have the same total_k, got {k.shape[0]} and {v.shape[0]}; layout is {dims}")
+        raise ValueError(
+            f"{kn} and {vn} must have the same total_k, got {k.shape[0]} and {v.shape[0]}; layout is "
+            f"{_layout('varlen', names)}"
+        )
     if q.shape[1] < 1:
-        raise ValueError(f"q must have heads >= 1, got shape {tuple(q.shape)}; layout is {dims}")
-    _validate_heads_and_dim(q, k, v, 1, 2, dims, ("q", "k", "v"))
-    _validate_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q)
-    _validate_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q)
+        raise ValueError(f"{qn} must have heads >= 1, got shape {tuple(q.shape)}; layout is {_layout('varlen', names)}")
+    _validate_heads_and_dim(q, k, v, 1, 2, "varlen", names)
+    cu_q_name, cu_k_name = names.cu_seqlens_q, names.cu_seqlens_k
+    _validate_cu_seqlens(cu_seqlens_q, cu_q_name, q, qn)
+    _validate_cu_seqlens(cu_seqlens_k, cu_k_name, q, qn)
     if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
         raise ValueError(
-            f"cu_seqlens_q has {cu_seqlens_q.shape[0] - 1} sequences and cu_seqlens_k "
+            f"{cu_q_name} has {cu_seqlens_q.shape[0] - 1} sequences and {cu_k_name} "
             f"{cu_seqlens_k.shape[0] - 1}; both must be (batch + 1,) for the same batch"
         )
-    check_int(max_seqlen_q, "max_seqlen_q", meaning="the longest sequence's length")
-    check_int(max_seqlen_k, "max_seqlen_k", meaning="the longest sequence's length")
+    check_int(max_seqlen_q, names.max_seqlen_q, meaning="the longest sequence's length")
+    check_int(max_seqlen_k, names.max_seqlen_k, meaning="the longest sequence's length")
     _validate_scale_and_causal(softmax_scale, causal, "softmax_scale", "causal")
     if debug_varlen() or host_readable(q, cu_seqlens_q, cu_seqlens_k):
-        for cu, name, total, max_seqlen in (
-            (cu_seqlens_q, "cu_seqlens_q", q.shape[0], max_seqlen_q),
-            (cu_seqlens_k, "cu_seqlens_k", k.shape[0], max_seqlen_k),
+        for cu, name, total, max_seqlen, which in (
+            (cu_seqlens_q, cu_q_name, q.shape[0], max_seqlen_q, names.max_seqlen_q),
+            (cu_seqlens_k, cu_k_name, k.shape[0], max_seqlen_k, names.max_seqlen_k),
         ):
             values = cu.tolist()
             lengths = [b - a for a, b in zip(values, values[1:])]
@@ -295,7 +372,6 @@ def validate_varlen_inputs(
                     f"{name} ends at {values[-1]} but the tensor holds {total} tokens; its last entry must be the total"
                 )
             if max(lengths) > max_seqlen:
-                which = "max_seqlen_q" if name.endswith("q") else "max_seqlen_k"
                 raise ValueError(
                     f"{which} is {max_seqlen} but {name} holds a sequence of {max(lengths)} tokens; it must be at "
                     "least the longest length"

@@ -17,6 +17,9 @@ from typing import Optional
 import torch
 
 from ._validation import (
+    FLASH_NAMES,
+    SDPA_NAMES,
+    Names,
     check_bool,
     validate_attention_inputs,
     validate_dropout,
@@ -430,6 +433,40 @@ def flash_attn_func(
     the split-KV kernel of ``flash_attn_with_kvcache`` when there is no dropout, as flash-attn 2's forward splits
     the keys of such calls; the backward is the same.
     """
+    return _flash_attn(
+        q,
+        k,
+        v,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+        return_lse,
+        FLASH_NAMES,
+    )
+
+
+def _flash_attn(
+    q,
+    k,
+    v,
+    dropout_p,
+    softmax_scale,
+    causal,
+    window_size,
+    softcap,
+    alibi_slopes,
+    deterministic,
+    return_attn_probs,
+    return_lse,
+    names: Names,
+):
+    """``flash_attn_func``, with ``names`` for q, k and v in its errors: a packed function passes slices of the
+    tensor it was given, and its errors name that tensor."""
     validate_attention_inputs(
         q,
         k,
@@ -439,6 +476,7 @@ def flash_attn_func(
         causal=causal,
         scale_name="softmax_scale",
         causal_name="causal",
+        names=names,
     )
     check_bool(deterministic, "deterministic")
     check_bool(return_lse, "return_lse")
@@ -449,6 +487,7 @@ def flash_attn_func(
         softcap=softcap,
         alibi_slopes=alibi_slopes,
         return_attn_probs=return_attn_probs,
+        names=names,
     )
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
@@ -512,7 +551,7 @@ def scaled_dot_product_attention(
         causal=is_causal,
         scale_name="scale",
         causal_name="is_causal",
-        names=("query", "key", "value"),
+        names=SDPA_NAMES,
     )
     check_bool(enable_gqa, "enable_gqa")
     if not enable_gqa and query.shape[1] != key.shape[1]:
@@ -771,6 +810,47 @@ def flash_attn_varlen_func(
     they wait for the device (CPU tensors, which cost nothing to read, are always checked); without it, wrong
     cu_seqlens give wrong results, or make the kernels read and write outside the tensors, as in flash-attn.
     """
+    return _flash_attn_varlen(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+        return_lse,
+        FLASH_NAMES,
+    )
+
+
+def _flash_attn_varlen(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p,
+    softmax_scale,
+    causal,
+    window_size,
+    softcap,
+    alibi_slopes,
+    deterministic,
+    return_attn_probs,
+    return_lse,
+    names: Names,
+):
+    """``flash_attn_varlen_func``, with ``names`` for the tensors and counts in its errors (as ``_flash_attn``)."""
     validate_varlen_inputs(
         q,
         k,
@@ -781,6 +861,7 @@ def flash_attn_varlen_func(
         max_seqlen_k,
         softmax_scale=softmax_scale,
         causal=causal,
+        names=names,
     )
     check_bool(deterministic, "deterministic")
     check_bool(return_lse, "return_lse")
@@ -792,6 +873,7 @@ def flash_attn_varlen_func(
         alibi_slopes=alibi_slopes,
         return_attn_probs=return_attn_probs,
         batch=cu_seqlens_q.shape[0] - 1,
+        names=names,
     )
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5

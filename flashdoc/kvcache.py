@@ -23,6 +23,7 @@ from ._validation import (
     _validate_device,
     _validate_scale_and_causal,
     _validate_tensor,
+    check_alibi_slopes,
     check_bool,
     check_dtype,
     check_int,
@@ -367,15 +368,7 @@ def _validate(
     if num_splits > MAX_SPLITS:
         raise ValueError(f"num_splits is {num_splits}; allowed: 0 (choose automatically) to {MAX_SPLITS}")
     if alibi_slopes is not None:
-        if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32:
-            raise TypeError("alibi_slopes must be a float32 tensor of shape (nheads,) or (batch, nheads)")
-        if tuple(alibi_slopes.shape) not in ((n_heads,), (batch, n_heads)):
-            raise ValueError(
-                f"alibi_slopes must have shape (nheads={n_heads},) or (batch={batch}, "
-                f"nheads={n_heads}), got {tuple(alibi_slopes.shape)}"
-            )
-        if alibi_slopes.device != q.device:
-            raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}")
+        check_alibi_slopes(alibi_slopes, q, batch, n_heads)
     check_bool(return_softmax_lse, "return_softmax_lse")
     return capacity
 

@@ -56,9 +56,13 @@ Q = (2, 8, 4, 32)  # (batch, seqlen, heads, head_dim)
         (dict(softcap="0"), TypeError, "softcap must be a float"),
         (dict(alibi_slopes=torch.ones(3)), ValueError, r"alibi_slopes has shape \(3,\); allowed: \(4,\) or \(2, 4\)"),
         (dict(alibi_slopes=torch.ones(4, 2)), ValueError, r"alibi_slopes has shape \(4, 2\)"),
-        (dict(alibi_slopes=torch.ones(4, dtype=torch.float16)), TypeError, "alibi_slopes has dtype torch.float16"),
+        (
+            dict(alibi_slopes=torch.ones(4, dtype=torch.float16)),
+            TypeError,
+            "alibi_slopes must be a float32 tensor, got dtype torch.float16",
+        ),
         (dict(alibi_slopes=torch.ones(4, device="meta")), ValueError, "alibi_slopes is on meta but q is on"),
-        (dict(alibi_slopes=[0.1] * 4), TypeError, "alibi_slopes must be a torch.Tensor or None"),
+        (dict(alibi_slopes=[0.1] * 4), TypeError, r"alibi_slopes must be a float32 tensor .*or None, got list"),
         (dict(return_attn_probs=1), TypeError, "return_attn_probs must be a bool"),
     ],
 )

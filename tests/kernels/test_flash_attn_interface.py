@@ -3,6 +3,7 @@ the unpacked functions give on the same tensors, output and gradients, with ever
 flash-attn's positional order, and refuse a tensor that is not stacked as they expect."""
 
 import inspect
+import re
 
 import pytest
 import torch
@@ -188,3 +189,132 @@ def test_refuses_a_list_of_tensors():
     q = torch.zeros(1, 4, 2, 16, device=DEVICE)
     with pytest.raises(TypeError, match=r"qkv must be a torch.Tensor .* got list"):
         fai.flash_attn_qkvpacked_func([q, q, q])
+
+
+def _z(*shape, **kwargs):
+    return torch.zeros(shape, device=kwargs.pop("device", DEVICE), **kwargs)
+
+
+_CU = [0, 8]
+# the values of cu_seqlens are read on the host only there (on a GPU, with FLASHDOC_DEBUG_VARLEN=1)
+_CPU_ONLY = pytest.mark.skipif(DEVICE != "cpu", reason="cu_seqlens' values are checked on CPU tensors only")
+
+# Every check of a packed call, past the packed tensor's own shape: those done on its slices (against q, among the
+# three, of the options) must still name the tensor and the counts the caller passed.
+PACKED_ERRORS = [
+    (
+        lambda: fai.flash_attn_kvpacked_func(_z(1, 8, 2, 16), _z(1, 8, 2, 2, 16, dtype=torch.float16)),
+        TypeError,
+        "kv has dtype torch.float16 but q has torch.float32; q and kv must share one dtype",
+    ),
+    (
+        lambda: fai.flash_attn_kvpacked_func(_z(1, 8, 2, 16), _z(1, 8, 2, 2, 16, device="meta")),
+        ValueError,
+        "kv is on meta but q is on .*; q and kv must be on one device",
+    ),
+    (
+        lambda: fai.flash_attn_kvpacked_func(_z(1, 8, 2, 16), _z(2, 8, 2, 2, 16)),
+        ValueError,
+        r"batch sizes differ: q 1, kv 2; layout is .*kv \(batch, seqlen_k, 2, nheads_k, headdim\)",
+    ),
+    (
+        lambda: fai.flash_attn_kvpacked_func(_z(1, 8, 2, 16), _z(1, 0, 2, 2, 16)),
+        ValueError,
+        r"kv has zero keys .*kv \(batch, seqlen_k, 2, nheads_k, headdim\)",
+    ),
+    (
+        lambda: fai.flash_attn_kvpacked_func(_z(1, 8, 4, 16), _z(1, 8, 2, 3, 16)),
+        ValueError,
+        r"q heads \(4\) must be a multiple of kv heads \(3\)",
+    ),
+    (
+        lambda: fai.flash_attn_kvpacked_func(_z(1, 8, 2, 16), _z(1, 8, 2, 2, 32)),
+        ValueError,
+        "q and kv must share one head_dim, got 16, 32",
+    ),
+    (
+        lambda: fai.flash_attn_qkvpacked_func(_z(1, 8, 3, 2, 16, device="meta")),
+        ValueError,
+        "qkv is on meta; allowed devices",
+    ),
+    (
+        lambda: fai.flash_attn_qkvpacked_func(_z(1, 0, 3, 2, 16)),
+        ValueError,
+        r"qkv must have batch, seqlen and nheads >= 1, got shape \(1, 0, 3, 2, 16\); layout is \(batch, seqlen, 3",
+    ),
+    (
+        lambda: fai.flash_attn_qkvpacked_func(_z(1, 8, 3, 0, 16)),
+        ValueError,
+        r"qkv must have batch, seqlen and nheads >= 1, got shape \(1, 8, 3, 0, 16\)",
+    ),
+    (
+        lambda: fai.flash_attn_qkvpacked_func(_z(1, 8, 3, 2, 16), alibi_slopes=_z(2, device="meta")),
+        ValueError,
+        "alibi_slopes is on meta but qkv is on",
+    ),
+    (
+        lambda: fai.flash_attn_varlen_qkvpacked_func(_z(8, 3, 0, 16), torch.tensor(_CU, dtype=torch.int32), 8),
+        ValueError,
+        r"qkv must have nheads >= 1, got shape \(8, 3, 0, 16\); layout is \(total, 3, nheads, headdim\)",
+    ),
+    (
+        lambda: fai.flash_attn_varlen_qkvpacked_func(
+            _z(8, 3, 2, 16), torch.tensor(_CU, dtype=torch.int32, device="meta"), 8
+        ),
+        ValueError,
+        "cu_seqlens is on meta but qkv is on",
+    ),
+    pytest.param(
+        lambda: fai.flash_attn_varlen_qkvpacked_func(_z(8, 3, 2, 16), torch.tensor([0, 7], dtype=torch.int32), 8),
+        ValueError,
+        "cu_seqlens ends at 7 but the tensor holds 8 tokens",
+        marks=_CPU_ONLY,
+    ),
+    pytest.param(
+        lambda: fai.flash_attn_varlen_qkvpacked_func(_z(8, 3, 2, 16), torch.tensor(_CU, dtype=torch.int32), 4),
+        ValueError,
+        "max_seqlen is 4 but cu_seqlens holds a sequence of 8 tokens",
+        marks=_CPU_ONLY,
+    ),
+    (
+        lambda: fai.flash_attn_varlen_qkvpacked_func(
+            _z(8, 3, 2, 16), _cu_seqlens([8]), 8, alibi_slopes=_z(2, device="meta")
+        ),
+        ValueError,
+        "alibi_slopes is on meta but qkv is on",
+    ),
+    (
+        lambda: fai.flash_attn_varlen_kvpacked_func(
+            _z(8, 2, 16), _z(8, 2, 2, 16, dtype=torch.float16), _cu_seqlens([8]), _cu_seqlens([8]), 8, 8
+        ),
+        TypeError,
+        "kv has dtype torch.float16 but q has torch.float32; q and kv must share one dtype",
+    ),
+    (
+        lambda: fai.flash_attn_varlen_kvpacked_func(
+            _z(8, 4, 16), _z(8, 2, 3, 16), _cu_seqlens([8]), _cu_seqlens([8]), 8, 8
+        ),
+        ValueError,
+        r"q heads \(4\) must be a multiple of kv heads \(3\) \(GQA/MQA\); layout is .*kv \(total_k, 2, nheads_k",
+    ),
+    (
+        lambda: fai.flash_attn_varlen_kvpacked_func(
+            _z(8, 2, 16), _z(8, 2, 2, 32), _cu_seqlens([8]), _cu_seqlens([8]), 8, 8
+        ),
+        ValueError,
+        "q and kv must share one head_dim, got 16, 32",
+    ),
+]
+
+
+@pytest.mark.parametrize("call,exc,match", PACKED_ERRORS)
+def test_errors_through_the_slices_name_the_packed_tensor(call, exc, match):
+    """Each error names kv or qkv, never k or v (nor q, for qkv), and the varlen qkv form's cu_seqlens and
+    max_seqlen, not the _q and _k names of the function it calls."""
+    with pytest.raises(exc, match=match) as error:
+        call()
+    message = str(error.value)
+    assert re.search(r"\b[kv]\b", message) is None, message
+    assert "cu_seqlens_" not in message and "max_seqlen_" not in message, message
+    if "qkv" in message:
+        assert re.search(r"\bq\b", message) is None, message

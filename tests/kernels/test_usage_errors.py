@@ -338,6 +338,29 @@ def test_kvcache_rejects(make, exc, match):
         flash_attn_with_kvcache(**_kv_args(**make()))
 
 
+@pytest.mark.parametrize(
+    "slopes,exc",
+    [
+        (lambda: [0.1] * 4, TypeError),
+        (lambda: torch.ones(4, dtype=torch.float64, device=DEVICE), TypeError),
+        (lambda: torch.ones(3, device=DEVICE), ValueError),
+        (lambda: torch.ones(4, 2, device=DEVICE), ValueError),
+        (lambda: torch.ones(4, device="meta"), ValueError),
+    ],
+    ids=["list", "float64", "nheads", "transposed", "device"],
+)
+def test_kvcache_and_flash_attn_func_refuse_slopes_in_one_wording(slopes, exc):
+    """One check of alibi_slopes for both entry points: the same error, word for word, for the same batch and
+    heads (q (2, 1, 4, 32) in both)."""
+    q = t(2, 1, 4, 32)
+    with pytest.raises(exc) as kvcache_error:
+        flash_attn_with_kvcache(**_kv_args(q=q, alibi_slopes=slopes()))
+    with pytest.raises(exc) as flash_error:
+        flash_attn_func(q, t(2, 8, 2, 32), t(2, 8, 2, 32), alibi_slopes=slopes())
+    assert str(kvcache_error.value) == str(flash_error.value)
+    assert str(kvcache_error.value).startswith("alibi_slopes ")
+
+
 @pytest.mark.skipif(DEVICE != "cpu", reason="CPU tensors only: on a GPU the values wait for FLASHDOC_DEBUG_CHECKS")
 @pytest.mark.parametrize("cache_seqlens", [20, i32(20, 20, device="cpu"), None], ids=["int", "tensor", "full"])
 def test_kvcache_checks_block_table_entries_on_the_cpu(cache_seqlens):
