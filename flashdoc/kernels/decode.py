@@ -83,17 +83,13 @@ DECODE_CONFIGS = {
     (256, True): DecodeConfig(block_n=32, warps=4, stages=3, programs_per_sm=2),
 }
 # Paged caches that ran faster with other entries, keyed (padded head dim, page size, grid fills the GPU): pages
-# of 16 and 64 rows want 64-key tiles, and fewer in flight, where the batch fills the GPU; under splits, pages of
-# 16 want 64-key tiles only where splits are short (SHORT_SPLIT_TILES). Timed as CUDA graphs.
+# of 16 and 64 rows want 64-key tiles, and fewer in flight where the batch fills the GPU (timed as CUDA graphs).
 TUNED_CONFIGS = {
     (128, 16, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
     (128, 16, True): DecodeConfig(block_n=64, warps=4, stages=2, programs_per_sm=1),
+    (128, 64, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
     (128, 64, True): DecodeConfig(block_n=64, warps=4, stages=2, programs_per_sm=1),
 }
-# A split entry of TUNED_CONFIGS holds where a split of the contiguous entry streams fewer tiles than this. Pages of
-# 16 rows ran faster over 64-key tiles at 1 x 4k (two tiles a split) and over the contiguous entry's 128-key tiles
-# from 1 x 32k and 8 x 4k up (16 tiles a split and more), by 1-2.4 points (H100, benchmarks/FINDINGS.md).
-SHORT_SPLIT_TILES = 8
 # --8<-- [end:decode_configs]
 
 PAGED_EXTRA_STAGES = 2
@@ -180,10 +176,11 @@ def num_sms(device_index: int) -> int:
 
 
 # A tile over at most this many whole pages looks each page up once and spreads it over the page's rows (a layout
-# conversion through shared memory); over more pages, each row looks its own page up. Timed on an H100 (CUDA
-# graphs, benchmarks/kernels/paged_lookup.py), one lookup a page was 0.3-1.4 points faster than one a row over
-# 64-key tiles of pages of 16 and up to 4 points faster over 128-key tiles of pages of 64, but slower over 128-key
-# tiles of pages of 16, where the conversion costs more than the eight lookups it saves (benchmarks/FINDINGS.md).
+# conversion through shared memory); over more pages, each row looks its own page up. Timed as CUDA graphs
+# (benchmarks/kernels/paged_lookup.py, benchmarks/FINDINGS.md): over 64-key tiles of pages of 16, one lookup a
+# page was 0.3-1.4 points faster than one a row at the small split points on an H100 and within 0.7 either way at
+# the large points on the H200; over 128-key tiles it was 4 points faster for pages of 64 and slower for pages of
+# 16, where the conversion costs more than the eight lookups it saves.
 MAX_PAGES_PER_LOOKUP: tl.constexpr = tl.constexpr(4)
 
 
@@ -720,18 +717,11 @@ def launch_plan(
 ) -> tuple:
     """(DecodeConfig, num_splits) for a launch of ``programs`` per split (batch x KV heads x query tiles) over
     caches of ``capacity`` keys per sequence (pages of ``page_size`` rows, 0 for a contiguous cache), from shapes
-    only: the table's config for the regime, and ``num_splits_heuristic``'s split count for it. A paged cache's
-    split entry in ``TUNED_CONFIGS`` replaces the contiguous one only where that one's splits are short."""
+    only: the table's config for the regime, and ``num_splits_heuristic``'s split count for it."""
     if INTERPRET:
         return CPU_DECODE_CONFIG, 1
-    fills = fills_gpu(programs, device_index)
-    config = decode_config(head_dim, dtype, 0, fills)
-    splits = splits_for(programs, capacity, config, device_index)
-    if page_size:
-        tuned = decode_config(head_dim, dtype, page_size, fills)
-        if tuned != config and (fills or cdiv(cdiv(capacity, config.block_n), splits) < SHORT_SPLIT_TILES):
-            config, splits = tuned, splits_for(programs, capacity, tuned, device_index)
-    return config, splits
+    config = decode_config(head_dim, dtype, page_size, fills_gpu(programs, device_index))
+    return config, splits_for(programs, capacity, config, device_index)
 
 
 def splits_for(programs: int, capacity: int, config: DecodeConfig, device_index: int) -> int:

@@ -1027,29 +1027,3 @@ def test_decode_config_takes_the_entry_for_the_layout_and_grid(monkeypatch):
     assert dk.DECODE_CONFIGS[128, False].warps == 4 and dk.DECODE_CONFIGS[128, True].warps == 8
     half = dk.decode_config(128, torch.float32)
     assert half.block_n == dk.DECODE_CONFIGS[128, False].block_n // 2
-
-
-def test_launch_plan_takes_a_paged_split_entry_only_for_short_splits(monkeypatch):
-    """Under splits, pages of 16 take their 64-key entry where the contiguous entry's splits would stream fewer than
-    SHORT_SPLIT_TILES tiles (one sequence of 4k keys over 132 SMs), and the contiguous entry where splits are long
-    (1 x 32k, 8 x 4k); pages of 64 take the contiguous entry under splits; a batch that fills the GPU takes the
-    page size's entry whatever the lengths."""
-    from flashdoc.kernels import decode as dk
-
-    monkeypatch.setattr(dk, "INTERPRET", False)
-    monkeypatch.setattr(dk, "num_sms", lambda index: 132)
-    kv_heads, d = 8, 128
-
-    def plan(batch, cache, page):
-        return dk.launch_plan(batch * kv_heads, d, torch.bfloat16, page, cache, 0)
-
-    contiguous, tuned16 = dk.DECODE_CONFIGS[d, False], dk.TUNED_CONFIGS[d, 16, False]
-    config, splits = plan(1, 4096, 16)
-    assert config == tuned16 and dk.cdiv(4096 // contiguous.block_n, plan(1, 4096, 0)[1]) < dk.SHORT_SPLIT_TILES
-    assert splits == dk.splits_for(kv_heads, 4096, tuned16, 0)
-    for batch, cache in ((1, 32768), (8, 4096), (1, 131072)):
-        assert plan(batch, cache, 16) == plan(batch, cache, 0)
-        assert plan(batch, cache, 16)[0] == contiguous
-    assert plan(1, 4096, 64) == plan(1, 4096, 0)
-    assert plan(64, 4096, 16)[0] == dk.TUNED_CONFIGS[d, 16, True]
-    assert plan(64, 4096, 0)[0] == dk.DECODE_CONFIGS[d, True]
