@@ -54,6 +54,7 @@ if __package__ in (None, ""):  # run as a script: the checkout's flashdoc
 import flashdoc  # noqa: E402, I001  (first: without a GPU it turns on Triton's interpreter)
 import triton  # noqa: E402
 
+from benchmarks.report import shape_label  # noqa: E402
 from flashdoc.kernels import decode as dk  # noqa: E402
 from flashdoc.kernels.forward import attn_fwd  # noqa: E402
 
@@ -452,7 +453,7 @@ def target_checks(rows, copy, key="tbps"):
             checks.append(
                 dict(
                     target=f"flashdoc >= {peer} at every point",
-                    worst=f"{worst[0]:.2f}x at {worst[1]} x {_tokens(worst[2])}",
+                    worst=f"{worst[0]:.2f}x at {shape_label(*worst[1:])}",
                     met=worst[0] >= 1.0,
                 )
             )
@@ -461,8 +462,8 @@ def target_checks(rows, copy, key="tbps"):
         worst = min(shares)
         checks.append(
             dict(
-                target=f"flashdoc >= {COPY_SHARE:.0%} of the copy where batch x cache >= 8 x 32k",
-                worst=f"{worst[0]:.0%} at {worst[1]} x {_tokens(worst[2])}",
+                target=f"flashdoc >= {COPY_SHARE:.0%} of the copy where batch×cache >= {shape_label(8, 32768)}",
+                worst=f"{worst[0]:.0%} at {shape_label(*worst[1:])}",
                 met=worst[0] >= COPY_SHARE,
             )
         )
@@ -477,16 +478,11 @@ def target_checks(rows, copy, key="tbps"):
         checks.append(
             dict(
                 target=f"paged within {PAGED_SLACK:.0%} of contiguous at every point",
-                worst=f"{worst[0]:.2f}x (page {worst[1]}) at {worst[2]} x {_tokens(worst[3])}",
+                worst=f"{worst[0]:.2f}x (page {worst[1]}) at {shape_label(*worst[2:])}",
                 met=worst[0] >= 1 - PAGED_SLACK,
             )
         )
     return checks
-
-
-def _tokens(cache):
-    """A cache length as the tables name it: 32k for 32768, 64 for 64."""
-    return f"{cache // 1024}k" if cache >= 1024 and cache % 1024 == 0 else str(cache)
 
 
 def _ordered(rows):
@@ -503,11 +499,11 @@ def bandwidth_table(rows, copy, key="tbps"):
     """Markdown: one row per point, one column per method (TB/s), and flashdoc's share of the copy."""
     got = _by(rows, key)
     methods, pts = _ordered(rows)
-    lines = ["| batch x cache | " + " | ".join(methods) + " | flashdoc / copy |", "|---|" + "---|" * (len(methods) + 1)]
+    lines = ["| batch×cache | " + " | ".join(methods) + " | flashdoc / copy |", "|---|" + "---|" * (len(methods) + 1)]
     for b, c in pts:
         cells = [f"{got[(b, c, m)]:.2f}" if (b, c, m) in got else "—" for m in methods]
         share = f"{got[(b, c, 'flashdoc')] * 1e12 / copy:.0%}" if (b, c, "flashdoc") in got else "—"
-        lines.append(f"| {b} x {_tokens(c)} | " + " | ".join(cells) + f" | {share} |")
+        lines.append(f"| {shape_label(b, c)} | " + " | ".join(cells) + f" | {share} |")
     return "\n".join(lines) + "\n"
 
 
@@ -565,8 +561,8 @@ def roofline_figure(rows, copy, path, key="graph_tbps"):
         transform=ax.get_yaxis_transform(),
         fontsize=9,
     )
-    ax.set_xticks(range(len(pts)), [f"{b} x {_tokens(c)}" for b, c in pts])
-    ax.set_xlabel("batch x cache length (tokens)")
+    ax.set_xticks(range(len(pts)), [shape_label(b, c) for b, c in pts])
+    ax.set_xlabel("batch × cache length (tokens)")
     ax.set_ylabel("effective K+V bandwidth (TB/s)")
     ax.set_ylim(0, copy / 1e12 * 1.2)
     ax.set_title(

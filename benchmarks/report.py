@@ -56,7 +56,14 @@ def config_label(mode, dtype, head_dim, causal):
 
 
 def fmt_n(n):
+    """A token count as tables name it: 32k for 32768, 64 for 64."""
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def shape_label(batch, n):
+    """'1×32k': a batch of sequences or caches of n tokens each, as tables, figures and prose name it. No spaces,
+    so that a narrow table column never breaks it over two lines."""
+    return f"{batch}×{fmt_n(n)}"
 
 
 def ratio_rows(results):

@@ -46,6 +46,7 @@ import flashdoc  # noqa: E402, I001  (first: without a GPU it turns on Triton's 
 import triton  # noqa: E402
 
 from benchmarks import peers, timing  # noqa: E402
+from benchmarks.report import shape_label  # noqa: E402
 from benchmarks.schema import flops  # noqa: E402
 
 SHAPE = dict(total=65536, min_len=128, max_len=8192, heads=16, head_dim=128)
@@ -206,10 +207,11 @@ def markdown(records, meta):
             cells += [f"{ours / tf[m]:.2f}x" if ours and tf[m] else "—" for m in others]
             lines.append("| " + " | ".join(cells) + " |")
     errors = [f"- {r['method']} {r['mode']} causal={r['causal']}: {r['error']}" for r in records if "error" in r]
+    dense = shape_label(meta["dense_batch"], meta["dense_seqlen"])
     intro = (
         f"{meta['n_seqs']} sequences of {meta['min_len']}-{meta['max_len']} tokens (log-uniform, seed {SEED}), "
         f"{meta['total']} tokens, {meta['heads']} heads, head dim {meta['head_dim']}, bf16, on {meta['gpu']}. "
-        f"TFLOP/s of the batch's useful FLOPs; flashdoc-dense: {meta['dense_batch']} x {meta['dense_seqlen']} "
+        f"TFLOP/s of the batch's useful FLOPs; flashdoc-dense: {dense} "
         "tokens, its own FLOPs.\n\n"
     )
     return intro + "\n".join(lines) + ("\n\nNot measured:\n" + "\n".join(errors) if errors else "") + "\n"

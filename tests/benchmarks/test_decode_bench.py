@@ -42,9 +42,16 @@ def test_targets_met():
 def test_targets_name_the_worst_point():
     checks = {c["target"]: c for c in bench.target_checks(rows(slow_point=(8, 32768)), COPY)}
     cudnn = checks["flashdoc >= sdpa-cudnn at every point"]
-    assert not cudnn["met"] and cudnn["worst"] == "0.60x at 8 x 32k"
-    share = checks["flashdoc >= 85% of the copy where batch x cache >= 8 x 32k"]
-    assert not share["met"] and share["worst"] == "45% at 8 x 32k"
+    assert not cudnn["met"] and cudnn["worst"] == "0.60x at 8×32k"
+    share = checks["flashdoc >= 85% of the copy where batch×cache >= 8×32k"]
+    assert not share["met"] and share["worst"] == "45% at 8×32k"
+
+
+def test_points_are_named_without_spaces_so_table_cells_do_not_break_them():
+    labels = [line.split(" | ")[0].removeprefix("| ") for line in bench.bandwidth_table(rows(), COPY).splitlines()[2:]]
+    assert labels == [f"{b}×{c // 1024}k" for b, c in bench.points(False)], labels
+    checks = bench.target_checks(rows(paged=3.0), COPY)
+    assert all(" x " not in c["target"] + c["worst"] for c in checks), checks
 
 
 def test_paged_slack():
@@ -58,7 +65,7 @@ def test_missing_method_is_a_dash_and_skipped_by_the_checks():
     data = [r for r in rows() if not (r["method"] == "sdpa-cudnn" and r["batch"] == 64)]
     data.append(dict(batch=64, cache=131072, method="sdpa-cudnn", error="No available kernel"))
     table = bench.bandwidth_table(data, COPY)
-    assert "| 64 x 128k | 3.60 | — |" in table
+    assert "| 64×128k | 3.60 | — |" in table
     assert all(c["met"] for c in bench.target_checks(data, COPY))
 
 

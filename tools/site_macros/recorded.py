@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 
+from benchmarks.report import fmt_n
 from tools.outputs import snippet
 from tools.site_macros.benchmark import measured, times_range
 
@@ -208,7 +209,7 @@ def decode_host_bound_points(group: str = "flashdoc") -> list:
 
 def decode_points_in_words(points: list) -> str:
     """'1 × 4k, 1 × 32k and 8 × 4k' for [(1, 4096), (1, 32768), (8, 4096)]."""
-    names = [f"{b} × {c // 1024}k" for b, c in points]
+    names = [f"{b} × {fmt_n(c)}" for b, c in points]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
