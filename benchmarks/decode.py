@@ -525,6 +525,29 @@ def markdown(rows, copy, env):
     return "\n\n".join(parts)
 
 
+def paged_styles(methods) -> dict:
+    """{paged method: (fill, hatch, hatch colour)}: one shade of flashdoc's blue per page size, smallest page
+    lightest, none of them the contiguous cache's own blue (C0), so that each bar tells its page size apart by
+    colour as well as by hatch, on screen and in grey print."""
+    from matplotlib import colormaps, colors
+
+    paged = sorted(
+        (m for m in methods if m.startswith("flashdoc-paged")), key=lambda m: int(m.removeprefix("flashdoc-paged"))
+    )
+    # light to navy along the Blues map, around the middle blue where C0 sits
+    stops = (
+        (0.3, 0.5, 0.95) if len(paged) == 3 else [0.3 + 0.65 * i / max(len(paged) - 1, 1) for i in range(len(paged))]
+    )
+    hatches = ("///", "...", "xxx")
+    styles = {}
+    for i, (m, t) in enumerate(zip(paged, stops)):
+        r, g, b, _ = colormaps["Blues"](t)
+        # a hatch is drawn in the edge colour: navy on a light shade, white on a dark one
+        ink = "#08306b" if 0.299 * r + 0.587 * g + 0.114 * b > 0.45 else "white"
+        styles[m] = (colors.to_hex((r, g, b)), hatches[i % len(hatches)], ink)
+    return styles
+
+
 def roofline_figure(rows, copy, path, key="graph_tbps"):
     """Effective bandwidth of each method at each point (bars; one timer), under the copy's ceiling (a line)."""
     import matplotlib
@@ -537,22 +560,12 @@ def roofline_figure(rows, copy, path, key="graph_tbps"):
     fig, ax = plt.subplots(figsize=(10, 4.8))
     width = 0.8 / len(methods)
     colors = {"flashdoc": "C0", "sdpa-cudnn": "C1", "sdpa-flash": "C2", "flex": "C3", "flashdoc-training": "C7"}
+    paged = paged_styles(methods)
     for i, m in enumerate(methods):
         xs = [j + (i - (len(methods) - 1) / 2) * width for j in range(len(pts))]
         ys = [got.get((b, c, m), 0.0) for b, c in pts]
-        paged = m.startswith("flashdoc-paged")
-        hatch = {"16": "///", "64": "...", "256": "xxx"}.get(m.removeprefix("flashdoc-paged")) if paged else None
-        ax.bar(
-            xs,
-            ys,
-            width,
-            label=m,
-            color=colors.get(m, "C0"),
-            alpha=0.45 if paged else 1.0,
-            hatch=hatch,
-            edgecolor="C0" if paged else "white",
-            linewidth=0.5,
-        )
+        fill, hatch, ink = paged.get(m, (colors.get(m, "C0"), None, "white"))
+        ax.bar(xs, ys, width, label=m, color=fill, hatch=hatch, edgecolor=ink, linewidth=0.5)
     ax.axhline(copy / 1e12, color="black", linewidth=1)
     ax.text(
         0.01,
@@ -570,7 +583,8 @@ def roofline_figure(rows, copy, path, key="graph_tbps"):
         f"({TIMERS[key]})",
         fontsize=10,
     )
-    ax.legend(fontsize=8, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.14))
+    # taller, wider keys than the default, so that each page size's hatch shows in the legend
+    ax.legend(fontsize=8, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.14), handlelength=2.6, handleheight=1.4)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=150)

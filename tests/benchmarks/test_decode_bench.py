@@ -79,6 +79,19 @@ def test_markdown_and_figure(tmp_path, monkeypatch):
     assert (tmp_path / "roof.png").stat().st_size > 10_000
 
 
+def test_each_page_size_has_its_own_shade_and_hatch():
+    from matplotlib import colors
+
+    methods = ["flashdoc", "flex"] + [f"flashdoc-paged{p}" for p in (256, 16, 64)]
+    styles = bench.paged_styles(methods)
+    assert list(styles) == ["flashdoc-paged16", "flashdoc-paged64", "flashdoc-paged256"]
+    fills = [colors.to_hex(fill) for fill, _, _ in styles.values()]
+    assert len(set(fills)) == 3 and colors.to_hex("C0") not in fills, fills
+    lightness = [sum(colors.to_rgb(f)) for f in fills]
+    assert lightness == sorted(lightness, reverse=True), fills  # the smallest page lightest
+    assert len({hatch for _, hatch, _ in styles.values()}) == 3
+
+
 def test_headings_say_how_each_timer_timed(monkeypatch):
     """On a GPU the headings give the size of the buffer do_bench writes and how the graph timing kept L2 out."""
     monkeypatch.setattr(bench, "flush_bytes", lambda: 256 * 2**20)
