@@ -146,7 +146,7 @@ with open("roofline.md", "w") as f:
     f.write(table)
 
 fig, ax = plt.subplots(figsize=(7, 4.5))
-# the ridge among the points, so the line turns exactly there rather than cutting the corner
+# the ridge among the points, so the line turns exactly there, not cutting the corner
 x = sorted([2.0**i for i in range(-2, 13)] + [ridge])
 ax.loglog(
     x,
