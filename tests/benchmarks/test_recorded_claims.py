@@ -102,9 +102,9 @@ def test_recording_backs_against_cudnn(results, post):
     said = claim(post, "and at 128 behind without the mask")
     full = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (False,))]
     assert all(g < 1 for g in full), said
-    said = claim(post, "and level or a little behind under it")
+    said = claim(post, "and a little ahead under it")
     causal = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (True,))]
-    assert all(0.95 <= g <= 1.02 for g in causal) and min(causal) > min(full), said
+    assert all(1 < g <= 1.08 for g in causal), said
 
 
 def test_recording_backs_short_sequences_mostly_behind_cudnn(results, post):
@@ -145,7 +145,7 @@ def test_recording_backs_float16_rows_mostly_trail_their_bfloat16_twins(results,
         if r["kind"] == "speed" and r["status"] == "ok" and r["peer"] == "flashdoc" and r["seqlen"] >= 2048
     }
     ratios = [speed[key] / speed[(key[0], "bf16", *key[2:])] for key in speed if key[1] == "fp16"]
-    assert sum(0.9 < r < 1 for r in ratios) > 0.75 * len(ratios), said
+    assert sum(0.9 < r < 1 for r in ratios) > len(ratios) / 2, said
 
 
 def test_recording_backs_float16_holding_bfloat16_values_keeps_pace():
@@ -165,15 +165,14 @@ def test_recording_backs_float16_holding_bfloat16_values_keeps_pace():
 # Part 2: the roofline
 
 
-def test_recording_backs_softmax_moves_its_bytes_at_a_quarter_of_copy_speed():
+def test_recording_backs_softmax_moves_its_bytes_at_well_under_half_copy_speed():
     said = claim(
         read_post("flashattention-explained.md"),
-        "moving the fewest bytes it must (the scores in, the weights out) at about a quarter of the speed "
-        "of a plain copy",
+        "moving the fewest bytes it must (the scores in, the weights out) at well under half the speed of a plain copy",
     )
     copy = number(table("flashattention/gpu_roofline/hardware.md")["measured HBM bandwidth (copy)"][0])
     softmax = number(table("flashattention/gpu_roofline/roofline.md")["P = softmax(S)"][3])
-    assert 0.18 <= softmax / copy <= 0.35, (said, softmax, copy)
+    assert softmax / copy <= 0.42, (said, softmax, copy)
 
 
 def test_recording_backs_roofline_times_the_fused_kernel_slower_than_the_benchmark(results):
@@ -435,7 +434,7 @@ def test_recording_backs_the_decode_targets_the_post_names():
     post = read_post("decoding.md")
     sentence = " ".join(
         (
-            claim(post, "is at least as fast as SDPA's flash backend at every point"),
+            claim(post, "Against SDPA's flash backend it is at least as fast at"),
             claim(post, "reaches 85% of the copy wherever the caches hold at least 8 × 32k tokens"),
             claim(post, "paged caches fall more than 5% behind contiguous"),
         )
@@ -467,8 +466,12 @@ def test_recording_backs_the_decode_roofline_reading():
     checks = {
         decode_labels(c["target"]): {**c, "worst": decode_labels(c["worst"])} for c in recorded["targets"]["graph_tbps"]
     }
-    claim(post, "the split-KV kernel is at least as fast as SDPA's flash backend at every point")
-    assert checks["flashdoc >= sdpa-flash at every point"]["met"]
+    claim(post, "Against SDPA's flash backend it is at least as fast at")
+    flash = readings.decode_against("sdpa-flash")
+    behind = [r for r in flash.values() if r < 1]
+    assert behind and len(behind) < len(flash) / 2 and min(behind) >= 0.995, flash  # "level, by two digits"
+    assert max(flash.values()) >= 1.2, flash  # "often by far"
+    assert not checks["flashdoc >= sdpa-flash at every point"]["met"]
     claim(post, "reaches 85% of the copy wherever the caches hold at least 8 × 32k tokens")
     assert checks["flashdoc >= 85% of the copy where batch×cache >= 8×32k"]["met"]
     claim(post, "from there on it reads at least as fast as a copy moves data, and so does cuDNN's kernel")
@@ -480,8 +483,8 @@ def test_recording_backs_the_decode_roofline_reading():
     by_point = readings.decode_against("sdpa-cudnn")
     ratios = list(by_point.values())
     assert min(ratios) >= 0.95 and max(ratios) <= 1.05, ratios
-    claim(post, "Two claims do not hold.")
-    assert [c["met"] for c in checks.values()].count(False) == 2
+    claim(post, 'Of the {{ decode_claims("all") }} claims, {{ decode_claims("missed") }} do not hold.')
+    assert [c["met"] for c in checks.values()].count(False) >= 2
     claim(post, 'flashdoc reads at least as fast as cuDNN at {{ decode_count("sdpa-cudnn", "at_least") }} of the')
     claim(post, 'points and trails it at the other {{ decode_count("sdpa-cudnn", "behind") }}, and the claim\'s row')
     assert set(by_point) == points and any(r < 1 for r in by_point.values()), by_point
@@ -510,39 +513,31 @@ def test_recording_backs_the_decode_roofline_reading():
         slowest = min(readings.decode_paged_methods(), key=lambda m: rows[point + (m,)]["graph_tbps"])
         separated.append(max(round_tbps(point, slowest)) < min(round_tbps(point, "flashdoc")))
     assert sum(separated) > len(separated) / 2, separated
-    host_bound = set(readings.decode_host_bound_points())
-    claim(post, "Timed call by call, the smaller points measure the host. At {{ decode_host_bound() }} flashdoc's call")
-    claim(post, "took more than twice as long as its kernels")
-    others = points - host_bound
-    assert host_bound and max(b * c for b, c in host_bound) <= min(b * c for b, c in others), host_bound
-    claim(post, "flashdoc's and cuDNN's calls took at most {{ decode_call_excess_us() }} longer than under the graph")
-    claim(post, "both alike: a cost of the timing")
+    claim(post, "Timed call by call, every reading also pays for the timing")
+    # the excess below is read at every point: no point's call measures its host instead (a slow host's would)
+    assert not readings.decode_host_bound_points(), readings.decode_host_bound_points()
+    claim(post, "flashdoc's and cuDNN's calls took at most {{ decode_call_excess_us() }} longer than")
+    claim(post, "under the graph, both alike")
     excess = readings.decode_call_excess()
-    assert {(b, c) for b, c, _ in excess} == others, excess
+    assert {(b, c) for b, c, _ in excess} == points, excess
     for (b, c, m), us in excess.items():  # a call is never faster than its kernels beyond the timing's noise
         assert us > -1e-3 * rows[(b, c, m)]["ms"] * 1e3, ((b, c, m), us)
     by_method = {m: sorted(us for (_, _, mm), us in excess.items() if mm == m) for m in readings.CALL_TIMED_METHODS}
     medians = [us[len(us) // 2] for us in by_method.values()]
     assert min(medians) > 0 and max(medians) < 1.5 * min(medians), by_method  # alike: the timing's cost
-    claim(post, 'and flashdoc\'s call took {{ decode_call_us("flashdoc", "ms") }} against cuDNN\'s')
-    claim(post, "flashdoc's Python path does more work in front of the kernel")
-    for p in host_bound:  # beyond its kernels, flashdoc's call took far more than cuDNN's: its host work shows
-        over = {m: rows[p + (m,)]["ms"] - rows[p + (m,)]["graph_ms"] for m in readings.CALL_TIMED_METHODS}
-        assert over["flashdoc"] > 2 * over["sdpa-cudnn"], (p, over)
-    said = claim(
-        post, 'Paged calls cost the host more still: at {{ decode_worst_paged_call("point") }} each page size\'s call'
-    )
-    paged_bound = set(readings.decode_host_bound_points("paged"))
-    worst_point = readings.decode_worst_paged_call_point()
-    paged_us, contiguous_us = (readings.decode_worst_paged_call_us(w) for w in ("paged", "contiguous"))
-    assert worst_point in paged_bound and paged_us[0] > 2 * contiguous_us[1], (said, worst_point, paged_us)
-    claim(post, "is why the call-by-call claim on pages fails by so much more than the graph's.")
-    by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
-    assert by_call[1] == worst_point and by_call[0] < 0.75 * by_graph[0], (said, by_call, by_graph)
-    claim(post, "From 1 × 128k up the call-by-call bandwidth matches cuDNN's.")
+    claim(post, "and from 1 × 128k up the call-by-call bandwidth matches cuDNN's")
     for p in points:
         if p[0] * p[1] >= 131072:
             assert 0.97 <= rows[p + ("flashdoc",)]["tbps"] / rows[p + ("sdpa-cudnn",)]["tbps"] <= 1.05, p
+    said = claim(post, 'Paged calls lose more: at {{ decode_worst_paged_call("point") }} each page size\'s call took')
+    worst_point = readings.decode_worst_paged_call_point()
+    paged_us, contiguous_us = (readings.decode_worst_paged_call_us(w) for w in ("paged", "contiguous"))
+    kernels_us = readings.decode_worst_paged_call_us("kernels")
+    # the slowest page size's call took far longer than the contiguous call, for kernels nearly as fast as its
+    assert paged_us[1] > 1.5 * contiguous_us[1] and kernels_us[1] < 1.1 * contiguous_us[1], (said, paged_us)
+    claim(post, "pages fails by so much more than the graph's.")
+    by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
+    assert by_call[1] == worst_point and by_call[0] < 0.75 * by_graph[0], (said, by_call, by_graph)
 
 
 def test_recording_backs_the_flex_decoding_reading():
@@ -557,9 +552,12 @@ def test_recording_backs_the_flex_decoding_reading():
         post, "flashdoc reads {{ decode_flex_lead() }} as fast as FlexAttention's split-KV kernel, the least at 64 × 4k"
     )
     assert min(lead.values()) > 1 and min(lead, key=lead.get) == (64, 4096), lead
-    claim(post, "at the two largest points FlexAttention failed to compile")
-    largest = sorted(points, key=lambda p: p[0] * p[1])[-2:]
-    assert set(points) - set(lead) == set(largest), (sorted(lead), largest)
+    claim(post, 'At {{ decode_failed("flex") }} FlexAttention has no')
+    failed = readings.decode_failed_points("flex")
+    assert failed and set(points) - set(lead) == set(failed), (sorted(lead), failed)
+    recorded, _ = readings.decode_rows()
+    errors = [r["error"] for r in recorded["rows"] if r["method"] == "flex" and "error" in r]
+    assert all(e.startswith("SubprocException") for e in errors), errors
 
 
 def test_recording_backs_the_split_rules_as_part8_compares_them():
@@ -620,11 +618,10 @@ def test_recording_backs_the_variant_costs():
         assert row(flex_keeps, mode, "ratios")["ratio"] < 0.85, mode
     softcap = "softcap / the same call without"
     claim(post, f'Softcap\'s forward runs at {{{{ variant_ratio("{softcap}", "fwd", causal=False) }}}} the rate')
-    claim(post, "so by the claim table the first holds and")
-    claim(post, "the second misses by a hair (the table rounds it to two digits).")
-    capped_causal = row(softcap, "fwd", causal=True)
-    assert row(softcap, "fwd", causal=False)["met"] and not capped_causal["met"], capped_causal
-    assert capped_causal["ratio"] > capped_causal["threshold"] - 0.005, capped_causal  # a hair: it rounds to 0.90
+    claim(post, "under the causal mask, so both claims hold, if narrowly.")
+    for causal in (False, True):
+        capped = row(softcap, "fwd", causal=causal)
+        assert capped["met"] and capped["ratio"] < capped["threshold"] + 0.05, capped
     claim(post, "The baselines are steady: every row is the median")
     claim(post, "of three rounds, timed in an order rotated every round")
     meta = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())["meta"]
@@ -731,18 +728,14 @@ def test_recording_backs_the_window_cost_floor():
     narrow_widths = [w for w in rows if w <= 1024]
     # from 1,024 keys down to 256 the forward sheds time at every halving of the window, but less than half of it
     # (each program's fixed cost stays); the forward and backward shed little of their own
-    claim(
-        post, "window, or not at all. The forward alone shrinks with the window down to 256 keys, though each halving"
-    )
-    claim(post, "saves it less than half its time, and down to there its kernel, timed alone as below, takes about as")
-    for w in (512, 1024):
+    claim(post, "window, or not at all. The forward alone shrinks with the window all the way down to 128 keys")
+    claim(post, "halving of the window saves it less than half its time, and its kernel, timed alone as below")
+    for w in (256, 512, 1024):
         assert 0.5 * forward_ms[w] < forward_ms[w // 2] < forward_ms[w], forward_ms
     kernel_ms = {w: readings.fixed_cost_program("forward", w)["kernel_us"] / 1e3 for w in narrow_widths}
-    for w in (256, 512, 1024):  # the forward call follows its kernel, timed alone: the host does not set its time
+    claim(post, 'as the call (at 128 keys {{ window_forward_ms(128, "kernel") }} against the call\'s')
+    for w in (128, 256, 512, 1024):  # the forward call follows its kernel, timed alone: the host does not set its time
         assert 0.8 < forward_ms[w] / kernel_ms[w] < 1.25, (w, forward_ms[w], kernel_ms[w])
-    claim(post, "At 128 keys the forward call took {{ window_forward_ms(128) }}, longer than at 256 keys")
-    claim(post, "at that width the forward, too, waits for the host.")
-    assert forward_ms[128] > forward_ms[256] and forward_ms[128] > 1.25 * kernel_ms[128], (forward_ms, kernel_ms)
     assert both_ms[128] > 0.5 * both_ms[1024], both_ms  # an eighth of the keys saves under half
     # or nothing: some halving from 1,024 keys down saves under 5%
     assert any(both_ms[w // 2] > 0.95 * both_ms[w] for w in (256, 512, 1024)), both_ms
@@ -824,11 +817,7 @@ def test_recording_backs_what_packing_buys(results):
     post = read_post("variable-length-batches.md")
     over = readings.varlen_over
     claim(post, 'gets through the packed batch at {{ varlen_ratio("flashdoc-dense", "fwd", False) }} the rate')
-    claim(post, "The second is the less firm: the dense causal forward's median time lies")
-    claim(post, "so its calls ran at two speeds and the ratio moves with whichever the median caught.")
-    spread = {causal: readings.varlen_spread("flashdoc-dense", "fwd", causal) for causal in (False, True)}
-    assert spread[True] > 0.05 and spread[True] > 2 * spread[False], spread  # the causal call's timings split
-    claim(post, 'batch has an advantage there too: {{ varlen_long("share") }} of its attention FLOPs lie in')
+    claim(post, 'The comparison favours the packed batch, though: {{ varlen_long("share") }} of its attention FLOPs')
     count, share = readings.varlen_long_sequences()
     lengths, dense = readings.varlen_lengths()
     assert share > 0.5 and 0 < count < len(lengths) / 2, (count, share)  # most of the work, in a few sequences
@@ -1294,7 +1283,7 @@ def test_recording_backs_the_l2_sizes_in_part2():
     claim(post, "At the roofline's length one head's keys and values take 2 MiB in bf16")
     head_mib = 2 * seq * d * 2 / 2**20
     assert head_mib == 2 and l2_mib >= 10 * head_mib, (head_mib, l2_mib)
-    claim(post, f"so this GPU's {l2_mib:.0f} MiB of L2 holds those of many heads at once")
+    claim(post, """so this GPU's {{ hardware("L2 cache") }} of L2 holds those of many heads at once""")
     claim(post, "at the table's longest, 131,072 tokens, one head's alone take 64 MiB and no longer fit")
     longest = max(int(n.replace(",", "")) for n in table("flashattention/gpu_memory/memory.md"))
     memory = (ROOT / "snippets/flashattention/gpu_memory.py").read_text()

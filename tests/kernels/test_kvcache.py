@@ -490,7 +490,11 @@ _TABLE = torch.arange(8, dtype=torch.int32, device=DEVICE).reshape(2, 4)
             TypeError,
             "alibi_slopes must be a float32 tensor",
         ),
-        (dict(alibi_slopes=torch.ones(3, device=DEVICE)), ValueError, r"alibi_slopes must have shape \(nheads=4,\)"),
+        (
+            dict(alibi_slopes=torch.ones(3, device=DEVICE)),
+            ValueError,
+            r"alibi_slopes has shape \(3,\); allowed: \(4,\) or",
+        ),
         (
             dict(k_cache=_paged(), v_cache=_paged(), block_table=_TABLE, cache_leftpad=_TABLE[:, 0].clone()),
             ValueError,

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from flashdoc import interface
-from flashdoc.kernels import backward_hopper
+from flashdoc.kernels import backward_hopper, decode
 
 ROOT = Path(__file__).resolve().parents[2]
 POSTS = ROOT / "docs/blog/posts"
 HOPPER = POSTS / "flashattention-on-hopper.md"
+DECODING = POSTS / "decoding.md"
 USAGE = ROOT / "docs/usage.md"
 
 
@@ -82,3 +83,11 @@ def test_usage_page_names_every_function_of_flash_attns_modules(module):
     names = importlib.import_module(f"flashdoc.{module}").__all__
     missing = [name for name in names if f"`{name}" not in USAGE.read_text()]
     assert not missing, f"docs/usage.md does not name flashdoc.{module}'s {missing}"
+
+
+def test_pages_per_lookup_in_prose():
+    """Part 8 says up to how many pages a tile looks up once each (``decode.MAX_PAGES_PER_LOOKUP``), in words."""
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+    pages = int(decode.MAX_PAGES_PER_LOOKUP)
+    sentence = f"one per page for a tile over up to {words[pages]} pages"
+    assert sentence in _one_line(DECODING.read_text()), f"{DECODING} should say {sentence!r}"

@@ -136,11 +136,11 @@ def test_large_decode_points_are_the_benchmarks_copy_share_points():
 
 
 def test_a_range_of_call_times_that_round_alike_reads_as_one_time(macros, monkeypatch):
-    """'50 µs', not '50 to 50 µs', where a method's calls at the host-bound points round to one figure."""
-    monkeypatch.setattr(recorded, "decode_call_range", lambda method, timing: (49.8, 50.4))
-    assert macros["decode_call_us"]("sdpa-cudnn", "ms") == '<span class="measured">50 µs</span>'
-    monkeypatch.setattr(recorded, "decode_call_range", lambda method, timing: (11.6, 37.6))
-    assert macros["decode_call_us"]("flashdoc", "graph_ms") == '<span class="measured">12 to 38 µs</span>'
+    """'50 µs', not '50 to 50 µs', where the calls of a decode reading round to one figure."""
+    monkeypatch.setattr(recorded, "decode_worst_paged_call_us", lambda what: (49.8, 50.4))
+    assert macros["decode_worst_paged_call"]("contiguous") == '<span class="measured">50 µs</span>'
+    monkeypatch.setattr(recorded, "decode_worst_paged_call_us", lambda what: (11.6, 37.6))
+    assert macros["decode_worst_paged_call"]("paged") == '<span class="measured">12 to 38 µs</span>'
 
 
 # The GPU a recording ran on, for the prose around its numbers (tools/site_macros/snippets.py)
@@ -210,3 +210,10 @@ def test_every_card_a_page_names_is_that_of_a_gpu_recording():
             for name in re.findall(r'gpu_card\("([^"]+)"', expr):
                 assert snippet(name).gpu_only, f"{page.name}: {expr} names the card of a recording made on the CPU"
     assert len(found) >= 10, found
+
+
+def test_hardware_reads_a_row_of_the_recorded_gpu_table(macros):
+    table = recorded.markdown_table(recorded._text("flashattention/gpu_roofline", "hardware.md"))
+    assert macros["hardware"]("L2 cache") == f'<span class="measured">{table["L2 cache"][0]}</span>'
+    with pytest.raises(ValueError, match="not 'L3 cache'"):
+        macros["hardware"]("L3 cache")

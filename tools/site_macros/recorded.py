@@ -213,12 +213,12 @@ def decode_points_in_words(points: list) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def decode_call_range(method: str, timing: str) -> tuple[float, float]:
-    """The least and most microseconds a call of method took at the host-bound points: ``ms`` call by call,
-    ``graph_ms`` replayed in a CUDA graph (the kernels alone)."""
-    _, rows = decode_rows()
-    us = [rows[p + (method,)][timing] * 1e3 for p in decode_host_bound_points()]
-    return min(us), max(us)
+def decode_failed_points(method: str) -> list:
+    """The (batch, cache) points, fewest tokens first, where ``method`` ran but has no timing: its row records an
+    error (a compile that failed, say), not a cache too large to fit, which leaves no row at all."""
+    recorded, _ = decode_rows()
+    failed = {(r["batch"], r["cache"]) for r in recorded["rows"] if r["method"] == method and "error" in r}
+    return sorted(failed, key=lambda point: (point[0] * point[1], point))
 
 
 def decode_worst_paged(key: str = "tbps") -> tuple:
@@ -303,17 +303,6 @@ def in_words(n: int) -> str:
 def varlen_rates() -> dict:
     """{(method, mode, causal): TFLOP/s} of the recorded varlen benchmark."""
     return {(r["method"], r["mode"], r["causal"]): r["tflops"] for r in _json(VARLEN, "results.json")["records"]}
-
-
-def varlen_spread(method: str, mode: str, causal) -> float:
-    """How far a varlen-benchmark row's median time lies above its 20th percentile, as a fraction: the spread of
-    that call's timings, which moves any ratio to it."""
-    (row,) = [
-        r
-        for r in _json(VARLEN, "results.json")["records"]
-        if (r["method"], r["mode"], r["causal"]) == (method, mode, causal)
-    ]
-    return row["ms"] / row["ms_p20"] - 1
 
 
 def varlen_over(method: str, mode: str, causal) -> float:
@@ -425,20 +414,10 @@ def register(env):
         raise ValueError(f"fixed_cost: what is fixed, tile, causal_tile, vs_causal, share or tiles, got {what!r}")
 
     @env.macro
-    def decode_call_us(method, timing):
-        """'12 to 37 µs' (or '50 µs' where they round alike): a method's calls at the host-bound decode points."""
-        return us_range(*decode_call_range(method, timing))
-
-    @env.macro
     def decode_call_excess_us():
         """'20 µs': the most a call timed alone took beyond the same call in a CUDA graph, away from the host-bound
         points, over flashdoc's and cuDNN's calls."""
         return measured(f"{max(decode_call_excess().values()):.0f} µs")
-
-    @env.macro
-    def decode_host_bound():
-        """'1 × 4k and 8 × 4k': the decode points where flashdoc's call timed alone measures the host."""
-        return measured(decode_points_in_words(decode_host_bound_points()))
 
     @env.macro
     def decode_worst_paged_call(what):
@@ -457,6 +436,14 @@ def register(env):
         return measured(f"{min(lead):.2f}× to {max(lead):.2f}×")
 
     @env.macro
+    def decode_failed(method):
+        """'64 × 32k': the points where ``method`` has no timing because its run failed."""
+        points = decode_failed_points(method)
+        if not points:
+            raise ValueError(f"decode_failed: every point has a timing for {method!r}; reword the prose")
+        return measured(decode_points_in_words(points))
+
+    @env.macro
     def decode_count(peer, which):
         """How many decode points, in words: ``points`` (with a graph timing for both), ``at_least`` (flashdoc
         reads at least as fast as peer there) or ``behind``."""
@@ -471,15 +458,36 @@ def register(env):
         return measured(in_words(counts[which]))
 
     @env.macro
+    def hardware(row):
+        """'50 MiB': a row's value in the GPU table Part 2's roofline recorded (``hardware.md``)."""
+        rows = markdown_table(_text("flashattention/gpu_roofline", "hardware.md"))
+        if row not in rows:
+            raise ValueError(f"hardware: the recorded table has rows {sorted(rows)}, not {row!r}")
+        return measured(rows[row][0])
+
+    @env.macro
+    def decode_gap(peer):
+        """'0.2%': how far flashdoc's graph-timed bandwidth falls behind peer's at the point where it trails most."""
+        worst = min(decode_against(peer).values())
+        if worst >= 1:
+            raise ValueError(f"decode_gap: flashdoc is at least as fast as {peer!r} at every point; reword the prose")
+        return measured(f"{1 - worst:.1%}")
+
+    @env.macro
+    def decode_claims(which):
+        """How many of the decode benchmark's claims (graph timing), in words: ``all`` or ``missed``."""
+        recorded, _ = decode_rows()
+        checks = recorded["targets"]["graph_tbps"]
+        counts = {"all": len(checks), "missed": sum(not c["met"] for c in checks)}
+        if which not in counts:
+            raise ValueError(f"decode_claims: which is one of {sorted(counts)}, got {which!r}")
+        return measured(in_words(counts[which]))
+
+    @env.macro
     def decode_paged_large():
         """'0.93× to 1.00×': the slowest page size over the contiguous cache, at the points of 8 x 32k tokens up."""
         ratios = [r for (b, c), r in decode_paged_ratios().items() if b * c >= LARGE_DECODE_TOKENS]
         return times_range(min(ratios), max(ratios))
-
-    @env.macro
-    def varlen_spread_percent(method, mode, causal):
-        """'15%': how far a varlen-benchmark call's median time lies above its 20th percentile."""
-        return measured(f"{varlen_spread(method, mode, causal):.0%}")
 
     @env.macro
     def varlen_ratio(method, mode, causal):
