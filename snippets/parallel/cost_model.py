@@ -10,7 +10,7 @@ import numpy as np
 # --8<-- [start:assumptions]
 # Attention throughput of one GPU, FLOP/s (forward FLOPs = 4 n_q n_k heads head_dim;
 # a forward + backward counts 3.5 times that). Assumed: about what flashdoc's kernels
-# reach on one H200 at head dim 128 on long sequences in the single-GPU benchmark.
+# reach in bf16 at head dim 128 on long sequences in the single-GPU benchmark.
 RATE = {"fwd": 700e12, "fwd+bwd": 530e12}
 # One direction of the link between neighbouring GPUs, bytes/s. Assumed: NVIDIA's
 # figures, NVLink 4 on H200 SXM (900 GB/s both directions together), PCIe Gen5 x16.

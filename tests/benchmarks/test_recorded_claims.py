@@ -95,7 +95,8 @@ def test_recording_backs_against_cudnn(results, post):
     assert any(c["min"] < 1 for c in narrow), said
     said = claim(post, "at 256 it is behind without the mask")
     assert all(c["geomean"] < 1 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (False,))), said
-    assert all(c["geomean"] > 1 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (True,))), said
+    said = claim(post, "and level or a little ahead under it")
+    assert all(1 <= c["geomean"] <= 1.08 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (True,))), said
     said = claim(post, "flashdoc is level with or a little ahead of cuDNN on average at head dimensions 64 and 256")
     means = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (64, 256))]
     assert all(0.98 <= g <= 1.10 for g in means) and sum(g > 1 for g in means) > len(means) / 2, (said, means)
@@ -501,7 +502,7 @@ def test_recording_backs_the_decode_roofline_reading():
     claim(post, "From 8 × 32k up the gap is within the claim's 5%: the slowest page size reads")
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
     assert large and 0.95 <= min(large) and max(large) < 1, paged
-    claim(post, "It is small but not noise: at most of those points every one of its")
+    claim(post, "It is small but not noise: at every one of those points each of its")
     claim(post, "timing rounds was slower than every round of the contiguous cache.")
 
     def round_tbps(point, method):
@@ -512,7 +513,7 @@ def test_recording_backs_the_decode_roofline_reading():
     for point in (p for p in points if p[0] * p[1] >= readings.LARGE_DECODE_TOKENS):
         slowest = min(readings.decode_paged_methods(), key=lambda m: rows[point + (m,)]["graph_tbps"])
         separated.append(max(round_tbps(point, slowest)) < min(round_tbps(point, "flashdoc")))
-    assert sum(separated) > len(separated) / 2, separated
+    assert separated and all(separated), separated
     claim(post, "Timed call by call, every reading also pays for the timing")
     # the excess below is read at every point: no point's call measures its host instead (a slow host's would)
     assert not readings.decode_host_bound_points(), readings.decode_host_bound_points()
@@ -525,16 +526,17 @@ def test_recording_backs_the_decode_roofline_reading():
     by_method = {m: sorted(us for (_, _, mm), us in excess.items() if mm == m) for m in readings.CALL_TIMED_METHODS}
     medians = [us[len(us) // 2] for us in by_method.values()]
     assert min(medians) > 0 and max(medians) < 1.5 * min(medians), by_method  # alike: the timing's cost
-    claim(post, "and from 1 × 128k up the call-by-call bandwidth matches cuDNN's")
+    claim(post, "and call by call flashdoc's bandwidth is nowhere more than 1% below cuDNN's")
     for p in points:
-        if p[0] * p[1] >= 131072:
-            assert 0.97 <= rows[p + ("flashdoc",)]["tbps"] / rows[p + ("sdpa-cudnn",)]["tbps"] <= 1.05, p
-    said = claim(post, 'Paged calls lose more: at {{ decode_worst_paged_call("point") }} each page size\'s call took')
+        assert rows[p + ("flashdoc",)]["tbps"] >= 0.99 * rows[p + ("sdpa-cudnn",)]["tbps"], p
+    said = claim(post, 'calls can lose more: at {{ decode_worst_paged_call("point") }} the page sizes\' calls took')
+    claim(post, "one page size about as fast as the")
     worst_point = readings.decode_worst_paged_call_point()
     paged_us, contiguous_us = (readings.decode_worst_paged_call_us(w) for w in ("paged", "contiguous"))
     kernels_us = readings.decode_worst_paged_call_us("kernels")
     # the slowest page size's call took far longer than the contiguous call, for kernels nearly as fast as its
     assert paged_us[1] > 1.5 * contiguous_us[1] and kernels_us[1] < 1.1 * contiguous_us[1], (said, paged_us)
+    assert paged_us[0] <= 1.05 * contiguous_us[1], (said, paged_us)  # and the fastest about as fast
     claim(post, "pages fails by so much more than the graph's.")
     by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
     assert by_call[1] == worst_point and by_call[0] < 0.75 * by_graph[0], (said, by_call, by_graph)
@@ -612,7 +614,16 @@ def test_recording_backs_the_variant_costs():
     claim(post, f'Against FlexAttention\'s window, flashdoc\'s is {{{{ variant_ratio("{flex}", "fwd") }}}} as fast')
     assert row(flex, "fwd")["met"] and row(flex, "fwd_bwd")["met"]
     flex_keeps = "FlexAttention's sliding window / its dense causal"
-    claim(post, f'counted alike, it keeps {{{{ variant_ratio("{flex_keeps}", "fwd", "ratios") }}}} of that rate')
+    claim(post, "counted on the pairs inside the band, as the claim counts flashdoc's, it keeps")
+    recorded = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())
+    for mode in ("fwd", "fwd_bwd"):  # both ratios divide rates counted on the band's pairs, each kernel by its own
+        found = {r["name"]: r for r in recorded["rows"] if r["group"] == "window" and r["mode"] == mode}
+        for peer in ("flashdoc", "flex"):
+            (banded,) = [r for n, r in found.items() if n.startswith(f"{peer} window")]
+            dense = found[f"{peer} causal"]
+            assert banded["visited_pairs"] > banded["pairs"], banded  # the band's pairs, not the tiles'
+            shown = row(flex_keeps, mode, "ratios") if peer == "flex" else row(window, mode)
+            assert abs(shown["ratio"] - banded["tflops"] / dense["tflops"]) < 1e-9, (peer, mode, shown)
     claim(post, "On a band this narrow, neither tiled kernel comes near the 0.9× that")
     for mode in ("fwd", "fwd_bwd"):
         assert row(flex_keeps, mode, "ratios")["ratio"] < 0.85, mode
@@ -746,7 +757,12 @@ def test_recording_backs_the_window_cost_floor():
     claim(post, "step's kernels shrink far more: each timed alone")
     claim(post, "a step's three take {{ window_kernels_ms(128) }} at 128 keys and")
     claim(post, "{{ window_kernels_ms(1024) }} at 1,024, yet the step at 128 keys took {{ window_step_ms(128) }}")
-    claim(post, "once the kernels take less, the GPU waits for it, and the timing measures the host")
+    claim(post, 'times at {{ host_time_us("forward + backward") }} a call on this machine: longer than')
+    claim(post, "the step at 128 keys comes close to the host's work and the kernels' added together")
+    host_ms = readings.host_time_us_of("forward + backward") / 1e3
+    step, added = both_ms[128], host_ms + readings.window_kernels_us(128) / 1e3
+    assert step > host_ms and step > readings.window_kernels_us(128) / 1e3, (step, host_ms)
+    assert 0.8 * added <= step <= 1.2 * added, (step, added)
     kernels = {w: readings.window_kernels_us(w) / 1e3 for w in (128, 1024)}
     assert kernels[128] < 0.5 * kernels[1024], kernels
     assert both_ms[128] > 1.5 * kernels[128], (both_ms, kernels)
@@ -796,8 +812,8 @@ def test_recording_backs_what_a_program_costs_besides_its_tiles():
     claim(post, "The forward's tiles are slowed most.")
     assert speed["forward"] < 1 and speed["forward"] == min(speed.values()), speed
     claim(post, "A window's forward streams keys in tiles of 64 where dense causal's streams 128")
-    claim(post, "but dK/dV, whose tiles are the same either way, loses nearly as much")
-    assert 1 - speed["dK/dV"] >= 0.5 * (1 - speed["forward"]), speed
+    claim(post, "but dK/dV, whose tiles are the same either way, loses about half as much")
+    assert 0.3 <= (1 - speed["dK/dV"]) / (1 - speed["forward"]) <= 0.7, speed  # about half the forward's loss
     configs = {k: [readings.fixed_cost_program(k, w)["config"] for w in (readings.WINDOW, "causal")] for k in kernels}
     assert [c[1] for c in configs["forward"]] == [64, 128], configs
     assert configs["dK/dV"][0] == configs["dK/dV"][1] and configs["dQ"][0] == configs["dQ"][1], configs
@@ -986,7 +1002,8 @@ def test_recording_backs_every_row_ran_the_hopper_kernels_and_where_the_fused_ba
         post, "so at head dimension 64 (without the mask at every length, under it from 2k tokens) its backward is the"
     )
     claim(post, "at 64, where the fused backward runs in every row")
-    claim(part5, "where this kernel is flashdoc's backward at head dimension 64 from 2k tokens up")
+    claim(part5, "where this kernel is flashdoc's backward at head dimension 64 (at every length without the mask,")
+    claim(part5, "and under it from 2k tokens), the forward and backward from 2k tokens up run at")
     claim(
         part5,
         "In the benchmark they are flashdoc's backward at head dimensions 128 and 256, and at 64 the fused kernel, "
@@ -1381,3 +1398,20 @@ def test_recording_backs_the_memory_table_as_part2_reads_it():
     claim(post, "(FlashAttention-1 stored both)")
     for n, mib in zip(ns, fused):  # bf16 output, float32 LSE, to the MiB the table rounds to (the allocator pads)
         assert abs((heads * n * d * 2 + heads * n * 4) / 2**20 - mib) <= 1, (n, mib)
+
+
+def test_recording_backs_the_cost_models_compute_rates(results):
+    """Part 9's cost model assumes flashdoc's rates at head dimension 128 on long sequences in Part 6's benchmark
+    (bf16, 8k tokens and more, both masks): each assumed rate within 10% of the recorded ones' mean."""
+    claim(read_post("attention-across-gpus.md"), "are about what flashdoc's kernels reach at head dimension 128")
+    source = (ROOT / "snippets/parallel/cost_model.py").read_text()
+    assumed = {m: float(v) for m, v in re.findall(r'"(fwd|fwd\+bwd)": ([\d.e]+)', source)}
+    assert set(assumed) == {"fwd", "fwd+bwd"}, assumed
+    recorded = {"fwd": [], "fwd+bwd": []}
+    for r in results["records"]:
+        if r["kind"] == "speed" and r["peer"] == "flashdoc" and r["status"] == "ok" and r["dtype"] == "bf16":
+            if r["head_dim"] == 128 and r["seqlen"] >= 8192:
+                recorded["fwd" if r["mode"] == "fwd" else "fwd+bwd"].append(r["tflops"] * 1e12)
+    for mode, rate in assumed.items():
+        mean = sum(recorded[mode]) / len(recorded[mode])
+        assert abs(rate / mean - 1) <= 0.1, (mode, rate, mean)

@@ -216,3 +216,11 @@ def test_hardware_reads_a_row_of_the_recorded_gpu_table(macros):
     assert macros["hardware"]("L2 cache") == f'<span class="measured">{table["L2 cache"][0]}</span>'
     with pytest.raises(ValueError, match="not 'L3 cache'"):
         macros["hardware"]("L3 cache")
+
+
+def test_host_time_reads_flashdocs_column_of_the_recorded_table(macros):
+    table = recorded.markdown_table(recorded._text(recorded.HOST_TIME, "host_time.md"))
+    cell = table["forward + backward"][1]  # flashdoc with the launch cache
+    assert macros["host_time_us"]("forward + backward") == f'<span class="measured">{cell}</span>'
+    with pytest.raises(ValueError, match="not 'backward'"):
+        macros["host_time_us"]("backward")

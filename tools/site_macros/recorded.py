@@ -345,6 +345,15 @@ def host_time_ratios() -> dict:
     return {call: number(cells[1]) / number(cells[2]) for call, cells in rows.items()}
 
 
+def host_time_us_of(call: str) -> float:
+    """flashdoc's host time in µs for one call of the recorded table (launch cache on): 'forward', 'forward +
+    backward', ..."""
+    rows = markdown_table(_text(HOST_TIME, "host_time.md"))
+    if call not in rows:
+        raise ValueError(f"{HOST_TIME}: the table has calls {sorted(rows)}, not {call!r}")
+    return number(rows[call][1])
+
+
 def us_range(low: float, high: float) -> str:
     """'12 to 37 µs', or '50 µs' where both ends round alike."""
     a, b = f"{low:.0f}", f"{high:.0f}"
@@ -518,6 +527,11 @@ def register(env):
     def varlen_padded(what):
         """'4.1×' (``tokens``) or '6.9×' (``flops``): the batch padded to its longest sequence over the real one."""
         return measured(f"{varlen_padding_factor(what):.1f}×")
+
+    @env.macro
+    def host_time_us(call):
+        """'393 µs': flashdoc's host time for one call of the recorded table (launch cache on), a row's name."""
+        return us_range(*[host_time_us_of(call)] * 2)
 
     @env.macro
     def host_time_vs_sdpa():
