@@ -454,19 +454,11 @@ def test_recording_backs_the_decode_targets_the_post_names():
             assert f"more than {paged.group(1)}% behind contiguous" in sentence
 
 
-def decode_labels(text: str) -> str:
-    """A decode target's text with its points as the benchmark names them now ('8×32k'): recordings made before
-    the labels lost their spaces say '8 x 32k' and 'batch x cache'."""
-    return text.replace(" x ", "×")
-
-
 def test_recording_backs_the_decode_roofline_reading():
     """Part 8's reading of the roofline, against the recorded decode benchmark (the graph timing)."""
     post = read_post("decoding.md")
     recorded, rows = readings.decode_rows()
-    checks = {
-        decode_labels(c["target"]): {**c, "worst": decode_labels(c["worst"])} for c in recorded["targets"]["graph_tbps"]
-    }
+    checks = {c["target"]: c for c in recorded["targets"]["graph_tbps"]}
     claim(post, "Against SDPA's flash backend it is at least as fast at")
     flash = readings.decode_against("sdpa-flash")
     behind = [r for r in flash.values() if r < 1]

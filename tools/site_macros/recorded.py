@@ -362,11 +362,10 @@ def us_range(low: float, high: float) -> str:
 
 def register(env):
     @env.macro
-    def variant_ratio(what, mode, table="targets", causal=None, digits=2):
-        """One ratio of the variants benchmark, as '0.73×' (more digits where rounding would hide which side of a
-        threshold it lies)."""
+    def variant_ratio(what, mode, table="targets", causal=None):
+        """One ratio of the variants benchmark, as '0.73×'."""
         ratio = variant_row(what, mode, table, causal)["ratio"]
-        return times_range(ratio, ratio, digits)
+        return times_range(ratio, ratio)
 
     @env.macro
     def variant_plain_ms(group, causal=True):
@@ -531,7 +530,7 @@ def register(env):
     @env.macro
     def host_time_us(call):
         """'393 µs': flashdoc's host time for one call of the recorded table (launch cache on), a row's name."""
-        return us_range(*[host_time_us_of(call)] * 2)
+        return measured(f"{host_time_us_of(call):.0f} µs")
 
     @env.macro
     def host_time_vs_sdpa():
