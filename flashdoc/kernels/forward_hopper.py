@@ -14,7 +14,9 @@ finish together. In a program:
 - a *producer* partition (one thread of it, in practice) claims the items and issues the TMA copies: an item's
   query tiles, then its key and value tiles into a ring of STAGES shared-memory buffers, each guarded by
   mbarriers ("ready" when a copy lands, "empty" when every consumer is done with it). It runs ahead into the next
-  item while the consumers finish the last one;
+  item while the consumers finish the last one. In a sliding window, whose consumers' key ranges start a tile or
+  so apart, each consumer has its own query slot, loaded just before its first key tile, so that the first to
+  finish an item starts the next without waiting for the last (``_publish``);
 - N_CONSUMERS *consumer* warpgroups of 4 warps each own BLOCK_M query rows of the item and run the same online
   softmax as ``forward._attn_fwd_inner`` on the shared key/value tiles. They are only loosely coupled, through
   the ring, so while one does its softmax on the CUDA cores another's products run on the tensor cores. Under
@@ -248,21 +250,26 @@ if GLUON:
     class Queries:
         """A work item's query tiles, one per consumer (q, and o, where each consumer stages its output: q itself
         with O_IN_Q), the item number the producer publishes (item), and their barriers: ready when the producer
-        has published an item and its queries have landed, empty when every consumer is done with them."""
+        has published an item and its queries have landed, empty when every consumer is done with them.
+
+        PER_CONSUMER: item, ready and empty hold one slot per consumer, so that each consumer gets its next item
+        as soon as it is done with its own queries rather than when the last consumer is (``_publish``)."""
 
         q: gl.shared_memory_descriptor
         o: gl.shared_memory_descriptor
         item: gl.shared_memory_descriptor
         ready: gl.shared_memory_descriptor
         empty: gl.shared_memory_descriptor
+        PER_CONSUMER: gl.constexpr
 
         @gluon.constexpr_function
-        def __init__(self, q, o, item, ready, empty):
+        def __init__(self, q, o, item, ready, empty, PER_CONSUMER):
             self.q = q
             self.o = o
             self.item = item
             self.ready = ready
             self.empty = empty
+            self.PER_CONSUMER = gl.constexpr(PER_CONSUMER)
 
     @gluon.constexpr_function
     def _item_layout(num_warps):
@@ -425,6 +432,7 @@ if GLUON:
         BLOCK_N: gl.constexpr = k_smem.shape[2]
         STAGES: gl.constexpr = k_smem.shape[0]
         N_CONSUMERS: gl.constexpr = q_smem.shape[0]
+        PER_CONSUMER: gl.constexpr = queries.PER_CONSUMER
         layout: gl.constexpr = _item_layout(gl.num_warps())
         kv_it = 0  # key/value tiles loaded so far, over all of this program's work items: the ring's position
         r = 0  # work items so far
@@ -457,24 +465,29 @@ if GLUON:
                 BLOCK_M,
                 N_CONSUMERS * BLOCK_M,
             )
-            # the consumers are done with the last item's queries (a fresh barrier counts as having completed the
-            # phase before its first: the first item never waits)
-            mbarrier.wait(q_empty, (r & 1) ^ 1)
-            if VARLEN:
-                _publish_packed(item_smem, i, item, q_start, seqlen_q, seqlen_k)
-            else:
-                item_smem.store(gl.full([1], i, gl.int32, layout))
-            mbarrier.expect(q_ready, N_CONSUMERS * q_desc.block_type.nbytes)
-            for c in gl.static_range(N_CONSUMERS):
-                q_row = row0 + c * BLOCK_M
-                if IS_CAUSAL:  # a skipped consumer's tile loads rows from 0 (unused: the barrier counts every tile)
-                    q_row = gl.maximum(q_row, 0)
-                if VARLEN:  # rows of the packed tensor (off_b is 0): past the sequence's end, the next one's
-                    q_row += q_start
-                tma_load(q_desc, [off_b, q_row, off_h, 0], q_ready, q_smem.index(c))
+            if not PER_CONSUMER:
+                # the consumers are done with the last item's queries (a fresh barrier counts as having completed
+                # the phase before its first: the first item never waits)
+                mbarrier.wait(q_empty, (r & 1) ^ 1)
+                if VARLEN:
+                    _publish_packed(item_smem, i, item, q_start, seqlen_q, seqlen_k)
+                else:
+                    item_smem.store(gl.full([1], i, gl.int32, layout))
+                mbarrier.expect(q_ready, N_CONSUMERS * q_desc.block_type.nbytes)
+                for c in gl.static_range(N_CONSUMERS):
+                    q_row = row0 + c * BLOCK_M
+                    if IS_CAUSAL:  # a skipped consumer's tile loads rows from 0 (unused: the barrier counts every tile)
+                        q_row = gl.maximum(q_row, 0)
+                    if VARLEN:  # rows of the packed tensor (off_b is 0): past the sequence's end, the next one's
+                        q_row += q_start
+                    tma_load(q_desc, [off_b, q_row, off_h, 0], q_ready, q_smem.index(c))
             n_kv = gl.cdiv(hi, BLOCK_N)
             j0 = _first_tile(row0, seqlen_k, left_offset, right_offset, n_kv, IS_CAUSAL, IS_LOCAL, BLOCK_N)
             for j in range(j0, n_kv):
+                if PER_CONSUMER:  # each consumer's queries just before the first key tile it reads
+                    for c in gl.static_range(N_CONSUMERS):
+                        if _publish_tile(row0, c, j0, n_kv, left_offset, BLOCK_M, BLOCK_N) == j:
+                            _publish(q_desc, queries, c, i, r, off_b, off_h, row0, IS_CAUSAL)
                 it = kv_it + (j - j0)
                 s = it % STAGES
                 mbarrier.wait(kv_empty.index(s), ((it // STAGES) & 1) ^ 1)
@@ -485,6 +498,10 @@ if GLUON:
                 tma_load(k_desc, [off_b, key_row, off_hk, 0], k_ready.index(s), k_smem.index(s))
                 mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
                 tma_load(v_desc, [off_b, key_row, off_hk, 0], v_ready.index(s), v_smem.index(s))
+            if PER_CONSUMER:  # the consumers whose rows see none of the item's key tiles
+                for c in gl.static_range(N_CONSUMERS):
+                    if _publish_tile(row0, c, j0, n_kv, left_offset, BLOCK_M, BLOCK_N) == n_kv:
+                        _publish(q_desc, queries, c, i, r, off_b, off_h, row0, IS_CAUSAL)
             kv_it += n_kv - j0
             r += 1
             if VARLEN:
@@ -492,12 +509,39 @@ if GLUON:
             else:
                 i = _claim(COUNTER, n_tiles, total, section, IS_CAUSAL)
         # no work left: the consumers read an item past the end and stop
-        mbarrier.wait(q_empty, (r & 1) ^ 1)
-        if VARLEN:
-            item_smem.slice(0, 1).store(gl.full([1], total, gl.int32, layout))
+        if PER_CONSUMER:
+            for c in gl.static_range(N_CONSUMERS):
+                mbarrier.wait(q_empty.index(c), (r & 1) ^ 1)
+                item_smem.slice(c, 1).store(gl.full([1], total, gl.int32, layout))
+                mbarrier.arrive(q_ready.index(c), count=1)
         else:
-            item_smem.store(gl.full([1], total, gl.int32, layout))
-        mbarrier.arrive(q_ready, count=1)
+            mbarrier.wait(q_empty, (r & 1) ^ 1)
+            if VARLEN:
+                item_smem.slice(0, 1).store(gl.full([1], total, gl.int32, layout))
+            else:
+                item_smem.store(gl.full([1], total, gl.int32, layout))
+            mbarrier.arrive(q_ready, count=1)
+
+    @gluon.jit
+    def _publish_tile(row0, c: gl.constexpr, j0, n_kv, left_offset, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+        """With per-consumer query slots (a window's items): the key tile, from the item's first j0 to its end n_kv,
+        before whose loads the producer publishes consumer c's queries: the first tile the consumer reads (its first
+        row's first key; rows before row 0, which read none, at j0), or n_kv if it reads none of them."""
+        first = gl.maximum(row0 + c * BLOCK_M, 0)
+        return gl.minimum(gl.maximum(gl.maximum(first + left_offset, 0) // BLOCK_N, j0), n_kv)
+
+    @gluon.jit
+    def _publish(q_desc, queries, c: gl.constexpr, i, r, off_b, off_h, row0, IS_CAUSAL: gl.constexpr):
+        """Hand work item i (this program's r-th) to consumer c through its own slot: once the consumer is done with
+        its last item's queries, the item number and a TMA load of its query rows, which complete its ready barrier."""
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[1]
+        mbarrier.wait(queries.empty.index(c), (r & 1) ^ 1)
+        queries.item.slice(c, 1).store(gl.full([1], i, gl.int32, _item_layout(gl.num_warps())))
+        mbarrier.expect(queries.ready.index(c), q_desc.block_type.nbytes)
+        q_row = row0 + c * BLOCK_M
+        if IS_CAUSAL:  # a skipped consumer's tile loads rows from 0 (unused: the barrier counts its bytes)
+            q_row = gl.maximum(q_row, 0)
+        tma_load(q_desc, [off_b, q_row, off_h, 0], queries.ready.index(c), queries.q.index(c))
 
     # --8<-- [start:hopper_consume]
 
@@ -588,6 +632,10 @@ if GLUON:
         O_IN_Q, queries.o is queries.q: the output goes out through the query tile, which is released only then.
         BOUNDED: ``_consume``'s, with m_i fixed at ``mask.bounded_exponent``'s offset."""
         q_smem, o_smem, item_smem, q_ready, q_empty = queries.q, queries.o, queries.item, queries.ready, queries.empty
+        if queries.PER_CONSUMER:  # this consumer's own slot
+            item_smem = item_smem.slice(SUB, 1)
+            q_ready = q_ready.index(SUB)
+            q_empty = q_empty.index(SUB)
         k_smem, k_ready, kv_empty = ring.a, ring.a_ready, ring.empty
         total, n_heads, group_size = work.total, work.n_heads, work.group_size
         VARLEN: gl.constexpr = work.VARLEN
@@ -861,21 +909,35 @@ if GLUON:
             o_smem = gl.allocate_shared_memory(dtype, [N_CONSUMERS, 1, BLOCK_M, 1, BLOCK_D], o_desc.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
-        # (a varlen item comes with its sequence's rows: ``_publish_packed``)
-        item_smem = gl.allocate_shared_memory(gl.int32, [8 if VARLEN else 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        # A window's consumers start and end their key ranges a tile or so apart: each gets its own query slot, so
+        # that the first to finish an item need not wait for the last before it starts the next. The producer
+        # loads the tiles before a consumer's first (at most (N_CONSUMERS - 1) x BLOCK_M keys' worth) ahead of its
+        # queries, and that consumer releases them only once they are in: the ring must hold them all.
+        PER_CONSUMER: gl.constexpr = IS_LOCAL and not VARLEN and (N_CONSUMERS - 1) * BLOCK_M <= STAGES * BLOCK_N
+        if PER_CONSUMER:
+            # (one word a consumer, in a buffer of a power of two: ``slice(c, 1)`` is consumer c's)
+            item_smem = gl.allocate_shared_memory(gl.int32, [4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+            q_ready = gl.allocate_shared_memory(gl.int64, [N_CONSUMERS, 1], mbarrier.MBarrierLayout())
+            q_empty = gl.allocate_shared_memory(gl.int64, [N_CONSUMERS, 1], mbarrier.MBarrierLayout())
+            for c in gl.static_range(N_CONSUMERS):
+                mbarrier.init(q_ready.index(c), count=1)
+                mbarrier.init(q_empty.index(c), count=1)
+        else:
+            # (a varlen item comes with its sequence's rows: ``_publish_packed``)
+            item_smem = gl.allocate_shared_memory(gl.int32, [8 if VARLEN else 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+            q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            mbarrier.init(q_ready, count=1)
+            mbarrier.init(q_empty, count=N_CONSUMERS)  # every consumer releases its query tile
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_ready, count=1)
-        mbarrier.init(q_empty, count=N_CONSUMERS)  # every consumer releases its query tile
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(kv_empty.index(i), count=N_CONSUMERS)  # every consumer releases a stage
 
-        queries = Queries(q_smem, o_smem, item_smem, q_ready, q_empty)
+        queries = Queries(q_smem, o_smem, item_smem, q_ready, q_empty, PER_CONSUMER)
         ring = Ring(k_smem, v_smem, k_ready, v_ready, kv_empty)
         if VARLEN:
             work = Packed(total, n_heads, group_size, CU_Q, CU_K, ORDER, n_seqs, total_q, O, stride_os, stride_oh)

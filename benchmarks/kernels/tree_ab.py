@@ -1,0 +1,124 @@
+"""Two copies of the package's attention forward, timed against each other on one GPU.
+
+    PYTHONPATH=. python3 benchmarks/kernels/tree_ab.py --base bench-out/base [--rounds 3] [--cases window]
+    TRITON_INTERPRET=1 python benchmarks/kernels/tree_ab.py --base DIR --smoke      # CPU: the protocol only
+
+``--base`` is a folder holding another copy of the ``flashdoc`` package (say, the last commit's, from
+``git archive HEAD flashdoc | tar x -C bench-out/base``); the other tree is this repository's. Each round times
+every case in one process per tree, the two processes one after the other, the first of them alternating from
+round to round, so that a drift of the GPU's clocks over the run falls on both. Each process builds the same
+inputs from a fixed seed and reports, per case, do_bench's median time of ``flash_attn_func``'s forward and a
+hash of the output's bytes: a change that should only reorder work (a schedule, a protocol) must leave every
+output bit the same.
+
+Prints, per case, each tree's median over the rounds, the ratio base / new (above 1: the new tree is faster), and
+whether the outputs agree.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (label, head dim, causal, window_size, softcap): 16k tokens, 2,048 hidden, bf16, as the variants benchmark
+CASES = {
+    "window": [
+        ("d=128 window (1024, 0)", 128, True, (1024, 0), 0.0),
+        ("d=128 window (256, 0)", 128, True, (256, 0), 0.0),
+        ("d=128 window (4096, 0)", 128, True, (4096, 0), 0.0),
+        ("d=64 window (1024, 0)", 64, True, (1024, 0), 0.0),
+        ("d=256 window (1024, 0)", 256, True, (1024, 0), 0.0),
+        ("d=128 window (1024, 0) softcap 50", 128, True, (1024, 0), 50.0),
+        ("d=128 window (1000, 24)", 128, False, (1000, 24), 0.0),
+        # a control whose kernel the change under test should leave alone
+        ("d=128 causal", 128, True, (-1, -1), 0.0),
+    ],
+}
+TOKENS, HIDDEN = 16384, 2048
+SMOKE_TOKENS, SMOKE_HIDDEN = 64, 64
+
+
+def measure(cases: list, smoke: bool) -> dict:
+    """{label: {"ms": median forward time, "hash": the output's hash}} for this process's flashdoc."""
+    import torch
+    import triton
+
+    import flashdoc
+
+    device = "cpu" if smoke else "cuda"
+    tokens, hidden = (SMOKE_TOKENS, SMOKE_HIDDEN) if smoke else (TOKENS, HIDDEN)
+    dtype = torch.float32 if smoke else torch.bfloat16
+    out = {}
+    for label, d, causal, window, softcap in cases:
+        g = torch.Generator(device=device).manual_seed(0)
+        heads = max(1, hidden // d)
+        q, k, v = (torch.randn(1, tokens, heads, d, device=device, dtype=dtype, generator=g) for _ in range(3))
+
+        def call():
+            return flashdoc.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap)
+
+        result = call()
+        digest = hashlib.sha256(result.float().cpu().numpy().tobytes()).hexdigest()[:16]
+        ms = 0.0 if smoke else triton.testing.do_bench(call, warmup=50, rep=300)
+        out[label] = {"ms": ms, "hash": digest}
+    return out
+
+
+def run_tree(path: Path, case_set: str, smoke: bool) -> dict:
+    """``measure`` in a fresh process whose ``flashdoc`` is the copy under path."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(path), str(ROOT)]))
+    cmd = [sys.executable, __file__, "--child", "--cases", case_set] + (["--smoke"] if smoke else [])
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"the tree at {path} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def summarise(rounds: list, labels: list) -> list:
+    """Rows (label, base ms, new ms, base / new, outputs equal) from rounds of {"base": ..., "new": ...}."""
+    rows = []
+    for label in labels:
+        base = statistics.median(r["base"][label]["ms"] for r in rounds)
+        new = statistics.median(r["new"][label]["ms"] for r in rounds)
+        same = all(r["base"][label]["hash"] == r["new"][label]["hash"] for r in rounds)
+        rows.append((label, base, new, base / new if new else float("nan"), same))
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", type=Path, help="a folder holding the other copy of the flashdoc package")
+    parser.add_argument("--cases", default="window", choices=sorted(CASES))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="tiny fp32 shapes on the CPU, no timing")
+    parser.add_argument("--json", type=Path, help="also write every round's readings here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    cases = CASES[args.cases]
+    if args.child:
+        print(json.dumps(measure(cases, args.smoke)))
+        return
+    if args.base is None or not (args.base / "flashdoc" / "__init__.py").is_file():
+        parser.error("--base must be a folder holding a copy of the flashdoc package (DIR/flashdoc/__init__.py)")
+    trees = {"base": args.base.resolve(), "new": ROOT}
+    rounds = []
+    for i in range(args.rounds):
+        order = ["base", "new"] if i % 2 == 0 else ["new", "base"]
+        rounds.append({name: run_tree(trees[name], args.cases, args.smoke) for name in order})
+        print(f"round {i + 1} of {args.rounds} done", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rounds, indent=1))
+    print("| case | base ms | new ms | base / new | outputs equal |")
+    print("|---|---|---|---|---|")
+    for label, base, new, ratio, same in summarise(rounds, [c[0] for c in cases]):
+        print(f"| {label} | {base:.4f} | {new:.4f} | {ratio:.3f}x | {'yes' if same else 'NO'} |")
+
+
+if __name__ == "__main__":
+    main()
