@@ -258,7 +258,7 @@ def check_alibi_slopes(alibi_slopes, q, batch: int, nheads: int, q_name: str = "
     if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
         raise ValueError(
             f"alibi_slopes has shape {tuple(alibi_slopes.shape)}; allowed: ({nheads},) or ({batch}, {nheads}), "
-            f"i.e. alibi_slopes must have shape (nheads={nheads},) or (batch={batch}, nheads={nheads})"
+            f"one slope a head (nheads = {nheads}), the same for every sequence or one row a sequence (batch = {batch})"
         )
     if alibi_slopes.device != q.device:
         raise ValueError(
