@@ -103,9 +103,9 @@ def test_recording_backs_against_cudnn(results, post):
     said = claim(post, "and at 128 behind without the mask")
     full = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (False,))]
     assert all(g < 1 for g in full), said
-    said = claim(post, "and a little ahead under it")
+    said = claim(post, "and a little behind under it")
     causal = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (True,))]
-    assert all(1 < g <= 1.08 for g in causal), said
+    assert all(0.95 <= g < 1 for g in causal) and min(causal) > max(full), said  # nearer level than without
 
 
 def test_recording_backs_short_sequences_mostly_behind_cudnn(results, post):
@@ -459,12 +459,10 @@ def test_recording_backs_the_decode_roofline_reading():
     post = read_post("decoding.md")
     recorded, rows = readings.decode_rows()
     checks = {c["target"]: c for c in recorded["targets"]["graph_tbps"]}
-    claim(post, "Against SDPA's flash backend it is at least as fast at")
+    claim(post, "Against SDPA's flash backend it is at least as fast at every point, often by far.")
     flash = readings.decode_against("sdpa-flash")
-    behind = [r for r in flash.values() if r < 1]
-    assert behind and len(behind) < len(flash) / 2 and min(behind) >= 0.995, flash  # "level, by two digits"
-    assert max(flash.values()) >= 1.2, flash  # "often by far"
-    assert not checks["flashdoc >= sdpa-flash at every point"]["met"]
+    assert min(flash.values()) >= 1 and max(flash.values()) >= 1.2, flash
+    assert checks["flashdoc >= sdpa-flash at every point"]["met"]
     claim(post, "reaches 85% of the copy wherever the caches hold at least 8 × 32k tokens")
     assert checks["flashdoc >= 85% of the copy where batch×cache >= 8×32k"]["met"]
     claim(post, "from there on it reads at least as fast as a copy moves data, and so does cuDNN's kernel")
@@ -491,47 +489,30 @@ def test_recording_backs_the_decode_roofline_reading():
         f"at {report.shape_label(1, smallest)}"
     )
     assert min(paged.values()) == paged[(1, smallest)] < 0.95, paged
-    claim(post, "From 8 × 32k up the gap is within the claim's 5%: the slowest page size reads")
+    claim(post, "From 8 × 32k up the gap narrows without closing everywhere:")
+    claim(post, "there the slowest page size reads {{ decode_paged_large() }} as fast as the contiguous cache.")
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
-    assert large and 0.95 <= min(large) and max(large) < 1, paged
-    claim(post, "It is small but not noise: at every one of those points each of its")
-    claim(post, "timing rounds was slower than every round of the contiguous cache.")
-
-    def round_tbps(point, method):
-        row = rows[point + (method,)]
-        return [row["bytes"] / ms / 1e9 for ms in row["graph_rounds_ms"]]
-
-    separated = []
-    for point in (p for p in points if p[0] * p[1] >= readings.LARGE_DECODE_TOKENS):
-        slowest = min(readings.decode_paged_methods(), key=lambda m: rows[point + (m,)]["graph_tbps"])
-        separated.append(max(round_tbps(point, slowest)) < min(round_tbps(point, "flashdoc")))
-    assert separated and all(separated), separated
+    assert large and min(large) > paged[(1, smallest)] and max(large) < 1, paged  # it narrows, paged still behind
+    assert any(r >= 0.95 for r in large) and min(large) < 0.95, paged  # within 5% at some points, not at all
     claim(post, "Timed call by call, every reading also pays for the timing")
-    # the excess below is read at every point: no point's call measures its host instead (a slow host's would)
-    assert not readings.decode_host_bound_points(), readings.decode_host_bound_points()
-    claim(post, "flashdoc's and cuDNN's calls took at most {{ decode_call_excess_us() }} longer than")
-    claim(post, "under the graph, both alike")
+    claim(post, "At {{ decode_host_bound() }} each of")
+    claim(post, "there the column times the host's")
+    host_bound = readings.decode_host_bound_points()
+    assert host_bound and all(b * c < readings.LARGE_DECODE_TOKENS for b, c in host_bound), host_bound
+    claim(post, "flashdoc's and cuDNN's calls took at most")
     excess = readings.decode_call_excess()
-    assert {(b, c) for b, c, _ in excess} == points, excess
+    assert {(b, c) for b, c, _ in excess} == points - set(host_bound), excess
     for (b, c, m), us in excess.items():  # a call is never faster than its kernels beyond the timing's noise
-        assert us > -1e-3 * rows[(b, c, m)]["ms"] * 1e3, ((b, c, m), us)
-    by_method = {m: sorted(us for (_, _, mm), us in excess.items() if mm == m) for m in readings.CALL_TIMED_METHODS}
-    medians = [us[len(us) // 2] for us in by_method.values()]
-    assert min(medians) > 0 and max(medians) < 1.5 * min(medians), by_method  # alike: the timing's cost
-    claim(post, "and call by call flashdoc's bandwidth is nowhere more than 1% below cuDNN's")
-    for p in points:
-        assert rows[p + ("flashdoc",)]["tbps"] >= 0.99 * rows[p + ("sdpa-cudnn",)]["tbps"], p
+        assert us > -1e-3 * rows[(b, c, m)]["ms"] * 1e3 * 5, ((b, c, m), us)
     said = claim(post, 'calls can lose more: at {{ decode_worst_paged_call("point") }} the page sizes\' calls took')
-    claim(post, "one page size about as fast as the")
     worst_point = readings.decode_worst_paged_call_point()
     paged_us, contiguous_us = (readings.decode_worst_paged_call_us(w) for w in ("paged", "contiguous"))
     kernels_us = readings.decode_worst_paged_call_us("kernels")
-    # the slowest page size's call took far longer than the contiguous call, for kernels nearly as fast as its
-    assert paged_us[1] > 1.5 * contiguous_us[1] and kernels_us[1] < 1.1 * contiguous_us[1], (said, paged_us)
-    assert paged_us[0] <= 1.05 * contiguous_us[1], (said, paged_us)  # and the fastest about as fast
-    claim(post, "pages fails by so much more than the graph's.")
+    # the slowest page size's call took longer than the contiguous call, for kernels that take a fraction of either
+    assert paged_us[1] > 1.2 * contiguous_us[1] and kernels_us[1] < 0.5 * contiguous_us[1], (said, paged_us)
+    claim(post, "call-by-call claim on pages fails by so much more than the graph's.")
     by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
-    assert by_call[1] == worst_point and by_call[0] < 0.75 * by_graph[0], (said, by_call, by_graph)
+    assert by_call[1] == worst_point and by_call[0] < by_graph[0] - 0.1, (said, by_call, by_graph)
 
 
 def test_recording_backs_the_flex_decoding_reading():
@@ -621,19 +602,19 @@ def test_recording_backs_the_variant_costs():
         assert row(flex_keeps, mode, "ratios")["ratio"] < 0.85, mode
     softcap = "softcap / the same call without"
     claim(post, f'Softcap\'s forward runs at {{{{ variant_ratio("{softcap}", "fwd", causal=False) }}}} the rate')
-    claim(post, "under the causal mask, so both claims hold, if narrowly.")
-    for causal in (False, True):
-        capped = row(softcap, "fwd", causal=causal)
-        assert capped["met"] and capped["ratio"] < capped["threshold"] + 0.05, capped
+    claim(post, "under the causal mask: the first claim holds and the second falls just short.")
+    full, causal = (row(softcap, "fwd", causal=c) for c in (False, True))
+    assert full["met"] and full["ratio"] < full["threshold"] + 0.05, full
+    assert not causal["met"] and causal["ratio"] > causal["threshold"] - 0.05, causal
     claim(post, "The baselines are steady: every row is the median")
     claim(post, "of three rounds, timed in an order rotated every round")
     meta = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())["meta"]
     assert meta["rounds"] == 3, meta.get("rounds")
     claim(post, '{{ variant_plain_ms("softcap", causal=False) }} with the full mask in the softcap rows and')
-    claim(post, "under the causal mask, within 1% of each other. So the ratios measure the cap, not")
+    claim(post, "under the causal mask, within 2% of each other. So the ratios measure the cap, not")
     for causal in (False, True):  # one call, timed in two groups of rows of the same run
         drift = readings.plain_forward_ms("softcap", causal) / readings.plain_forward_ms("dense", causal)
-        assert abs(drift - 1) < 0.01, (causal, drift)
+        assert abs(drift - 1) < 0.02, (causal, drift)
     claim(post, f'the ratios are {{{{ variant_ratio("{softcap}", "fwd_bwd", "ratios", causal=False) }}}}')
     claim(post, "the fixed maximum helps the forward alone, since the backward has no running")
     for causal in (False, True):  # the cap costs the step something: the backward's tanh
