@@ -11,8 +11,9 @@ kernels of 52-53 us, while at 1 x 4k and 8 x 4k they cost a few microseconds mor
 flush, a paged kernel fetches its block-table entries from memory, and its pages lie scattered over the pool, so
 the addresses of many more of them must be translated again than a contiguous cache's few large runs need.
 
-Each call is timed alone with CUDA events (the GPU idle before it, as ``do_bench`` leaves it) under four
-conditions, in rounds whose order rotates:
+Each call's GPU time is measured under four conditions, in rounds whose order rotates: a CUDA graph holds the
+condition's preparation and the call, replayed back to back, less a graph of the preparation alone
+(``time_calls``: a call timed alone with CUDA events would measure the host's launch instead). The conditions:
 
 - ``warm``: nothing between calls (the caches stay as far in L2 as they fit);
 - ``flushed``: the flush buffer written before the call, as ``do_bench`` does;
@@ -52,7 +53,7 @@ def touch_rows(k_cache: torch.Tensor, table) -> torch.Tensor:
 
 def prepare(condition: str, inputs, flush: torch.Tensor):
     """A function that puts the GPU in ``condition`` before a timed call of ``inputs`` (q, k_cache, v_cache,
-    cache_seqlens, block_table); its work finishes before the call's start event is recorded."""
+    cache_seqlens, block_table), or None for ``warm``, which needs nothing."""
     _, k_cache, v_cache, _, table = inputs
     if condition not in CONDITIONS:
         raise ValueError(f"condition is one of {CONDITIONS}, got {condition!r}")
@@ -60,9 +61,10 @@ def prepare(condition: str, inputs, flush: torch.Tensor):
     k_rows, v_rows = (c.flatten(0, 1) for c in (k_cache, v_cache))
     sink = torch.empty(2, device=k_cache.device, dtype=torch.float32)
 
+    if condition == "warm":
+        return None
+
     def before():
-        if condition == "warm":
-            return
         flush.zero_()
         if condition == "flushed, table read" and table is not None:
             sink[0] = table.sum()
@@ -74,29 +76,50 @@ def prepare(condition: str, inputs, flush: torch.Tensor):
 
 
 def time_calls(call, before, reps: int) -> float:
-    """Median microseconds of ``reps`` calls, each timed alone with CUDA events after ``before()`` and a
-    synchronisation (so the GPU is idle when the call is launched, as under ``do_bench``)."""
+    """Microseconds the GPU spends on one call after ``before()`` (None: nothing before it): on a GPU, the mean
+    over ``reps`` back-to-back replays of a CUDA graph holding ``before()`` and the call, less the same for a graph
+    holding ``before()`` alone.
+
+    A call timed alone with CUDA events on an idle GPU measures its host instead: the start event fires at once and
+    the end waits for the host to launch the kernels, which on the decode points takes longer than they run (an
+    H100's host took 96-190 us a call for kernels of 13-50 us). In a graph the preparation and the call follow each
+    other on the GPU with nothing between them, as a flushed ``do_bench`` call would if its host were infinitely
+    fast."""
     if not torch.cuda.is_available():  # the smoke run: the protocol, with the host's clock
         import time
 
         us = []
         for _ in range(reps):
-            before()
+            if before is not None:
+                before()
             start = time.perf_counter()
             call()
             us.append((time.perf_counter() - start) * 1e6)
         return statistics.median(us)
+    if before is None:
+        return _graph_us(call, reps)
+    return _graph_us(lambda: (before(), call()), reps) - _graph_us(before, reps)
+
+
+def _graph_us(work, reps: int) -> float:
+    """Mean microseconds of one replay of a CUDA graph of ``work``, over ``reps`` replays back to back."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        work()  # warm-up on a side stream, as graph capture asks
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        work()
+    graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    us = []
+    torch.cuda.synchronize()
+    start.record()
     for _ in range(reps):
-        before()
-        torch.cuda.synchronize()
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        us.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(us)
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / reps
 
 
 def measure(points, pages, reps: int, rounds: int) -> dict:

@@ -30,8 +30,11 @@ def test_touched_rows_are_one_per_page_or_per_large_page():
     assert cold.touch_rows(k_cache, None).tolist() == list(range(0, 2 * 128, step))
 
 
-def test_an_unknown_condition_is_refused():
+def test_an_unknown_condition_is_refused_and_warm_needs_no_preparation():
     with bench.smoke_shape():
         inputs = bench.make_cache(2, 128, 16)
+    flush = torch.empty(4, dtype=torch.int32)
     with pytest.raises(ValueError, match="condition is one of"):
-        cold.prepare("cold", inputs, torch.empty(4, dtype=torch.int32))
+        cold.prepare("cold", inputs, flush)
+    assert cold.prepare("warm", inputs, flush) is None
+    assert callable(cold.prepare("flushed", inputs, flush))
