@@ -504,15 +504,17 @@ def test_recording_backs_the_decode_roofline_reading():
     assert {(b, c) for b, c, _ in excess} == points - set(host_bound), excess
     for (b, c, m), us in excess.items():  # a call is never faster than its kernels beyond the timing's noise
         assert us > -1e-3 * rows[(b, c, m)]["ms"] * 1e3 * 5, ((b, c, m), us)
-    said = claim(post, 'calls can lose more: at {{ decode_worst_paged_call("point") }} the page sizes\' calls took')
+    said = claim(post, "The call-by-call claim on pages fails by much more")
+    by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
+    assert by_call[0] < by_graph[0] - 0.1, (said, by_call, by_graph)
+    said = claim(post, 'and at the same host-bound point: at {{ decode_worst_paged_call("point") }} the page sizes\'')
     worst_point = readings.decode_worst_paged_call_point()
+    assert by_call[1] == worst_point and worst_point in host_bound, (said, worst_point, host_bound)
+    claim(post, "so the host's time,")
     paged_us, contiguous_us = (readings.decode_worst_paged_call_us(w) for w in ("paged", "contiguous"))
     kernels_us = readings.decode_worst_paged_call_us("kernels")
-    # the slowest page size's call took longer than the contiguous call, for kernels that take a fraction of either
-    assert paged_us[1] > 1.2 * contiguous_us[1] and kernels_us[1] < 0.5 * contiguous_us[1], (said, paged_us)
-    claim(post, "call-by-call claim on pages fails by so much more than the graph's.")
-    by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
-    assert by_call[1] == worst_point and by_call[0] < by_graph[0] - 0.1, (said, by_call, by_graph)
+    # every call took more than twice the slowest paged kernel: the calls time the host
+    assert min(paged_us[0], contiguous_us[0]) > 2 * kernels_us[1], (said, paged_us, contiguous_us, kernels_us)
 
 
 def test_recording_backs_the_flex_decoding_reading():
