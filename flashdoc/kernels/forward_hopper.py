@@ -176,6 +176,7 @@ if GLUON:
         fence_async_shared,
         gl,
         gluon,
+        left_edge_one_sided,
         mask_scores,
         mbarrier,
         thread_barrier,
@@ -475,9 +476,7 @@ if GLUON:
                     item_smem.store(gl.full([1], i, gl.int32, layout))
                 mbarrier.expect(q_ready, N_CONSUMERS * q_desc.block_type.nbytes)
                 for c in gl.static_range(N_CONSUMERS):
-                    q_row = row0 + c * BLOCK_M
-                    if IS_CAUSAL:  # a skipped consumer's tile loads rows from 0 (unused: the barrier counts every tile)
-                        q_row = gl.maximum(q_row, 0)
+                    q_row = _query_row(row0, c, BLOCK_M, IS_CAUSAL)
                     if VARLEN:  # rows of the packed tensor (off_b is 0): past the sequence's end, the next one's
                         q_row += q_start
                     tma_load(q_desc, [off_b, q_row, off_h, 0], q_ready, q_smem.index(c))
@@ -486,7 +485,12 @@ if GLUON:
             for j in range(j0, n_kv):
                 if PER_CONSUMER:  # each consumer's queries just before the first key tile it reads
                     for c in gl.static_range(N_CONSUMERS):
-                        if _publish_tile(row0, c, j0, n_kv, left_offset, BLOCK_M, BLOCK_N) == j:
+                        if (
+                            _publish_tile(
+                                row0, c, j0, n_kv, seqlen_k, left_offset, right_offset, IS_CAUSAL, BLOCK_M, BLOCK_N
+                            )
+                            == j
+                        ):
                             _publish(q_desc, queries, c, i, r, off_b, off_h, row0, IS_CAUSAL)
                 it = kv_it + (j - j0)
                 s = it % STAGES
@@ -500,7 +504,12 @@ if GLUON:
                 tma_load(v_desc, [off_b, key_row, off_hk, 0], v_ready.index(s), v_smem.index(s))
             if PER_CONSUMER:  # the consumers whose rows see none of the item's key tiles
                 for c in gl.static_range(N_CONSUMERS):
-                    if _publish_tile(row0, c, j0, n_kv, left_offset, BLOCK_M, BLOCK_N) == n_kv:
+                    if (
+                        _publish_tile(
+                            row0, c, j0, n_kv, seqlen_k, left_offset, right_offset, IS_CAUSAL, BLOCK_M, BLOCK_N
+                        )
+                        == n_kv
+                    ):
                         _publish(q_desc, queries, c, i, r, off_b, off_h, row0, IS_CAUSAL)
             kv_it += n_kv - j0
             r += 1
@@ -523,12 +532,32 @@ if GLUON:
             mbarrier.arrive(q_ready, count=1)
 
     @gluon.jit
-    def _publish_tile(row0, c: gl.constexpr, j0, n_kv, left_offset, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    def _query_row(row0, c: gl.constexpr, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr):
+        """The first of consumer c's query rows in the item from row0. A consumer skipped under the causal mask
+        (rows before row 0) still loads a tile, from row 0: unused, but its ready barrier counts the bytes."""
+        q_row = row0 + c * BLOCK_M
+        if IS_CAUSAL:
+            q_row = gl.maximum(q_row, 0)
+        return q_row
+
+    @gluon.jit
+    def _publish_tile(
+        row0,
+        c: gl.constexpr,
+        j0,
+        n_kv,
+        seqlen_k,
+        left_offset,
+        right_offset,
+        IS_CAUSAL: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+    ):
         """With per-consumer query slots (a window's items): the key tile, from the item's first j0 to its end n_kv,
-        before whose loads the producer publishes consumer c's queries: the first tile the consumer reads (its first
-        row's first key; rows before row 0, which read none, at j0), or n_kv if it reads none of them."""
-        first = gl.maximum(row0 + c * BLOCK_M, 0)
-        return gl.minimum(gl.maximum(gl.maximum(first + left_offset, 0) // BLOCK_N, j0), n_kv)
+        before whose loads the producer publishes consumer c's queries: the first tile the consumer reads
+        (``_first_tile`` of its first row), or n_kv if it reads none of them."""
+        first = _first_tile(row0 + c * BLOCK_M, seqlen_k, left_offset, right_offset, n_kv, IS_CAUSAL, True, BLOCK_N)
+        return gl.maximum(first, j0)
 
     @gluon.jit
     def _publish(q_desc, queries, c: gl.constexpr, i, r, off_b, off_h, row0, IS_CAUSAL: gl.constexpr):
@@ -538,10 +567,22 @@ if GLUON:
         mbarrier.wait(queries.empty.index(c), (r & 1) ^ 1)
         queries.item.slice(c, 1).store(gl.full([1], i, gl.int32, _item_layout(gl.num_warps())))
         mbarrier.expect(queries.ready.index(c), q_desc.block_type.nbytes)
-        q_row = row0 + c * BLOCK_M
-        if IS_CAUSAL:  # a skipped consumer's tile loads rows from 0 (unused: the barrier counts its bytes)
-            q_row = gl.maximum(q_row, 0)
-        tma_load(q_desc, [off_b, q_row, off_h, 0], queries.ready.index(c), queries.q.index(c))
+        tma_load(
+            q_desc,
+            [off_b, _query_row(row0, c, BLOCK_M, IS_CAUSAL), off_h, 0],
+            queries.ready.index(c),
+            queries.q.index(c),
+        )
+
+    @gluon.jit
+    def _release_tiles(k_ready, kv_empty, kv_base, j_from, j_to, STAGES: gl.constexpr):
+        """Release key tiles [j_from, j_to) of an item whose tile 0 is the ring's kv_base-th, each once its K has
+        landed. (``backward_hopper._release_skipped`` counts from the ring position instead; called here, its
+        arithmetic made ptxas spill 260 bytes instead of 12 at d = 128.)"""
+        for j in range(j_from, j_to):
+            it = kv_base + j
+            mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
+            mbarrier.arrive(kv_empty.index(it % STAGES), count=1)
 
     # --8<-- [start:hopper_consume]
 
@@ -558,15 +599,17 @@ if GLUON:
         scores,
         lo,
         hi,
-        MASKED: gl.constexpr,
+        MASK_LEFT: gl.constexpr,
+        MASK_RIGHT: gl.constexpr,
         s_layout: gl.constexpr,
         p_layout: gl.constexpr,
         row_o: gl.constexpr,
         BOUNDED: gl.constexpr = False,
     ):
         """``forward._attn_fwd_inner`` for one consumer warpgroup: key/value tiles [lo, hi) from the ring, whose
-        tile 0 is the ring's kv_it-th. The scores go through ``Scores``: capped (``_scores``), then, in the
-        MASKED tiles, masked by the core's band (``mask_scores``). BOUNDED (softcap, ``mask.bounded_exponent``):
+        tile 0 is the ring's kv_it-th. The scores go through ``Scores``: capped (``_scores``), then masked by the
+        core's band (``mask_scores``) at the edges asked for: MASK_LEFT, the window's left edge; MASK_RIGHT, the
+        causal diagonal and the keys' end. BOUNDED (softcap, ``mask.bounded_exponent``):
         m_i is a fixed offset the capped exponents cannot outgrow, so there is no running max to keep and the
         accumulator is never rescaled."""
         k_smem, v_smem, k_ready, v_ready, kv_empty = ring.a, ring.b, ring.a_ready, ring.b_ready, ring.empty
@@ -576,6 +619,7 @@ if GLUON:
         BLOCK_N: gl.constexpr = k_smem.shape[2]
         BLOCK_D: gl.constexpr = k_smem.shape[4]
         STAGES: gl.constexpr = k_smem.shape[0]
+        MASKED: gl.constexpr = MASK_LEFT or MASK_RIGHT
         offs_n0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
         for start_n in range(lo, hi, BLOCK_N):
@@ -598,9 +642,9 @@ if GLUON:
                     scores.left_offset,
                     scores.right_offset,
                     float("-inf"),
-                    True,
-                    scores.IS_CAUSAL,
-                    scores.IS_LOCAL,
+                    MASK_RIGHT,
+                    scores.IS_CAUSAL and MASK_RIGHT,
+                    scores.IS_LOCAL and MASK_LEFT,
                 )
             if BOUNDED:
                 p = gl.exp2(qk * qk_scale - m_i[:, None])
@@ -717,26 +761,50 @@ if GLUON:
                     * BLOCK_N
                 )
                 kv_base = kv_it - lo // BLOCK_N  # the ring position of key tile 0
+                # each edge's tiles mask only their own edge where the core allows it: a comparison a score fewer
+                left_only = left_edge_one_sided(first, full_lo, right_offset, BLOCK_N, IS_CAUSAL)
                 my_lo, full_lo, full_hi, my_hi, my_end = _in_ring(lo, hi, my_lo, full_lo, full_hi, my_hi, BLOCK_N)
                 _release_skipped(k_ready, kv_empty, kv_it, (my_lo - lo) // BLOCK_N, STAGES)
-                acc, l_i, m_i = _consume(
-                    acc,
-                    l_i,
-                    m_i,
-                    q,
-                    ring,
-                    kv_base,
-                    offs_m,
-                    seqlen_k,
-                    band,
-                    my_lo,
-                    full_lo,
-                    True,
-                    s_layout,
-                    p_layout,
-                    row_o,
-                    BOUNDED,
-                )
+                if left_only:
+                    acc, l_i, m_i = _consume(
+                        acc,
+                        l_i,
+                        m_i,
+                        q,
+                        ring,
+                        kv_base,
+                        offs_m,
+                        seqlen_k,
+                        band,
+                        my_lo,
+                        full_lo,
+                        True,
+                        False,
+                        s_layout,
+                        p_layout,
+                        row_o,
+                        BOUNDED,
+                    )
+                else:
+                    acc, l_i, m_i = _consume(
+                        acc,
+                        l_i,
+                        m_i,
+                        q,
+                        ring,
+                        kv_base,
+                        offs_m,
+                        seqlen_k,
+                        band,
+                        my_lo,
+                        full_lo,
+                        True,
+                        True,
+                        s_layout,
+                        p_layout,
+                        row_o,
+                        BOUNDED,
+                    )
             else:
                 kv_base = kv_it
             acc, l_i, m_i = _consume(
@@ -751,6 +819,7 @@ if GLUON:
                 band,
                 full_lo,
                 full_hi,
+                False,
                 False,
                 s_layout,
                 p_layout,
@@ -769,6 +838,7 @@ if GLUON:
                 band,
                 full_hi,
                 my_hi,
+                False,
                 True,
                 s_layout,
                 p_layout,
@@ -780,6 +850,12 @@ if GLUON:
             if not O_IN_Q:
                 # every Q K^T of this item is done: the producer may load the next item's queries during the epilogue
                 mbarrier.arrive(q_empty, count=1)
+            # the key tiles past this warpgroup's rows are still released, in order, once loaded (an early arrival
+            # would count towards the stage's previous use)
+            if queries.PER_CONSUMER:
+                # before the epilogue: the producer refills these stages with the next item's first tiles, which
+                # the other consumers start on while this one writes its output
+                _release_tiles(k_ready, kv_empty, kv_base, my_end // BLOCK_N, gl.cdiv(hi, BLOCK_N), STAGES)
 
             # as in forward._attn_fwd: rows that saw no key output zeros and LSE = -inf
             l_safe = gl.where(l_i == 0.0, 1.0, l_i)
@@ -805,17 +881,12 @@ if GLUON:
                     o_tile.reshape([BLOCK_M, BLOCK_D]).store(acc.to(dtype))
                     fence_async_shared()
                     tma_store(o_desc, [off_b, first, off_h, 0], o_tile)
-            # the key tiles this warpgroup skipped are still released, in order, once loaded (an early arrival
-            # would count towards the stage's previous use). (backward_hopper._release_skipped does the same; called
-            # here, it made ptxas spill 260 bytes instead of 12 at d = 128, so the loop stays written out.)
-            if IS_LOCAL:
-                skip_from = my_end // BLOCK_N
-            else:
-                skip_from = gl.cdiv(my_hi, BLOCK_N)
-            for j in range(skip_from, gl.cdiv(hi, BLOCK_N)):
-                it = kv_base + j
-                mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
-                mbarrier.arrive(kv_empty.index(it % STAGES), count=1)
+            if not queries.PER_CONSUMER:
+                if IS_LOCAL:
+                    skip_from = my_end // BLOCK_N
+                else:
+                    skip_from = gl.cdiv(my_hi, BLOCK_N)
+                _release_tiles(k_ready, kv_empty, kv_base, skip_from, gl.cdiv(hi, BLOCK_N), STAGES)
             if O_IN_Q:
                 if VARLEN:
                     thread_barrier()  # every warp has read its rows out of the query tile (``_store_rows``)

@@ -10,7 +10,15 @@ import torch
 
 from . import INTERPRET, LOG2E, gluon_support
 from .launch import unchecked_descriptor
-from .mask import band, key_block_range, mask_scores, query_block_range, softcap, softcap_grad  # noqa: F401
+from .mask import (  # noqa: F401
+    band,
+    key_block_range,
+    left_edge_one_sided,
+    mask_scores,
+    query_block_range,
+    softcap,
+    softcap_grad,
+)
 
 # Gluon is experimental and its API moves between Triton releases: only verified ones are used (gluon_support).
 # The host descriptors below need Gluon's classes whenever the installed Triton has them (tests build them on a

@@ -242,6 +242,19 @@ def key_block_range(
 
 
 @triton.jit
+def left_edge_one_sided(start_m, full_lo, right_offset, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """Whether the left-edge tiles [lo, full_lo) that ``key_block_range`` gives rows from start_m need only the
+    window's left edge masked: when full_lo is a tile boundary, the tiles hold no key past it (and so none past
+    seqlen_k), and if the first row sees every key below it from the right, every row does. (full_lo is cut to hi,
+    off the tile grid, where the keys end before the last row's window starts.) The diagonal tiles [full_hi, hi)
+    never need the left edge: full_hi >= full_lo lies past the last row's left edge, or the range is empty."""
+    one_sided = full_lo % BLOCK_N == 0
+    if IS_CAUSAL:
+        one_sided = one_sided & (full_lo <= start_m + right_offset + 1)
+    return one_sided
+
+
+@triton.jit
 def query_block_range(
     start_n,
     seqlen_q,

@@ -10,6 +10,8 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from attention_oracle import DEVICE, DTYPE_IDS, assert_close_like_flash_attn, cpu_sweep
 
 import flashdoc
@@ -144,6 +146,78 @@ def test_block_ranges_cover_the_band(seqlen_q, seqlen_k, causal, window_size):
         for j in range(full_lo, full_hi):
             for i in range(tile * block_m, (tile + 1) * block_m):
                 assert (not is_causal or j <= i + right_offset) and (not is_local or j >= i + left_offset)
+
+
+@triton.jit
+def _edge_kernel(
+    OUT,
+    seqlen_k,
+    left_offset,
+    right_offset,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    IS_LOCAL: tl.constexpr,
+):
+    start_m = tl.program_id(0) * BLOCK_M
+    lo, full_lo, full_hi, hi = mask.key_block_range(
+        start_m, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N, IS_CAUSAL, IS_LOCAL
+    )
+    one_sided = mask.left_edge_one_sided(start_m, full_lo, right_offset, BLOCK_N, IS_CAUSAL)
+    tl.store(OUT + tl.program_id(0) * 5, lo)
+    tl.store(OUT + tl.program_id(0) * 5 + 1, full_lo)
+    tl.store(OUT + tl.program_id(0) * 5 + 2, full_hi)
+    tl.store(OUT + tl.program_id(0) * 5 + 3, hi)
+    tl.store(OUT + tl.program_id(0) * 5 + 4, one_sided.to(tl.int32))
+
+
+@pytest.mark.parametrize(
+    "seqlen_q,seqlen_k,block_m,block_n",
+    [(777, 333, 64, 64), (333, 777, 64, 64), (113, 203, 64, 32), (203, 113, 64, 128), (500, 500, 64, 64)],
+)
+@pytest.mark.parametrize("bottom_right", [True, False])
+@pytest.mark.parametrize(
+    "causal,window_size",
+    [
+        (True, (128, -1)),
+        (False, (128, 0)),
+        (True, (100, -1)),
+        (False, (57, 33)),
+        (False, (300, -1)),
+        (False, (90, 10)),
+        (True, (1, -1)),
+        (False, (0, 0)),
+    ],
+)
+def test_one_sided_edge_masks_match_the_band(seqlen_q, seqlen_k, block_m, block_n, bottom_right, causal, window_size):
+    """The Hopper forward's edge tiles, masked as the core allows (``left_edge_one_sided``: the left-edge tiles by
+    the window's left edge alone, the diagonal ones by the causal edge and the keys' end alone), keep exactly the
+    band's scores: as many as when both edges mask every boundary tile."""
+    is_causal, is_local, left_offset, right_offset = band(seqlen_q, seqlen_k, causal, window_size, bottom_right)
+    n_tiles = -(-seqlen_q // block_m)
+    out = torch.empty((n_tiles, 5), dtype=torch.int32, device=DEVICE)
+    _edge_kernel[(n_tiles,)](out, seqlen_k, left_offset, right_offset, block_m, block_n, is_causal, is_local)
+    rows = torch.arange(seqlen_q)[:, None]
+    cols = torch.arange(seqlen_k + 2 * block_n)[None, :]  # tiles may reach past the keys' end
+    right_ok = (cols <= rows + right_offset) if is_causal else torch.ones_like(cols, dtype=torch.bool)
+    left_ok = (cols >= rows + left_offset) if is_local else torch.ones_like(cols, dtype=torch.bool)
+    visible = right_ok & left_ok & (cols < seqlen_k)
+
+    def tiles(start, end):  # the keys of the tiles a kernel loop visits, range(start, end, block_n)
+        n = max(0, -(-(end - start) // block_n))
+        return (cols >= start) & (cols < start + n * block_n)
+
+    for tile, (lo, full_lo, full_hi, hi, one_sided) in enumerate(out.cpu().tolist()):
+        r = slice(tile * block_m, min((tile + 1) * block_m, seqlen_q))
+        left_mask = left_ok if one_sided else visible
+        kept = (
+            (tiles(lo, full_lo) & left_mask)
+            | (tiles(full_lo, full_hi) & ~tiles(lo, full_lo))
+            | (tiles(full_hi, hi) & ~tiles(full_lo, full_hi) & right_ok & (cols < seqlen_k))
+        )
+        assert torch.equal(kept[r], visible[r]), (tile, lo, full_lo, full_hi, hi, one_sided)
+    if is_local and window_size[0] >= block_m and seqlen_q == seqlen_k:
+        assert out[1:, 4].all()  # a window wider than a block of rows: one-sided wherever it is cut by neither end
 
 
 def test_window_cost_follows_the_window():
