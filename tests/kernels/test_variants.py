@@ -149,26 +149,15 @@ def test_block_ranges_cover_the_band(seqlen_q, seqlen_k, causal, window_size):
 
 
 @triton.jit
-def _edge_kernel(
-    OUT,
-    seqlen_k,
-    left_offset,
-    right_offset,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    IS_LOCAL: tl.constexpr,
+def _one_sided_kernel(
+    OUT, FULL_LO, right_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr
 ):
-    start_m = tl.program_id(0) * BLOCK_M
-    lo, full_lo, full_hi, hi = mask.key_block_range(
-        start_m, seqlen_k, left_offset, right_offset, BLOCK_M, BLOCK_N, IS_CAUSAL, IS_LOCAL
+    """``mask.left_edge_one_sided`` for each query tile, given the tiles' full_lo (``block_ranges``)."""
+    tile = tl.program_id(0)
+    full_lo = tl.load(FULL_LO + tile)
+    tl.store(
+        OUT + tile, mask.left_edge_one_sided(tile * BLOCK_M, full_lo, right_offset, BLOCK_N, IS_CAUSAL).to(tl.int32)
     )
-    one_sided = mask.left_edge_one_sided(start_m, full_lo, right_offset, BLOCK_N, IS_CAUSAL)
-    tl.store(OUT + tl.program_id(0) * 5, lo)
-    tl.store(OUT + tl.program_id(0) * 5 + 1, full_lo)
-    tl.store(OUT + tl.program_id(0) * 5 + 2, full_hi)
-    tl.store(OUT + tl.program_id(0) * 5 + 3, hi)
-    tl.store(OUT + tl.program_id(0) * 5 + 4, one_sided.to(tl.int32))
 
 
 @pytest.mark.parametrize(
@@ -194,9 +183,10 @@ def test_one_sided_edge_masks_match_the_band(seqlen_q, seqlen_k, block_m, block_
     the window's left edge alone, the diagonal ones by the causal edge and the keys' end alone), keep exactly the
     band's scores: as many as when both edges mask every boundary tile."""
     is_causal, is_local, left_offset, right_offset = band(seqlen_q, seqlen_k, causal, window_size, bottom_right)
-    n_tiles = -(-seqlen_q // block_m)
-    out = torch.empty((n_tiles, 5), dtype=torch.int32, device=DEVICE)
-    _edge_kernel[(n_tiles,)](out, seqlen_k, left_offset, right_offset, block_m, block_n, is_causal, is_local)
+    ranges = block_ranges(seqlen_q, seqlen_k, block_m, block_n, causal, window_size, bottom_right)
+    flags = torch.empty(len(ranges), dtype=torch.int32, device=DEVICE)
+    full_lo = ranges[:, 1].contiguous().to(DEVICE)
+    _one_sided_kernel[(len(ranges),)](flags, full_lo, right_offset, block_m, block_n, is_causal)
     rows = torch.arange(seqlen_q)[:, None]
     cols = torch.arange(seqlen_k + 2 * block_n)[None, :]  # tiles may reach past the keys' end
     right_ok = (cols <= rows + right_offset) if is_causal else torch.ones_like(cols, dtype=torch.bool)
@@ -207,7 +197,7 @@ def test_one_sided_edge_masks_match_the_band(seqlen_q, seqlen_k, block_m, block_
         n = max(0, -(-(end - start) // block_n))
         return (cols >= start) & (cols < start + n * block_n)
 
-    for tile, (lo, full_lo, full_hi, hi, one_sided) in enumerate(out.cpu().tolist()):
+    for tile, ((lo, full_lo, full_hi, hi), one_sided) in enumerate(zip(ranges.tolist(), flags.cpu().tolist())):
         r = slice(tile * block_m, min((tile + 1) * block_m, seqlen_q))
         left_mask = left_ok if one_sided else visible
         kept = (
@@ -217,7 +207,7 @@ def test_one_sided_edge_masks_match_the_band(seqlen_q, seqlen_k, block_m, block_
         )
         assert torch.equal(kept[r], visible[r]), (tile, lo, full_lo, full_hi, hi, one_sided)
     if is_local and window_size[0] >= block_m and seqlen_q == seqlen_k:
-        assert out[1:, 4].all()  # a window wider than a block of rows: one-sided wherever it is cut by neither end
+        assert flags[1:].all()  # a window wider than a block of rows: one-sided wherever it is cut by neither end
 
 
 def test_window_cost_follows_the_window():
