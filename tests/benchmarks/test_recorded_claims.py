@@ -69,8 +69,8 @@ def test_recording_backs_faster_than_both_pytorch_backends_in_every_row(results,
 
 
 def test_recording_backs_forward_backward_clears_one_and_a_half_flash_backend_everywhere(results, post):
-    said = claim(post, "In every forward-and-backward row it is at least 1.5 times as fast from 2k tokens on")
-    assert min(c["min"] for c in rows(results, "fwd_bwd", "sdpa-flash")) >= 1.5, said
+    said = claim(post, "In every forward-and-backward row it is about 1.5 times as fast or more from 2k tokens on")
+    assert min(c["min"] for c in rows(results, "fwd_bwd", "sdpa-flash")) >= 1.45, said
 
 
 def test_recording_backs_ahead_of_flex_in_every_row(results, post):
@@ -103,9 +103,9 @@ def test_recording_backs_against_cudnn(results, post):
     said = claim(post, "and at 128 behind without the mask")
     full = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (False,))]
     assert all(g < 1 for g in full), said
-    said = claim(post, "and a little behind under it")
+    said = claim(post, "and level under it")
     causal = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (True,))]
-    assert all(0.95 <= g < 1 for g in causal) and min(causal) > max(full), said  # nearer level than without
+    assert all(0.98 <= g <= 1.02 for g in causal) and min(causal) > max(full), said
 
 
 def test_recording_backs_short_sequences_mostly_behind_cudnn(results, post):
@@ -149,9 +149,11 @@ def test_recording_backs_float16_rows_mostly_trail_their_bfloat16_twins(results,
     assert sum(0.9 < r < 1 for r in ratios) > len(ratios) / 2, said
 
 
-def test_recording_backs_float16_holding_bfloat16_values_keeps_pace():
-    """The dtype_bits snippet's table: float16 inputs with bfloat16's values run within 2% of bfloat16 in both
-    columns, and random float16 inputs run slower than both."""
+def test_recording_backs_float16_holding_bfloat16_values_keeps_pace(post):
+    """The dtype_bits snippet's table: float16 inputs with bfloat16's values run about as fast as bfloat16 (within
+    3%) in both columns, faster than random float16 inputs in both, and with the backward no slower than bfloat16;
+    random float16 inputs run slower than both."""
+    claim(post, "yet it is faster than the second in both columns, and with the backward no slower than the first")
     table = (ROOT / "docs/generated/triton/dtype_bits/dtype_bits.md").read_text().splitlines()[2:]
     speed = {
         cells[0]: [float(x) for x in cells[1:]]
@@ -159,8 +161,9 @@ def test_recording_backs_float16_holding_bfloat16_values_keeps_pace():
     }
     bf16, fp16, held = speed["bfloat16"], speed["float16"], speed["float16 holding the bfloat16 values"]
     for column in range(2):
-        assert abs(held[column] / bf16[column] - 1) <= 0.02, (column, bf16, held)
+        assert abs(held[column] / bf16[column] - 1) <= 0.03, (column, bf16, held)
         assert fp16[column] < min(bf16[column], held[column]), (column, fp16)
+    assert held[1] >= bf16[1], (bf16, held)
 
 
 # Part 2: the roofline
@@ -489,32 +492,29 @@ def test_recording_backs_the_decode_roofline_reading():
         f"at {report.shape_label(1, smallest)}"
     )
     assert min(paged.values()) == paged[(1, smallest)] < 0.95, paged
-    claim(post, "From 8 × 32k up the gap narrows without closing everywhere:")
+    claim(post, "From 8 × 32k up the gap narrows to within 5%:")
     claim(post, "there the slowest page size reads {{ decode_paged_large() }} as fast as the contiguous cache.")
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
     assert large and min(large) > paged[(1, smallest)] and max(large) < 1, paged  # it narrows, paged still behind
-    assert any(r >= 0.95 for r in large) and min(large) < 0.95, paged  # within 5% at some points, not at all
+    assert min(large) >= 0.95, paged
     claim(post, "Timed call by call, every reading also pays for the timing")
-    claim(post, "At {{ decode_host_bound() }} each of")
-    claim(post, "there the column times the host's")
-    host_bound = readings.decode_host_bound_points()
-    assert host_bound and all(b * c < readings.LARGE_DECODE_TOKENS for b, c in host_bound), host_bound
+    claim(post, "On this recording's host no")
+    assert not readings.decode_host_bound_points(), readings.decode_host_bound_points()
     claim(post, "flashdoc's and cuDNN's calls took at most")
     excess = readings.decode_call_excess()
-    assert {(b, c) for b, c, _ in excess} == points - set(host_bound), excess
+    assert {(b, c) for b, c, _ in excess} == points, excess
     for (b, c, m), us in excess.items():  # a call is never faster than its kernels beyond the timing's noise
         assert us > -1e-3 * rows[(b, c, m)]["ms"] * 1e3 * 5, ((b, c, m), us)
-    said = claim(post, "The call-by-call claim on pages fails by much more")
+    said = claim(post, "and call by call flashdoc's bandwidth is nowhere more than 1% below")
+    for b, c in points:
+        assert rows[(b, c, "flashdoc")]["tbps"] >= 0.99 * rows[(b, c, "sdpa-cudnn")]["tbps"], (said, b, c)
+    said = claim(post, "The call-by-call claim on pages fails by more than the graph's")
     by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
-    assert by_call[0] < by_graph[0] - 0.1, (said, by_call, by_graph)
-    said = claim(post, 'and at the same host-bound point: at {{ decode_worst_paged_call("point") }} the page sizes\'')
-    worst_point = readings.decode_worst_paged_call_point()
-    assert by_call[1] == worst_point and worst_point in host_bound, (said, worst_point, host_bound)
-    claim(post, "so the host's time,")
+    assert by_call[0] < by_graph[0], (said, by_call, by_graph)
+    claim(post, "for kernels that take")
     paged_us, contiguous_us = (readings.decode_worst_paged_call_us(w) for w in ("paged", "contiguous"))
     kernels_us = readings.decode_worst_paged_call_us("kernels")
-    # every call took more than twice the slowest paged kernel: the calls time the host
-    assert min(paged_us[0], contiguous_us[0]) > 2 * kernels_us[1], (said, paged_us, contiguous_us, kernels_us)
+    assert paged_us[1] > contiguous_us[1] > kernels_us[1], (paged_us, contiguous_us, kernels_us)
 
 
 def test_recording_backs_the_flex_decoding_reading():
@@ -604,10 +604,9 @@ def test_recording_backs_the_variant_costs():
         assert row(flex_keeps, mode, "ratios")["ratio"] < 0.85, mode
     softcap = "softcap / the same call without"
     claim(post, f'Softcap\'s forward runs at {{{{ variant_ratio("{softcap}", "fwd", causal=False) }}}} the rate')
-    claim(post, "under the causal mask: the first claim holds and the second falls just short.")
-    full, causal = (row(softcap, "fwd", causal=c) for c in (False, True))
-    assert full["met"] and full["ratio"] < full["threshold"] + 0.05, full
-    assert not causal["met"] and causal["ratio"] > causal["threshold"] - 0.05, causal
+    claim(post, "under the causal mask: both claims hold.")
+    for causal in (False, True):
+        assert row(softcap, "fwd", causal=causal)["met"], causal
     claim(post, "The baselines are steady: every row is the median")
     claim(post, "of three rounds, timed in an order rotated every round")
     meta = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())["meta"]
@@ -787,8 +786,8 @@ def test_recording_backs_what_a_program_costs_besides_its_tiles():
     claim(post, "The forward's tiles are slowed most.")
     assert speed["forward"] < 1 and speed["forward"] == min(speed.values()), speed
     claim(post, "A window's forward streams keys in tiles of 64 where dense causal's streams 128")
-    claim(post, "but dK/dV, whose tiles are the same either way, loses about half as much")
-    assert 0.3 <= (1 - speed["dK/dV"]) / (1 - speed["forward"]) <= 0.7, speed  # about half the forward's loss
+    claim(post, "but dK/dV, whose tiles are the same either way, loses speed too, if less")
+    assert speed["dK/dV"] <= 0.98 and (1 - speed["dK/dV"]) / (1 - speed["forward"]) <= 0.9, speed
     configs = {k: [readings.fixed_cost_program(k, w)["config"] for w in (readings.WINDOW, "causal")] for k in kernels}
     assert [c[1] for c in configs["forward"]] == [64, 128], configs
     assert configs["dK/dV"][0] == configs["dK/dV"][1] and configs["dQ"][0] == configs["dQ"][1], configs
