@@ -1,15 +1,17 @@
-"""Two copies of the package's attention forward, timed against each other on one GPU.
+"""Two copies of the package's attention, timed against each other on one GPU.
 
     PYTHONPATH=. python3 benchmarks/kernels/tree_ab.py --base bench-out/base [--rounds 3] [--cases window]
+        [--mode fwd | fwd_bwd]
     TRITON_INTERPRET=1 python benchmarks/kernels/tree_ab.py --base DIR --smoke      # CPU: the protocol only
 
 ``--base`` is a folder holding another copy of the ``flashdoc`` package (say, the last commit's, from
 ``git archive HEAD flashdoc | tar x -C bench-out/base``); the other tree is this repository's. Each round times
 every case in one process per tree, the two processes one after the other, the first of them alternating from
 round to round, so that a drift of the GPU's clocks over the run falls on both. Each process builds the same
-inputs from a fixed seed and reports, per case, do_bench's median time of ``flash_attn_func``'s forward and a
-hash of the output's bytes: a change that should only reorder work (a schedule, a protocol) must leave every
-output bit the same.
+inputs from a fixed seed and reports, per case, do_bench's median time of ``flash_attn_func``'s forward (``--mode
+fwd``) or of a training step's forward and backward (``fwd_bwd``: the three gradients for a fixed output gradient),
+and a hash of the bytes of everything the call returned: a change that should only reorder work (a schedule, a
+protocol) must leave every bit the same.
 
 Prints, per case, each tree's median over the rounds, the ratio base / new (above 1: the new tree is faster), and
 whether the outputs agree.
@@ -39,13 +41,23 @@ CASES = {
         # a control whose kernel the change under test should leave alone
         ("d=128 causal", 128, True, (-1, -1), 0.0),
     ],
+    # the dense kernels, for a change to them or to what they share
+    "dense": [
+        ("d=64 full", 64, False, (-1, -1), 0.0),
+        ("d=64 causal", 64, True, (-1, -1), 0.0),
+        ("d=128 full", 128, False, (-1, -1), 0.0),
+        ("d=128 causal", 128, True, (-1, -1), 0.0),
+        ("d=256 full", 256, False, (-1, -1), 0.0),
+        ("d=256 causal", 256, True, (-1, -1), 0.0),
+    ],
 }
+MODES = ("fwd", "fwd_bwd")
 TOKENS, HIDDEN = 16384, 2048
 SMOKE_TOKENS, SMOKE_HIDDEN = 64, 64
 
 
-def measure(cases: list, smoke: bool) -> dict:
-    """{label: {"ms": median forward time, "hash": the output's hash}} for this process's flashdoc."""
+def measure(cases: list, smoke: bool, mode: str = "fwd") -> dict:
+    """{label: {"ms": median time of the mode's call, "hash": its results' hash}} for this process's flashdoc."""
     import torch
     import triton
 
@@ -59,21 +71,31 @@ def measure(cases: list, smoke: bool) -> dict:
         g = torch.Generator(device=device).manual_seed(0)
         heads = max(1, hidden // d)
         q, k, v = (torch.randn(1, tokens, heads, d, device=device, dtype=dtype, generator=g) for _ in range(3))
+        dout = torch.randn(q.shape, device=device, dtype=dtype, generator=g)
+        if mode == "fwd_bwd":
+            for t in (q, k, v):
+                t.requires_grad_(True)
 
         def call():
-            return flashdoc.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap)
+            out = flashdoc.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap)
+            if mode == "fwd":
+                return (out,)
+            # autograd.grad returns the gradients rather than adding them to .grad: every call does the same work
+            return (out, *torch.autograd.grad(out, (q, k, v), dout))
 
-        result = call()
-        digest = hashlib.sha256(result.float().cpu().numpy().tobytes()).hexdigest()[:16]
+        digest = hashlib.sha256()
+        for t in call():
+            digest.update(t.detach().float().cpu().numpy().tobytes())
+        digest = digest.hexdigest()[:16]
         ms = 0.0 if smoke else triton.testing.do_bench(call, warmup=50, rep=300)
         out[label] = {"ms": ms, "hash": digest}
     return out
 
 
-def run_tree(path: Path, case_set: str, smoke: bool) -> dict:
+def run_tree(path: Path, case_set: str, smoke: bool, mode: str = "fwd") -> dict:
     """``measure`` in a fresh process whose ``flashdoc`` is the copy under path."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(path), str(ROOT)]))
-    cmd = [sys.executable, __file__, "--child", "--cases", case_set] + (["--smoke"] if smoke else [])
+    cmd = [sys.executable, __file__, "--child", "--cases", case_set, "--mode", mode] + (["--smoke"] if smoke else [])
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"the tree at {path} failed:\n{done.stderr[-3000:]}")
@@ -95,6 +117,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=Path, help="a folder holding the other copy of the flashdoc package")
     parser.add_argument("--cases", default="window", choices=sorted(CASES))
+    parser.add_argument("--mode", default="fwd", choices=MODES, help="the forward alone, or forward and backward")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--smoke", action="store_true", help="tiny fp32 shapes on the CPU, no timing")
     parser.add_argument("--json", type=Path, help="also write every round's readings here")
@@ -102,7 +125,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     cases = CASES[args.cases]
     if args.child:
-        print(json.dumps(measure(cases, args.smoke)))
+        print(json.dumps(measure(cases, args.smoke, args.mode)))
         return
     if args.base is None or not (args.base / "flashdoc" / "__init__.py").is_file():
         parser.error("--base must be a folder holding a copy of the flashdoc package (DIR/flashdoc/__init__.py)")
@@ -110,7 +133,7 @@ def main(argv=None):
     rounds = []
     for i in range(args.rounds):
         order = ["base", "new"] if i % 2 == 0 else ["new", "base"]
-        rounds.append({name: run_tree(trees[name], args.cases, args.smoke) for name in order})
+        rounds.append({name: run_tree(trees[name], args.cases, args.smoke, args.mode) for name in order})
         print(f"round {i + 1} of {args.rounds} done", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rounds, indent=1))

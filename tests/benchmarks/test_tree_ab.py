@@ -1,4 +1,4 @@
-"""The two-tree forward A/B (benchmarks/kernels/tree_ab.py) off the GPU: both trees run in their own processes and
+"""The two-tree A/B (benchmarks/kernels/tree_ab.py) off the GPU: both trees run in their own processes and
 their outputs are compared, a tree whose output differs is reported, and a --base without the package is refused.
 (Its times need a GPU.)"""
 
@@ -39,3 +39,23 @@ def test_a_base_without_the_package_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         tree_ab.main(["--base", str(tmp_path), "--smoke"])
     assert "--base must be a folder holding a copy of the flashdoc package" in capsys.readouterr().err
+
+
+def test_forward_and_backward_agree_bit_for_bit(tmp_path, capsys):
+    shutil.copytree(ROOT / "flashdoc", tmp_path / "flashdoc", ignore=shutil.ignore_patterns("__pycache__"))
+    tree_ab.main(["--base", str(tmp_path), "--smoke", "--rounds", "1", "--mode", "fwd_bwd", "--cases", "dense"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| d=")]
+    assert len(rows) == len(tree_ab.CASES["dense"])
+    assert all(row.endswith("| yes |") for row in rows)
+
+
+def test_the_backward_hash_covers_the_gradients(monkeypatch):
+    """A tree whose gradients differ while its output does not is told apart in fwd_bwd mode, not in fwd."""
+    cases = tree_ab.CASES["dense"][:1]
+    before = {mode: tree_ab.measure(cases, True, mode) for mode in tree_ab.MODES}
+    grad = torch.autograd.grad
+    monkeypatch.setattr(torch.autograd, "grad", lambda *a, **k: tuple(g * 2 for g in grad(*a, **k)))
+    after = {mode: tree_ab.measure(cases, True, mode) for mode in tree_ab.MODES}
+    label = cases[0][0]
+    assert before["fwd"][label]["hash"] == after["fwd"][label]["hash"]
+    assert before["fwd_bwd"][label]["hash"] != after["fwd_bwd"][label]["hash"]
