@@ -97,14 +97,6 @@ def test_the_paged_host_bound_points_are_where_every_page_sizes_call_outlasts_it
         recorded.decode_host_bound_points("flex")
 
 
-def test_host_bound_decode_points_read_in_words_or_ask_for_new_prose(macros, monkeypatch):
-    monkeypatch.setattr(recorded, "decode_host_bound_points", lambda group="flashdoc": [(1, 4096), (8, 4096)])
-    assert macros["decode_host_bound"]() == '<span class="measured">1 × 4k and 8 × 4k</span>'
-    monkeypatch.setattr(recorded, "decode_host_bound_points", lambda group="flashdoc": [])
-    with pytest.raises(ValueError, match="no point's calls are host-bound in this recording; reword the prose"):
-        macros["decode_host_bound"]()
-
-
 def test_decode_points_read_as_a_list_in_words():
     assert recorded.decode_points_in_words([(1, 4096)]) == "1 × 4k"
     assert recorded.decode_points_in_words([(1, 4096), (1, 32768), (8, 4096)]) == "1 × 4k, 1 × 32k and 8 × 4k"

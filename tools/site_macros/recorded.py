@@ -428,14 +428,6 @@ def register(env):
         return measured(f"{max(decode_call_excess().values()):.0f} µs")
 
     @env.macro
-    def decode_host_bound():
-        """'1 × 4k and 8 × 4k': the decode points where flashdoc's calls timed alone measure the host."""
-        points = decode_host_bound_points()
-        if not points:
-            raise ValueError("decode_host_bound: no point's calls are host-bound in this recording; reword the prose")
-        return measured(decode_points_in_words(points))
-
-    @env.macro
     def decode_worst_paged_call(what):
         """At the point where the call-by-call claim on pages is worst: ``point`` ('1 × 4k'), or the calls' times
         ('127 to 149 µs'): ``paged``, ``contiguous`` or ``kernels`` (the paged calls in a CUDA graph)."""
