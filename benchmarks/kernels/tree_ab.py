@@ -5,7 +5,8 @@
     TRITON_INTERPRET=1 python benchmarks/kernels/tree_ab.py --base DIR --smoke      # CPU: the protocol only
 
 ``--base`` is a folder holding another copy of the ``flashdoc`` package (say, the last commit's, from
-``git archive HEAD flashdoc | tar x -C bench-out/base``); the other tree is this repository's. Each round times
+``git archive HEAD flashdoc | tar x -C bench-out/base``); the other tree is this repository's, or the copy in
+``--new`` (a config to try, edited into a second copy, needs no change to the working tree). Each round times
 every case in one process per tree, the two processes one after the other, the first of them alternating from
 round to round, so that a drift of the GPU's clocks over the run falls on both. Each process builds the same
 inputs from a fixed seed and reports, per case, do_bench's median time of ``flash_attn_func``'s forward (``--mode
@@ -116,6 +117,7 @@ def summarise(rounds: list, labels: list) -> list:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=Path, help="a folder holding the other copy of the flashdoc package")
+    parser.add_argument("--new", type=Path, default=ROOT, help="the tree to time against it (default: this one)")
     parser.add_argument("--cases", default="window", choices=sorted(CASES))
     parser.add_argument("--mode", default="fwd", choices=MODES, help="the forward alone, or forward and backward")
     parser.add_argument("--rounds", type=int, default=3)
@@ -127,9 +129,11 @@ def main(argv=None):
     if args.child:
         print(json.dumps(measure(cases, args.smoke, args.mode)))
         return
-    if args.base is None or not (args.base / "flashdoc" / "__init__.py").is_file():
-        parser.error("--base must be a folder holding a copy of the flashdoc package (DIR/flashdoc/__init__.py)")
-    trees = {"base": args.base.resolve(), "new": ROOT}
+    for name in ("base", "new"):
+        tree = getattr(args, name)
+        if tree is None or not (tree / "flashdoc" / "__init__.py").is_file():
+            parser.error(f"--{name} must be a folder holding a copy of the flashdoc package (DIR/flashdoc/__init__.py)")
+    trees = {"base": args.base.resolve(), "new": args.new.resolve()}
     rounds = []
     for i in range(args.rounds):
         order = ["base", "new"] if i % 2 == 0 else ["new", "base"]

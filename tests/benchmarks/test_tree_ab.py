@@ -59,3 +59,23 @@ def test_the_backward_hash_covers_the_gradients(monkeypatch):
     label = cases[0][0]
     assert before["fwd"][label]["hash"] == after["fwd"][label]["hash"]
     assert before["fwd_bwd"][label]["hash"] != after["fwd_bwd"][label]["hash"]
+
+
+def test_two_copies_outside_the_working_tree(tmp_path, capsys):
+    """--new times a second copy, so a config to try needs no edit of the working tree; a copy that computes
+    something else is reported."""
+    for name in ("base", "new"):
+        shutil.copytree(ROOT / "flashdoc", tmp_path / name / "flashdoc", ignore=shutil.ignore_patterns("__pycache__"))
+    interface = tmp_path / "new" / "flashdoc" / "interface.py"
+    source = interface.read_text()
+    assert source.count("def flash_attn_func(") == 1
+    # the new copy's public forward returns twice the output: every case must read as differing
+    interface.write_text(
+        source + "\n\n_forward = flash_attn_func\n\n\ndef flash_attn_func(*a, **k):\n    return 2 * _forward(*a, **k)\n"
+    )
+    tree_ab.main(["--base", str(tmp_path / "base"), "--new", str(tmp_path / "new"), "--smoke", "--rounds", "1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| d=")]
+    assert rows and all(row.endswith("| NO |") for row in rows)
+    with pytest.raises(SystemExit):
+        tree_ab.main(["--base", str(tmp_path / "base"), "--new", str(tmp_path), "--smoke"])
+    assert "--new must be a folder holding a copy of the flashdoc package" in capsys.readouterr().err
