@@ -72,8 +72,8 @@ def measure(cases: list, smoke: bool, mode: str = "fwd") -> dict:
         g = torch.Generator(device=device).manual_seed(0)
         heads = max(1, hidden // d)
         q, k, v = (torch.randn(1, tokens, heads, d, device=device, dtype=dtype, generator=g) for _ in range(3))
-        dout = torch.randn(q.shape, device=device, dtype=dtype, generator=g)
         if mode == "fwd_bwd":
+            dout = torch.randn(q.shape, device=device, dtype=dtype, generator=g)
             for t in (q, k, v):
                 t.requires_grad_(True)
 
