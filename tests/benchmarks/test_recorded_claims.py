@@ -169,14 +169,14 @@ def test_recording_backs_float16_holding_bfloat16_values_keeps_pace(post):
 # Part 2: the roofline
 
 
-def test_recording_backs_softmax_moves_its_bytes_at_well_under_half_copy_speed():
+def test_recording_backs_softmax_moves_its_bytes_at_less_than_half_copy_speed():
     said = claim(
         read_post("flashattention-explained.md"),
-        "moving the fewest bytes it must (the scores in, the weights out) at well under half the speed of a plain copy",
+        "moving the fewest bytes it must (the scores in, the weights out) at less than half the speed of a plain copy",
     )
     copy = number(table("flashattention/gpu_roofline/hardware.md")["measured HBM bandwidth (copy)"][0])
     softmax = number(table("flashattention/gpu_roofline/roofline.md")["P = softmax(S)"][3])
-    assert softmax / copy <= 0.42, (said, softmax, copy)
+    assert softmax / copy < 0.5, (said, softmax, copy)
 
 
 def test_recording_backs_roofline_times_the_fused_kernel_slower_than_the_benchmark(results):
