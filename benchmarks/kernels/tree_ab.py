@@ -1,21 +1,23 @@
-"""Two copies of the package's attention, timed against each other on one GPU.
+"""Copies of the package's attention, timed against each other on one GPU.
 
     PYTHONPATH=. python3 benchmarks/kernels/tree_ab.py --base bench-out/base [--rounds 3] [--cases window]
-        [--mode fwd | fwd_bwd]
+        [--mode fwd | fwd_bwd] [--new DIR [--new DIR ...]]
     TRITON_INTERPRET=1 python benchmarks/kernels/tree_ab.py --base DIR --smoke      # CPU: the protocol only
 
 ``--base`` is a folder holding another copy of the ``flashdoc`` package (say, the last commit's, from
-``git archive HEAD flashdoc | tar x -C bench-out/base``); the other tree is this repository's, or the copy in
-``--new`` (a config to try, edited into a second copy, needs no change to the working tree). Each round times
-every case in one process per tree, the two processes one after the other, the first of them alternating from
-round to round, so that a drift of the GPU's clocks over the run falls on both. Each process builds the same
-inputs from a fixed seed and reports, per case, do_bench's median time of ``flash_attn_func``'s forward (``--mode
-fwd``) or of a training step's forward and backward (``fwd_bwd``: the three gradients for a fixed output gradient),
-and a hash of the bytes of everything the call returned: a change that should only reorder work (a schedule, a
-protocol) must leave every bit the same.
+``git archive HEAD flashdoc | tar x -C bench-out/base``); the tree timed against it is this repository's, or the
+copy in ``--new`` (a config to try, edited into a second copy, needs no change to the working tree). ``--new`` may
+be given several times: every candidate is then timed in the same rounds as one base, which costs a GPU call less
+than an A/B per candidate. Each round times every case in one process per tree, the processes one after the other,
+the first of them moving on by one tree from round to round, so that a drift of the GPU's clocks over the run falls
+on all. Each process builds the same inputs from a fixed seed and reports, per case, do_bench's median time of
+``flash_attn_func``'s forward (``--mode fwd``) or of a training step's forward and backward (``fwd_bwd``: the three
+gradients for a fixed output gradient), and a hash of the bytes of everything the call returned: a change that
+should only reorder work (a schedule, a protocol) must leave every bit the same.
 
-Prints, per case, each tree's median over the rounds, the ratio base / new (above 1: the new tree is faster), and
-whether the outputs agree.
+Prints, per candidate and case, the base's and the candidate's medians over the rounds, the ratio base / candidate
+(above 1: the candidate is faster), and whether the outputs agree. A single candidate is named "new"; several are
+named by their folders.
 """
 
 import argparse
@@ -103,13 +105,13 @@ def run_tree(path: Path, case_set: str, smoke: bool, mode: str = "fwd") -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def summarise(rounds: list, labels: list) -> list:
-    """Rows (label, base ms, new ms, base / new, outputs equal) from rounds of {"base": ..., "new": ...}."""
+def summarise(rounds: list, labels: list, new_name: str = "new") -> list:
+    """Rows (label, base ms, new ms, base / new, outputs equal) from rounds of {"base": ..., new_name: ...}."""
     rows = []
     for label in labels:
         base = statistics.median(r["base"][label]["ms"] for r in rounds)
-        new = statistics.median(r["new"][label]["ms"] for r in rounds)
-        same = all(r["base"][label]["hash"] == r["new"][label]["hash"] for r in rounds)
+        new = statistics.median(r[new_name][label]["ms"] for r in rounds)
+        same = all(r["base"][label]["hash"] == r[new_name][label]["hash"] for r in rounds)
         rows.append((label, base, new, base / new if new else float("nan"), same))
     return rows
 
@@ -117,7 +119,12 @@ def summarise(rounds: list, labels: list) -> list:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=Path, help="a folder holding the other copy of the flashdoc package")
-    parser.add_argument("--new", type=Path, default=ROOT, help="the tree to time against it (default: this one)")
+    parser.add_argument(
+        "--new",
+        type=Path,
+        action="append",
+        help="a tree to time against it (default: this one); give it again for more candidates",
+    )
     parser.add_argument("--cases", default="window", choices=sorted(CASES))
     parser.add_argument("--mode", default="fwd", choices=MODES, help="the forward alone, or forward and backward")
     parser.add_argument("--rounds", type=int, default=3)
@@ -129,22 +136,38 @@ def main(argv=None):
     if args.child:
         print(json.dumps(measure(cases, args.smoke, args.mode)))
         return
-    for name in ("base", "new"):
-        tree = getattr(args, name)
+    candidates = args.new or [ROOT]
+    for name, tree in [("base", args.base)] + [("new", t) for t in candidates]:
         if tree is None or not (tree / "flashdoc" / "__init__.py").is_file():
             parser.error(f"--{name} must be a folder holding a copy of the flashdoc package (DIR/flashdoc/__init__.py)")
-    trees = {"base": args.base.resolve(), "new": args.new.resolve()}
+    trees = {"base": args.base.resolve(), **candidate_names([t.resolve() for t in candidates])}
+    names = list(trees)
     rounds = []
     for i in range(args.rounds):
-        order = ["base", "new"] if i % 2 == 0 else ["new", "base"]
+        order = names[i % len(names) :] + names[: i % len(names)]
         rounds.append({name: run_tree(trees[name], args.cases, args.smoke, args.mode) for name in order})
         print(f"round {i + 1} of {args.rounds} done", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rounds, indent=1))
-    print("| case | base ms | new ms | base / new | outputs equal |")
-    print("|---|---|---|---|---|")
-    for label, base, new, ratio, same in summarise(rounds, [c[0] for c in cases]):
-        print(f"| {label} | {base:.4f} | {new:.4f} | {ratio:.3f}x | {'yes' if same else 'NO'} |")
+    for name in names[1:]:
+        if len(names) > 2:
+            print(f"\n{name}: {trees[name]}")
+        print(f"| case | base ms | {name} ms | base / {name} | outputs equal |")
+        print("|---|---|---|---|---|")
+        for label, base, new, ratio, same in summarise(rounds, [c[0] for c in cases], name):
+            print(f"| {label} | {base:.4f} | {new:.4f} | {ratio:.3f}x | {'yes' if same else 'NO'} |")
+
+
+def candidate_names(paths: list) -> dict:
+    """{name: path} for the candidate trees: "new" for one; else each folder's name, with its position added where
+    two folders share a name (or one is called "base")."""
+    if len(paths) == 1:
+        return {"new": paths[0]}
+    names = [p.name for p in paths]
+    return {
+        (name if names.count(name) == 1 and name != "base" else f"{name}-{i + 1}"): p
+        for i, (name, p) in enumerate(zip(names, paths))
+    }
 
 
 if __name__ == "__main__":

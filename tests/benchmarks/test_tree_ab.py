@@ -2,6 +2,7 @@
 their outputs are compared, a tree whose output differs is reported, and a --base without the package is refused.
 (Its times need a GPU.)"""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -79,3 +80,26 @@ def test_two_copies_outside_the_working_tree(tmp_path, capsys):
     with pytest.raises(SystemExit):
         tree_ab.main(["--base", str(tmp_path / "base"), "--new", str(tmp_path), "--smoke"])
     assert "--new must be a folder holding a copy of the flashdoc package" in capsys.readouterr().err
+
+
+def test_several_candidates_share_the_base_s_rounds(tmp_path, capsys):
+    for name in ("ring", "tiles"):
+        shutil.copytree(ROOT / "flashdoc", tmp_path / name / "flashdoc", ignore=shutil.ignore_patterns("__pycache__"))
+    json_path = tmp_path / "rounds.json"
+    argv = ["--base", str(tmp_path / "ring"), "--new", str(tmp_path / "ring"), "--new", str(tmp_path / "tiles")]
+    tree_ab.main(argv + ["--smoke", "--rounds", "3", "--cases", "dense", "--json", str(json_path)])
+    out = capsys.readouterr().out
+    assert "| case | base ms | ring ms | base / ring | outputs equal |" in out
+    assert "| case | base ms | tiles ms | base / tiles | outputs equal |" in out
+    rows = [line for line in out.splitlines() if line.startswith("| d=")]
+    assert len(rows) == 2 * len(tree_ab.CASES["dense"])
+    assert all(row.endswith("| yes |") for row in rows)
+    # each tree goes first in one of the three rounds
+    firsts = [next(iter(r)) for r in json.loads(json_path.read_text())]
+    assert sorted(firsts) == ["base", "ring", "tiles"]
+
+
+def test_candidates_are_named_by_their_folders_unless_that_is_ambiguous():
+    assert tree_ab.candidate_names([Path("/x/ring")]) == {"new": Path("/x/ring")}
+    assert list(tree_ab.candidate_names([Path("/x/ring"), Path("/y/tiles")])) == ["ring", "tiles"]
+    assert list(tree_ab.candidate_names([Path("/x/a"), Path("/y/a"), Path("/z/base")])) == ["a-1", "a-2", "base-3"]
