@@ -7,8 +7,8 @@
 ``--base`` is a folder holding another copy of the ``flashdoc`` package (say, the last commit's, from
 ``git archive HEAD flashdoc | tar x -C bench-out/base``); the tree timed against it is this repository's, or the
 copy in ``--new`` (a config to try, edited into a second copy, needs no change to the working tree). ``--new`` may
-be given several times: every candidate is then timed in the same rounds as one base, which costs a GPU call less
-than an A/B per candidate. Each round times every case in one process per tree, the processes one after the other,
+be given several times: every candidate is then timed in the same rounds as one base, which is timed once a round
+rather than once per candidate. Each round times every case in one process per tree, the processes one after the other,
 the first of them moving on by one tree from round to round, so that a drift of the GPU's clocks over the run falls
 on all. Each process builds the same inputs from a fixed seed and reports, per case, do_bench's median time of
 ``flash_attn_func``'s forward (``--mode fwd``) or of a training step's forward and backward (``fwd_bwd``: the three
