@@ -1,21 +1,15 @@
 """The conditional-rescale emulation (benchmarks/kernels/rescale_error.py): without 16-bit rounding both rules are
 the same softmax, the conditional one skips tiles, and with the kernel's rounding it stays inside flash-attn's rule."""
 
-import math
-
 import torch
 
 from benchmarks.kernels import rescale_error
 
 
-def _exact(q, k, v):
-    return torch.softmax(q.double() @ k.double().T / math.sqrt(q.shape[1]), -1) @ v.double()
-
-
 def test_both_rules_are_the_same_softmax_without_rounding():
     gen = torch.Generator().manual_seed(3)
     q, k, v = rescale_error.trial_inputs(gen, torch.float32, 64, growing=True)
-    exact = _exact(q, k, v)
+    exact = rescale_error.exact_attention(q, k, v)
     eager, eager_skipped, tiles = rescale_error.online_softmax(q, k, v, 64, torch.float32, None)
     lazy, lazy_skipped, _ = rescale_error.online_softmax(q, k, v, 64, torch.float32, 8.0)
     assert eager_skipped == 0
