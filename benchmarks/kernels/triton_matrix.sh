@@ -4,13 +4,15 @@
 #   TRITONS="/opt/t37 /opt/t38 /opt/t39" OUT=DIR bash benchmarks/kernels/triton_matrix.sh
 #
 # Each entry of TRITONS is a folder with a Triton release unpacked into it (`pip install --no-deps --target DIR
-# triton==X`, or a wheel unzipped there); it goes ahead of the installed Triton on PYTHONPATH, which torch
-# accepts for raw Triton kernels. The installed release runs too. The suites run side by side (their own caches;
+# triton==X`, a wheel unzipped there, or the archive benchmarks/kernels/slim_triton.sh makes of one); it goes
+# ahead of the installed Triton on PYTHONPATH, which torch accepts for raw Triton kernels. Backends are found in
+# that folder only (TRITON_BACKENDS_IN_TREE: a cut-down release has no AMD backend, which the installed release's
+# entry points would otherwise ask for). The installed release runs too. The suites run side by side (their own caches;
 # Triton's compiles are CPU-bound), the benchmarks one after another (timings alone on the GPU). Results:
 # $OUT/suite-<release>/ and $OUT/bench-<release>/results.json; `python -m benchmarks.triton_versions $OUT/bench-*`
 # turns them into the table.
 set -u
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 TRITON_BACKENDS_IN_TREE=1
 OUT=${OUT:-/tmp/out}
 PATHS=("" ${TRITONS:-})
 name() { PYTHONPATH=${1:+$1:}$PWD python3 -c "import triton; print(triton.__version__)"; }
