@@ -1,0 +1,19 @@
+"""Every kernel candidate in benchmarks/candidates/ still applies to the package as it is, so a patch waiting for
+a GPU run cannot silently fall behind the kernels it edits."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PATCHES = sorted((ROOT / "benchmarks" / "candidates").glob("*.patch"))
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize("patch", PATCHES, ids=[p.stem for p in PATCHES])
+def test_candidate_applies_to_the_package(patch, tmp_path):
+    shutil.copytree(ROOT / "flashdoc", tmp_path / "flashdoc", ignore=shutil.ignore_patterns("__pycache__"))
+    result = subprocess.run(["git", "apply", "--check", str(patch)], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, f"{patch.name} no longer applies: refresh it or delete it\n{result.stderr}"
