@@ -140,6 +140,13 @@ def main(argv=None):
     for name, tree in [("base", args.base)] + [("new", t) for t in candidates]:
         if tree is None or not (tree / "flashdoc" / "__init__.py").is_file():
             parser.error(f"--{name} must be a folder holding a copy of the flashdoc package (DIR/flashdoc/__init__.py)")
+    for tree in candidates:
+        if package_digest(tree) == package_digest(args.base):
+            parser.error(
+                f"{tree}'s flashdoc is the same as --base's, so the run would time one package against itself "
+                "(a git apply run inside the repository skips paths outside the current folder: from the "
+                "repository's root, git apply --directory=DIR PATCH)"
+            )
     trees = {"base": args.base.resolve(), **candidate_names([t.resolve() for t in candidates])}
     names = list(trees)
     rounds = []
@@ -156,6 +163,15 @@ def main(argv=None):
         print("|---|---|---|---|---|")
         for label, base, new, ratio, same in summarise(rounds, [c[0] for c in cases], name):
             print(f"| {label} | {base:.4f} | {new:.4f} | {ratio:.3f}x | {'yes' if same else 'NO'} |")
+
+
+def package_digest(tree: Path) -> str:
+    """A hash of the names and bytes of every Python file of the flashdoc package under tree."""
+    digest = hashlib.sha256()
+    package = tree / "flashdoc"
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def candidate_names(paths: list) -> dict:
