@@ -4,6 +4,7 @@ instrumented copy of the kernel writes as it runs.
     PYTHONPATH=. python3 benchmarks/kernels/fwd_timeline.py                 # a GPU: window (1024, 0) and causal
     PYTHONPATH=. python3 benchmarks/kernels/fwd_timeline.py --json bench-out/timeline.json
     python3 benchmarks/kernels/fwd_timeline.py --build bench-out/timeline   # only write the instrumented copy
+    PYTHONPATH=. python3 benchmarks/kernels/fwd_timeline.py --package bench-out/cand --tree bench-out/cand-timeline
 
 The profilers see a kernel from outside: Nsight Compute counts instructions and stall reasons over the whole launch,
 and a fit over window sizes (``window_fixed_cost.py``) splits a program's time into a part per tile and a part per
@@ -178,12 +179,13 @@ def instrument(source: str) -> str:
     return source
 
 
-def build(dest: Path) -> Path:
-    """A copy of the package under dest with the instrumented forward; returns dest."""
+def build(dest: Path, source: Path = ROOT) -> Path:
+    """A copy of the package under source (a folder holding flashdoc/: this repository, or a candidate's tree) under
+    dest, with the instrumented forward; returns dest."""
     package = dest / "flashdoc"
     if package.exists():
         shutil.rmtree(package)
-    shutil.copytree(ROOT / "flashdoc", package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(source / "flashdoc", package, ignore=shutil.ignore_patterns("__pycache__"))
     kernel = dest / KERNEL
     kernel.write_text(instrument(kernel.read_text()))
     return dest
@@ -357,6 +359,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", type=Path, help="write the instrumented copy under this folder and stop")
     parser.add_argument("--tree", type=Path, default=ROOT / "bench-out" / "timeline", help="where the copy goes")
+    parser.add_argument(
+        "--package",
+        type=Path,
+        default=ROOT,
+        help="the folder whose flashdoc/ to instrument and to time plain (default: this repository; say, a "
+        "candidate's tree from tree_ab.py)",
+    )
     parser.add_argument("--aot", action="store_true", help="compile the instrumented kernels for sm_90 and stop")
     parser.add_argument("--json", type=Path, help="also write the traces here")
     parser.add_argument("--child", choices=("traced", "plain", "aot"), help=argparse.SUPPRESS)
@@ -368,7 +377,7 @@ def main(argv=None):
     if args.child:
         print(json.dumps(time_cases(CASES, args.child == "traced")))
         return
-    tree = build(args.build or args.tree)
+    tree = build(args.build or args.tree, args.package)
     if args.build:
         print(f"instrumented copy of the package under {tree}")
         return
@@ -388,7 +397,7 @@ def main(argv=None):
         print(child("aot", [tree]), end="")
         return
     runs = json.loads(child("traced", [tree]).strip().splitlines()[-1])
-    plain = json.loads(child("plain", []).strip().splitlines()[-1])
+    plain = json.loads(child("plain", [args.package]).strip().splitlines()[-1])
     for label in runs:
         runs[label]["ms_plain"] = plain[label]["ms"]
     if args.json:
