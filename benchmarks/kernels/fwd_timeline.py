@@ -3,7 +3,7 @@ instrumented copy of the kernel writes as it runs.
 
     PYTHONPATH=. python3 benchmarks/kernels/fwd_timeline.py                 # a GPU: window (1024, 0) and causal
     PYTHONPATH=. python3 benchmarks/kernels/fwd_timeline.py --json bench-out/timeline.json
-    python3 benchmarks/kernels/fwd_timeline.py --build bench-out/timeline   # only write the instrumented copy
+    PYTHONPATH=. python3 benchmarks/kernels/fwd_timeline.py --build bench-out/timeline   # the instrumented copy only
     PYTHONPATH=. python3 benchmarks/kernels/fwd_timeline.py --package bench-out/cand --tree bench-out/cand-timeline
 
 The profilers see a kernel from outside: Nsight Compute counts instructions and stall reasons over the whole launch,
@@ -30,15 +30,12 @@ implies (its programs' spans of cycles over its measured time).
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchmarks.kernels.kernel_trace import CLOCK_HELPERS, ROOT, apply_edits, copy_package, run_child
+
 KERNEL = Path("flashdoc/kernels/forward_hopper.py")
 
 # the trace: int64 (programs, PARTITIONS, items, FIELDS); partition 0 is the producer, 1 + c consumer c
@@ -47,24 +44,20 @@ FIELDS = 8
 CONSUMER_FIELDS = ("start", "left_done", "middle_done", "right_done", "epilogue_done", "left", "middle", "right")
 PRODUCER_FIELDS = ("claimed", "loaded", "ring_wait", "tiles", "item")
 
-_HELPERS = '''
-    @gluon.jit
-    def _clock():
-        """The SM's cycle counter."""
-        return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
-
+_HELPERS = (
+    CLOCK_HELPERS
+    + '''
     @gluon.jit
     def _trace(TRACE, TRACE_ITEMS: gl.constexpr, part: gl.constexpr, r, field: gl.constexpr, value):
         """Field ``field`` of this program's r-th item in partition ``part`` (fwd_timeline.py's layout)."""
-        if TRACE is not None:
-            if r < TRACE_ITEMS:
-                base = ((gl.program_id(0) * 4 + part) * TRACE_ITEMS + r) * 8 + field
-                gl.store(TRACE + base, value.to(gl.int64))
+        if r < TRACE_ITEMS:
+            _store_trace(TRACE, ((gl.program_id(0) * 4 + part) * TRACE_ITEMS + r) * 8 + field, value)
 
     @gluon.jit
     def _producer(
         q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section, TRACE, TRACE_ITEMS: gl.constexpr
     ):'''
+)
 
 # the right edge's call (the consumer's last): its first lines up to its range, whose start only it has
 _MIDDLE = (
@@ -81,12 +74,13 @@ _MIDDLE = (
     "                full_hi,\n"
 )
 
-# (anchor, replacement): each anchor occurs exactly once in the kernel's source
+# (anchor, replacement, count): ``kernel_trace.apply_edits``
 EDITS = [
     # the helpers, and the producer's trace arguments
     (
         "\n    @gluon.jit\n    def _producer(q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section):",
         _HELPERS,
+        1,
     ),
     # the producer: the claim's time, its waits for free stages, the time its last load went out
     (
@@ -94,12 +88,14 @@ EDITS = [
         "        while i < total:\n            _trace(TRACE, TRACE_ITEMS, 0, r, 0, _clock())\n"
         "            ring_wait = _clock() * 0\n"
         "            if VARLEN:\n                q_start, seqlen_q, k_start, seqlen_k",
+        1,
     ),
     (
         "                mbarrier.wait(kv_empty.index(s), ((it // STAGES) & 1) ^ 1)\n",
         "                t_wait = _clock()\n"
         "                mbarrier.wait(kv_empty.index(s), ((it // STAGES) & 1) ^ 1)\n"
         "                ring_wait += _clock() - t_wait\n",
+        1,
     ),
     (
         "            kv_it += n_kv - j0\n            r += 1\n",
@@ -108,17 +104,20 @@ EDITS = [
         "            _trace(TRACE, TRACE_ITEMS, 0, r, 3, n_kv - j0)\n"
         "            _trace(TRACE, TRACE_ITEMS, 0, r, 4, i)\n"
         "            kv_it += n_kv - j0\n            r += 1\n",
+        1,
     ),
     # the consumer
     (
         "O_IN_Q: gl.constexpr, BOUNDED: gl.constexpr\n    ):",
         "O_IN_Q: gl.constexpr, BOUNDED: gl.constexpr,\n        TRACE,\n        TRACE_ITEMS: gl.constexpr,\n    ):",
+        1,
     ),
     (
         "        while i < total:\n            if VARLEN:\n"
         "                item, seqlen_q, seqlen_k = _read_packed(item_smem)",
         "        while i < total:\n            _trace(TRACE, TRACE_ITEMS, 1 + SUB, r, 0, _clock())\n"
         "            if VARLEN:\n                item, seqlen_q, seqlen_k = _read_packed(item_smem)",
+        1,
     ),
     (
         "            else:\n                kv_base = kv_it\n",
@@ -128,23 +127,27 @@ EDITS = [
         "                _trace(TRACE, TRACE_ITEMS, 1 + SUB, r, 5, gl.cdiv(gl.maximum(full_lo - my_lo, 0), BLOCK_N))\n"
         "            _trace(TRACE, TRACE_ITEMS, 1 + SUB, r, 6, gl.cdiv(gl.maximum(full_hi - full_lo, 0), BLOCK_N))\n"
         "            _trace(TRACE, TRACE_ITEMS, 1 + SUB, r, 7, gl.cdiv(gl.maximum(my_hi - full_hi, 0), BLOCK_N))\n",
+        1,
     ),
-    (_MIDDLE, "            _trace(TRACE, TRACE_ITEMS, 1 + SUB, r, 2, _clock())\n" + _MIDDLE),
+    (_MIDDLE, "            _trace(TRACE, TRACE_ITEMS, 1 + SUB, r, 2, _clock())\n" + _MIDDLE, 1),
     (
         "            if VARLEN:  # (before the producer may publish the next item)\n",
         "            _trace(TRACE, TRACE_ITEMS, 1 + SUB, r, 3, _clock())\n"
         "            if VARLEN:  # (before the producer may publish the next item)\n",
+        1,
     ),
     (
         "            kv_it = kv_base + gl.cdiv(hi, BLOCK_N)\n            r += 1\n",
         "            _trace(TRACE, TRACE_ITEMS, 1 + SUB, r, 4, _clock())\n"
         "            kv_it = kv_base + gl.cdiv(hi, BLOCK_N)\n            r += 1\n",
+        1,
     ),
     # the kernel's arguments and the partitions' lists
     (
         "        BOUNDED_EXPONENT: gl.constexpr = False,\n    ):\n",
         "        BOUNDED_EXPONENT: gl.constexpr = False,\n"
         "        TRACE=None,\n        TRACE_ITEMS: gl.constexpr = 0,\n    ):\n",
+        1,
     ),
     # the launch: the module's buffer, when one is set
     (
@@ -153,42 +156,31 @@ EDITS = [
         "            TRACE=TRACE_BUFFER,\n"
         "            TRACE_ITEMS=0 if TRACE_BUFFER is None else TRACE_BUFFER.shape[2],\n"
         "        ),\n",
+        1,
     ),
     (
         "\nBOUNDED_MIN_HEAD_DIM = 128\n",
         "\nBOUNDED_MIN_HEAD_DIM = 128\n"
         "# fwd_timeline.py's trace: int64 (programs, 4, items, 8), or None (no clocks read)\nTRACE_BUFFER = None\n",
+        1,
     ),
 ]
+_PRODUCER_ARGS = "_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section"
+EDITS.append((f"({_PRODUCER_ARGS}))", f"({_PRODUCER_ARGS}, TRACE, TRACE_ITEMS))", 2))
+for _sub, _count in ((0, 2), (1, 2), (2, 1)):
+    _args = f"_consumer, (o_desc, LSE, queries, ring, work, scores, {_sub}, O_IN_Q, BOUNDED_EXPONENT"
+    EDITS.append((f"({_args}))", f"({_args}, TRACE, TRACE_ITEMS))", _count))
 
 
 def instrument(source: str) -> str:
-    """The kernel's source with the clocks in; a ValueError naming the anchor if one no longer matches once."""
-    for anchor, replacement in EDITS:
-        count = source.count(anchor)
-        if count != 1:
-            raise ValueError(
-                f"fwd_timeline.py's anchor occurs {count} times in {KERNEL} (once expected): update EDITS\n{anchor}"
-            )
-        source = source.replace(anchor, replacement)
-    for partition in ("_producer, (q_desc, k_desc, v_desc, queries, ring, work, scores, COUNTER, section",):
-        source = source.replace(f"({partition}))", f"({partition}, TRACE, TRACE_ITEMS))")
-    for sub in range(3):
-        call = f"_consumer, (o_desc, LSE, queries, ring, work, scores, {sub}, O_IN_Q, BOUNDED_EXPONENT"
-        source = source.replace(f"({call}))", f"({call}, TRACE, TRACE_ITEMS))")
-    return source
+    """The forward's source with the clocks in; a ValueError naming the anchor if one no longer matches."""
+    return apply_edits(source, EDITS, str(KERNEL))
 
 
 def build(dest: Path, source: Path = ROOT) -> Path:
     """A copy of the package under source (a folder holding flashdoc/: this repository, or a candidate's tree) under
     dest, with the instrumented forward; returns dest."""
-    package = dest / "flashdoc"
-    if package.exists():
-        shutil.rmtree(package)
-    shutil.copytree(source / "flashdoc", package, ignore=shutil.ignore_patterns("__pycache__"))
-    kernel = dest / KERNEL
-    kernel.write_text(instrument(kernel.read_text()))
-    return dest
+    return copy_package(dest, source, {KERNEL: instrument})
 
 
 # (label, head dim, causal, window_size): 16k tokens, 2,048 hidden, bf16, as tree_ab.py's window cases
@@ -383,15 +375,7 @@ def main(argv=None):
         return
 
     def child(mode: str, first: list) -> str:
-        # the caller's path kept (a carried Triton), after the copy where there is one; every launch through
-        # Triton's own path, so that the trace buffer reaches each one
-        path = [*map(str, first), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)), str(ROOT)]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), FLASHDOC_LAUNCH_CACHE="0")
-        cmd = [sys.executable, __file__, "--child", mode, "--tree", str(tree)]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-        if done.returncode:
-            sys.exit(f"the {mode} run failed:\n{done.stderr[-4000:]}")
-        return done.stdout
+        return run_child(__file__, ["--child", mode, "--tree", str(tree)], first)
 
     if args.aot:
         print(child("aot", [tree]), end="")
