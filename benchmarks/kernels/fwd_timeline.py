@@ -17,10 +17,12 @@ counter (``%clock64``) at the seams of every item, in every partition of every p
 - the producer warp: when it claimed the item, when it had issued the item's last key/value loads, and how long it
   waited in all for free ring stages.
 
-The copy is the package with ``kernels/forward_hopper.py`` edited (``EDITS``: each anchor must match the source once,
-so a change to the kernel that moves one fails loudly here rather than timing the wrong place), its clocks off
-unless ``TRACE_BUFFER`` is set. The clock reads cost a few instructions an item, not a tile; the run times the
-instrumented call against the package's so that the perturbation is on the page.
+The copy is the package with ``kernels/forward_hopper.py`` edited (``EDITS``, checked by
+``kernel_trace.apply_edits``: a change to the kernel that moves an anchor fails loudly rather than timing the wrong
+place); it stores nothing unless ``TRACE_BUFFER`` is set. The clock reads cost a few instructions an item in the
+consumers and two a tile in the producer; the run times the instrumented call against the package's so that the
+perturbation is on the page. The trace needs the launch cache off (``kernel_trace.run_child``), so a call whose time
+is set by its launches reports a wrong clock rate; its cycles stand.
 
 Printed per case and consumer: cycles per tile in each stretch, the epilogue's cycles, the wait between one item's
 end and the next one's queries, and each stretch's share of the consumer's time; for the producer, the share of its
