@@ -28,13 +28,11 @@ every anchor). The trace needs the launch cache off (``kernel_trace.run_child``)
 launches is timed wrong; the cycles stand.
 """
 
-import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.kernels.kernel_trace import CLOCK_HELPERS, ROOT, apply_edits, copy_package, run_child
+from benchmarks.kernels.kernel_trace import CLOCK_HELPERS, ROOT, apply_edits, copy_package, timeline_main
 
 KERNEL = Path("flashdoc/kernels/backward_hopper.py")
 KERNELS = ("dK/dV", "dQ")
@@ -207,7 +205,7 @@ CASES = [
 TOKENS, HIDDEN, MAX_PROGRAMS = 16384, 2048, 1 << 16
 
 
-def time_cases(cases: list, traced: bool) -> dict:
+def time_cases(traced: bool, cases: list = CASES) -> dict:
     """{label: {"ms": a forward and backward step's time} and, if traced, {"trace": {kernel: the trace as nested
     lists}}} for this process's flashdoc (traced: the instrumented copy), on the GPU."""
     import torch
@@ -349,36 +347,8 @@ def aot(tree: Path) -> list:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tree", type=Path, default=ROOT / "bench-out" / "bwd-timeline", help="where the copy goes")
-    parser.add_argument("--package", type=Path, default=ROOT, help="the folder whose flashdoc/ to instrument")
-    parser.add_argument("--aot", action="store_true", help="compile the instrumented kernels for sm_90 and stop")
-    parser.add_argument("--json", type=Path, help="also write the traces here")
-    parser.add_argument("--child", choices=("traced", "plain", "aot"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child == "aot":
-        for label, info in aot(args.tree):
-            print(f"{label}: {info}")
-        return
-    if args.child:
-        print(json.dumps(time_cases(CASES, args.child == "traced")))
-        return
-    tree = build(args.tree, args.package)
-
-    def child(mode: str, first: list) -> str:
-        return run_child(__file__, ["--child", mode, "--tree", str(tree)], first)
-
-    if args.aot:
-        print(child("aot", [tree]), end="")
-        return
-    runs = json.loads(child("traced", [tree]).strip().splitlines()[-1])
-    plain = json.loads(child("plain", [args.package]).strip().splitlines()[-1])
-    for label in runs:
-        runs[label]["ms_plain"] = plain[label]["ms"]
-    if args.json:
-        args.json.write_text(json.dumps(runs))
-    for label, run in runs.items():
-        print("\n".join(report(label, run)))
+    tree = ROOT / "bench-out" / "bwd-timeline"
+    timeline_main(argv, __file__, __doc__, tree, build, aot, time_cases, report)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ change to the kernel that moves one fails loudly in ``apply_edits`` (and in its 
 place.
 """
 
+import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -70,3 +72,50 @@ def run_child(script: str, args: list, first: list) -> str:
     if done.returncode:
         sys.exit(f"{Path(script).name} {' '.join(args)} failed:\n{done.stderr[-4000:]}")
     return done.stdout
+
+
+def timeline_main(argv, script: str, doc: str, tree: Path, build, aot, time_cases, report) -> None:
+    """The command line both timelines share. script: the timeline's file (run again as the child); doc: its help;
+    tree: where the instrumented copy goes by default; build(dest, source) makes it; aot(tree) compiles it for sm_90
+    in a child whose flashdoc is the copy, as (label, ptxas info) rows; time_cases(traced) times the cases in a
+    child, traced or plain; report(label, run) renders one case's run (its "ms", "ms_plain" and "trace")."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", type=Path, help="write the instrumented copy under this folder and stop")
+    parser.add_argument("--tree", type=Path, default=tree, help="where the copy goes")
+    parser.add_argument(
+        "--package",
+        type=Path,
+        default=ROOT,
+        help="the folder whose flashdoc/ to instrument and to time plain (default: this repository; say, a "
+        "candidate's tree from tree_ab.py)",
+    )
+    parser.add_argument("--aot", action="store_true", help="compile the instrumented kernels for sm_90 and stop")
+    parser.add_argument("--json", type=Path, help="also write the traces here")
+    parser.add_argument("--child", choices=("traced", "plain", "aot"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child == "aot":
+        for label, info in aot(args.tree):
+            print(f"{label}: {info}")
+        return
+    if args.child:
+        print(json.dumps(time_cases(args.child == "traced")))
+        return
+    copy = build(args.build or args.tree, args.package)
+    if args.build:
+        print(f"instrumented copy of the package under {copy}")
+        return
+
+    def child(mode: str, first: list) -> str:
+        return run_child(script, ["--child", mode, "--tree", str(copy)], first)
+
+    if args.aot:
+        print(child("aot", [copy]), end="")
+        return
+    runs = json.loads(child("traced", [copy]).strip().splitlines()[-1])
+    plain = json.loads(child("plain", [args.package]).strip().splitlines()[-1])
+    for label in runs:
+        runs[label]["ms_plain"] = plain[label]["ms"]
+    if args.json:
+        args.json.write_text(json.dumps(runs))
+    for label, run in runs.items():
+        print("\n".join(report(label, run)))

@@ -81,3 +81,28 @@ def test_the_report_names_every_partition():
     assert sum(line.startswith("| consumer ") for line in lines) == 3
     assert any(line.startswith("| producer | 6 | 13.0 loaded") for line in lines)
     assert "| 2.0 / 10.0 / 1.0 | 150 / 100 / 200 | 300 | 50 | 1.20 |" in lines[6]
+
+
+def test_the_command_line_runs_children_and_reports(tmp_path, monkeypatch, capsys):
+    """timeline_main (both timelines' command line): the child modes print the cases' readings as JSON, and the parent
+    runs a traced child on the copy and a plain one on the package, then reports each case with both times."""
+    from benchmarks.kernels import kernel_trace
+
+    def time_cases(traced):
+        return {"case": {"ms": 2.0 if traced else 1.0, **({"trace": [[1]]} if traced else {})}}
+
+    def report(label, run):
+        return [f"{label}: {run['ms_plain']} / {run['ms']} {run['trace']}"]
+
+    calls = []
+
+    def run_child(script, args, first):
+        calls.append((args[1], first))
+        kernel_trace.timeline_main(args, script, "", tmp_path, None, None, time_cases, report)
+        return capsys.readouterr().out
+
+    monkeypatch.setattr(kernel_trace, "run_child", run_child)
+    build = lambda dest, source: dest  # noqa: E731 (a stand-in for the copy)
+    kernel_trace.timeline_main(["--tree", str(tmp_path)], "x.py", "", tmp_path, build, None, time_cases, report)
+    assert capsys.readouterr().out == "case: 1.0 / 2.0 [[1]]\n"
+    assert calls == [("traced", [tmp_path]), ("plain", [kernel_trace.ROOT])]
