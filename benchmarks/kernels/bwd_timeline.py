@@ -70,33 +70,33 @@ EDITS = [
         "        q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta\n",
         "        FUSED_DQ: gl.constexpr,\n        RAGGED_KEYS: gl.constexpr,\n        TRACE,\n"
         "        TRACE_PROGRAMS: gl.constexpr,\n    ):\n"
-        "        _trace(TRACE, TRACE_PROGRAMS, SUB, 0, _clock())\n"
-        "        _trace(TRACE, TRACE_PROGRAMS, SUB, 5, _smid())\n"
+        f"        _trace(TRACE, TRACE_PROGRAMS, SUB, {ENTRY}, _clock())\n"
+        f"        _trace(TRACE, TRACE_PROGRAMS, SUB, {SM}, _smid())\n"
         "        q_smem, do_smem, lse2_smem, delta_smem = ring.q, ring.do, ring.lse2, ring.delta\n",
         1,
     ),
     (
         "        mbarrier.wait(kv_ready, 0)\n        if FUSED_DQ:\n",
-        "        mbarrier.wait(kv_ready, 0)\n        _trace(TRACE, TRACE_PROGRAMS, SUB, 1, _clock())\n"
+        f"        mbarrier.wait(kv_ready, 0)\n        _trace(TRACE, TRACE_PROGRAMS, SUB, {RESIDENT}, _clock())\n"
         "        if IS_LOCAL:\n"
         "            streamed_hi = my_hi\n"
         "        else:\n"
         "            streamed_hi = hi\n"
         "        streamed = group_size * gl.cdiv(gl.maximum(streamed_hi - my_lo, 0), BLOCK_M)\n"
-        "        _trace(TRACE, TRACE_PROGRAMS, SUB, 4, streamed)\n"
+        f"        _trace(TRACE, TRACE_PROGRAMS, SUB, {TILES}, streamed)\n"
         "        if FUSED_DQ:\n",
         1,
     ),
     (
         "        if FUSED_DQ:  # another consumer's last dQ product may still read this K tile\n",
-        "        _trace(TRACE, TRACE_PROGRAMS, SUB, 2, _clock())\n"
+        f"        _trace(TRACE, TRACE_PROGRAMS, SUB, {TILES_DONE}, _clock())\n"
         "        if FUSED_DQ:  # another consumer's last dQ product may still read this K tile\n",
         1,
     ),
     (
         "            tma_store(dv_desc, [off_b, first, off_hk, 0], v_tile)\n            tma.store_wait(0)\n",
         "            tma_store(dv_desc, [off_b, first, off_hk, 0], v_tile)\n            tma.store_wait(0)\n"
-        "            _trace(TRACE, TRACE_PROGRAMS, SUB, 3, _clock())\n",
+        f"            _trace(TRACE, TRACE_PROGRAMS, SUB, {STORED}, _clock())\n",
         1,
     ),
     (
@@ -125,32 +125,32 @@ EDITS = [
         "ring, block, scores, softmax_scale, SUB: gl.constexpr\n    ):\n",
         "ring, block, scores, softmax_scale, SUB: gl.constexpr,\n"
         "        TRACE,\n        TRACE_PROGRAMS: gl.constexpr,\n    ):\n"
-        "        _trace(TRACE, TRACE_PROGRAMS, SUB, 0, _clock())\n"
-        "        _trace(TRACE, TRACE_PROGRAMS, SUB, 5, _smid())\n",
+        f"        _trace(TRACE, TRACE_PROGRAMS, SUB, {ENTRY}, _clock())\n"
+        f"        _trace(TRACE, TRACE_PROGRAMS, SUB, {SM}, _smid())\n",
         1,
     ),
     (
         "        dq = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)\n        mbarrier.wait(qdo_ready, 0)\n",
         "        dq = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, layout=o_layout)\n        mbarrier.wait(qdo_ready, 0)\n"
-        "        _trace(TRACE, TRACE_PROGRAMS, SUB, 1, _clock())\n",
+        f"        _trace(TRACE, TRACE_PROGRAMS, SUB, {RESIDENT}, _clock())\n",
         1,
     ),
     (
         _DQ_UNMASKED,
-        "        _trace(TRACE, TRACE_PROGRAMS, SUB, 4, gl.cdiv(gl.maximum(my_hi - my_lo, 0), BLOCK_N))\n"
+        f"        _trace(TRACE, TRACE_PROGRAMS, SUB, {TILES}, gl.cdiv(gl.maximum(my_hi - my_lo, 0), BLOCK_N))\n"
         + _DQ_UNMASKED,
         1,
     ),
     (
         "        # every product of this warpgroup has completed: its query tile's shared memory takes dQ\n",
-        "        _trace(TRACE, TRACE_PROGRAMS, SUB, 2, _clock())\n"
+        f"        _trace(TRACE, TRACE_PROGRAMS, SUB, {TILES_DONE}, _clock())\n"
         "        # every product of this warpgroup has completed: its query tile's shared memory takes dQ\n",
         1,
     ),
     (
         "        if not block.VARLEN:\n            tma.store_wait(0)\n\n",
         "        if not block.VARLEN:\n            tma.store_wait(0)\n"
-        "            _trace(TRACE, TRACE_PROGRAMS, SUB, 3, _clock())\n\n",
+        f"            _trace(TRACE, TRACE_PROGRAMS, SUB, {STORED}, _clock())\n\n",
         1,
     ),
     (

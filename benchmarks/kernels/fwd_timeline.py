@@ -41,8 +41,9 @@ KERNEL = Path("flashdoc/kernels/forward_hopper.py")
 # the trace: int64 (programs, PARTITIONS, items, FIELDS); partition 0 is the producer, 1 + c consumer c
 PARTITIONS = 4
 FIELDS = 8
-CONSUMER_FIELDS = ("start", "left_done", "middle_done", "right_done", "epilogue_done", "left", "middle", "right")
-PRODUCER_FIELDS = ("claimed", "loaded", "ring_wait", "tiles", "item")
+# a consumer's fields: its item's start, the ends of its left-edge, unmasked and right-edge stretches and of its
+# epilogue (clocks), then the tiles of the three stretches; the producer's: the claim's clock, the last load's, the
+# cycles it waited for free stages, the tiles it loaded and the item's number
 
 _HELPERS = (
     CLOCK_HELPERS
