@@ -42,13 +42,13 @@ ENTRY, RESIDENT, TILES_DONE, STORED, TILES, SM = range(6)
 
 _HELPERS = (
     CLOCK_HELPERS
-    + '''
+    + f'''
     @gluon.jit
     def _trace(TRACE, TRACE_PROGRAMS: gl.constexpr, sub: gl.constexpr, field: gl.constexpr, value):
         """Field ``field`` of consumer ``sub`` of this program (bwd_timeline.py's layout: programs in launch order)."""
         pid = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
         if pid < TRACE_PROGRAMS:
-            _store_trace(TRACE, (pid * 4 + sub) * 8 + field, value)
+            _store_trace(TRACE, (pid * {SLOTS} + sub) * {FIELDS} + field, value)
 
     @gluon.jit
     def _load_resident('''

@@ -47,12 +47,12 @@ FIELDS = 8
 
 _HELPERS = (
     CLOCK_HELPERS
-    + '''
+    + f'''
     @gluon.jit
     def _trace(TRACE, TRACE_ITEMS: gl.constexpr, part: gl.constexpr, r, field: gl.constexpr, value):
         """Field ``field`` of this program's r-th item in partition ``part`` (fwd_timeline.py's layout)."""
         if r < TRACE_ITEMS:
-            _store_trace(TRACE, ((gl.program_id(0) * 4 + part) * TRACE_ITEMS + r) * 8 + field, value)
+            _store_trace(TRACE, ((gl.program_id(0) * {PARTITIONS} + part) * TRACE_ITEMS + r) * {FIELDS} + field, value)
 
     @gluon.jit
     def _producer(
@@ -162,7 +162,8 @@ EDITS = [
     (
         "\nBOUNDED_MIN_HEAD_DIM = 128\n",
         "\nBOUNDED_MIN_HEAD_DIM = 128\n"
-        "# fwd_timeline.py's trace: int64 (programs, 4, items, 8), or None (no clocks read)\nTRACE_BUFFER = None\n",
+        "# fwd_timeline.py's trace: int64 (programs, partitions, items, fields), or None (nothing stored)\n"
+        "TRACE_BUFFER = None\n",
         1,
     ),
 ]
@@ -249,6 +250,14 @@ def aot(tree: Path) -> list:
     return rows
 
 
+def _next_starts(starts: np.ndarray) -> np.ndarray:
+    """For each program's items (programs, items) of start clocks: the start of the same program's next item, 0 for
+    its last."""
+    nxt = np.zeros_like(starts)
+    nxt[:, :-1] = starts[:, 1:]
+    return nxt
+
+
 def summarise(trace: np.ndarray, ms: float) -> dict:
     """From one launch's trace (programs, 4, items, 8) and its time: the clock rate it implies and, per consumer and
     for the producer, mean cycles of each stretch of an item."""
@@ -271,8 +280,7 @@ def summarise(trace: np.ndarray, ms: float) -> dict:
         epilogue = rows[:, 4] - rows[:, 3]
         # the wait for the next item: this program's next start after this item's end (last items have none)
         mine = consumers[:, c]
-        nxt = np.zeros_like(mine[..., 0])
-        nxt[:, :-1] = mine[:, 1:, 0]
+        nxt = _next_starts(mine[..., 0])
         gap = (nxt - mine[..., 4])[used[:, c] & (nxt != 0)]
         tiles = rows[:, 5:8].astype(float)
         total = (rows[:, 4] - rows[:, 0]).sum() + gap.sum()
@@ -303,8 +311,7 @@ def summarise(trace: np.ndarray, ms: float) -> dict:
     p_used = producer[..., 0] != 0
     p_rows = producer[p_used]
     if len(p_rows):
-        nxt = np.zeros_like(producer[..., 0])
-        nxt[:, :-1] = producer[:, 1:, 0]
+        nxt = _next_starts(producer[..., 0])
         followed = p_used & (nxt != 0)  # items with a next one on the same program: their span is known
         span = (nxt - producer[..., 0])[followed]
         result["producer"] = {
