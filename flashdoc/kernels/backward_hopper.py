@@ -639,6 +639,7 @@ if GLUON:
         FUSED_DQ: gl.constexpr,
         seqlen_k,
         RAGGED_KEYS: gl.constexpr,
+        RIGHT_EDGE: gl.constexpr = True,
     ):
         """The portable ``_attn_bwd_dkdv_inner`` for one consumer: query tiles [m_lo, m_hi), the ring's it0-th first.
         Each ring slot holds the tile's Q and dO and its rows of the LSE and delta (lse2_smem, delta_smem), which
@@ -651,8 +652,8 @@ if GLUON:
         with a TMA reduce-add from its own dq_smem tile. ds_written (one arrival per consumer a step) and ds_free
         (one) order the dS^T tiles' writes and reads.
 
-        The scores go through ``Scores`` (``hopper_common``): capped, masked in the MASKED tiles by the core's band,
-        and with SOFTCAP dS^T takes the cap's derivative."""
+        The scores go through ``Scores`` (``hopper_common``): capped, masked in the MASKED tiles by the core's band
+        (without RIGHT_EDGE by its left edge alone), and with SOFTCAP dS^T takes the cap's derivative."""
         qk_scale = scores.qk_scale
         dtype: gl.constexpr = q_smem.dtype
         offs_m0 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
@@ -700,7 +701,7 @@ if GLUON:
                         scores.right_offset,
                         0.0,
                         False,
-                        True,
+                        RIGHT_EDGE,
                         scores.IS_LOCAL,
                     )
             dv = warpgroup_mma(gl.convert_layout(pT.to(dtype), p_layout), do, dv, is_async=True)
@@ -838,9 +839,10 @@ if GLUON:
             else:
                 start = my_lo
             _release_skipped(qdo_ready, qdo_empty, it0, (start - lo) // BLOCK_M, STAGES)
-            if IS_LOCAL:
-                # one masked loop over every tile: a third copy of the step between two masked ones made ptxas spill
-                # 856 bytes at d = 128 (benchmarks/kernels/code_hash.py --variants)
+            # a capped window masks both edges on every tile in one loop: with the left-edge loop below as well,
+            # ptxas spilled 576 bytes at d = 128 against 276, and the step ran about 1% slower
+            ONE_MASKED_LOOP: gl.constexpr = IS_LOCAL and scores.SOFTCAP
+            if ONE_MASKED_LOOP:
                 masked_hi = my_hi
             else:
                 masked_hi = full_lo
@@ -882,9 +884,14 @@ if GLUON:
                 seqlen_k,
                 RAGGED_KEYS,
             )
-            if IS_LOCAL:
-                _release_skipped(qdo_ready, qdo_empty, it0 + (my_hi - lo) // BLOCK_M, (hi - my_hi) // BLOCK_M, STAGES)
-            else:
+            if not ONE_MASKED_LOOP:
+                # the tiles from full_lo on lie past the diagonal for all of this consumer's keys: causal's, up to hi,
+                # unmasked; a window's, up to my_hi, masked on its left edge only (an unmasked loop between two
+                # masked ones made ptxas spill 680 bytes at d = 128: benchmarks/kernels/code_hash.py --variants)
+                if IS_LOCAL:
+                    rest_hi = my_hi
+                else:
+                    rest_hi = hi
                 dk, dv = _tiles(
                     dk,
                     dv,
@@ -901,8 +908,8 @@ if GLUON:
                     scores,
                     it0 + (full_lo - lo) // BLOCK_M,
                     full_lo,
-                    hi,
-                    False,
+                    rest_hi,
+                    IS_LOCAL,
                     BLOCK_M,
                     BLOCK_N,
                     BLOCK_D,
@@ -922,7 +929,10 @@ if GLUON:
                     FUSED_DQ,
                     seqlen_k,
                     RAGGED_KEYS,
+                    False,
                 )
+            if IS_LOCAL:
+                _release_skipped(qdo_ready, qdo_empty, it0 + (my_hi - lo) // BLOCK_M, (hi - my_hi) // BLOCK_M, STAGES)
         if FUSED_DQ:  # another consumer's last dQ product may still read this K tile
             n_steps = group_size * n_m
             mbarrier.wait(ds_free, (n_steps - 1) & 1, pred=n_steps > 0)
