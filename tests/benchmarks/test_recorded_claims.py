@@ -103,9 +103,9 @@ def test_recording_backs_against_cudnn(results, post):
     said = claim(post, "and at 128 behind without the mask")
     full = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (False,))]
     assert all(g < 1 for g in full), said
-    said = claim(post, "and level under it")
+    said = claim(post, "and level or slightly ahead")
     causal = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (True,))]
-    assert all(0.98 <= g <= 1.02 for g in causal) and min(causal) > max(full), said
+    assert all(0.98 <= g <= 1.05 for g in causal) and min(causal) > max(full), said
 
 
 def test_recording_backs_short_sequences_mostly_behind_cudnn(results, post):
@@ -477,14 +477,12 @@ def test_recording_backs_the_decode_roofline_reading():
     by_point = readings.decode_against("sdpa-cudnn")
     ratios = list(by_point.values())
     assert min(ratios) >= 0.95 and max(ratios) <= 1.05, ratios
-    claim(post, 'Of the {{ decode_claims("all") }} claims, {{ decode_claims("missed") }} do not hold.')
-    assert [c["met"] for c in checks.values()].count(False) >= 2
+    claim(post, 'Of the {{ decode_claims("all") }} claims, all but the paged caches\' hold.')
+    missed = [target for target, c in checks.items() if not c["met"]]
+    assert missed == ["paged within 5% of contiguous at every point"], missed
     claim(post, 'flashdoc reads at least as fast as cuDNN at {{ decode_count("sdpa-cudnn", "at_least") }} of the')
-    claim(post, 'points and trails it at the other {{ decode_count("sdpa-cudnn", "behind") }}, and the claim\'s row')
-    assert set(by_point) == points and any(r < 1 for r in by_point.values()), by_point
-    claim(post, "and the claim's row gives the largest gap.")
-    worst = checks["flashdoc >= sdpa-cudnn at every point"]["worst"]
-    assert f"{min(ratios):.2f}x" in worst and min(ratios) >= 0.98, (worst, by_point)
+    claim(post, "points, though by margins of a few percent at most, small enough that")
+    assert set(by_point) == points and all(1 <= r <= 1.05 for r in by_point.values()), by_point
     paged = readings.decode_paged_ratios()
     claim(post, "And paged caches fall more than 5% behind contiguous ones, the most at the smallest point, 1 × 4k")
     smallest = min(c for _, c in points)
@@ -604,18 +602,19 @@ def test_recording_backs_the_variant_costs():
         assert row(flex_keeps, mode, "ratios")["ratio"] < 0.85, mode
     softcap = "softcap / the same call without"
     claim(post, f'Softcap\'s forward runs at {{{{ variant_ratio("{softcap}", "fwd", causal=False) }}}} the rate')
-    claim(post, "under the causal mask: both claims hold.")
+    claim(post, "under the causal mask, so both sit at or above")
+    claim(post, "the claim's 0.9× or within a percent of it")
     for causal in (False, True):
-        assert row(softcap, "fwd", causal=causal)["met"], causal
+        assert row(softcap, "fwd", causal=causal)["ratio"] >= 0.89, causal
     claim(post, "The baselines are steady: every row is the median")
     claim(post, "of three rounds, timed in an order rotated every round")
     meta = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())["meta"]
     assert meta["rounds"] == 3, meta.get("rounds")
     claim(post, '{{ variant_plain_ms("softcap", causal=False) }} with the full mask in the softcap rows and')
-    claim(post, "under the causal mask, within 2% of each other. So the ratios measure the cap, not")
+    claim(post, "under the causal mask, within 3% of each other. So the ratios measure the cap, not")
     for causal in (False, True):  # one call, timed in two groups of rows of the same run
         drift = readings.plain_forward_ms("softcap", causal) / readings.plain_forward_ms("dense", causal)
-        assert abs(drift - 1) < 0.02, (causal, drift)
+        assert abs(drift - 1) < 0.03, (causal, drift)
     claim(post, f'the ratios are {{{{ variant_ratio("{softcap}", "fwd_bwd", "ratios", causal=False) }}}}')
     claim(post, "the fixed maximum helps the forward alone, since the backward has no running")
     for causal in (False, True):  # the cap costs the step something: the backward's tanh
@@ -714,13 +713,16 @@ def test_recording_backs_the_window_cost_floor():
     # from 1,024 keys down to 256 the forward sheds time at every halving of the window, but less than half of it
     # (each program's fixed cost stays); the forward and backward shed little of their own
     claim(post, "window, or not at all. The forward alone shrinks with the window all the way down to 128 keys")
-    claim(post, "halving of the window saves it less than half its time, and its kernel, timed alone as below")
-    for w in (256, 512, 1024):
-        assert 0.5 * forward_ms[w] < forward_ms[w // 2] < forward_ms[w], forward_ms
+    claim(post, "halving of the window saves its kernel, timed alone as below, less than half its time.")
     kernel_ms = {w: readings.fixed_cost_program("forward", w)["kernel_us"] / 1e3 for w in narrow_widths}
-    claim(post, 'as the call (at 128 keys {{ window_forward_ms(128, "kernel") }} against the call\'s')
-    for w in (128, 256, 512, 1024):  # the forward call follows its kernel, timed alone: the host does not set its time
-        assert 0.8 < forward_ms[w] / kernel_ms[w] < 1.25, (w, forward_ms[w], kernel_ms[w])
+    for w in (256, 512, 1024):
+        assert 0.5 * kernel_ms[w] < kernel_ms[w // 2] < kernel_ms[w], kernel_ms
+    claim(post, "At most widths the call")
+    claim(post, 'takes about as long as its kernel (at 128 keys {{ window_forward_ms(128, "kernel") }} against')
+    follows = {w: 0.8 < forward_ms[w] / kernel_ms[w] < 1.25 for w in narrow_widths}
+    assert follows[128] and sum(follows.values()) >= len(follows) - 1, (forward_ms, kernel_ms)
+    claim(post, "in this recording the 1,024-key call averaged")
+    assert forward_ms[1024] > 1.25 * kernel_ms[1024], (forward_ms, kernel_ms)  # the stray width the post names
     assert both_ms[128] > 0.5 * both_ms[1024], both_ms  # an eighth of the keys saves under half
     # or nothing: some halving from 1,024 keys down saves under 5%
     assert any(both_ms[w // 2] > 0.95 * both_ms[w] for w in (256, 512, 1024)), both_ms
@@ -780,14 +782,15 @@ def test_recording_backs_what_a_program_costs_besides_its_tiles():
     assert readings.fixed_cost_program("forward", 1024)["config"][1] == 64
     claim(post, "under dense causal, a few percent.")
     assert all(share(kernel, "causal") < 0.07 for kernel in kernels), [share(k, "causal") for k in kernels]
-    claim(post, "Per tile the window nearly keeps pace")
+    claim(post, "Per tile the window keeps pace in the backward and falls behind in the forward")
     speed = {kernel: readings.tile_speed_vs_causal(kernel) for kernel in kernels}
-    assert all(s >= 0.85 for s in speed.values()), speed
+    assert 0.85 <= speed["forward"] < 0.95, speed
     claim(post, "The forward's tiles are slowed most.")
-    assert speed["forward"] < 1 and speed["forward"] == min(speed.values()), speed
-    claim(post, "A window's forward streams keys in tiles of 64 where dense causal's streams 128")
-    claim(post, "but dK/dV, whose tiles are the same either way, loses speed too, if less")
-    assert speed["dK/dV"] <= 0.98 and (1 - speed["dK/dV"]) / (1 - speed["forward"]) <= 0.9, speed
+    assert speed["forward"] == min(speed.values()), speed
+    claim(post, "streams keys in tiles of 64 where dense causal's streams 128")
+    claim(post, "dK/dV and dQ, whose tiles are the same either way, run theirs about as fast as causal's or faster")
+    assert speed["dK/dV"] >= 0.98 and speed["dQ"] >= 0.98, speed
+    claim(post, "part of the cost a tile.")
     configs = {k: [readings.fixed_cost_program(k, w)["config"] for w in (readings.WINDOW, "causal")] for k in kernels}
     assert [c[1] for c in configs["forward"]] == [64, 128], configs
     assert configs["dK/dV"][0] == configs["dK/dV"][1] and configs["dQ"][0] == configs["dQ"][1], configs
@@ -795,7 +798,7 @@ def test_recording_backs_what_a_program_costs_besides_its_tiles():
     assert visited["fwd"]["ratio"] < speed["forward"], (visited["fwd"], speed)
     assert visited["fwd_bwd"]["ratio"] < min(speed.values()), (visited["fwd_bwd"], speed)
     claim(post, "the fixed cost's share of each kernel's programs exceeds what")
-    claim(post, "their tiles lose in speed.")
+    claim(post, "cost's share of each kernel's programs exceeds what their tiles lose in speed, where they lose any.")
     for kernel in kernels:  # the fixed cost weighs more than the slower tiles, kernel by kernel
         assert share(kernel, readings.WINDOW) > 1 - speed[kernel], (kernel, share(kernel, readings.WINDOW), speed)
 
