@@ -480,8 +480,8 @@ def test_recording_backs_the_decode_roofline_reading():
     claim(post, 'Of the {{ decode_claims("all") }} claims, all but the paged caches\' hold.')
     missed = [target for target, c in checks.items() if not c["met"]]
     assert missed == ["paged within 5% of contiguous at every point"], missed
-    claim(post, 'flashdoc reads at least as fast as cuDNN at {{ decode_count("sdpa-cudnn", "at_least") }} of the')
-    claim(post, "points, though by margins of a few percent at most, small enough that")
+    claim(post, 'at least as fast as cuDNN at all {{ decode_count("sdpa-cudnn", "points") }} points, though by')
+    claim(post, "margins of a few percent at most, small enough that")
     assert set(by_point) == points and all(1 <= r <= 1.05 for r in by_point.values()), by_point
     paged = readings.decode_paged_ratios()
     claim(post, "And paged caches fall more than 5% behind contiguous ones, the most at the smallest point, 1 × 4k")
