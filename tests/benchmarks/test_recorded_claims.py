@@ -605,7 +605,7 @@ def test_recording_backs_the_variant_costs():
     claim(post, "under the causal mask: each at the claim's 0.9×,")
     claim(post, "above it, or at most a percent below it, nearer the line than two runs of the same kernels agree")
     for causal in (False, True):
-        assert row(softcap, "fwd", causal=causal)["ratio"] >= 0.89, causal
+        assert row(softcap, "fwd", causal=causal)["ratio"] >= 0.99 * 0.9, causal
     claim(post, "The baselines are steady: every row is the median")
     claim(post, "of three rounds, timed in an order rotated every round")
     meta = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())["meta"]
