@@ -188,6 +188,11 @@ def supports_dq(q: torch.Tensor, causal: bool, window_size=(-1, -1), softcap: fl
 
 
 if GLUON:
+    # A window's dK/dV consumer with at most this many query tiles past the diagonal masks them in its first loop:
+    # timed alone, the left-edge loop lengthened programs at windows of 128 and 256 keys and shortened them from
+    # 1,024 up (eight 64-row tiles are a 512-key window's, where the two timed even)
+    NARROW_WINDOW_TILES = gl.constexpr(8)
+
     # The partitions' state, grouped (``hopper_common.Scores`` and ``Ring`` too) --------------------------------------
     @aggregate
     class QueryRing:
@@ -846,6 +851,11 @@ if GLUON:
                 masked_hi = my_hi
             else:
                 masked_hi = full_lo
+                if IS_LOCAL:
+                    # a narrow window leaves a consumer few tiles past the diagonal: there the single masked loop
+                    # costs less than starting and draining a second one (the left-edge loop below then runs none)
+                    if my_hi - full_lo <= NARROW_WINDOW_TILES * BLOCK_M:
+                        masked_hi = my_hi
             dk, dv = _tiles(
                 dk,
                 dv,
@@ -906,8 +916,8 @@ if GLUON:
                     offs_n,
                     seqlen_q,
                     scores,
-                    it0 + (full_lo - lo) // BLOCK_M,
-                    full_lo,
+                    it0 + (masked_hi - lo) // BLOCK_M,
+                    masked_hi,
                     rest_hi,
                     IS_LOCAL,
                     BLOCK_M,
