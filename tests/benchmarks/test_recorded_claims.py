@@ -97,9 +97,9 @@ def test_recording_backs_against_cudnn(results, post):
     assert all(c["geomean"] < 1 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (False,))), said
     said = claim(post, "and level or a little ahead under it")
     assert all(1 <= c["geomean"] <= 1.08 for c in rows(results, "fwd", "sdpa-cudnn", (256,), (True,))), said
-    said = claim(post, "flashdoc is level with or a little ahead of cuDNN on average at head dimensions 64 and 256")
+    said = claim(post, "flashdoc is level with or ahead of cuDNN on average at head dimensions 64 and 256")
     means = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (64, 256))]
-    assert all(0.98 <= g <= 1.10 for g in means) and sum(g > 1 for g in means) > len(means) / 2, (said, means)
+    assert all(0.98 <= g <= 1.15 for g in means) and sum(g > 1 for g in means) > len(means) / 2, (said, means)
     said = claim(post, "and at 128 behind without the mask")
     full = [c["geomean"] for c in rows(results, "fwd_bwd", "sdpa-cudnn", (128,), (False,))]
     assert all(g < 1 for g in full), said
