@@ -35,6 +35,17 @@ def graph_medians(variants: dict, rounds: int = ROUNDS) -> dict:
     return {name: statistics.median(ms) for name, ms in times.items()}
 
 
+def report_point(batch: int, cache: int, variants: dict, note: str = "") -> None:
+    """Time ``variants`` (``graph_medians``) at one point and print each one's TB/s and its ratio to the one named
+    "contiguous", then free the point's inputs."""
+    n_bytes = bench.kv_bytes(batch, cache)
+    tbps = {name: n_bytes / ms / 1e9 for name, ms in graph_medians(variants).items()}
+    cells = ", ".join(f"{name} {value:.3f} ({value / tbps['contiguous']:.3f}x)" for name, value in tbps.items())
+    print(f"{batch} x {cache}: {cells}{note}", flush=True)
+    variants.clear()
+    torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", default="1x4096,1x32768,8x4096,1x131072")

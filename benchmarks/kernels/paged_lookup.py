@@ -36,7 +36,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from benchmarks import decode as bench  # noqa: E402
-from benchmarks.kernels.paged_chain import ROUNDS, graph_medians  # noqa: E402
+from benchmarks.kernels.paged_chain import ROUNDS, report_point  # noqa: E402
 from flashdoc.kernels import decode as dk  # noqa: E402
 from flashdoc.kernels.decode import _cache_rows  # noqa: E402
 
@@ -156,7 +156,6 @@ def main():
     print(f"pages of {a.page}: TB/s under CUDA graphs (medians of {ROUNDS} rotated rounds)")
     for point in a.points.split(","):
         batch, cache = (int(x) for x in point.split("x"))
-        n_bytes = bench.kv_bytes(batch, cache)
         fills = dk.fills_gpu(batch * bench.KV_HEADS, 0)  # one query tile per sequence and KV head
         table = dk.table_config(bench.HEAD_DIM, a.page, fills)
         # the contiguous cache's own config (128-key tiles, one program an SM): 128-key tiles under the paged
@@ -178,11 +177,8 @@ def main():
             "contiguous, public call": [bench.flashdoc_call(*x) for x in contiguous],
             "paged, public call": [bench.flashdoc_call(*x) for x in paged],
         }
-        tbps = {name: n_bytes / ms / 1e9 for name, ms in graph_medians(variants).items()}
-        cells = ", ".join(f"{name} {value:.3f} ({value / tbps['contiguous']:.3f}x)" for name, value in tbps.items())
-        print(f"{batch} x {cache}: {cells}", flush=True)
-        del variants, contiguous, paged
-        torch.cuda.empty_cache()
+        del contiguous, paged  # the variants' calls hold them until report_point frees them
+        report_point(batch, cache, variants)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import triton  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 from benchmarks import decode as bench  # noqa: E402
-from benchmarks.kernels.paged_chain import ROUNDS, graph_medians  # noqa: E402
+from benchmarks.kernels.paged_chain import ROUNDS, report_point  # noqa: E402
 from flashdoc.kernels import decode as dk  # noqa: E402
 
 PAGE_SIZE, PAGES = 16, 4  # the small points' paged entry: 64-key tiles over pages of 16
@@ -178,7 +178,6 @@ def main():
     print(f"pages of {PAGE_SIZE}: TB/s under CUDA graphs (medians of {ROUNDS} rotated rounds)")
     for point in a.points.split(","):
         batch, cache = (int(x) for x in point.split("x"))
-        n_bytes = bench.kv_bytes(batch, cache)
         fills = dk.fills_gpu(batch * bench.KV_HEADS, 0)
         table = dk.table_config(bench.HEAD_DIM, PAGE_SIZE, fills)
         wide = dk.table_config(bench.HEAD_DIM, 0, fills)
@@ -190,11 +189,8 @@ def main():
             f"paged, {table.block_n} keys": [call_with(SHIPPED, x, table) for x in paged],
             f"paged by TMA, {table.block_n} keys": [call_with(TMA_KERNEL, x, table) for x in paged],
         }
-        tbps = {name: n_bytes / ms / 1e9 for name, ms in graph_medians(variants).items()}
-        cells = ", ".join(f"{name} {value:.3f} ({value / tbps['contiguous']:.3f}x)" for name, value in tbps.items())
-        print(f"{batch} x {cache}: {cells}; TMA output within {err:.2g} of the shipped", flush=True)
-        del variants, contiguous, paged
-        torch.cuda.empty_cache()
+        del contiguous, paged  # the variants' calls hold them until report_point frees them
+        report_point(batch, cache, variants, f"; TMA output within {err:.2g} of the shipped")
 
 
 if __name__ == "__main__":
