@@ -18,7 +18,9 @@ LEA 43 against 178 and ISETP 94 against 164, but 77 barriers against 24 and 48 t
 (four 16-key products in place of one 64-key one); over pages of 64 (one box a tile) it has 968 against 1,560,
 the same 32 products and 23 barriers against 24. The paged entries count two stages for the shipped kernel's
 table loads, which the copy does not stage, so it is also timed at the entry's own depth (3 stages: 1,560 and 888
-instructions). Whether the GPU gains is what this times.
+instructions). A contiguous cache read the same way (a box a 128-key tile, at its own entry) is timed too, since
+the target is a ratio between the layouts: 1,008 instructions against 1,560. Whether the GPU gains is what this
+times.
 
 The copy is the shipped ``_split_kv`` with its key loop replaced where ``TMA_PAGES`` is set, for a page that
 divides the tile or holds whole tiles, without variants. A key past the sequence's end still has its row read, its
@@ -53,7 +55,10 @@ SHIPPED, SHIPPED_LAUNCH = dk._split_kv, dk.launch
 TMA = object()
 # The tile's products: BOX keys each, BLOCK_N // BOX of them (BOX = the page, or the tile when a page holds it).
 _PRODUCT = """
-            row{p} = tl.load(BLOCK_TABLE + entry + {p}) * PAGE_SIZE + start_n % PAGE_SIZE
+            if PAGED:
+                row{p} = tl.load(BLOCK_TABLE + entry + {p}) * PAGE_SIZE + start_n % PAGE_SIZE
+            else:  # one page a sequence, of cache_len rows
+                row{p} = (cache_page * cache_len + start_n).to(tl.int32)
             s{p} = tl.dot(q, tl.trans(K_DESC.load([row{p}, off_hk * HEAD_DIM])), input_precision=DOT_PRECISION)
             s{p} = mask_scores(
                 s{p}, offs_i[:, None], (start_n + {p} * BOX + offs_p)[None, :], seqlen_k, left_offset,
@@ -82,7 +87,7 @@ def _tma_loop(products: int) -> str:
         BOX: tl.constexpr = BLOCK_N // {products}
         offs_p = tl.arange(0, BOX)
         for start_n in tl.range(start, end, BLOCK_N):
-            entry = off_b * stride_tb + start_n // PAGE_SIZE"""
+            entry = off_b * stride_tb + start_n // tl.maximum(PAGE_SIZE, 1)"""
         + "".join(_PRODUCT.format(p=p) for p in ps)
         + f"""
             m_new = tl.maximum(m_i, {_fold("tl.maximum", [f"tl.max(s{p}, 1)" for p in ps])} * qk_scale)
@@ -131,7 +136,8 @@ def tma_kernel(products: int):
 
 
 def _descriptor(cache, box, block_d):
-    """``box`` rows of one KV head as one box: the cache's rows (pages x page rows) by its columns (KV heads x d)."""
+    """``box`` rows of one KV head as one box: the cache's rows (pages x page rows, or sequences x cache length)
+    by its columns (KV heads x d)."""
     pages, page_size, kv_heads, head_dim = cache.shape
     return TensorDescriptor.from_tensor(cache.view(pages * page_size, kv_heads * head_dim), [box, block_d])
 
@@ -142,8 +148,9 @@ def _launch_tma(kernel, tuned_kernel, grid, args, meta, config, default_config):
     and 2), at ``_launch_tma.stages`` stages if set."""
     if kernel is not TMA:
         return SHIPPED_LAUNCH(kernel, tuned_kernel, grid, args, meta, config, default_config)
-    page, block_n = meta["PAGE_SIZE"], config.kwargs["BLOCK_N"]
-    if not meta["PAGED"] or (block_n % page and page % block_n):
+    block_n = config.kwargs["BLOCK_N"]
+    page = meta["PAGE_SIZE"] if meta["PAGED"] else block_n  # a contiguous cache: a box a tile
+    if block_n % page and page % block_n:
         sys.exit(f"paged_tma.py needs a page that divides the tile or that the tile divides, not {meta}, {config}")
     box = min(page, block_n)
     constexprs = {**meta, **config.kwargs, "TMA_PAGES": True}
@@ -188,8 +195,9 @@ def check(batch, cache, page, config, tol):
     return err
 
 
-# Under the interpreter (the smoke shape's pages of 16 and 32, d = 32): four boxes a tile, two, one, one in a page
-CPU_CASES = ((16, 64), (16, 32), (32, 32), (32, 16))
+# Under the interpreter (the smoke shape's pages of 16 and 32, d = 32): four boxes a tile, two, one, one in a page,
+# and a contiguous cache (page None)
+CPU_CASES = ((16, 64), (16, 32), (32, 32), (32, 16), (None, 32))
 
 
 def main():
@@ -205,7 +213,8 @@ def main():
             for page, block_n in CPU_CASES:
                 config = dk.DecodeConfig(block_n=block_n, warps=4, stages=1, programs_per_sm=1)
                 err = check(2, 128, page, config, 1e-5)
-                print(f"pages of {page}, {block_n}-key tiles: the TMA copy == shipped within {err:.2g} (fp32)")
+                layout = f"pages of {page}" if page else "contiguous"
+                print(f"{layout}, {block_n}-key tiles: the TMA copy == shipped within {err:.2g} (fp32)")
         return
     print(f"TB/s under CUDA graphs (medians of {ROUNDS} rotated rounds)")
     for point in a.points.split(","):
@@ -215,10 +224,12 @@ def main():
         copies = range(bench.copies_for(batch, cache))
         contiguous = [bench.make_cache(batch, cache, None, seed=i) for i in copies]
         variants = {"contiguous": [call_with(SHIPPED, x, wide) for x in contiguous]}
-        errs = []
+        errs = [check(batch, cache, None, wide, 2e-2)]  # bf16 outputs
+        # a contiguous cache read by TMA too: whether the ratio moves if both layouts take it
+        variants["contiguous, TMA"] = [call_with(TMA, x, wide) for x in contiguous]
         for page in (int(p) for p in a.pages.split(",")):
             table = dk.table_config(bench.HEAD_DIM, page, fills)
-            errs.append(check(batch, cache, page, table, 2e-2))  # bf16 outputs
+            errs.append(check(batch, cache, page, table, 2e-2))
             paged = [bench.make_cache(batch, cache, page, seed=i) for i in copies]
             name = f"pages of {page}, {table.block_n} keys"
             variants[name] = [call_with(SHIPPED, x, table) for x in paged]

@@ -18,12 +18,13 @@ def config(block_n):
 
 @pytest.mark.parametrize("page, block_n", exp.CPU_CASES, ids=lambda v: str(v))
 def test_tma_copy_matches_the_shipped_kernel(monkeypatch, page, block_n):
+    """Page None: a contiguous cache, a box a tile."""
     boxes = []  # the TMA copy ran: it made its two descriptors (K's and V's), of one page or one tile each
     real = exp._descriptor
     monkeypatch.setattr(exp, "_descriptor", lambda cache, box, block_d: boxes.append(box) or real(cache, box, block_d))
     with bench.smoke_shape():
         err = exp.check(2, 128, page, config(block_n), 1e-5)
-    assert err < 1e-5 and boxes == [min(page, block_n)] * 2
+    assert err < 1e-5 and boxes == [min(page or block_n, block_n)] * 2
     assert dk._split_kv is exp.SHIPPED and dk.launch is exp.SHIPPED_LAUNCH  # the swap is undone
 
 
