@@ -44,6 +44,15 @@ CASES = {
         # a control whose kernel the change under test should leave alone
         ("d=128 causal", 128, True, (-1, -1), 0.0),
     ],
+    # softcap, with its controls: the same calls without it, whose kernels a softcap change should leave alone
+    "softcap": [
+        ("d=128 full softcap 50", 128, False, (-1, -1), 50.0),
+        ("d=128 causal softcap 50", 128, True, (-1, -1), 50.0),
+        ("d=256 causal softcap 50", 256, True, (-1, -1), 50.0),
+        ("d=128 window (1024, 0) softcap 50", 128, True, (1024, 0), 50.0),
+        ("d=128 full", 128, False, (-1, -1), 0.0),
+        ("d=128 causal", 128, True, (-1, -1), 0.0),
+    ],
     # the dense kernels, for a change to them or to what they share
     "dense": [
         ("d=64 full", 64, False, (-1, -1), 0.0),
