@@ -98,12 +98,13 @@ def _split_kv_with(lookup):
     copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
     copy.__module__, copy.__qualname__, copy.__doc__ = fn.__module__, fn.__qualname__, fn.__doc__
     copy.__annotations__ = dict(fn.__annotations__)  # the tl.constexpr parameters (FunctionType drops them)
-    # the shipped kernel's unspecialised integers (names, or their indices once Triton has read them)
-    names = [dk._split_kv.arg_names[i] if isinstance(i, int) else i for i in getattr(SHIPPED, "do_not_specialize", ())]
-    return triton.jit(copy, do_not_specialize=names)
+    return triton.jit(copy, do_not_specialize=UNSPECIALISED)
 
 
 SHIPPED = dk._split_kv
+# the shipped kernel's unspecialised integers, which every copy keeps (names, or their indices once Triton has
+# read them)
+UNSPECIALISED = [SHIPPED.arg_names[i] if isinstance(i, int) else i for i in getattr(SHIPPED, "do_not_specialize", ())]
 PER_PAGE = _split_kv_with(_cache_rows_per_page)
 PER_ROW = _split_kv_with(_cache_rows_per_row)
 

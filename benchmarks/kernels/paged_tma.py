@@ -48,6 +48,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 from benchmarks import decode as bench  # noqa: E402
 from benchmarks.kernels.paged_chain import ROUNDS, report_point  # noqa: E402
+from benchmarks.kernels.paged_lookup import UNSPECIALISED  # noqa: E402
 from flashdoc.kernels import decode as dk  # noqa: E402
 
 SHIPPED, SHIPPED_LAUNCH = dk._split_kv, dk.launch
@@ -87,7 +88,8 @@ def _tma_loop(products: int) -> str:
         BOX: tl.constexpr = BLOCK_N // {products}
         offs_p = tl.arange(0, BOX)
         for start_n in tl.range(start, end, BLOCK_N):
-            entry = off_b * stride_tb + start_n // tl.maximum(PAGE_SIZE, 1)"""
+            if PAGED:  # the table entry of the tile's first page
+                entry = off_b * stride_tb + start_n // PAGE_SIZE"""
         + "".join(_PRODUCT.format(p=p) for p in ps)
         + f"""
             m_new = tl.maximum(m_i, {_fold("tl.maximum", [f"tl.max(s{p}, 1)" for p in ps])} * qk_scale)
@@ -131,8 +133,7 @@ def tma_kernel(products: int):
     linecache.cache[filename] = (len(src), None, src.splitlines(keepends=True), filename)
     scope = dict(fn.__globals__)
     exec(compile(src, filename, "exec"), scope)
-    names = [SHIPPED.arg_names[i] if isinstance(i, int) else i for i in getattr(SHIPPED, "do_not_specialize", ())]
-    return triton.jit(scope["_split_kv"], do_not_specialize=names)
+    return triton.jit(scope["_split_kv"], do_not_specialize=UNSPECIALISED)
 
 
 def _descriptor(cache, box, block_d):
