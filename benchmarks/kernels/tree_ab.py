@@ -163,8 +163,8 @@ def main(argv=None):
         order = names[i % len(names) :] + names[: i % len(names)]
         rounds.append({name: run_tree(trees[name], args.cases, args.smoke, args.mode) for name in order})
         print(f"round {i + 1} of {args.rounds} done", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(rounds, indent=1))
+        if args.json:  # after every round, so that a run stopped by a time limit keeps the rounds it finished
+            args.json.write_text(json.dumps(rounds, indent=1))
     for name in names[1:]:
         if len(names) > 2:
             print(f"\n{name}: {trees[name]}")
