@@ -235,7 +235,8 @@ def main():
             name = f"pages of {page}, {table.block_n} keys"
             variants[name] = [call_with(SHIPPED, x, table) for x in paged]
             variants[f"{name}, TMA"] = [call_with(TMA, x, table) for x in paged]
-            # the TMA copy at the contiguous entry's depth: it has no table loads to stage
+            # the TMA copy at the entry's own depth, without the two stages a paged launch adds for the shipped
+            # kernel's table loads, which the copy does not make
             variants[f"{name}, TMA, {table.stages} stages"] = [call_with(TMA, x, table, table.stages) for x in paged]
             del paged
         del contiguous  # the variants' calls hold them until report_point frees them
