@@ -151,9 +151,8 @@ def test_recording_backs_float16_rows_mostly_trail_their_bfloat16_twins(results,
 
 def test_recording_backs_float16_holding_bfloat16_values_keeps_pace(post):
     """The dtype_bits snippet's table: float16 inputs with bfloat16's values run about as fast as bfloat16 (within
-    3%) in both columns, faster than random float16 inputs in both, and with the backward no slower than bfloat16;
-    random float16 inputs run slower than both."""
-    claim(post, "yet it is faster than the second in both columns, and with the backward no slower than the first")
+    3%) in both columns and faster than random float16 inputs in both; random float16 inputs run slower than both."""
+    claim(post, "yet it is faster than the second in both columns and within a few percent of the first")
     table = (ROOT / "docs/generated/triton/dtype_bits/dtype_bits.md").read_text().splitlines()[2:]
     speed = {
         cells[0]: [float(x) for x in cells[1:]]
@@ -163,7 +162,6 @@ def test_recording_backs_float16_holding_bfloat16_values_keeps_pace(post):
     for column in range(2):
         assert abs(held[column] / bf16[column] - 1) <= 0.03, (column, bf16, held)
         assert fp16[column] < min(bf16[column], held[column]), (column, fp16)
-    assert held[1] >= bf16[1], (bf16, held)
 
 
 # Part 2: the roofline
@@ -477,12 +475,14 @@ def test_recording_backs_the_decode_roofline_reading():
     by_point = readings.decode_against("sdpa-cudnn")
     ratios = list(by_point.values())
     assert min(ratios) >= 0.95 and max(ratios) <= 1.05, ratios
-    claim(post, 'Of the {{ decode_claims("all") }} claims, all but the paged caches\' hold.')
-    missed = [target for target, c in checks.items() if not c["met"]]
-    assert missed == ["paged within 5% of contiguous at every point"], missed
-    claim(post, 'at least as fast as cuDNN at all {{ decode_count("sdpa-cudnn", "points") }} points, though by')
-    claim(post, "margins of a few percent at most, small enough that")
-    assert set(by_point) == points and all(1 <= r <= 1.05 for r in by_point.values()), by_point
+    claim(post, 'Of the {{ decode_claims("all") }} claims, the one on paged caches misses,')
+    claim(post, "and parity with cuDNN at every point is a coin toss")
+    missed = {target for target, c in checks.items() if not c["met"]}
+    paged_claim, cudnn_claim = "paged within 5% of contiguous at every point", "flashdoc >= sdpa-cudnn at every point"
+    assert paged_claim in missed and missed <= {paged_claim, cudnn_claim}, missed
+    claim(post, "and trails it by at most {{ decode_cudnn_shortfall() }} at the others, margins small")
+    assert set(by_point) == points and (cudnn_claim in missed) == (min(by_point.values()) < 1), (missed, by_point)
+    assert all(r >= 0.99 for r in by_point.values()), by_point  # behind by a fraction of a percent at most
     paged = readings.decode_paged_ratios()
     claim(post, "And paged caches fall more than 5% behind contiguous ones, the most at the smallest point, 1 × 4k")
     smallest = min(c for _, c in points)
@@ -503,9 +503,10 @@ def test_recording_backs_the_decode_roofline_reading():
     assert {(b, c) for b, c, _ in excess} == points, excess
     for (b, c, m), us in excess.items():  # a call is never faster than its kernels beyond the timing's noise
         assert us > -1e-3 * rows[(b, c, m)]["ms"] * 1e3 * 5, ((b, c, m), us)
-    said = claim(post, "and call by call flashdoc's bandwidth is nowhere more than 1% below")
-    for b, c in points:
-        assert rows[(b, c, "flashdoc")]["tbps"] >= 0.99 * rows[(b, c, "sdpa-cudnn")]["tbps"], (said, b, c)
+    said = claim(post, 'the least at {{ decode_call_vs_cudnn("least") }}, where the kernels are')
+    by_call = readings.decode_call_against("sdpa-cudnn")
+    shortest = min(points, key=lambda p: rows[p + ("flashdoc",)]["graph_ms"])
+    assert set(by_call) == points and min(by_call, key=by_call.get) == shortest, (said, by_call)
     said = claim(post, "The call-by-call claim on pages fails by more than the graph's")
     by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
     assert by_call[0] < by_graph[0], (said, by_call, by_graph)
@@ -603,9 +604,9 @@ def test_recording_backs_the_variant_costs():
     softcap = "softcap / the same call without"
     claim(post, f'Softcap\'s forward runs at {{{{ variant_ratio("{softcap}", "fwd", causal=False) }}}} the rate')
     claim(post, "under the causal mask: each at the claim's 0.9×,")
-    claim(post, "above it, or at most a percent below it, nearer the line than two runs of the same kernels agree")
+    claim(post, "above it, or a percent or two below it, nearer the line than two runs of the same kernels agree")
     for causal in (False, True):
-        assert row(softcap, "fwd", causal=causal)["ratio"] >= 0.99 * 0.9, causal
+        assert row(softcap, "fwd", causal=causal)["ratio"] >= 0.98 * 0.9, causal
     claim(post, "The baselines are steady: every row is the median")
     claim(post, "of three rounds, timed in an order rotated every round")
     meta = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())["meta"]
@@ -721,8 +722,7 @@ def test_recording_backs_the_window_cost_floor():
     claim(post, 'takes about as long as its kernel (at 128 keys {{ window_forward_ms(128, "kernel") }} against')
     follows = {w: 0.8 < forward_ms[w] / kernel_ms[w] < 1.25 for w in narrow_widths}
     assert follows[128] and sum(follows.values()) >= len(follows) - 1, (forward_ms, kernel_ms)
-    claim(post, "in this recording the 1,024-key call averaged")
-    assert forward_ms[1024] > 1.25 * kernel_ms[1024], (forward_ms, kernel_ms)  # the stray width the post names
+    claim(post, "but with the host in the loop any width's")
     assert both_ms[128] > 0.5 * both_ms[1024], both_ms  # an eighth of the keys saves under half
     # or nothing: some halving from 1,024 keys down saves under 5%
     assert any(both_ms[w // 2] > 0.95 * both_ms[w] for w in (256, 512, 1024)), both_ms

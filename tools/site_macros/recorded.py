@@ -269,6 +269,17 @@ def decode_against(peer: str) -> dict:
     }
 
 
+def decode_call_against(peer: str) -> dict:
+    """flashdoc's call-by-call bandwidth over peer's at each point where both have one."""
+    _, rows = decode_rows()
+    points = {(b, c) for b, c, m in rows if m == "flashdoc"}
+    return {
+        p: rows[p + ("flashdoc",)]["tbps"] / rows[p + (peer,)]["tbps"]
+        for p in points
+        if (rows.get(p + (peer,)) or {}).get("tbps")
+    }
+
+
 # The decode points whose caches hold at least this many tokens in all: the copy-share claim's points
 # (``benchmarks/decode.py``'s COPY_SHARE_MIN_TOKENS, which a test holds this to).
 LARGE_DECODE_TOKENS = 8 * 32768
@@ -482,6 +493,25 @@ def register(env):
         if which not in counts:
             raise ValueError(f"decode_claims: which is one of {sorted(counts)}, got {which!r}")
         return measured(in_words(counts[which]))
+
+    @env.macro
+    def decode_cudnn_shortfall():
+        """'0.3%': the most flashdoc's graph-timed bandwidth trails cuDNN's at any point."""
+        behind = [r for r in decode_against("sdpa-cudnn").values() if r < 1]
+        if not behind:
+            raise ValueError("decode_cudnn_shortfall: flashdoc trails cuDNN nowhere here; reword the prose")
+        return measured(f"{1 - min(behind):.1%}")
+
+    @env.macro
+    def decode_call_vs_cudnn(what):
+        """Call by call, flashdoc's bandwidth over cuDNN's: ``range`` ('0.93× to 1.01×') or ``least`` (the point
+        where it is least, '1 × 4k')."""
+        ratios = decode_call_against("sdpa-cudnn")
+        if what == "range":
+            return measured(f"{min(ratios.values()):.2f}× to {max(ratios.values()):.2f}×")
+        if what == "least":
+            return measured(decode_points_in_words([min(ratios, key=ratios.get)]))
+        raise ValueError(f"decode_call_vs_cudnn: what is range or least, got {what!r}")
 
     @env.macro
     def decode_paged_large():
