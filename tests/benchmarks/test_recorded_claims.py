@@ -504,7 +504,7 @@ def test_recording_backs_the_decode_roofline_reading():
     for (b, c, m), us in excess.items():  # a call is never faster than its kernels beyond the timing's noise
         assert us > -1e-3 * rows[(b, c, m)]["ms"] * 1e3 * 5, ((b, c, m), us)
     said = claim(post, 'the least at {{ decode_call_vs_cudnn("least") }}, where the kernels are')
-    by_call = readings.decode_call_against("sdpa-cudnn")
+    by_call = readings.decode_against("sdpa-cudnn", "tbps")
     shortest = min(points, key=lambda p: rows[p + ("flashdoc",)]["graph_ms"])
     assert set(by_call) == points and min(by_call, key=by_call.get) == shortest, (said, by_call)
     said = claim(post, "The call-by-call claim on pages fails by more than the graph's")

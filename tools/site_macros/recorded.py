@@ -258,25 +258,15 @@ def decode_call_excess(methods: tuple = CALL_TIMED_METHODS) -> dict:
     }
 
 
-def decode_against(peer: str) -> dict:
-    """flashdoc's graph-timed bandwidth over peer's at each point where both have one."""
+def decode_against(peer: str, key: str = "graph_tbps") -> dict:
+    """flashdoc's bandwidth over peer's at each point where both have one, in a CUDA graph (``graph_tbps``) or call
+    by call (``tbps``)."""
     _, rows = decode_rows()
     points = {(b, c) for b, c, m in rows if m == "flashdoc"}
     return {
-        p: rows[p + ("flashdoc",)]["graph_tbps"] / rows[p + (peer,)]["graph_tbps"]
+        p: rows[p + ("flashdoc",)][key] / rows[p + (peer,)][key]
         for p in points
-        if (rows.get(p + (peer,)) or {}).get("graph_tbps")
-    }
-
-
-def decode_call_against(peer: str) -> dict:
-    """flashdoc's call-by-call bandwidth over peer's at each point where both have one."""
-    _, rows = decode_rows()
-    points = {(b, c) for b, c, m in rows if m == "flashdoc"}
-    return {
-        p: rows[p + ("flashdoc",)]["tbps"] / rows[p + (peer,)]["tbps"]
-        for p in points
-        if (rows.get(p + (peer,)) or {}).get("tbps")
+        if (rows.get(p + (peer,)) or {}).get(key)
     }
 
 
@@ -506,7 +496,7 @@ def register(env):
     def decode_call_vs_cudnn(what):
         """Call by call, flashdoc's bandwidth over cuDNN's: ``range`` ('0.93× to 1.01×') or ``least`` (the point
         where it is least, '1 × 4k')."""
-        ratios = decode_call_against("sdpa-cudnn")
+        ratios = decode_against("sdpa-cudnn", "tbps")
         if what == "range":
             return measured(f"{min(ratios.values()):.2f}× to {max(ratios.values()):.2f}×")
         if what == "least":
