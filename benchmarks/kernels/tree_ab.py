@@ -13,7 +13,10 @@ the first of them moving on by one tree from round to round, so that a drift of 
 on all. Each process builds the same inputs from a fixed seed and reports, per case, do_bench's median time of
 ``flash_attn_func``'s forward (``--mode fwd``) or of a training step's forward and backward (``fwd_bwd``: the three
 gradients for a fixed output gradient), and a hash of the bytes of everything the call returned: a change that
-should only reorder work (a schedule, a protocol) must leave every bit the same.
+should only reorder work (a schedule, a protocol) must leave every bit the same. ``--cases decode`` times decode
+steps instead (``flash_attn_with_kvcache`` at the decode benchmark's shape and split points, a contiguous cache and
+each page size, as CUDA graphs over copies of the caches that L2 cannot hold together, as that benchmark times
+them); ``--mode`` does not apply there.
 
 Prints, per candidate and case, the base's and the candidate's medians over the rounds, the ratio base / candidate
 (above 1: the candidate is faster), and whether the outputs agree. A single candidate is named "new"; several are
@@ -63,6 +66,14 @@ CASES = {
         ("d=256 causal", 256, True, (-1, -1), 0.0),
     ],
 }
+# (label, batch, cache tokens, page size or None): the decode benchmark's points where splits fill the GPU, whose
+# paged readings trail the contiguous cache's most, and one where the batch does
+DECODE_POINTS = ((1, 4096), (1, 32768), (8, 4096), (1, 131072), (8, 32768))
+CASES["decode"] = [
+    (f"{batch} x {cache // 1024}k {f'pages of {page}' if page else 'contiguous'}", batch, cache, page)
+    for batch, cache in DECODE_POINTS
+    for page in (None, 16, 64, 256)
+]
 MODES = ("fwd", "fwd_bwd")
 TOKENS, HIDDEN = 16384, 2048
 SMOKE_TOKENS, SMOKE_HIDDEN = 64, 64
@@ -101,6 +112,28 @@ def measure(cases: list, smoke: bool, mode: str = "fwd") -> dict:
         digest = digest.hexdigest()[:16]
         ms = 0.0 if smoke else triton.testing.do_bench(call, warmup=50, rep=300)
         out[label] = {"ms": ms, "hash": digest}
+    return out
+
+
+def measure_decode(cases: list, smoke: bool) -> dict:
+    """``measure`` for the decode cases: each step's CUDA-graph time over copies of its caches, and its output's
+    hash (on the CPU, the decode benchmark's smoke shape over 64 tokens, untimed)."""
+    import contextlib
+
+    from benchmarks import decode as bench
+
+    out = {}
+    with bench.smoke_shape() if smoke else contextlib.nullcontext():
+        for label, batch, cache, page in cases:
+            if smoke:
+                cache, page = 64, page and min(page, 32)
+            n_copies = 1 if smoke else bench.copies_for(batch, cache)
+            copies = [bench.make_cache(batch, cache, page, seed=i) for i in range(n_copies)]
+            calls = [bench.flashdoc_call(*inputs) for inputs in copies]
+            digest = hashlib.sha256(calls[0]().float().cpu().numpy().tobytes()).hexdigest()[:16]
+            ms = 0.0 if smoke else bench.graph_time_ms(calls)
+            out[label] = {"ms": ms, "hash": digest}
+            del calls, copies
     return out
 
 
@@ -143,7 +176,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     cases = CASES[args.cases]
     if args.child:
-        print(json.dumps(measure(cases, args.smoke, args.mode)))
+        readings = (
+            measure_decode(cases, args.smoke) if args.cases == "decode" else measure(cases, args.smoke, args.mode)
+        )
+        print(json.dumps(readings))
         return
     candidates = args.new or [ROOT]
     for name, tree in [("base", args.base)] + [("new", t) for t in candidates]:

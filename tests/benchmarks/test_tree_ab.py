@@ -25,6 +25,15 @@ def test_two_copies_of_the_package_agree_bit_for_bit(tmp_path, capsys):
     assert (tmp_path / "rounds.json").is_file()
 
 
+def test_decode_steps_of_two_copies_agree_bit_for_bit(tmp_path, capsys):
+    """The decode cases: every layout at every point, run in each tree's process and compared."""
+    _edited_copy(tmp_path)
+    tree_ab.main(["--base", str(tmp_path), "--cases", "decode", "--smoke", "--rounds", "1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and " x " in line]
+    assert len(rows) == len(tree_ab.CASES["decode"]) == 4 * len(tree_ab.DECODE_POINTS)
+    assert all(row.endswith("| yes |") for row in rows)
+
+
 def _edited_copy(folder: Path) -> None:
     """A copy of the package under folder that differs from this one by a comment: a change that moves no bit."""
     shutil.copytree(ROOT / "flashdoc", folder / "flashdoc", ignore=shutil.ignore_patterns("__pycache__"))
