@@ -24,6 +24,7 @@ named by their folders.
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -118,8 +119,6 @@ def measure(cases: list, smoke: bool, mode: str = "fwd") -> dict:
 def measure_decode(cases: list, smoke: bool) -> dict:
     """``measure`` for the decode cases: each step's CUDA-graph time over copies of its caches, and its output's
     hash (on the CPU, the decode benchmark's smoke shape over 64 tokens, untimed)."""
-    import contextlib
-
     from benchmarks import decode as bench
 
     out = {}
