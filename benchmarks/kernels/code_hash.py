@@ -418,7 +418,8 @@ DECODE_PAGE_SIZES = (48, 256)
 def decode_kernels(match=""):
     """(label, compiled kernel) for the split-KV decode kernel under every entry of ``DECODE_CONFIGS`` and
     ``TUNED_CONFIGS`` (a contiguous cache, the tuned page sizes and ``DECODE_PAGE_SIZES``), with and without
-    splits, at a decode step's shape in bf16, whose label contains every comma-separated part of ``match``."""
+    splits, at a decode step's shape in bf16, whose label contains every comma-separated part of ``match``. Pages
+    that hold whole tiles compile as the package launches them, their tiles read as TMA boxes ("tma")."""
     from flashdoc.kernels import decode as dk
 
     block_m, _ = dk.query_tiles(DECODE_GROUP, DECODE_SEQLEN_Q)
@@ -426,15 +427,22 @@ def decode_kernels(match=""):
     for d, fills in sorted(dk.DECODE_CONFIGS):
         for page in (0, *pages):
             config = dk.table_config(d, page, fills)
+            tma = page > 0 and page % config.block_n == 0  # as ``decode.tma_pages`` decides for these caches
             for split in (False, True):
                 constants = _split_constants(d, block_m, page, split)
-                tconfig = config.triton_config(paged=page > 0)  # a paged cache's stages include the lookups'
+                descriptors = {}
+                if tma:
+                    constants["TMA_PAGES"] = True
+                    descriptors = dict(K_TILES="BLOCK_N", V_TILES="BLOCK_N")
+                # a paged cache's stages include the lookups', which a TMA box does not need
+                tconfig = config.triton_config(paged=page > 0 and not tma)
                 name = (
-                    f"decode d={d} {'fills' if fills else 'splits'} {f'page={page}' if page else 'contiguous'} "
-                    f"split={split} n{config.block_n} w{tconfig.num_warps} s{tconfig.num_stages}"
+                    f"decode d={d} {'fills' if fills else 'splits'} {f'page={page}' if page else 'contiguous'}"
+                    f"{' tma' if tma else ''} split={split} n{config.block_n} w{tconfig.num_warps} "
+                    f"s{tconfig.num_stages}"
                 )
                 if all(part in name for part in match.split(",")):
-                    yield name, compile_portable(dk._split_kv, tconfig, {}, constants, float32=False)
+                    yield name, compile_portable(dk._split_kv, tconfig, descriptors, constants, float32=False)
     for name, kernel, tconfig, constants, runtime in _decode_others(dk, block_m):
         if all(part in name for part in match.split(",")):
             yield name, compile_portable(kernel, tconfig, {}, constants, float32=False, runtime=runtime)

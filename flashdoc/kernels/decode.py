@@ -33,7 +33,7 @@ import triton.language as tl
 
 from . import INTERPRET, LOG2E, cdiv, next_power_of_2
 from .common import block_d_for, dot_precision
-from .launch import device_index, launch, launch_signature, no_launch_hooks, on_device, plan_cache
+from .launch import device_index, head_tiles, launch, launch_signature, no_launch_hooks, on_device, plan_cache
 from .mask import band, key_block_range, mask_scores, mod_scores
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -457,6 +457,8 @@ def _split_kv(
     right_rel,
     cap_in,
     cap_out,
+    K_TILES,
+    V_TILES,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -473,6 +475,7 @@ def _split_kv(
     SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     HAS_LEFTPAD: tl.constexpr = False,
+    TMA_PAGES: tl.constexpr = False,
 ):
     """Program (b x KV head, query tile, split): the query tile's packed rows over one split of sequence b's keys.
 
@@ -483,7 +486,9 @@ def _split_kv(
     and how its scores change, with this sequence's own diagonal: the band's offsets arrive relative to it
     (``left_rel``, ``right_rel``). With SPLIT the program writes its partial output and log-sum-exp for
     ``_merge_splits``; without, the final ones. The split count is the grid's third axis, a runtime value:
-    changing it compiles nothing.
+    changing it compiles nothing. With TMA_PAGES (pages that hold whole tiles) each tile of K and of V is one TMA
+    box of its page, read through the host descriptors K_TILES and V_TILES: one table entry a tile and no address
+    a row, where the per-row addresses were most of a paged tile's instructions.
     """
     Q_PER_TILE: tl.constexpr = BLOCK_M // GROUP
     pid_bh = tl.program_id(0)
@@ -543,58 +548,99 @@ def _split_kv(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     offs_n0 = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(start, end, BLOCK_N):
-        offs_n = start_n + offs_n0
-        page, row, valid = _cache_rows(
-            BLOCK_TABLE,
-            stride_tb,
-            max_pages,
-            cache_page,
-            cache_len,
-            off_b,
-            offs_n,
-            PAGED,
-            PAGE_SIZE,
-            BLOCK_N,
-        )
-        if HAS_LEFTPAD:
-            row += pad
-        kv_mask = (valid & (offs_n < seqlen_k))[:, None] & d_ok[None, :]
-        k = tl.load(
-            K_CACHE + page[:, None] * stride_kp + row[:, None] * stride_ks + off_hk * stride_kh + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )
-        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        qk = mod_scores(
-            qk, offs_i[:, None], offs_n[None, :], cap_in, cap_out, slope, diag, SOFTCAP, ALIBI, DOT_PRECISION == "ieee"
-        )
-        # every tile is masked: decoding reads memory, and the compares are free next to the loads
-        qk = mask_scores(
-            qk,
-            offs_i[:, None],
-            offs_n[None, :],
-            seqlen_k,
-            left_offset,
-            right_offset,
-            float("-inf"),
-            True,
-            IS_CAUSAL,
-            IS_LOCAL,
-        )
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp2(-inf - 0) = 0
-        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            V_CACHE + page[:, None] * stride_vp + row[:, None] * stride_vs + off_hk * stride_vh + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
-        m_i = m_new
+    # With TMA_PAGES the tile that ends past the sequence, if any, runs on its own as the second part: a box reads
+    # its page's rows past the sequence, which may hold anything (and 0 x NaN is NaN), so that tile's V rows are
+    # zeroed, a trip through registers that the full tiles, whose V goes from shared memory to the product, skip.
+    full_end = seqlen_k // BLOCK_N * BLOCK_N
+    PARTS: tl.constexpr = 2 if TMA_PAGES else 1
+    for part in tl.static_range(PARTS):
+        if PARTS == 1:
+            part_start = start
+            part_end = end
+        elif part == 0:
+            part_start = start
+            part_end = tl.minimum(end, full_end)
+        else:
+            part_start = tl.maximum(start, full_end)
+            part_end = end
+        for start_n in tl.range(part_start, part_end, BLOCK_N):
+            offs_n = start_n + offs_n0
+            if TMA_PAGES:  # the tile lies in one page: its rows of this KV head are one box
+                tile_page = tl.load(BLOCK_TABLE + off_b * stride_tb + start_n // PAGE_SIZE)
+                k = K_TILES.load([tile_page, start_n % PAGE_SIZE, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)
+            else:
+                page, row, valid = _cache_rows(
+                    BLOCK_TABLE,
+                    stride_tb,
+                    max_pages,
+                    cache_page,
+                    cache_len,
+                    off_b,
+                    offs_n,
+                    PAGED,
+                    PAGE_SIZE,
+                    BLOCK_N,
+                )
+                if HAS_LEFTPAD:
+                    row += pad
+                kv_mask = (valid & (offs_n < seqlen_k))[:, None] & d_ok[None, :]
+                k = tl.load(
+                    K_CACHE
+                    + page[:, None] * stride_kp
+                    + row[:, None] * stride_ks
+                    + off_hk * stride_kh
+                    + offs_d[None, :],
+                    mask=kv_mask,
+                    other=0.0,
+                )
+            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+            qk = mod_scores(
+                qk,
+                offs_i[:, None],
+                offs_n[None, :],
+                cap_in,
+                cap_out,
+                slope,
+                diag,
+                SOFTCAP,
+                ALIBI,
+                DOT_PRECISION == "ieee",
+            )
+            # every tile is masked: decoding reads memory, and the compares are free next to the loads
+            qk = mask_scores(
+                qk,
+                offs_i[:, None],
+                offs_n[None, :],
+                seqlen_k,
+                left_offset,
+                right_offset,
+                float("-inf"),
+                True,
+                IS_CAUSAL,
+                IS_LOCAL,
+            )
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: exp2(-inf - 0) = 0
+            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            if TMA_PAGES:
+                v = V_TILES.load([tile_page, start_n % PAGE_SIZE, off_hk, 0]).reshape(BLOCK_N, BLOCK_D)
+                if part == 1:
+                    v = tl.where((offs_n < seqlen_k)[:, None], v, 0.0)
+            else:
+                v = tl.load(
+                    V_CACHE
+                    + page[:, None] * stride_vp
+                    + row[:, None] * stride_vs
+                    + off_hk * stride_vh
+                    + offs_d[None, :],
+                    mask=kv_mask,
+                    other=0.0,
+                )
+            acc = acc * alpha[:, None]
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+            m_i = m_new
 
     # A row that saw no key (an empty split, or a row masked out entirely) writes zeros and LSE = -inf.
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -953,6 +999,7 @@ class _Plan:
     merge_config: triton.Config
     ints: tuple  # the int arguments from q's strides to the cache's length; the call's own values follow
     merge_ints: tuple  # the merge's int arguments (out's strides, heads, seqlen_q, rows, splits)
+    tma_pages: bool  # K and V read as TMA boxes of their pages (``_split_kv``'s TMA_PAGES)
     device_index: int = None
     launchers: tuple = None
 
@@ -962,6 +1009,21 @@ _plans = plan_cache()
 
 def _aligned(t) -> bool:
     return t is None or t.data_ptr() % 16 == 0
+
+
+def tma_pages(k_cache, v_cache, page_size: int, block_n: int, leftpad) -> bool:
+    """Whether a paged call reads its tiles as TMA boxes: each page holds whole tiles, so a tile's rows of one KV
+    head are one box of one page, and the caches are laid out as a descriptor needs (16-byte aligned start and
+    strides, unit last stride). Timed on an H100 against per-row addresses, decode steps over pages of 64 rows
+    took 1-5% less time (the most at the short caches, where a program has few tiles to hide its addresses
+    behind) and pages of 256 the same within 1% (benchmarks/FINDINGS.md). Pages smaller than a tile keep the
+    per-row path: four 16-row boxes a tile ran slower than their addresses."""
+
+    def fits(t):
+        size = t.element_size()
+        return t.stride(3) == 1 and all(st * size % 16 == 0 for st in t.stride()[:3]) and _aligned(t)
+
+    return leftpad is None and page_size % block_n == 0 and fits(k_cache) and fits(v_cache)
 
 
 def _plan_key(
@@ -1018,6 +1080,7 @@ def _make_plan(
         planned_splits = 1 if INTERPRET else splits_for(programs, capacity, config, index)
     num_splits = splits or planned_splits
     block_d = block_d_for(head_dim)
+    tma = paged and tma_pages(k_cache, v_cache, page_size, config.block_n, pad)
     # The masking core's band, with offsets relative to the diagonal (a square of the cache's capacity has its
     # diagonal at 0): the kernel shifts them by each sequence's own seqlen_k - seqlen_q.
     is_causal, is_local, left_rel, right_rel = band(capacity, capacity, causal, window_size)
@@ -1039,6 +1102,8 @@ def _make_plan(
     )
     if pad is not None:  # only then: the kernels without it keep their compiled code
         meta["HAS_LEFTPAD"] = True
+    if tma:  # likewise
+        meta["TMA_PAGES"] = True
     # BLOCK_S: the split counts up to a power of two share one compiled merge
     block_s = next_power_of_2(num_splits)
     out_strides = out.stride()[:3]
@@ -1050,7 +1115,7 @@ def _make_plan(
         right_rel=right_rel,
         grid=(batch * n_kv_heads, m_tiles, num_splits),
         meta=meta,
-        tconfig=_triton_config(config, paged),
+        tconfig=_triton_config(config, paged and not tma),  # a TMA box needs no stages for its table entry
         merge_grid=(batch * n_heads * seqlen_q,),
         merge_meta=dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=block_s, CHUNK=min(MERGE_CHUNK, block_s)),
         merge_config=_small_config(4 if block_d >= 128 else 2, 2),
@@ -1066,6 +1131,7 @@ def _make_plan(
             k_cache.shape[1],
         ),
         merge_ints=(*out_strides, n_heads, seqlen_q, batch * n_heads * seqlen_q, num_splits),
+        tma_pages=tma,
         device_index=index,
     )
 
@@ -1168,6 +1234,7 @@ def decode_attention(
         plan.right_rel,
         cap_in,
         cap_out,
+        *((head_tiles(k_cache, "BLOCK_N"), head_tiles(v_cache, "BLOCK_N")) if plan.tma_pages else (None, None)),
     )
     split = plan.num_splits > 1
     if split:

@@ -14,6 +14,7 @@ from attention_oracle import DEVICE, assert_close_like_flash_attn
 
 import flashdoc
 from flashdoc import flash_attn_with_kvcache
+from flashdoc.kernels import decode
 from flashdoc.kernels.decode import last_wave_splits, num_splits_heuristic
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -227,6 +228,46 @@ def test_contiguous_cache_per_batch_lengths(dtype, heads):
 def test_paged_cache(page_size):
     """Pages shorter than a tile (16: each key row looks its page up) and longer (48: one lookup per tile)."""
     check(torch.float16, page_size=page_size, cache_len=96, lens=(5, 70), seqlen_new=2)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("page_size", [32, 128])
+def test_tma_pages_ignore_rows_past_the_sequence(page_size, num_splits):
+    """Pages that hold whole tiles are read as TMA boxes (``decode.tma_pages``), and a box reads its page's rows
+    past the sequence too: NaN there, as in a cache allocated with torch.empty, must not reach the output, whichever
+    split holds the last tile."""
+    g = torch.Generator().manual_seed(0)
+    batch, n_heads, n_kv, head_dim, pages_per_seq = 2, 4, 2, 32, 256 // page_size
+    n_pages = batch * pages_per_seq + 1
+    k_cache = torch.randn(n_pages, page_size, n_kv, head_dim, generator=g).to(DEVICE, torch.float16)
+    v_cache = torch.randn(n_pages, page_size, n_kv, head_dim, generator=g).to(DEVICE, torch.float16)
+    table = torch.randperm(n_pages, generator=g)[: batch * pages_per_seq].reshape(batch, pages_per_seq)
+    table = table.to(DEVICE, torch.int32)
+    lens = (37, 200)
+    for b, n in enumerate(lens):
+        for pos in range(n, pages_per_seq * page_size):
+            k_cache[table[b, pos // page_size], pos % page_size] = float("nan")
+            v_cache[table[b, pos // page_size], pos % page_size] = float("nan")
+    q = torch.randn(batch, 1, n_heads, head_dim, generator=g).to(DEVICE, torch.float16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    tile = decode.decode_config(head_dim, torch.float16, page_size).block_n
+    assert decode.tma_pages(k_cache, v_cache, page_size, tile, None) == (page_size % tile == 0)
+    kw = dict(cache_seqlens=seqlens, block_table=table)
+    ref = reference(q, k_cache, v_cache, None, None, None, None, dtype=torch.float64, **kw)
+    pt = reference(q, k_cache, v_cache, None, None, None, None, dtype=torch.float16, **kw)
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, num_splits=num_splits, **kw)
+    assert_close_like_flash_attn("out", out, ref[0], pt[0], torch.float16)
+
+
+def test_tma_pages_need_a_descriptor_layout():
+    """Pages shorter than a tile, a left-padded cache and rows whose stride is not a multiple of 16 bytes keep the
+    per-row path."""
+    cache = torch.zeros(4, 64, 2, 32, dtype=torch.float16)
+    assert decode.tma_pages(cache, cache, 64, 64, None)
+    assert not decode.tma_pages(cache, cache, 64, 128, None)  # the tile spans two pages
+    assert not decode.tma_pages(cache, cache, 64, 64, torch.zeros(2, dtype=torch.int32))
+    odd = torch.zeros(4, 64, 2, 36, dtype=torch.float16)[..., :33]  # rows 72 bytes apart
+    assert not decode.tma_pages(odd, odd, 64, 64, None)
 
 
 @pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
