@@ -496,17 +496,27 @@ def test_recording_backs_the_decode_roofline_reading():
     assert large and min(large) > paged[(1, smallest)] and max(large) < 1, paged  # it narrows, paged still behind
     assert min(large) >= 0.95, paged
     claim(post, "Timed call by call, every reading also pays for the timing")
-    claim(post, "On this recording's host no")
-    assert not readings.decode_host_bound_points(), readings.decode_host_bound_points()
-    claim(post, "flashdoc's and cuDNN's calls took at most")
     excess = readings.decode_call_excess()
-    assert {(b, c) for b, c, _ in excess} == points, excess
+    host_bound = readings.decode_host_bound_points()
+    assert {(b, c) for b, c, _ in excess} == points - set(host_bound), excess
     for (b, c, m), us in excess.items():  # a call is never faster than its kernels beyond the timing's noise
         assert us > -1e-3 * rows[(b, c, m)]["ms"] * 1e3 * 5, ((b, c, m), us)
-    said = claim(post, 'the least at {{ decode_call_vs_cudnn("least") }}, where the kernels are')
     by_call = readings.decode_against("sdpa-cudnn", "tbps")
-    shortest = min(points, key=lambda p: rows[p + ("flashdoc",)]["graph_ms"])
-    assert set(by_call) == points and min(by_call, key=by_call.get) == shortest, (said, by_call)
+    assert set(by_call) == points, by_call
+    if host_bound:
+        claim(post, "each of flashdoc's contiguous calls took more than twice as long as its kernels under the graph")
+        claim(post, "and cuDNN's did not: there the column times the Python in front of")
+        for point in host_bound:  # cuDNN's call at the same point stays within the factor: the host is flashdoc's
+            cudnn = rows[point + ("sdpa-cudnn",)]
+            assert cudnn["ms"] <= readings.HOST_BOUND_FACTOR * cudnn["graph_ms"], (point, cudnn)
+        claim(post, "call by call flashdoc's bandwidth falls to {{ decode_call_vs_cudnn(\"lowest\") }} cuDNN's.")
+        assert min(by_call, key=by_call.get) in host_bound, by_call
+        claim(post, "At the other points flashdoc's and cuDNN's calls took at most")
+    else:
+        claim(post, "In this recording none did (no point's contiguous calls took twice its kernels' time")
+        said = claim(post, 'the least at {{ decode_call_vs_cudnn("least") }}, where the kernels are')
+        shortest = min(points, key=lambda p: rows[p + ("flashdoc",)]["graph_ms"])
+        assert min(by_call, key=by_call.get) == shortest, (said, by_call)
     said = claim(post, "The call-by-call claim on pages fails by more than the graph's")
     by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
     assert by_call[0] < by_graph[0], (said, by_call, by_graph)
@@ -728,20 +738,23 @@ def test_recording_backs_the_window_cost_floor():
     assert any(both_ms[w // 2] > 0.95 * both_ms[w] for w in (256, 512, 1024)), both_ms
     narrow = [ratio[w] for w in narrow_widths]
     assert len(narrow) >= 4 and ratio[2048] > max(narrow) + 0.05 and ratio[4096] > ratio[2048], ratio
-    # the kernels shrink far more below 1,024 keys; the step at 128 keys is the host's (at least 1.5x its kernels,
+    # the kernels shrink far more below 1,024 keys; the step at 128 keys is partly the host's (above its kernels,
     # each timed alone, which overstates the GPU's time: the step runs dQ beside dK/dV)
     claim(post, "step's kernels shrink far more: each timed alone")
     claim(post, "a step's three take {{ window_kernels_ms(128) }} at 128 keys and")
     claim(post, "{{ window_kernels_ms(1024) }} at 1,024, yet the step at 128 keys took {{ window_step_ms(128) }}")
     claim(post, 'times at {{ host_time_us("forward + backward") }} a call on this machine. The step at 128 keys')
-    claim(post, "took longer than either that or its kernels, and about as long as the two added together")
+    claim(post, "took longer than either that or its kernels, and no longer than the two added together")
     host_ms = readings.host_time_us_of("forward + backward") / 1e3
     step, added = both_ms[128], host_ms + readings.window_kernels_us(128) / 1e3
     assert step > host_ms and step > readings.window_kernels_us(128) / 1e3, (step, host_ms)
-    assert 0.8 * added <= step <= 1.2 * added, (step, added)
+    # the sum with some slack: the kernels timed alone and the host's time come from other snippets' runs
+    assert step <= 1.1 * added, (step, added)
     kernels = {w: readings.window_kernels_us(w) / 1e3 for w in (128, 1024)}
     assert kernels[128] < 0.5 * kernels[1024], kernels
-    assert both_ms[128] > 1.5 * kernels[128], (both_ms, kernels)
+    # the step stays well above its kernels and sheds less of its time than they do from 1,024 keys to 128
+    assert both_ms[128] > 1.2 * kernels[128], (both_ms, kernels)
+    assert both_ms[1024] / both_ms[128] < kernels[1024] / kernels[128], (both_ms, kernels)
     claim(post, "at these widths a training step takes about a millisecond")
     assert all(0.5 <= both_ms[w] <= 2 for w in narrow_widths), both_ms
     claim(post, 'The 1,024-key call took {{ window_call_ms("window_cost") }} here')

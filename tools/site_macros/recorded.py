@@ -423,6 +423,13 @@ def register(env):
         raise ValueError(f"fixed_cost: what is fixed, tile, causal_tile, vs_causal, share or tiles, got {what!r}")
 
     @env.macro
+    def decode_host_bound():
+        """'1 × 4k and 1 × 32k': the points where every contiguous call of flashdoc's took more than twice its
+        kernels' time under the graph, or '' where none did (a page reads the recording either way)."""
+        points = decode_host_bound_points()
+        return measured(decode_points_in_words(points)) if points else ""
+
+    @env.macro
     def decode_call_excess_us():
         """'20 µs': the most a call timed alone took beyond the same call in a CUDA graph, away from the host-bound
         points, over flashdoc's and cuDNN's calls."""
@@ -494,14 +501,16 @@ def register(env):
 
     @env.macro
     def decode_call_vs_cudnn(what):
-        """Call by call, flashdoc's bandwidth over cuDNN's: ``range`` ('0.93× to 1.01×') or ``least`` (the point
-        where it is least, '1 × 4k')."""
+        """Call by call, flashdoc's bandwidth over cuDNN's: ``range`` ('0.93× to 1.01×'), ``least`` (the point
+        where it is least, '1 × 4k') or ``lowest`` (the least ratio, '0.54×')."""
         ratios = decode_against("sdpa-cudnn", "tbps")
         if what == "range":
             return measured(f"{min(ratios.values()):.2f}× to {max(ratios.values()):.2f}×")
         if what == "least":
             return measured(decode_points_in_words([min(ratios, key=ratios.get)]))
-        raise ValueError(f"decode_call_vs_cudnn: what is range or least, got {what!r}")
+        if what == "lowest":
+            return measured(f"{min(ratios.values()):.2f}×")
+        raise ValueError(f"decode_call_vs_cudnn: what is range, least or lowest, got {what!r}")
 
     @env.macro
     def decode_paged_large():
