@@ -495,7 +495,7 @@ def test_recording_backs_the_decode_roofline_reading():
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
     assert large and min(large) > paged[(1, smallest)] and max(large) < 1, paged  # it narrows, paged still behind
     assert min(large) >= 0.95, paged
-    claim(post, "Timed call by call, every reading also pays for the timing")
+    claim(post, "Timed call by call, a call this short can also wait on its host, at points that differ from run")
     excess = readings.decode_call_excess()
     host_bound = readings.decode_host_bound_points()
     assert {(b, c) for b, c, _ in excess} == points - set(host_bound), excess
@@ -504,23 +504,23 @@ def test_recording_backs_the_decode_roofline_reading():
     by_call = readings.decode_against("sdpa-cudnn", "tbps")
     assert set(by_call) == points, by_call
     if host_bound:
-        claim(post, "each of flashdoc's contiguous calls took more than twice as long as its kernels under the graph")
-        claim(post, "and cuDNN's did not: there the column times the Python in front of")
+        claim(post, "Here flashdoc's contiguous calls at {{ decode_host_bound() }} took over twice their kernels' time")
+        claim(post, "and cuDNN's did not: there the column times the Python in front of flashdoc's kernels")
         for point in host_bound:  # cuDNN's call at the same point stays within the factor: the host is flashdoc's
             cudnn = rows[point + ("sdpa-cudnn",)]
             assert cudnn["ms"] <= readings.HOST_BOUND_FACTOR * cudnn["graph_ms"], (point, cudnn)
-        claim(post, "call by call flashdoc's bandwidth falls to {{ decode_call_vs_cudnn(\"lowest\") }} cuDNN's.")
+        claim(post, 'call by call its bandwidth falls to {{ decode_call_vs_cudnn("lowest") }} cuDNN\'s.')
         assert min(by_call, key=by_call.get) in host_bound, by_call
-        claim(post, "At the other points flashdoc's and cuDNN's calls took at most")
+        claim(post, "Elsewhere the two took at most {{ decode_call_excess_us() }} longer than under the graph.")
     else:
-        claim(post, "In this recording none did (no point's contiguous calls took twice its kernels' time")
-        said = claim(post, 'the least at {{ decode_call_vs_cudnn("least") }}, where the kernels are')
+        claim(post, "Here none did (no contiguous call took twice its kernels' time under the graph)")
+        said = claim(post, 'the least at {{ decode_call_vs_cudnn("least") }}, where the kernels are shortest.')
         shortest = min(points, key=lambda p: rows[p + ("flashdoc",)]["graph_ms"])
         assert min(by_call, key=by_call.get) == shortest, (said, by_call)
-    said = claim(post, "The call-by-call claim on pages fails by more than the graph's")
+    said = claim(post, 'Paged calls fare worse still: at {{ decode_worst_paged_call("point") }} they took')
     by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
     assert by_call[0] < by_graph[0], (said, by_call, by_graph)
-    claim(post, "for kernels that take")
+    claim(post, 'for kernels of {{ decode_worst_paged_call("kernels") }}.')
     paged_us, contiguous_us = (readings.decode_worst_paged_call_us(w) for w in ("paged", "contiguous"))
     kernels_us = readings.decode_worst_paged_call_us("kernels")
     assert paged_us[1] > contiguous_us[1] > kernels_us[1], (paged_us, contiguous_us, kernels_us)
