@@ -1,0 +1,343 @@
+"""Paged decode in Gluon: a tile of keys over several pages filled by one TMA box a page, read by one product.
+
+    python3 benchmarks/kernels/gluon_paged_decode.py --check        # GPU: outputs against flash_attn_with_kvcache
+    python3 benchmarks/kernels/gluon_paged_decode.py [--points 1x4096,1x32768,8x4096,1x131072] [--page 16]
+    python benchmarks/kernels/gluon_paged_decode.py --aot           # any machine: compile for sm_90, count the copies
+
+The package's split-KV kernel (Triton) reads a tile over pages of 16 rows with an address a row: Triton returns
+every TMA box as a tensor of its own, so four boxes a 64-key tile meant four products or a trip through
+registers, and both ran slower than the addresses (benchmarks/FINDINGS.md). Gluon places each box where it
+wants: here the boxes of a tile land at consecutive 16-row offsets of one shared buffer, under one barrier that
+expects all their bytes, and one product reads the whole tile. Compiled for sm_90, a 128-key tile over pages of
+16 is eight 4-D bulk copies into the slices of one buffer and no shared store (``--aot``).
+
+The kernel covers what the decode benchmark times and no more: one query a sequence, full caches, no mask
+beyond each sequence's length, bf16, d = 128, 32 query heads over 8 KV heads. A contiguous cache goes through
+it as one page a sequence, so the comparison with it separates what the pages cost from what the kernel costs.
+Each program (sequence x KV head, split) stacks the group's query heads in the first rows of a 64-row tile (a
+warpgroup's product), streams its run of 128-key tiles with ``STAGES - 1`` in flight, and writes its partial
+output and log-sum-exp where the package's ``_merge_splits`` reads them; the split count is the package's for
+the contiguous cache's table entry (128-key tiles, one program an SM). The tile that ends past the sequence has
+its V rows past it zeroed: a box copies whatever they hold.
+
+Timed as the decode benchmark's graph timer times (``paged_chain.report_point``: CUDA graphs over copies of the
+caches that L2 cannot hold together, three rotated rounds, medians), TB/s and the ratio to the package's
+contiguous call, after ``--check``'s comparison at the point.
+"""
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import flashdoc  # noqa: E402, F401, I001  (first: without a GPU it turns on Triton's interpreter)
+import triton  # noqa: E402
+
+from flashdoc.kernels import decode as dk  # noqa: E402
+from flashdoc.kernels import gluon_support  # noqa: E402
+
+if gluon_support.HAS_GLUON:
+    from flashdoc.kernels.hopper_common import (  # noqa: E402
+        TensorDescriptor,
+        fence_async_shared,
+        gl,
+        gluon,
+        mbarrier,
+        thread_barrier,
+        tma_load,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+else:  # noqa: E402
+    sys.exit("gluon_paged_decode.py needs a Triton with Gluon (triton.experimental.gluon)")
+
+BLOCK_M = gl.constexpr(64)  # one warpgroup's product: the group's query heads in the first rows, zeros below
+BLOCK_N = 128
+STAGES = 3
+
+
+@gluon.jit
+def _issue(desc, smem, bar, table_row, tile, off_hk, PAGE: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Start the copies of tile ``tile`` of one KV head into ``smem`` ([1, BLOCK_N, 1, D]): one box a page it
+    spans (or one box of a page that holds the tile), each into its rows of the buffer, all counted on ``bar``."""
+    BOX: gl.constexpr = desc.block_type.shape[1]
+    mbarrier.expect(bar, (BLOCK_N // BOX) * desc.block_type.nbytes)
+    for j in gl.static_range(BLOCK_N // BOX):
+        pos = tile * BLOCK_N + j * BOX
+        page = gl.load(table_row + pos // PAGE)
+        tma_load(desc, [page, pos % PAGE, off_hk, 0], bar, smem.slice(j * BOX, BOX, dim=1))
+
+
+@gluon.jit
+def _paged_split_kv(
+    Q,
+    k_desc,
+    v_desc,
+    TABLE,
+    SEQLENS,
+    O_PART,
+    LSE_PART,
+    stride_qb,
+    stride_qh,
+    stride_tb,
+    n_kv_heads,
+    n_rows,
+    qk_scale,
+    GROUP: gl.constexpr,
+    PAGE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    BLOCK_D: gl.constexpr = k_desc.block_type.shape[3]
+    dtype: gl.constexpr = k_desc.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_D, 16]
+    )
+    q_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16-byte loads of a row
+
+    pid_bh = gl.program_id(0)
+    split = gl.program_id(1)
+    num_splits = gl.num_programs(1)
+    off_b = pid_bh // n_kv_heads
+    off_hk = pid_bh % n_kv_heads
+    seqlen_k = gl.load(SEQLENS + off_b)
+    n_tiles = (seqlen_k + BLOCK_N - 1) // BLOCK_N
+    per_split = (n_tiles + num_splits - 1) // num_splits
+    first = split * per_split
+    count = gl.maximum(gl.minimum(first + per_split, n_tiles) - first, 0)
+    table_row = TABLE + off_b * stride_tb
+
+    rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, rows_layout))
+    cols = gl.arange(0, BLOCK_D, gl.SliceLayout(0, rows_layout))
+    q_ptrs = Q + off_b * stride_qb + (off_hk * GROUP + rows)[:, None] * stride_qh + cols[None, :]
+    q = gl.load(q_ptrs, mask=(rows < GROUP)[:, None], other=0.0)
+    q = gl.convert_layout(q, q_layout)
+
+    smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([1, BLOCK_N, 1, BLOCK_D], dtype)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], smem_layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], smem_layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+    for i in gl.static_range(STAGES - 1):
+        if i < count:
+            _issue(k_desc, k_smem.index(i), k_ready.index(i), table_row, first + i, off_hk, PAGE, BLOCK_N)
+            _issue(v_desc, v_smem.index(i), v_ready.index(i), table_row, first + i, off_hk, PAGE, BLOCK_N)
+
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BLOCK_M, BLOCK_D], gl.float32, o_layout)
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    key_cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
+    for it in range(count):
+        # the stage tile it + STAGES - 1 goes into was read by the last iteration, whose products every warp has
+        # waited for: the barrier makes sure all of them have, before a copy overwrites it
+        ahead = it + STAGES - 1
+        if ahead < count:
+            thread_barrier()
+            st = ahead % STAGES
+            _issue(k_desc, k_smem.index(st), k_ready.index(st), table_row, first + ahead, off_hk, PAGE, BLOCK_N)
+            _issue(v_desc, v_smem.index(st), v_ready.index(st), table_row, first + ahead, off_hk, PAGE, BLOCK_N)
+        s = it % STAGES
+        phase = (it // STAGES) & 1
+        tile = first + it
+        mbarrier.wait(k_ready.index(s), phase)
+        k = k_smem.index(s).reshape([BLOCK_N, BLOCK_D])
+        qk = warpgroup_mma(q, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        qk = warpgroup_mma_wait(0, deps=(qk,))
+        qk = gl.where((tile * BLOCK_N + key_cols < seqlen_k)[None, :], qk * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(qk, 1))
+        p = gl.exp2(qk - m_new[:, None])
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        p = gl.convert_layout(p.to(dtype), p_layout)
+        mbarrier.wait(v_ready.index(s), phase)
+        v = v_smem.index(s).reshape([BLOCK_N, BLOCK_D])
+        if (tile + 1) * BLOCK_N > seqlen_k:  # rows past the sequence may hold NaN, and 0 x NaN is NaN
+            key_rows = tile * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, rows_layout))
+            v_rows = v.load(rows_layout)
+            v.store(gl.where((key_rows < seqlen_k)[:, None], v_rows, gl.zeros_like(v_rows)))
+            fence_async_shared()
+            thread_barrier()
+        acc = warpgroup_mma(p, v, acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        m_i = m_new
+
+    # a split with no tile writes zeros and LSE = -inf, which the merge weighs 0
+    l_safe = gl.where(l_i == 0.0, 1.0, l_i)
+    lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+    out = acc / gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout))[:, None]
+    out = gl.convert_layout(out, rows_layout)
+    lse = gl.convert_layout(lse, gl.SliceLayout(1, rows_layout))
+    # partials as the merge reads them: row (b, h) of split s at s * n_rows + b * H + h (one query a sequence)
+    part_row = split * n_rows + off_b * n_kv_heads * GROUP + off_hk * GROUP + rows
+    gl.store(LSE_PART + part_row, lse, mask=rows < GROUP)
+    gl.store(O_PART + part_row[:, None] * BLOCK_D + cols[None, :], out, mask=(rows < GROUP)[:, None])
+
+
+def _layout(box_rows: int, dtype: torch.dtype):
+    element = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[dtype]
+    return gl.NVMMASharedLayout.get_default_for([1, box_rows, 1, 128], element)
+
+
+def descriptor(cache: torch.Tensor, box_rows: int):
+    """A descriptor over a (pages, page rows, KV heads, d) cache, read in boxes of box_rows rows of one head."""
+    return TensorDescriptor(
+        base=cache,
+        shape=list(cache.shape),
+        strides=list(cache.stride()),
+        block_shape=[1, box_rows, 1, cache.shape[3]],
+        layout=_layout(box_rows, cache.dtype),
+    )
+
+
+def gluon_call(q, k_cache, v_cache, seqlens, table, splits):
+    """The Gluon kernel and the package's merge over one decode step: call() returns the output it wrote. A
+    contiguous cache (table None) is one page a sequence."""
+    batch, _, heads, d = q.shape
+    kv_heads = k_cache.shape[2]
+    if table is None:
+        table = torch.arange(batch, device=q.device, dtype=torch.int32)[:, None]
+    page = k_cache.shape[1]
+    box = min(page, BLOCK_N)
+    k_desc, v_desc = descriptor(k_cache, box), descriptor(v_cache, box)
+    n_rows = batch * heads
+    o_part = torch.empty(splits, n_rows, d, device=q.device, dtype=torch.float32)
+    lse_part = torch.empty(splits, n_rows, device=q.device, dtype=torch.float32)
+    out = torch.empty_like(q)
+    lse = torch.empty(batch, heads, 1, device=q.device, dtype=torch.float32)
+    block_s = triton.next_power_of_2(splits)
+    qk_scale = d**-0.5 * 1.4426950408889634
+
+    def call():
+        _paged_split_kv[(batch * kv_heads, splits)](
+            q, k_desc, v_desc, table, seqlens, o_part, lse_part, q.stride(0), q.stride(2), table.stride(0),
+            kv_heads, n_rows, qk_scale, GROUP=heads // kv_heads, PAGE=page, BLOCK_N=BLOCK_N, STAGES=STAGES,
+            num_warps=4,
+        )  # fmt: skip
+        dk._merge_splits[(n_rows,)](
+            o_part, lse_part, out, lse, out.stride(0), out.stride(1), out.stride(2), heads, 1, n_rows, splits,
+            HEAD_DIM=d, BLOCK_D=d, BLOCK_S=block_s, CHUNK=min(dk.MERGE_CHUNK, block_s), num_warps=4, num_stages=2,
+        )  # fmt: skip
+        return out
+
+    return call
+
+
+def splits_at(batch: int, cache: int) -> int:
+    """The package's split count for this point under the contiguous cache's entry (128-key tiles)."""
+    from benchmarks import decode as bench
+
+    config = dk.table_config(bench.HEAD_DIM, 0, dk.fills_gpu(batch * bench.KV_HEADS, 0))
+    return dk.splits_for(batch * bench.KV_HEADS, cache, config, 0)
+
+
+def check(batch: int, cache: int, page: int) -> float:
+    """The largest difference between the Gluon kernel's output and ``flash_attn_with_kvcache``'s, contiguous and
+    over pages of ``page`` rows; exits where it is not within bf16's rounding of the same sums."""
+    from benchmarks import decode as bench
+
+    worst = 0.0
+    for page_size in (None, page):
+        q, k_cache, v_cache, seqlens, table = x = bench.make_cache(batch, cache, page_size)
+        # sequences 37 keys short of the cache, whose rows past their length hold NaN: a box copies those rows
+        # with the last tile, and they must not reach the output
+        seqlens[:] = cache - 37
+        pos = torch.arange(cache - 37, cache, device=q.device)
+        if table is None:
+            k_cache[:, pos], v_cache[:, pos] = float("nan"), float("nan")
+        else:
+            pages, rows = table[:, pos // page_size].long(), (pos % page_size).expand(batch, -1)
+            k_cache[pages, rows], v_cache[pages, rows] = float("nan"), float("nan")
+        ours = gluon_call(*x, splits_at(batch, cache))()
+        ref = bench.flashdoc_call(*x)()
+        diff = (ours.float() - ref.float()).abs().max().item()
+        if not diff <= 2e-2:
+            sys.exit(f"{batch} x {cache}, pages of {page_size}: the Gluon kernel's output differs by {diff}")
+        worst = max(worst, diff)
+    return worst
+
+
+def compile_sm90(page: int):
+    """The kernel compiled for sm_90 for a cache of pages of ``page`` rows (0: contiguous, 32k rows a page)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    rows = page or 32768
+    cache = torch.empty(64, rows, 8, 128, dtype=torch.bfloat16)
+    desc = mangle_type(descriptor(cache, min(rows, BLOCK_N)))
+    sig = dict(Q="*bf16", k_desc=desc, v_desc=desc, TABLE="*i32", SEQLENS="*i32", O_PART="*fp32", LSE_PART="*fp32")
+    sig.update(dict.fromkeys(["stride_qb", "stride_qh", "stride_tb", "n_kv_heads", "n_rows"], "i32"), qk_scale="fp32")
+    consts = dict(GROUP=4, PAGE=rows, BLOCK_N=BLOCK_N, STAGES=STAGES)
+    sig.update(dict.fromkeys(consts, "constexpr"))
+    names = _paged_split_kv.arg_names
+    source = GluonASTSource(_paged_split_kv, sig, {(names.index(k),): v for k, v in consts.items()}, {})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+
+def ptx_counts(ptx: str) -> dict:
+    """What a compiled kernel's PTX does in the copies and products."""
+    return {
+        "bulk copies": len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
+        "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+        "shared stores": len(re.findall(r"\bst\.shared", ptx)),
+        "barriers": len(re.findall(r"\bbar\.sync", ptx)),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", default="1x4096,1x32768,8x4096,1x131072")
+    ap.add_argument("--page", type=int, default=16)
+    ap.add_argument("--check", action="store_true", help="compare outputs only (GPU)")
+    ap.add_argument("--aot", action="store_true", help="compile for sm_90 and count copies (any machine)")
+    a = ap.parse_args()
+    if a.aot:
+        from benchmarks.kernels.code_hash import ptxas_info
+
+        for page in (0, 16, 64):
+            kernel = compile_sm90(page)
+            counts = ", ".join(f"{v} {k}" for k, v in ptx_counts(kernel.asm["ptx"]).items())
+            print(f"{f'pages of {page}' if page else 'contiguous'}: {counts}; {ptxas_info(kernel)}")
+        return
+    if not torch.cuda.is_available():
+        sys.exit("gluon_paged_decode.py runs a Hopper kernel: it needs the GPU (--aot compiles without one)")
+    from benchmarks import decode as bench
+    from benchmarks.kernels.paged_chain import report_point
+
+    points = [tuple(int(x) for x in point.split("x")) for point in a.points.split(",")]
+    for batch, cache in points:
+        print(f"{batch} x {cache}: outputs agree with flash_attn_with_kvcache (largest difference "
+              f"{check(batch, cache, a.page):.1e})", flush=True)  # fmt: skip
+    if a.check:
+        return
+    print(f"pages of {a.page}: TB/s under CUDA graphs (medians of three rotated rounds)")
+    for batch, cache in points:
+        splits = splits_at(batch, cache)
+        contiguous = [bench.make_cache(batch, cache, None, seed=i) for i in range(bench.copies_for(batch, cache))]
+        paged = [bench.make_cache(batch, cache, a.page, seed=i) for i in range(bench.copies_for(batch, cache))]
+        variants = {
+            "contiguous": [bench.flashdoc_call(*x) for x in contiguous],
+            "paged": [bench.flashdoc_call(*x) for x in paged],
+            "gluon contiguous": [gluon_call(*x, splits) for x in contiguous],
+            "gluon paged": [gluon_call(*x, splits) for x in paged],
+        }
+        del contiguous, paged
+        report_point(batch, cache, variants, note=f" ({splits} splits)")
+
+
+if __name__ == "__main__":
+    main()

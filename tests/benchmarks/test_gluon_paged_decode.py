@@ -1,0 +1,30 @@
+"""The Gluon paged-decode experiment (benchmarks/kernels/gluon_paged_decode.py) without a GPU: its kernel compiles
+for sm_90 with the installed Triton, and a tile over pages of 16 is eight box copies into one buffer read by the
+same products as a contiguous tile. (Its outputs and timings need a Hopper GPU.)"""
+
+import pytest
+
+from flashdoc.kernels import gluon_support
+
+pytestmark = pytest.mark.skipif(not gluon_support.HAS_GLUON, reason="this Triton has no Gluon")
+
+
+@pytest.fixture(scope="module")
+def counts():
+    from benchmarks.kernels import gluon_paged_decode as exp
+
+    return {page: exp.ptx_counts(exp.compile_sm90(page).asm["ptx"]) for page in (0, 16)}
+
+
+def test_a_tile_over_pages_of_16_is_one_copy_a_page(counts):
+    # two tiles before the loop and one in it, K and V each: a box each for a contiguous tile, eight for 128 keys
+    # over pages of 16
+    assert counts[0]["bulk copies"] == 6
+    assert counts[16]["bulk copies"] == 8 * counts[0]["bulk copies"]
+
+
+def test_the_boxes_of_a_tile_feed_the_products_of_a_contiguous_tile(counts):
+    # one product chain for q K^T and one for P V whatever the pages; the boxes land in place, with no shared
+    # store of their own (the kernel's shared stores are its layout conversions and the last tile's V zeroing)
+    assert counts[16]["wgmma"] == counts[0]["wgmma"] > 0
+    assert counts[16]["shared stores"] == counts[0]["shared stores"]
