@@ -9,10 +9,11 @@ every TMA box as a tensor of its own, so four boxes a 64-key tile meant four pro
 registers, and both ran slower than the addresses (benchmarks/FINDINGS.md). Gluon places each box where it
 wants: here the boxes of a tile land at consecutive 16-row offsets of one shared buffer, under one barrier that
 expects all their bytes, and one product reads the whole tile. Compiled for sm_90, a 128-key tile over pages of
-16 is eight 4-D bulk copies into the slices of one buffer and no shared store (``--aot``).
+16 is eight 4-D bulk copies into the slices of one buffer, with no shared store of their own (``--aot``).
 
-The kernel covers what the decode benchmark times and no more: one query a sequence, full caches, no mask
-beyond each sequence's length, bf16, d = 128, 32 query heads over 8 KV heads. A contiguous cache goes through
+The kernel covers what the decode benchmark times and no more: one query a sequence, caches of whole 128-key
+tiles (any length up to that), no mask beyond each sequence's length, bf16, d = 128, 32 query heads over 8 KV
+heads. A contiguous cache goes through
 it as one page a sequence, so the comparison with it separates what the pages cost from what the kernel costs.
 Each program (sequence x KV head, split) stacks the group's query heads in the first rows of a 64-row tile (a
 warpgroup's product), streams its run of 128-key tiles with ``STAGES - 1`` in flight, and writes its partial
@@ -187,9 +188,9 @@ def _paged_split_kv(
     gl.store(O_PART + part_row[:, None] * BLOCK_D + cols[None, :], out, mask=(rows < GROUP)[:, None])
 
 
-def _layout(box_rows: int, dtype: torch.dtype):
+def _layout(box_rows: int, head_dim: int, dtype: torch.dtype):
     element = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[dtype]
-    return gl.NVMMASharedLayout.get_default_for([1, box_rows, 1, 128], element)
+    return gl.NVMMASharedLayout.get_default_for([1, box_rows, 1, head_dim], element)
 
 
 def descriptor(cache: torch.Tensor, box_rows: int):
@@ -199,7 +200,7 @@ def descriptor(cache: torch.Tensor, box_rows: int):
         shape=list(cache.shape),
         strides=list(cache.stride()),
         block_shape=[1, box_rows, 1, cache.shape[3]],
-        layout=_layout(box_rows, cache.dtype),
+        layout=_layout(box_rows, cache.shape[3], cache.dtype),
     )
 
 
@@ -211,6 +212,10 @@ def gluon_call(q, k_cache, v_cache, seqlens, table, splits):
     if table is None:
         table = torch.arange(batch, device=q.device, dtype=torch.int32)[:, None]
     page = k_cache.shape[1]
+    capacity = page * table.shape[1]
+    if capacity % BLOCK_N or (page < BLOCK_N and BLOCK_N % page) or (page > BLOCK_N and page % BLOCK_N):
+        # every tile's boxes stay within the block table's pages: the kernel does not check
+        raise ValueError(f"a cache of {capacity} keys in pages of {page}: use whole {BLOCK_N}-key tiles")
     box = min(page, BLOCK_N)
     k_desc, v_desc = descriptor(k_cache, box), descriptor(v_cache, box)
     n_rows = batch * heads
