@@ -38,6 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import flashdoc  # noqa: E402, F401, I001  (first: without a GPU it turns on Triton's interpreter)
 import triton  # noqa: E402
 
+from benchmarks import decode as bench  # noqa: E402
+from benchmarks.kernels.code_hash import ptxas_info  # noqa: E402
+from benchmarks.kernels.paged_chain import report_point  # noqa: E402
 from flashdoc.kernels import decode as dk  # noqa: E402
 from flashdoc.kernels import gluon_support  # noqa: E402
 
@@ -243,8 +246,6 @@ def gluon_call(q, k_cache, v_cache, seqlens, table, splits):
 
 def splits_at(batch: int, cache: int) -> int:
     """The package's split count for this point under the contiguous cache's entry (128-key tiles)."""
-    from benchmarks import decode as bench
-
     config = dk.table_config(bench.HEAD_DIM, 0, dk.fills_gpu(batch * bench.KV_HEADS, 0))
     return dk.splits_for(batch * bench.KV_HEADS, cache, config, 0)
 
@@ -252,8 +253,6 @@ def splits_at(batch: int, cache: int) -> int:
 def check(batch: int, cache: int, page: int) -> float:
     """The largest difference between the Gluon kernel's output and ``flash_attn_with_kvcache``'s, contiguous and
     over pages of ``page`` rows; exits where it is not within bf16's rounding of the same sums."""
-    from benchmarks import decode as bench
-
     worst = 0.0
     for page_size in (None, page):
         q, k_cache, v_cache, seqlens, table = x = bench.make_cache(batch, cache, page_size)
@@ -311,8 +310,6 @@ def main():
     ap.add_argument("--aot", action="store_true", help="compile for sm_90 and count copies (any machine)")
     a = ap.parse_args()
     if a.aot:
-        from benchmarks.kernels.code_hash import ptxas_info
-
         for page in (0, 16, 64):
             kernel = compile_sm90(page)
             counts = ", ".join(f"{v} {k}" for k, v in ptx_counts(kernel.asm["ptx"]).items())
@@ -320,8 +317,6 @@ def main():
         return
     if not torch.cuda.is_available():
         sys.exit("gluon_paged_decode.py runs a Hopper kernel: it needs the GPU (--aot compiles without one)")
-    from benchmarks import decode as bench
-    from benchmarks.kernels.paged_chain import report_point
 
     points = [tuple(int(x) for x in point.split("x")) for point in a.points.split(",")]
     for batch, cache in points:
