@@ -41,12 +41,13 @@ import triton  # noqa: E402
 from benchmarks import decode as bench  # noqa: E402
 from benchmarks.kernels.code_hash import ptxas_info  # noqa: E402
 from benchmarks.kernels.paged_chain import report_point  # noqa: E402
+from flashdoc.kernels import LOG2E  # noqa: E402
 from flashdoc.kernels import decode as dk  # noqa: E402
 from flashdoc.kernels import gluon_support  # noqa: E402
 
 if gluon_support.HAS_GLUON:
     from flashdoc.kernels.hopper_common import (  # noqa: E402
-        TensorDescriptor,
+        descriptor,
         fence_async_shared,
         gl,
         gluon,
@@ -191,22 +192,6 @@ def _paged_split_kv(
     gl.store(O_PART + part_row[:, None] * BLOCK_D + cols[None, :], out, mask=(rows < GROUP)[:, None])
 
 
-def _layout(box_rows: int, head_dim: int, dtype: torch.dtype):
-    element = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[dtype]
-    return gl.NVMMASharedLayout.get_default_for([1, box_rows, 1, head_dim], element)
-
-
-def descriptor(cache: torch.Tensor, box_rows: int):
-    """A descriptor over a (pages, page rows, KV heads, d) cache, read in boxes of box_rows rows of one head."""
-    return TensorDescriptor(
-        base=cache,
-        shape=list(cache.shape),
-        strides=list(cache.stride()),
-        block_shape=[1, box_rows, 1, cache.shape[3]],
-        layout=_layout(box_rows, cache.shape[3], cache.dtype),
-    )
-
-
 def gluon_call(q, k_cache, v_cache, seqlens, table, splits):
     """The Gluon kernel and the package's merge over one decode step: call() returns the output it wrote. A
     contiguous cache (table None) is one page a sequence."""
@@ -227,7 +212,7 @@ def gluon_call(q, k_cache, v_cache, seqlens, table, splits):
     out = torch.empty_like(q)
     lse = torch.empty(batch, heads, 1, device=q.device, dtype=torch.float32)
     block_s = triton.next_power_of_2(splits)
-    qk_scale = d**-0.5 * 1.4426950408889634
+    qk_scale = d**-0.5 * LOG2E
 
     def call():
         _paged_split_kv[(batch * kv_heads, splits)](
