@@ -105,7 +105,6 @@ def _paged_split_kv(
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_D, 16]
     )
-    q_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16-byte loads of a row
 
@@ -124,8 +123,15 @@ def _paged_split_kv(
     rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, rows_layout))
     cols = gl.arange(0, BLOCK_D, gl.SliceLayout(0, rows_layout))
     q_ptrs = Q + off_b * stride_qb + (off_hk * GROUP + rows)[:, None] * stride_qh + cols[None, :]
-    q = gl.load(q_ptrs, mask=(rows < GROUP)[:, None], other=0.0)
-    q = gl.convert_layout(q, q_layout)
+    # q K^T reads q from shared memory, as the package's forward does. Held in registers across the loop as that
+    # product's A operand, q got the same registers from ptxas (CUDA 12.8 and 12.9) as P, the second product's
+    # A operand, which is written inside the loop: every tile after a program's first then multiplied the last
+    # tile's probabilities with K instead of q
+    q_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_D], dtype)
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_D], q_shared)
+    q_smem.store(gl.load(q_ptrs, mask=(rows < GROUP)[:, None], other=0.0))
+    fence_async_shared()
+    thread_barrier()
 
     smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([1, BLOCK_N, 1, BLOCK_D], dtype)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], smem_layout)
@@ -159,7 +165,7 @@ def _paged_split_kv(
         tile = first + it
         mbarrier.wait(k_ready.index(s), phase)
         k = k_smem.index(s).reshape([BLOCK_N, BLOCK_D])
-        qk = warpgroup_mma(q, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        qk = warpgroup_mma(q_smem, k.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         qk = warpgroup_mma_wait(0, deps=(qk,))
         qk = gl.where((tile * BLOCK_N + key_cols < seqlen_k)[None, :], qk * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(qk, 1))
@@ -282,6 +288,8 @@ def ptx_counts(ptx: str) -> dict:
     return {
         "bulk copies": len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
         "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+        # an A operand in registers is a {...} list after the accumulator's; from shared memory, a descriptor
+        "wgmma from registers": len(re.findall(r"wgmma\.mma_async[^;]*\}, \{", ptx)),
         "shared stores": len(re.findall(r"\bst\.shared", ptx)),
         "barriers": len(re.findall(r"\bbar\.sync", ptx)),
     }

@@ -53,3 +53,10 @@ def test_the_boxes_of_a_tile_feed_the_products_of_a_contiguous_tile(counts):
     # store of their own (the kernel's shared stores are its layout conversions and the last tile's V zeroing)
     assert counts[16]["wgmma"] == counts[0]["wgmma"] > 0
     assert counts[16]["shared stores"] == counts[0]["shared stores"]
+
+
+def test_q_k_reads_q_from_shared_memory(counts):
+    # half the products (P V) take their A operand from registers, and q K^T takes q from shared memory: ptxas
+    # gave a q held in registers across the loop the registers of P, which the loop writes
+    for page, found in counts.items():
+        assert found["wgmma from registers"] == found["wgmma"] // 2, page
