@@ -11,15 +11,14 @@ wants: here the boxes of a tile land at consecutive 16-row offsets of one shared
 expects all their bytes, and one product reads the whole tile. Compiled for sm_90, a 128-key tile over pages of
 16 is eight 4-D bulk copies into the slices of one buffer, with no shared store of their own (``--aot``).
 
-The kernel covers what the decode benchmark times and no more: one query a sequence, caches of whole 128-key
-tiles (any length up to that), no mask beyond each sequence's length, bf16, d = 128, 32 query heads over 8 KV
-heads. A contiguous cache goes through
-it as one page a sequence, so the comparison with it separates what the pages cost from what the kernel costs.
-Each program (sequence x KV head, split) stacks the group's query heads in the first rows of a 64-row tile (a
-warpgroup's product), streams its run of 128-key tiles with ``STAGES - 1`` in flight, and writes its partial
-output and log-sum-exp where the package's ``_merge_splits`` reads them; the split count is the package's for
-the contiguous cache's table entry (128-key tiles, one program an SM). The tile that ends past the sequence has
-its V rows past it zeroed: a box copies whatever they hold.
+The kernel covers what the decode benchmark times and no more: one query a sequence, caches of whole 128-key tiles
+(any length up to that), no mask beyond each sequence's length, bf16, d = 128, 32 query heads over 8 KV heads. A
+contiguous cache goes through it as one page a sequence, so the comparison with it separates what the pages cost
+from what the kernel costs. Each program (sequence x KV head, split) stacks the group's query heads in the first
+rows of a 64-row shared tile (a warpgroup's product), streams its run of 128-key tiles with ``STAGES - 1`` in
+flight, and writes its partial output and log-sum-exp where the package's ``_merge_splits`` reads them; the split
+count is the package's for the contiguous cache's table entry (128-key tiles, one program an SM). The tile that ends
+past the sequence has its V rows past it zeroed: a box copies whatever they hold.
 
 Timed as the decode benchmark's graph timer times (``paged_chain.report_point``: CUDA graphs over copies of the
 caches that L2 cannot hold together, three rotated rounds, medians), TB/s and the ratio to the package's
