@@ -410,7 +410,7 @@ def portable_kernels(match=""):
 
 
 # A decode step's shape for the split-KV kernel: the recorded benchmark's 32 query heads over 8 KV heads, one query.
-DECODE_GROUP, DECODE_SEQLEN_Q = 4, 1
+DECODE_GROUP, DECODE_SEQLEN_Q, DECODE_KV_HEADS = 4, 1, 8
 # Page sizes compiled besides the tuned table's: one the tile lies in (256) and one that divides no tile (48).
 DECODE_PAGE_SIZES = (48, 256)
 
@@ -427,7 +427,9 @@ def decode_kernels(match=""):
     for d, fills in sorted(dk.DECODE_CONFIGS):
         for page in (0, *pages):
             config = dk.table_config(d, page, fills)
-            tma = page > 0 and page % config.block_n == 0  # as ``decode.tma_pages`` decides for these caches
+            # the package's own rule, over a cache of this step's shape (a meta tensor: laid out, never allocated)
+            cache = torch.empty(1, page, DECODE_KV_HEADS, d, dtype=torch.bfloat16, device="meta")
+            tma = page > 0 and dk.tma_pages(cache, cache, page, config.block_n, None)
             for split in (False, True):
                 constants = _split_constants(d, block_m, page, split)
                 descriptors = {}
