@@ -2,6 +2,7 @@
 
     python3 benchmarks/kernels/gluon_paged_decode.py --check        # GPU: outputs against flash_attn_with_kvcache
     python3 benchmarks/kernels/gluon_paged_decode.py [--points 1x4096,1x32768,8x4096,1x131072] [--page 16]
+        [--configs 128x3x1,64x4x1]  # Gluon tile configs: keys a tile x ring stages x programs an SM
     python benchmarks/kernels/gluon_paged_decode.py --aot           # any machine: compile for sm_90, count the copies
 
 The package's split-KV kernel (Triton) reads a tile over pages of 16 rows with an address a row: Triton returns
@@ -15,10 +16,11 @@ The kernel covers what the decode benchmark times and no more: one query a seque
 (any length up to that), no mask beyond each sequence's length, bf16, d = 128, 32 query heads over 8 KV heads. A
 contiguous cache goes through it as one page a sequence, so the comparison with it separates what the pages cost
 from what the kernel costs. Each program (sequence x KV head, split) stacks the group's query heads in the first
-rows of a 64-row shared tile (a warpgroup's product), streams its run of 128-key tiles with ``STAGES - 1`` in
-flight, and writes its partial output and log-sum-exp where the package's ``_merge_splits`` reads them; the split
-count is the package's for the contiguous cache's table entry (128-key tiles, one program an SM). The tile that ends
-past the sequence has its V rows past it zeroed: a box copies whatever they hold.
+rows of a 64-row shared tile (a warpgroup's product), streams its run of tiles (128 keys by default) with
+``stages - 1`` in flight, and writes its partial output and log-sum-exp where the package's ``_merge_splits`` reads
+them; the split count is the package's heuristic for the config's tile and programs an SM (by default those of the
+contiguous cache's table entry: 128-key tiles, one program an SM). The tile that ends past the sequence has its
+V rows past it zeroed: a box copies whatever they hold.
 
 Timed as the decode benchmark's graph timer times (``paged_chain.report_point``: CUDA graphs over copies of the
 caches that L2 cannot hold together, three rotated rounds, medians), TB/s and the ratio to the package's
@@ -29,6 +31,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -60,20 +63,47 @@ else:  # noqa: E402
     sys.exit("gluon_paged_decode.py needs a Triton with Gluon (triton.experimental.gluon)")
 
 BLOCK_M = gl.constexpr(64)  # one warpgroup's product: the group's query heads in the first rows, zeros below
-BLOCK_N = 128
-STAGES = 3
+
+
+class Config(NamedTuple):
+    """A tile config: keys a tile, tiles in the ring (``stages - 1`` in flight) and programs an SM, which with the
+    package's heuristic sets the split count."""
+
+    block_n: int = 128
+    stages: int = 3
+    per_sm: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> "Config":
+        return cls(*(int(x) for x in text.split("x")))
+
+    def __str__(self):
+        return f"{self.block_n}x{self.stages}x{self.per_sm}"
+
+    def splits(self, batch: int, cache: int) -> int:
+        """The package's split count for a launch of ``batch`` x 8 KV heads under this config."""
+        config = dk.DecodeConfig(block_n=self.block_n, warps=4, stages=self.stages, programs_per_sm=self.per_sm)
+        return dk.splits_for(batch * bench.KV_HEADS, cache, config, 0)
+
+
+DEFAULT = Config()
 
 
 @gluon.jit
-def _issue(desc, smem, bar, table_row, tile, off_hk, PAGE: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Start the copies of tile ``tile`` of one KV head into ``smem`` ([1, BLOCK_N, 1, D]): one box a page it
-    spans (or one box of a page that holds the tile), each into its rows of the buffer, all counted on ``bar``."""
-    BOX: gl.constexpr = desc.block_type.shape[1]
-    mbarrier.expect(bar, (BLOCK_N // BOX) * desc.block_type.nbytes)
+def _issue(
+    k_desc, v_desc, k_smem, v_smem, k_bar, v_bar, table_row, tile, off_hk, PAGE: gl.constexpr, BLOCK_N: gl.constexpr
+):
+    """Start the copies of tile ``tile`` of one KV head's keys and values into ``k_smem`` and ``v_smem`` ([1,
+    BLOCK_N, 1, D]): one box a page the tile spans (or one box of a page that holds the tile), each into its rows
+    of the buffer, counted on ``k_bar`` and ``v_bar``. Each page's table entry is read once for both."""
+    BOX: gl.constexpr = k_desc.block_type.shape[1]
+    mbarrier.expect(k_bar, (BLOCK_N // BOX) * k_desc.block_type.nbytes)
+    mbarrier.expect(v_bar, (BLOCK_N // BOX) * v_desc.block_type.nbytes)
     for j in gl.static_range(BLOCK_N // BOX):
         pos = tile * BLOCK_N + j * BOX
         page = gl.load(table_row + pos // PAGE)
-        tma_load(desc, [page, pos % PAGE, off_hk, 0], bar, smem.slice(j * BOX, BOX, dim=1))
+        tma_load(k_desc, [page, pos % PAGE, off_hk, 0], k_bar, k_smem.slice(j * BOX, BOX, dim=1))
+        tma_load(v_desc, [page, pos % PAGE, off_hk, 0], v_bar, v_smem.slice(j * BOX, BOX, dim=1))
 
 
 @gluon.jit
@@ -142,8 +172,8 @@ def _paged_split_kv(
         mbarrier.init(v_ready.index(i), count=1)
     for i in gl.static_range(STAGES - 1):
         if i < count:
-            _issue(k_desc, k_smem.index(i), k_ready.index(i), table_row, first + i, off_hk, PAGE, BLOCK_N)
-            _issue(v_desc, v_smem.index(i), v_ready.index(i), table_row, first + i, off_hk, PAGE, BLOCK_N)
+            _issue(k_desc, v_desc, k_smem.index(i), v_smem.index(i), k_ready.index(i), v_ready.index(i), table_row,
+                   first + i, off_hk, PAGE, BLOCK_N)  # fmt: skip
 
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
@@ -157,8 +187,8 @@ def _paged_split_kv(
         if ahead < count:
             thread_barrier()
             st = ahead % STAGES
-            _issue(k_desc, k_smem.index(st), k_ready.index(st), table_row, first + ahead, off_hk, PAGE, BLOCK_N)
-            _issue(v_desc, v_smem.index(st), v_ready.index(st), table_row, first + ahead, off_hk, PAGE, BLOCK_N)
+            _issue(k_desc, v_desc, k_smem.index(st), v_smem.index(st), k_ready.index(st), v_ready.index(st),
+                   table_row, first + ahead, off_hk, PAGE, BLOCK_N)  # fmt: skip
         s = it % STAGES
         phase = (it // STAGES) & 1
         tile = first + it
@@ -197,20 +227,22 @@ def _paged_split_kv(
     gl.store(O_PART + part_row[:, None] * BLOCK_D + cols[None, :], out, mask=(rows < GROUP)[:, None])
 
 
-def gluon_call(q, k_cache, v_cache, seqlens, table, splits):
+def gluon_call(q, k_cache, v_cache, seqlens, table, config: Config = DEFAULT):
     """The Gluon kernel and the package's merge over one decode step: call() returns the output it wrote. A
     contiguous cache (table None) is one page a sequence."""
     batch, _, heads, d = q.shape
     kv_heads = k_cache.shape[2]
+    block_n = config.block_n
     if table is None:
         table = torch.arange(batch, device=q.device, dtype=torch.int32)[:, None]
     page = k_cache.shape[1]
     capacity = page * table.shape[1]
-    if capacity % BLOCK_N or (page < BLOCK_N and BLOCK_N % page) or (page > BLOCK_N and page % BLOCK_N):
+    if capacity % block_n or (page < block_n and block_n % page) or (page > block_n and page % block_n):
         # every tile's boxes stay within the block table's pages: the kernel does not check
-        raise ValueError(f"a cache of {capacity} keys in pages of {page}: use whole {BLOCK_N}-key tiles")
-    box = min(page, BLOCK_N)
+        raise ValueError(f"a cache of {capacity} keys in pages of {page}: use whole {block_n}-key tiles")
+    box = min(page, block_n)
     k_desc, v_desc = descriptor(k_cache, box), descriptor(v_cache, box)
+    splits = config.splits(batch, capacity)
     n_rows = batch * heads
     o_part = torch.empty(splits, n_rows, d, device=q.device, dtype=torch.float32)
     lse_part = torch.empty(splits, n_rows, device=q.device, dtype=torch.float32)
@@ -222,7 +254,7 @@ def gluon_call(q, k_cache, v_cache, seqlens, table, splits):
     def call():
         _paged_split_kv[(batch * kv_heads, splits)](
             q, k_desc, v_desc, table, seqlens, o_part, lse_part, q.stride(0), q.stride(2), table.stride(0),
-            kv_heads, n_rows, qk_scale, GROUP=heads // kv_heads, PAGE=page, BLOCK_N=BLOCK_N, STAGES=STAGES,
+            kv_heads, n_rows, qk_scale, GROUP=heads // kv_heads, PAGE=page, BLOCK_N=block_n, STAGES=config.stages,
             num_warps=4,
         )  # fmt: skip
         dk._merge_splits[(n_rows,)](
@@ -234,13 +266,7 @@ def gluon_call(q, k_cache, v_cache, seqlens, table, splits):
     return call
 
 
-def splits_at(batch: int, cache: int) -> int:
-    """The package's split count for this point under the contiguous cache's entry (128-key tiles)."""
-    config = dk.table_config(bench.HEAD_DIM, 0, dk.fills_gpu(batch * bench.KV_HEADS, 0))
-    return dk.splits_for(batch * bench.KV_HEADS, cache, config, 0)
-
-
-def check(batch: int, cache: int, page: int) -> float:
+def check(batch: int, cache: int, page: int, config: Config = DEFAULT) -> float:
     """The largest difference between the Gluon kernel's output and ``flash_attn_with_kvcache``'s, contiguous and
     over pages of ``page`` rows; exits where it is not within bf16's rounding of the same sums."""
     worst = 0.0
@@ -255,7 +281,7 @@ def check(batch: int, cache: int, page: int) -> float:
         else:
             pages, rows = table[:, pos // page_size].long(), (pos % page_size).expand(batch, -1)
             k_cache[pages, rows], v_cache[pages, rows] = float("nan"), float("nan")
-        ours = gluon_call(*x, splits_at(batch, cache))()
+        ours = gluon_call(*x, config)()
         ref = bench.flashdoc_call(*x)()
         diff = (ours.float() - ref.float()).abs().max().item()
         if not diff <= 2e-2:
@@ -272,10 +298,10 @@ def compile_sm90(page: int):
 
     rows = page or 32768
     cache = torch.empty(64, rows, 8, 128, dtype=torch.bfloat16)
-    desc = mangle_type(descriptor(cache, min(rows, BLOCK_N)))
+    desc = mangle_type(descriptor(cache, min(rows, DEFAULT.block_n)))
     sig = dict(Q="*bf16", k_desc=desc, v_desc=desc, TABLE="*i32", SEQLENS="*i32", O_PART="*fp32", LSE_PART="*fp32")
     sig.update(dict.fromkeys(["stride_qb", "stride_qh", "stride_tb", "n_kv_heads", "n_rows"], "i32"), qk_scale="fp32")
-    consts = dict(GROUP=4, PAGE=rows, BLOCK_N=BLOCK_N, STAGES=STAGES)
+    consts = dict(GROUP=4, PAGE=rows, BLOCK_N=DEFAULT.block_n, STAGES=DEFAULT.stages)
     sig.update(dict.fromkeys(consts, "constexpr"))
     names = _paged_split_kv.arg_names
     source = GluonASTSource(_paged_split_kv, sig, {(names.index(k),): v for k, v in consts.items()}, {})
@@ -289,6 +315,8 @@ def ptx_counts(ptx: str) -> dict:
         "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
         # an A operand in registers is a {...} list after the accumulator's; from shared memory, a descriptor
         "wgmma from registers": len(re.findall(r"wgmma\.mma_async[^;]*\}, \{", ptx)),
+        # the sequence's length, then the block table's entries
+        "int loads": len(re.findall(r"\bld\.global\.b32\s", ptx)),
         "shared stores": len(re.findall(r"\bst\.shared", ptx)),
         "barriers": len(re.findall(r"\bbar\.sync", ptx)),
     }
@@ -298,6 +326,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", default="1x4096,1x32768,8x4096,1x131072")
     ap.add_argument("--page", type=int, default=16)
+    ap.add_argument(
+        "--configs", default=str(DEFAULT), help="Gluon tile configs, BLOCK_NxSTAGESxPER_SM, comma-separated"
+    )
     ap.add_argument("--check", action="store_true", help="compare outputs only (GPU)")
     ap.add_argument("--aot", action="store_true", help="compile for sm_90 and count copies (any machine)")
     a = ap.parse_args()
@@ -311,24 +342,27 @@ def main():
         sys.exit("gluon_paged_decode.py runs a Hopper kernel: it needs the GPU (--aot compiles without one)")
 
     points = [tuple(int(x) for x in point.split("x")) for point in a.points.split(",")]
+    configs = [Config.parse(c) for c in a.configs.split(",")]
     for batch, cache in points:
-        print(f"{batch} x {cache}: outputs agree with flash_attn_with_kvcache (largest difference "
-              f"{check(batch, cache, a.page):.1e})", flush=True)  # fmt: skip
+        worst = max(check(batch, cache, a.page, config) for config in configs)
+        print(f"{batch} x {cache}: outputs agree with flash_attn_with_kvcache (largest difference {worst:.1e})")
     if a.check:
         return
-    print(f"pages of {a.page}: TB/s under CUDA graphs (medians of three rotated rounds)")
+    print(f"pages of {a.page}: TB/s under CUDA graphs (medians of three rotated rounds); Gluon configs are keys a "
+          "tile x ring stages x programs an SM")  # fmt: skip
     for batch, cache in points:
-        splits = splits_at(batch, cache)
         contiguous = [bench.make_cache(batch, cache, None, seed=i) for i in range(bench.copies_for(batch, cache))]
         paged = [bench.make_cache(batch, cache, a.page, seed=i) for i in range(bench.copies_for(batch, cache))]
         variants = {
             "contiguous": [bench.flashdoc_call(*x) for x in contiguous],
             "paged": [bench.flashdoc_call(*x) for x in paged],
-            "gluon contiguous": [gluon_call(*x, splits) for x in contiguous],
-            "gluon paged": [gluon_call(*x, splits) for x in paged],
         }
+        for config in configs:
+            variants[f"gluon {config} contiguous"] = [gluon_call(*x, config) for x in contiguous]
+            variants[f"gluon {config} paged"] = [gluon_call(*x, config) for x in paged]
         del contiguous, paged
-        report_point(batch, cache, variants, note=f" ({splits} splits)")
+        splits = ", ".join(f"{config}: {config.splits(batch, cache)}" for config in configs)
+        report_point(batch, cache, variants, note=f" (splits {splits})")
 
 
 if __name__ == "__main__":

@@ -60,3 +60,9 @@ def test_q_k_reads_q_from_shared_memory(counts):
     # gave a q held in registers across the loop the registers of P, which the loop writes
     for page, found in counts.items():
         assert found["wgmma from registers"] == found["wgmma"] // 2, page
+
+
+def test_one_table_entry_serves_a_pages_key_and_value_boxes(counts):
+    # besides the sequence's length, one int load a page a tile visits, shared by its K and V copies
+    for page, found in counts.items():
+        assert found["int loads"] == 1 + found["bulk copies"] // 2, page
