@@ -1,6 +1,7 @@
 """Paged decode in Gluon: a tile of keys over several pages filled by one TMA box a page, read by one product.
 
     python3 benchmarks/kernels/gluon_paged_decode.py --check        # GPU: outputs against flash_attn_with_kvcache
+    python3 benchmarks/kernels/gluon_paged_decode.py --check-shapes --configs 128x2x1   # the same, other shapes
     python3 benchmarks/kernels/gluon_paged_decode.py [--points 1x4096,1x32768,8x4096,1x131072] [--page 16]
         [--configs 128x3x1,64x4x1]  # Gluon tile configs: keys a tile x ring stages x programs an SM
     python benchmarks/kernels/gluon_paged_decode.py --aot           # any machine: compile for sm_90, count the copies
@@ -12,15 +13,18 @@ wants: here the boxes of a tile land at consecutive 16-row offsets of one shared
 expects all their bytes, and one product reads the whole tile. Compiled for sm_90, a 128-key tile over pages of
 16 is eight 4-D bulk copies into the slices of one buffer, with no shared store of their own (``--aot``).
 
-The kernel covers what the decode benchmark times and no more: one query a sequence, caches of whole 128-key tiles
-(any length up to that), no mask beyond each sequence's length, bf16, d = 128, 32 query heads over 8 KV heads. A
-contiguous cache goes through it as one page a sequence, so the comparison with it separates what the pages cost
-from what the kernel costs. Each program (sequence x KV head, split) stacks the group's query heads in the first
-rows of a 64-row shared tile (a warpgroup's product), streams its run of tiles (128 keys by default) with
-``stages - 1`` in flight, and writes its partial output and log-sum-exp where the package's ``_merge_splits`` reads
-them; the split count is the package's heuristic for the config's tile and programs an SM (by default those of the
-contiguous cache's table entry: 128-key tiles, one program an SM). The tile that ends past the sequence has its
-V rows past it zeroed: a box copies whatever they hold.
+The kernel covers the plain decode step and no more: one query a sequence, no mask beyond each sequence's length (no
+window, softcap, ALiBi or left padding), up to 64 query heads a KV head, pages that divide the tile or hold whole
+tiles, caches of any length. The timings take the benchmark's shape (bf16, d = 128, 32 query heads over 8 KV heads);
+``--check-shapes`` compares its outputs over others (d = 64, fp16, groups of 1 and 64, lengths that are not whole
+tiles, one split). A contiguous cache goes through it as one page a sequence, so the comparison with it separates
+what the pages cost from what the kernel costs. Each program (sequence x KV head, split) stacks the group's query
+heads in the first rows of a 64-row shared tile (a warpgroup's product), streams its run of tiles (128 keys by
+default) with ``stages - 1`` in flight, and writes its partial output and log-sum-exp where the package's
+``_merge_splits`` reads them (with one split, the output and log-sum-exp themselves); the split count is the
+package's heuristic for the config's tile and programs an SM (by default those of the contiguous cache's table
+entry: 128-key tiles, one program an SM). The tile that ends past the sequence has its V rows past it zeroed: a box
+copies whatever they hold.
 
 Timed as the decode benchmark's graph timer times (``paged_chain.report_point``: CUDA graphs over copies of the
 caches that L2 cannot hold together, three rotated rounds, medians), TB/s and the ratio to the package's
@@ -28,6 +32,7 @@ contiguous call, after ``--check``'s comparison at the point.
 """
 
 import argparse
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -91,17 +96,30 @@ DEFAULT = Config()
 
 @gluon.jit
 def _issue(
-    k_desc, v_desc, k_smem, v_smem, k_bar, v_bar, table_row, tile, off_hk, PAGE: gl.constexpr, BLOCK_N: gl.constexpr
+    k_desc,
+    v_desc,
+    k_smem,
+    v_smem,
+    k_bar,
+    v_bar,
+    table_row,
+    n_pages,
+    tile,
+    off_hk,
+    PAGE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
 ):
     """Start the copies of tile ``tile`` of one KV head's keys and values into ``k_smem`` and ``v_smem`` ([1,
     BLOCK_N, 1, D]): one box a page the tile spans (or one box of a page that holds the tile), each into its rows
-    of the buffer, counted on ``k_bar`` and ``v_bar``. Each page's table entry is read once for both."""
+    of the buffer, counted on ``k_bar`` and ``v_bar``. Each page's table entry is read once for both. A last tile
+    that runs past the table's ``n_pages`` pages copies the last page again for its rows past the end: they lie
+    past the sequence, so their scores are masked and their values zeroed."""
     BOX: gl.constexpr = k_desc.block_type.shape[1]
     mbarrier.expect(k_bar, (BLOCK_N // BOX) * k_desc.block_type.nbytes)
     mbarrier.expect(v_bar, (BLOCK_N // BOX) * v_desc.block_type.nbytes)
     for j in gl.static_range(BLOCK_N // BOX):
         pos = tile * BLOCK_N + j * BOX
-        page = gl.load(table_row + pos // PAGE)
+        page = gl.load(table_row + gl.minimum(pos // PAGE, n_pages - 1))
         tma_load(k_desc, [page, pos % PAGE, off_hk, 0], k_bar, k_smem.slice(j * BOX, BOX, dim=1))
         tma_load(v_desc, [page, pos % PAGE, off_hk, 0], v_bar, v_smem.slice(j * BOX, BOX, dim=1))
 
@@ -115,9 +133,14 @@ def _paged_split_kv(
     SEQLENS,
     O_PART,
     LSE_PART,
+    OUT,
+    LSE,
     stride_qb,
     stride_qh,
+    stride_ob,
+    stride_oh,
     stride_tb,
+    n_pages,
     n_kv_heads,
     n_rows,
     qk_scale,
@@ -125,6 +148,7 @@ def _paged_split_kv(
     PAGE: gl.constexpr,
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,
+    SPLIT: gl.constexpr,
 ):
     BLOCK_D: gl.constexpr = k_desc.block_type.shape[3]
     dtype: gl.constexpr = k_desc.dtype
@@ -173,7 +197,7 @@ def _paged_split_kv(
     for i in gl.static_range(STAGES - 1):
         if i < count:
             _issue(k_desc, v_desc, k_smem.index(i), v_smem.index(i), k_ready.index(i), v_ready.index(i), table_row,
-                   first + i, off_hk, PAGE, BLOCK_N)  # fmt: skip
+                   n_pages, first + i, off_hk, PAGE, BLOCK_N)  # fmt: skip
 
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
@@ -188,7 +212,7 @@ def _paged_split_kv(
             thread_barrier()
             st = ahead % STAGES
             _issue(k_desc, v_desc, k_smem.index(st), v_smem.index(st), k_ready.index(st), v_ready.index(st),
-                   table_row, first + ahead, off_hk, PAGE, BLOCK_N)  # fmt: skip
+                   table_row, n_pages, first + ahead, off_hk, PAGE, BLOCK_N)  # fmt: skip
         s = it % STAGES
         phase = (it // STAGES) & 1
         tile = first + it
@@ -221,28 +245,36 @@ def _paged_split_kv(
     out = acc / gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout))[:, None]
     out = gl.convert_layout(out, rows_layout)
     lse = gl.convert_layout(lse, gl.SliceLayout(1, rows_layout))
-    # partials as the merge reads them: row (b, h) of split s at s * n_rows + b * H + h (one query a sequence)
-    part_row = split * n_rows + off_b * n_kv_heads * GROUP + off_hk * GROUP + rows
-    gl.store(LSE_PART + part_row, lse, mask=rows < GROUP)
-    gl.store(O_PART + part_row[:, None] * BLOCK_D + cols[None, :], out, mask=(rows < GROUP)[:, None])
+    head_row = off_b * n_kv_heads * GROUP + off_hk * GROUP + rows  # b * H + h (one query a sequence)
+    if SPLIT:
+        # partials as the merge reads them: row (b, h) of split s at s * n_rows + b * H + h
+        part_row = split * n_rows + head_row
+        gl.store(LSE_PART + part_row, lse, mask=rows < GROUP)
+        gl.store(O_PART + part_row[:, None] * BLOCK_D + cols[None, :], out, mask=(rows < GROUP)[:, None])
+    else:
+        # one split: the output (B, 1, H, D) and LSE (B, H, 1) directly, with no merge
+        gl.store(LSE + head_row, lse, mask=rows < GROUP)
+        o_ptrs = OUT + off_b * stride_ob + (off_hk * GROUP + rows)[:, None] * stride_oh + cols[None, :]
+        gl.store(o_ptrs, out.to(dtype), mask=(rows < GROUP)[:, None])
 
 
-def gluon_call(q, k_cache, v_cache, seqlens, table, config: Config = DEFAULT):
-    """The Gluon kernel and the package's merge over one decode step: call() returns the output it wrote. A
-    contiguous cache (table None) is one page a sequence."""
+def gluon_call(q, k_cache, v_cache, seqlens, table, config: Config = DEFAULT, splits: int = 0):
+    """The Gluon kernel and, over splits, the package's merge for one decode step: call() returns the output it
+    wrote. A contiguous cache (table None) is one page a sequence. ``splits``: 0 for the config's count."""
     batch, _, heads, d = q.shape
     kv_heads = k_cache.shape[2]
     block_n = config.block_n
+    page = k_cache.shape[1]
+    if table is not None and (block_n % page if page < block_n else page % block_n):
+        # a box must lie within one page, which the kernel does not check (a contiguous cache is one page, whose
+        # rows past its end read as zeros)
+        raise ValueError(f"pages of {page} rows: use a size that divides {block_n} or a multiple of it")
     if table is None:
         table = torch.arange(batch, device=q.device, dtype=torch.int32)[:, None]
-    page = k_cache.shape[1]
     capacity = page * table.shape[1]
-    if capacity % block_n or (page < block_n and block_n % page) or (page > block_n and page % block_n):
-        # every tile's boxes stay within the block table's pages: the kernel does not check
-        raise ValueError(f"a cache of {capacity} keys in pages of {page}: use whole {block_n}-key tiles")
     box = min(page, block_n)
     k_desc, v_desc = descriptor(k_cache, box), descriptor(v_cache, box)
-    splits = config.splits(batch, capacity)
+    splits = splits or config.splits(batch, capacity)
     n_rows = batch * heads
     o_part = torch.empty(splits, n_rows, d, device=q.device, dtype=torch.float32)
     lse_part = torch.empty(splits, n_rows, device=q.device, dtype=torch.float32)
@@ -253,10 +285,12 @@ def gluon_call(q, k_cache, v_cache, seqlens, table, config: Config = DEFAULT):
 
     def call():
         _paged_split_kv[(batch * kv_heads, splits)](
-            q, k_desc, v_desc, table, seqlens, o_part, lse_part, q.stride(0), q.stride(2), table.stride(0),
-            kv_heads, n_rows, qk_scale, GROUP=heads // kv_heads, PAGE=page, BLOCK_N=block_n, STAGES=config.stages,
-            num_warps=4,
+            q, k_desc, v_desc, table, seqlens, o_part, lse_part, out, lse, q.stride(0), q.stride(2), out.stride(0),
+            out.stride(2), table.stride(0), table.shape[1], kv_heads, n_rows, qk_scale, GROUP=heads // kv_heads,
+            PAGE=page, BLOCK_N=block_n, STAGES=config.stages, SPLIT=splits > 1, num_warps=4,
         )  # fmt: skip
+        if splits == 1:
+            return out
         dk._merge_splits[(n_rows,)](
             o_part, lse_part, out, lse, out.stride(0), out.stride(1), out.stride(2), heads, 1, n_rows, splits,
             HEAD_DIM=d, BLOCK_D=d, BLOCK_S=block_s, CHUNK=min(dk.MERGE_CHUNK, block_s), num_warps=4, num_stages=2,
@@ -290,18 +324,72 @@ def check(batch: int, cache: int, page: int, config: Config = DEFAULT) -> float:
     return worst
 
 
-def compile_sm90(page: int):
-    """The kernel compiled for sm_90 for a cache of pages of ``page`` rows (0: contiguous, 32k rows a page)."""
+def general_cache(batch, capacity, heads, kv_heads, d, dtype, page, seed):
+    """q, caches, lengths and table for ``check_shapes``: random lengths up to ``capacity`` (the first sequence
+    full), pages of ``page`` rows in shuffled order (None: contiguous) over as many pages as ``capacity`` needs, and
+    NaN in every cache row past a sequence's length, which must not reach the output."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    kw = dict(device="cuda", dtype=dtype)
+    q = torch.randn(batch, 1, heads, d, generator=g, **kw)
+    seqlens = torch.randint(1, capacity + 1, (batch,), generator=g, device="cuda", dtype=torch.int32)
+    seqlens[0] = capacity
+    per_seq = capacity if page is None else -(-capacity // page)
+    rows = per_seq * (page or 1)
+    if page is None:
+        table = None
+        k_cache = torch.randn(batch, capacity, kv_heads, d, generator=g, **kw)
+        v_cache = torch.randn(batch, capacity, kv_heads, d, generator=g, **kw)
+    else:
+        table = torch.randperm(batch * per_seq, generator=g, device="cuda").to(torch.int32).reshape(batch, per_seq)
+        k_cache = torch.randn(batch * per_seq, page, kv_heads, d, generator=g, **kw)
+        v_cache = torch.randn(batch * per_seq, page, kv_heads, d, generator=g, **kw)
+    for b, length in enumerate(seqlens.tolist()):
+        past = torch.arange(length, rows, device="cuda")
+        where = (b, past) if page is None else (table[b, past // page].long(), past % page)
+        k_cache[where], v_cache[where] = float("nan"), float("nan")
+    return q, k_cache, v_cache, seqlens, table
+
+
+def check_shapes(config: Config) -> int:
+    """The kernel's outputs against ``flash_attn_with_kvcache``'s beyond the benchmark's shape, for what moving
+    pages to it in the package would take: d = 64 and 128, bf16 and fp16, groups of 1, 4 and 64 query heads,
+    caches whose length is not a whole number of tiles (or of pages), per-sequence lengths, pages of 16, 32 and 64
+    rows and contiguous caches, one split (output written directly) and the heuristic's count. Exits at the first
+    case that differs by more than bf16's rounding of the same sums; returns the number of cases."""
+    cases = 0
+    shapes = itertools.product((64, 128), (torch.bfloat16, torch.float16), ((8, 8), (32, 8), (64, 1)), (1000, 4096))
+    for d, dtype, (heads, kv_heads), capacity in shapes:
+        for page in (16, 32, 64, None):
+            x = general_cache(3, capacity, heads, kv_heads, d, dtype, page, seed=cases)
+            ref = bench.flashdoc_call(*x)()
+            for splits in (1, 0):
+                ours = gluon_call(*x, config, splits)()
+                diff = (ours.float() - ref.float()).abs().max().item()
+                if not diff <= 2e-2:
+                    sys.exit(
+                        f"d = {d}, {dtype}, {heads} heads over {kv_heads}, {capacity} keys, pages of {page}, "
+                        f"splits {splits or config.splits(3, capacity)}: the Gluon kernel's output differs by {diff}"
+                    )
+                cases += 1
+    return cases
+
+
+def compile_sm90(page: int, d: int = 128, dtype=torch.bfloat16, group: int = 4, split: bool = True):
+    """The kernel compiled for sm_90 for a cache of pages of ``page`` rows (0: contiguous, 32k rows a page), head
+    dim ``d``, ``group`` query heads a KV head and partial outputs (``split``) or the output itself."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
     rows = page or 32768
-    cache = torch.empty(64, rows, 8, 128, dtype=torch.bfloat16)
+    cache = torch.empty(64, rows, 8, d, dtype=dtype)
     desc = mangle_type(descriptor(cache, min(rows, DEFAULT.block_n)))
-    sig = dict(Q="*bf16", k_desc=desc, v_desc=desc, TABLE="*i32", SEQLENS="*i32", O_PART="*fp32", LSE_PART="*fp32")
-    sig.update(dict.fromkeys(["stride_qb", "stride_qh", "stride_tb", "n_kv_heads", "n_rows"], "i32"), qk_scale="fp32")
-    consts = dict(GROUP=4, PAGE=rows, BLOCK_N=DEFAULT.block_n, STAGES=DEFAULT.stages)
+    pointer = {torch.bfloat16: "*bf16", torch.float16: "*fp16"}[dtype]
+    sig = dict(Q=pointer, k_desc=desc, v_desc=desc, TABLE="*i32", SEQLENS="*i32", O_PART="*fp32", LSE_PART="*fp32")
+    sig.update(OUT=pointer, LSE="*fp32")
+    ints = ["stride_qb", "stride_qh", "stride_ob", "stride_oh", "stride_tb", "n_pages", "n_kv_heads", "n_rows"]
+    sig.update(dict.fromkeys(ints, "i32"), qk_scale="fp32")
+    consts = dict(GROUP=group, PAGE=rows, BLOCK_N=DEFAULT.block_n, STAGES=DEFAULT.stages, SPLIT=split)
     sig.update(dict.fromkeys(consts, "constexpr"))
     names = _paged_split_kv.arg_names
     source = GluonASTSource(_paged_split_kv, sig, {(names.index(k),): v for k, v in consts.items()}, {})
@@ -330,6 +418,7 @@ def main():
         "--configs", default=str(DEFAULT), help="Gluon tile configs, BLOCK_NxSTAGESxPER_SM, comma-separated"
     )
     ap.add_argument("--check", action="store_true", help="compare outputs only (GPU)")
+    ap.add_argument("--check-shapes", action="store_true", help="compare outputs over other shapes only (GPU)")
     ap.add_argument("--aot", action="store_true", help="compile for sm_90 and count copies (any machine)")
     a = ap.parse_args()
     if a.aot:
@@ -343,6 +432,10 @@ def main():
 
     points = [tuple(int(x) for x in point.split("x")) for point in a.points.split(",")]
     configs = [Config.parse(c) for c in a.configs.split(",")]
+    if a.check_shapes:
+        for config in configs:
+            print(f"{config}: {check_shapes(config)} cases agree with flash_attn_with_kvcache", flush=True)
+        return
     for batch, cache in points:
         worst = max(check(batch, cache, a.page, config) for config in configs)
         print(f"{batch} x {cache}: outputs agree with flash_attn_with_kvcache (largest difference {worst:.1e})")
