@@ -85,10 +85,10 @@ class Config(NamedTuple):
     def __str__(self):
         return f"{self.block_n}x{self.stages}x{self.per_sm}"
 
-    def splits(self, batch: int, cache: int) -> int:
-        """The package's split count for a launch of ``batch`` x 8 KV heads under this config."""
+    def splits(self, programs: int, cache: int) -> int:
+        """The package's split count for ``programs`` (sequences x KV heads) over ``cache`` keys under this config."""
         config = dk.DecodeConfig(block_n=self.block_n, warps=4, stages=self.stages, programs_per_sm=self.per_sm)
-        return dk.splits_for(batch * bench.KV_HEADS, cache, config, 0)
+        return dk.splits_for(programs, cache, config, 0)
 
 
 DEFAULT = Config()
@@ -274,7 +274,7 @@ def gluon_call(q, k_cache, v_cache, seqlens, table, config: Config = DEFAULT, sp
     capacity = page * table.shape[1]
     box = min(page, block_n)
     k_desc, v_desc = descriptor(k_cache, box), descriptor(v_cache, box)
-    splits = splits or config.splits(batch, capacity)
+    splits = splits or config.splits(batch * kv_heads, capacity)
     n_rows = batch * heads
     o_part = torch.empty(splits, n_rows, d, device=q.device, dtype=torch.float32)
     lse_part = torch.empty(splits, n_rows, device=q.device, dtype=torch.float32)
@@ -368,7 +368,8 @@ def check_shapes(config: Config) -> int:
                 if not diff <= 2e-2:
                     sys.exit(
                         f"d = {d}, {dtype}, {heads} heads over {kv_heads}, {capacity} keys, pages of {page}, "
-                        f"splits {splits or config.splits(3, capacity)}: the Gluon kernel's output differs by {diff}"
+                        f"splits {splits or config.splits(3 * kv_heads, capacity)}: the Gluon kernel's output "
+                        f"differs by {diff}"
                     )
                 cases += 1
     return cases
@@ -454,7 +455,7 @@ def main():
             variants[f"gluon {config} contiguous"] = [gluon_call(*x, config) for x in contiguous]
             variants[f"gluon {config} paged"] = [gluon_call(*x, config) for x in paged]
         del contiguous, paged
-        splits = ", ".join(f"{config}: {config.splits(batch, cache)}" for config in configs)
+        splits = ", ".join(f"{config}: {config.splits(batch * bench.KV_HEADS, cache)}" for config in configs)
         report_point(batch, cache, variants, note=f" (splits {splits})")
 
 
