@@ -269,6 +269,8 @@ def gluon_call(q, k_cache, v_cache, seqlens, table, config: Config = DEFAULT, sp
         # a box must lie within one page, which the kernel does not check (a contiguous cache is one page, whose
         # rows past its end read as zeros)
         raise ValueError(f"pages of {page} rows: use a size that divides {block_n} or a multiple of it")
+    if heads // kv_heads > BLOCK_M:
+        raise ValueError(f"{heads} query heads over {kv_heads} KV heads: a program's tile holds {BLOCK_M.value}")
     if table is None:
         table = torch.arange(batch, device=q.device, dtype=torch.int32)[:, None]
     capacity = page * table.shape[1]
