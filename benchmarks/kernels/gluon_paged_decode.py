@@ -302,21 +302,25 @@ def gluon_call(q, k_cache, v_cache, seqlens, table, config: Config = DEFAULT, sp
     return call
 
 
+def poison_past_lengths(k_cache, v_cache, seqlens, table) -> None:
+    """NaN in every cache row past its sequence's length, up to the rows its table (or contiguous cache) holds: a
+    box copies such rows with a sequence's last tile, and they must not reach the output."""
+    page = k_cache.shape[1]
+    rows = page if table is None else page * table.shape[1]
+    for b, length in enumerate(seqlens.tolist()):
+        past = torch.arange(length, rows, device=k_cache.device)
+        where = (b, past) if table is None else (table[b, past // page].long(), past % page)
+        k_cache[where], v_cache[where] = float("nan"), float("nan")
+
+
 def check(batch: int, cache: int, page: int, config: Config = DEFAULT) -> float:
     """The largest difference between the Gluon kernel's output and ``flash_attn_with_kvcache``'s, contiguous and
     over pages of ``page`` rows; exits where it is not within bf16's rounding of the same sums."""
     worst = 0.0
     for page_size in (None, page):
         q, k_cache, v_cache, seqlens, table = x = bench.make_cache(batch, cache, page_size)
-        # sequences 37 keys short of the cache, whose rows past their length hold NaN: a box copies those rows
-        # with the last tile, and they must not reach the output
-        seqlens[:] = cache - 37
-        pos = torch.arange(cache - 37, cache, device=q.device)
-        if table is None:
-            k_cache[:, pos], v_cache[:, pos] = float("nan"), float("nan")
-        else:
-            pages, rows = table[:, pos // page_size].long(), (pos % page_size).expand(batch, -1)
-            k_cache[pages, rows], v_cache[pages, rows] = float("nan"), float("nan")
+        seqlens[:] = cache - 37  # sequences 37 keys short of the cache, with NaN past them
+        poison_past_lengths(k_cache, v_cache, seqlens, table)
         ours = gluon_call(*x, config)()
         ref = bench.flashdoc_call(*x)()
         diff = (ours.float() - ref.float()).abs().max().item()
@@ -335,20 +339,16 @@ def general_cache(batch, capacity, heads, kv_heads, d, dtype, page, seed):
     q = torch.randn(batch, 1, heads, d, generator=g, **kw)
     seqlens = torch.randint(1, capacity + 1, (batch,), generator=g, device="cuda", dtype=torch.int32)
     seqlens[0] = capacity
-    per_seq = capacity if page is None else -(-capacity // page)
-    rows = per_seq * (page or 1)
     if page is None:
         table = None
         k_cache = torch.randn(batch, capacity, kv_heads, d, generator=g, **kw)
         v_cache = torch.randn(batch, capacity, kv_heads, d, generator=g, **kw)
     else:
+        per_seq = -(-capacity // page)
         table = torch.randperm(batch * per_seq, generator=g, device="cuda").to(torch.int32).reshape(batch, per_seq)
         k_cache = torch.randn(batch * per_seq, page, kv_heads, d, generator=g, **kw)
         v_cache = torch.randn(batch * per_seq, page, kv_heads, d, generator=g, **kw)
-    for b, length in enumerate(seqlens.tolist()):
-        past = torch.arange(length, rows, device="cuda")
-        where = (b, past) if page is None else (table[b, past // page].long(), past % page)
-        k_cache[where], v_cache[where] = float("nan"), float("nan")
+    poison_past_lengths(k_cache, v_cache, seqlens, table)
     return q, k_cache, v_cache, seqlens, table
 
 
