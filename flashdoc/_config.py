@@ -77,7 +77,7 @@ def _gpus() -> list[tuple[str, str]]:
 def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = None) -> list[tuple[str, str]]:
     """(operation, the kernel that takes it and why) for a GPU of the given compute capability (None: no GPU),
     with the kernels compiled or (interpret) run by Triton's interpreter; by default as this process runs them."""
-    from .kernels import INTERPRET, backward_hopper, forward_hopper, gluon_support
+    from .kernels import INTERPRET, backward_hopper, decode, decode_hopper, forward_hopper, gluon_support
 
     if interpret is None:
         interpret = INTERPRET
@@ -147,6 +147,13 @@ def kernel_paths(capability: tuple[int, int] | None, interpret: bool | None = No
             "varlen backward",
             "Hopper dK/dV and dQ kernels where the backward above takes the dense call (the split kernels, "
             "never the fused one); portable otherwise",
+        ),
+        (
+            "decode (kvcache)",
+            "Hopper kernel for one-query steps over pages of "
+            f"{', '.join(map(str, decode.HOPPER_PAGE_SIZES))} rows with no window, softcap, ALiBi, left padding or "
+            f"cache_batch_idx, at head dims {', '.join(map(str, decode_hopper.HEAD_DIMS))} in fp16/bf16, where the "
+            "batch alone does not fill the GPU; the portable split-KV kernel otherwise",
         ),
         ("why", gluon_support.REASON),
     ]

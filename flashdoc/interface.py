@@ -11,7 +11,6 @@ Three layers, as in flash-attn's ``flash_attn_interface.py``:
 """
 
 import functools
-import math
 from typing import Optional
 
 import torch
@@ -30,7 +29,7 @@ from .kernels import INTERPRET
 from .kernels.backward import attn_bwd
 from .kernels.decode import decode_attention, fits_one_tile
 from .kernels.forward import attn_fwd
-from .kernels.launch import distinct
+from .kernels.launch import descriptor_ready, distinct
 from .kernels.mask import Variant, draw_rng
 from .kernels.varlen import varlen_bwd, varlen_fwd
 
@@ -49,11 +48,9 @@ def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:
     """The kernels read head_dim with stride 1, and their tensor descriptors (TMA on Hopper) need a 16-byte
     aligned start and 16-byte multiples for the other strides. Any other layout is copied once here; views of
     a packed QKV projection and SDPA's transposes pass as they are."""
-    strides = t.stride()
-    # (16 divides every stride's bytes when it divides their gcd's: element sizes are powers of two up to 8)
-    if strides[-1] == 1 and strides[1] != 0 and t.data_ptr() % 16 == 0:
-        if math.gcd(*strides[:-1]) * t.element_size() % 16 == 0:
-            return t
+    # (an expanded view along the sequence, stride 0, is copied as well, so a descriptor never sees a zero stride)
+    if t.stride(1) != 0 and descriptor_ready(t):
+        return t
     return t.contiguous()
 
 

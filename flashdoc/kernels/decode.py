@@ -15,6 +15,9 @@ Three kernels, launched in this order for one call of ``flash_attn_with_kvcache`
 Which keys each query row sees (causal, sliding window) and how its scores change (softcap, ALiBi) is the
 masking core's rule (``mask.py``), applied with each sequence's own diagonal, which only the GPU knows.
 
+On Hopper, a plain decode step over pages of 16 rows runs ``decode_hopper``'s Gluon kernel in place of
+``_split_kv`` (``hopper_takes``), with the same split heuristic, partial outputs and merge.
+
 Caches are paged or contiguous, and both are read the same way: a contiguous cache (batch, seqlen, Hk, D) is a
 paged cache whose pages are whole sequences, page ``cache_batch_idx[b]`` (or ``b``) of length seqlen.
 
@@ -31,9 +34,21 @@ import torch
 import triton
 import triton.language as tl
 
-from . import INTERPRET, LOG2E, cdiv, next_power_of_2
+from . import INTERPRET, LOG2E, cdiv, decode_hopper, next_power_of_2
 from .common import block_d_for, dot_precision
-from .launch import device_index, head_tiles, launch, launch_signature, no_launch_hooks, on_device, plan_cache
+from .forward_hopper import gluon_runs
+from .launch import (
+    aligned,
+    descriptor_ready,
+    device_index,
+    head_tiles,
+    launch,
+    launch_gluon,
+    launch_signature,
+    no_launch_hooks,
+    on_device,
+    plan_cache,
+)
 from .mask import band, key_block_range, mask_scores, mod_scores
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -69,7 +84,6 @@ class DecodeConfig:
         )
 
 
-# --8<-- [start:decode_configs]
 # Keyed by (padded head dim, whether the grid fills the GPU without splits). Each program keeps ``stages - 1``
 # tiles of BLOCK_N keys and values in flight. At d = 128, the winners of ``benchmarks/decode.py --sweep`` on the
 # H200 (figures in benchmarks/FINDINGS.md): 128-key tiles, one program per SM, 4 warps where splits fill the GPU
@@ -90,7 +104,15 @@ TUNED_CONFIGS = {
     (128, 64, False): DecodeConfig(block_n=64, warps=4, stages=3, programs_per_sm=2),
     (128, 64, True): DecodeConfig(block_n=64, warps=4, stages=2, programs_per_sm=1),
 }
-# --8<-- [end:decode_configs]
+
+# Pages of 16 rows go to the Gluon kernel on Hopper (``decode_hopper``) where the split heuristic, not the batch,
+# fills the GPU: it reads a 128-key tile as one TMA box a page into one buffer, where ``_split_kv`` computes an
+# address a row. Timed on an H100 under CUDA graphs against the package's contiguous call at 1 x 4k, 1 x 32k, 8 x 4k
+# and 1 x 128k (benchmarks/FINDINGS.md), it ran at 0.957-0.963x with one tile in flight, where ``_split_kv`` ran at
+# 0.897-0.955x; deeper rings of small boxes ran slower. Over pages of 32 it gained at 1 x 4k only, and the batches
+# that fill the GPU were not timed: both stay on ``_split_kv``.
+HOPPER_PAGED_CONFIG = DecodeConfig(block_n=128, warps=4, stages=2, programs_per_sm=1)
+HOPPER_PAGE_SIZES = (16,)
 
 PAGED_EXTRA_STAGES = 2
 # flash-attn's cap on splits: more would make the merge cost more than the split saves.
@@ -827,7 +849,7 @@ def _append_key(q, kk, vv, qr, k_cache, v_cache, seqlens, const, batch_idx, tabl
         launch_signature(const),
         interleaved,
         per_row,
-        all(map(_aligned, (q, kk, vv, qr, k_cache, v_cache, seqlens, batch_idx, table, cos, sin))),
+        _aligned(q, kk, vv, qr, k_cache, v_cache, seqlens, batch_idx, table, cos, sin),
     )
 
 
@@ -1000,6 +1022,7 @@ class _Plan:
     ints: tuple  # the int arguments from q's strides to the cache's length; the call's own values follow
     merge_ints: tuple  # the merge's int arguments (out's strides, heads, seqlen_q, rows, splits)
     tma_pages: bool  # K and V read as TMA boxes of their pages (``_split_kv``'s TMA_PAGES)
+    hopper: bool  # ``decode_hopper``'s Gluon kernel in place of ``_split_kv`` (``hopper_takes``)
     device_index: int = None
     launchers: tuple = None
 
@@ -1007,8 +1030,9 @@ class _Plan:
 _plans = plan_cache()
 
 
-def _aligned(t) -> bool:
-    return t is None or t.data_ptr() % 16 == 0
+def _aligned(*tensors) -> bool:
+    """Whether every tensor given (None for one not passed) starts on a 16-byte boundary."""
+    return all(t is None or aligned(t) for t in tensors)
 
 
 def tma_pages(k_cache, v_cache, page_size: int, block_n: int, leftpad) -> bool:
@@ -1018,12 +1042,45 @@ def tma_pages(k_cache, v_cache, page_size: int, block_n: int, leftpad) -> bool:
     took 1-5% less time (the most at the short caches, where a program has few tiles to hide its addresses
     behind) and pages of 256 the same within 1% (benchmarks/FINDINGS.md). Pages smaller than a tile keep the
     per-row path: four 16-row boxes a tile ran slower than their addresses."""
+    return leftpad is None and page_size % block_n == 0 and descriptor_ready(k_cache) and descriptor_ready(v_cache)
 
-    def fits(t):
-        size = t.element_size()
-        return t.stride(3) == 1 and all(st * size % 16 == 0 for st in t.stride()[:3]) and _aligned(t)
 
-    return leftpad is None and page_size % block_n == 0 and fits(k_cache) and fits(v_cache)
+def plain_paged_step(q, k_cache, v_cache, out, block_table, batch_idx, window_size, softcap, slopes, pad) -> bool:
+    """Whether a call is the step ``decode_hopper``'s kernel computes, from its shapes and options alone: one query a
+    sequence (which sees every key up to its own, whatever the causal flag or a window's right edge says), no
+    window's left edge, softcap, ALiBi, left padding or ``cache_batch_idx``; pages of ``HOPPER_PAGE_SIZES``; a head
+    dim of ``decode_hopper.HEAD_DIMS``; at most ``decode_hopper.BLOCK_M`` query heads a KV head; one dtype for q,
+    the caches and the output; caches a descriptor reads as they lie."""
+    _, seqlen_q, n_heads, head_dim = q.shape
+    return (
+        block_table is not None
+        and k_cache.shape[1] in HOPPER_PAGE_SIZES
+        and seqlen_q == 1
+        and window_size[0] < 0
+        and not softcap
+        and slopes is None
+        and pad is None
+        and batch_idx is None
+        and head_dim in decode_hopper.HEAD_DIMS
+        and n_heads // k_cache.shape[2] <= decode_hopper.BLOCK_M
+        and q.dtype == k_cache.dtype == v_cache.dtype == out.dtype
+        and descriptor_ready(k_cache)
+        and descriptor_ready(v_cache)
+    )
+
+
+def hopper_takes(
+    q, k_cache, v_cache, out, block_table, batch_idx, window_size, softcap, slopes, pad, programs: int, index: int
+) -> bool:
+    """Whether ``decode_hopper``'s Gluon kernel takes a call of ``programs`` per split: a ``plain_paged_step`` on a
+    Hopper GPU with Gluon (``forward_hopper.gluon_runs``), whose batch alone does not fill the GPU (what
+    ``HOPPER_PAGE_SIZES`` was timed on)."""
+    return (
+        q.is_cuda
+        and plain_paged_step(q, k_cache, v_cache, out, block_table, batch_idx, window_size, softcap, slopes, pad)
+        and not fills_gpu(programs, index)
+        and gluon_runs(q)
+    )
 
 
 def _plan_key(
@@ -1054,7 +1111,7 @@ def _plan_key(
         None if slopes is None else slopes.shape,
         n,
         None if pad is None else pad.dtype,
-        all(map(_aligned, (q, k_cache, v_cache, out, lse, seqlens, batch_idx, table, pad))),
+        _aligned(q, k_cache, v_cache, out, lse, seqlens, batch_idx, table, pad),
     )
 
 
@@ -1072,7 +1129,13 @@ def _make_plan(
     block_m, m_tiles = query_tiles(group, seqlen_q)
     programs = batch * n_kv_heads * m_tiles
     index = None if INTERPRET else device_index(q.device)  # CPU tensors have none
-    if config is None:
+    hopper = config is None and hopper_takes(
+        q, k_cache, v_cache, out, block_table, batch_idx, window_size, softcap, slopes, pad, programs, index
+    )
+    if hopper:
+        config = HOPPER_PAGED_CONFIG
+        planned_splits = splits_for(programs, capacity, config, index)
+    elif config is None:
         config, planned_splits = launch_plan(
             programs, head_dim, k_cache.dtype, page_size if paged else 0, capacity, index
         )
@@ -1080,7 +1143,7 @@ def _make_plan(
         planned_splits = 1 if INTERPRET else splits_for(programs, capacity, config, index)
     num_splits = splits or planned_splits
     block_d = block_d_for(head_dim)
-    tma = paged and tma_pages(k_cache, v_cache, page_size, config.block_n, pad)
+    tma = paged and not hopper and tma_pages(k_cache, v_cache, page_size, config.block_n, pad)
     # The masking core's band, with offsets relative to the diagonal (a square of the cache's capacity has its
     # diagonal at 0): the kernel shifts them by each sequence's own seqlen_k - seqlen_q.
     is_causal, is_local, left_rel, right_rel = band(capacity, capacity, causal, window_size)
@@ -1107,31 +1170,54 @@ def _make_plan(
     # BLOCK_S: the split counts up to a power of two share one compiled merge
     block_s = next_power_of_2(num_splits)
     out_strides = out.stride()[:3]
+    grid = (batch * n_kv_heads, m_tiles, num_splits)
+    ints = (
+        *q.stride()[:3],
+        *k_cache.stride()[:3],
+        *v_cache.stride()[:3],
+        block_table.stride(0) if paged else 0,
+        *out_strides,
+        n_kv_heads,
+        seqlen_q,
+        block_table.shape[1] if paged else 1,
+        k_cache.shape[1],
+    )
+    if hopper:  # ``decode_hopper._paged_decode``'s grid, meta-parameters and ints
+        grid = (batch * n_kv_heads, num_splits)
+        meta = dict(
+            GROUP=group,
+            PAGE_SIZE=page_size,
+            BLOCK_N=config.block_n,
+            STAGES=config.stages,
+            SPLIT=num_splits > 1,
+            SEQLENS_TENSOR=seqlens is not None,
+        )
+        ints = (
+            q.stride(0),
+            q.stride(2),
+            out.stride(0),
+            out.stride(2),
+            block_table.stride(0),
+            block_table.shape[1],
+            n_kv_heads,
+            batch * n_heads,
+        )
     return _Plan(
         num_splits=num_splits,
         block_d=block_d,
         part_rows=num_splits * batch * n_heads * seqlen_q if num_splits > 1 else 0,
         left_rel=left_rel,
         right_rel=right_rel,
-        grid=(batch * n_kv_heads, m_tiles, num_splits),
+        grid=grid,
         meta=meta,
         tconfig=_triton_config(config, paged and not tma),  # a TMA box needs no stages for its table entry
         merge_grid=(batch * n_heads * seqlen_q,),
         merge_meta=dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=block_s, CHUNK=min(MERGE_CHUNK, block_s)),
         merge_config=_small_config(4 if block_d >= 128 else 2, 2),
-        ints=(
-            *q.stride()[:3],
-            *k_cache.stride()[:3],
-            *v_cache.stride()[:3],
-            block_table.stride(0) if paged else 0,
-            *out_strides,
-            n_kv_heads,
-            seqlen_q,
-            block_table.shape[1] if paged else 1,
-            k_cache.shape[1],
-        ),
+        ints=ints,
         merge_ints=(*out_strides, n_heads, seqlen_q, batch * n_heads * seqlen_q, num_splits),
         tma_pages=tma,
+        hopper=hopper,
         device_index=index,
     )
 
@@ -1162,8 +1248,8 @@ def decode_attention(
     None): flash-attn's, bottom-right aligned. num_splits: 0 chooses with ``num_splits_heuristic``.
     config: a ``DecodeConfig`` instead of the table's (the benchmark's sweep uses it). cache_leftpad: int32 (B,)
     or None: sequence b's keys start at row ``cache_leftpad[b]`` of a contiguous cache, and are counted from
-    there (the masks, ALiBi and the length), as in flash-attn."""
-    batch, seqlen_q, n_heads, _ = q.shape
+    there (the masks, ALiBi and the length), as in flash-attn. On Hopper a plain step over small pages runs
+    ``decode_hopper``'s kernel in place of ``_split_kv`` (``hopper_takes``)."""
     key = plan = None
     if config is None and not INTERPRET:
         key = _plan_key(
@@ -1202,22 +1288,89 @@ def decode_attention(
             config,
             cache_leftpad,
         )
-    paged = block_table is not None
     dummy = _placeholder(q.device)
     if plan.part_rows:  # one allocation for both: the partial outputs (splits, B, H, Sq, BLOCK_D), then LSEs
         part = torch.empty(plan.part_rows * (plan.block_d + 1), device=q.device, dtype=torch.float32)
         o_part, lse_part = part[: plan.part_rows * plan.block_d], part[plan.part_rows * plan.block_d :]
     else:
         o_part = lse_part = dummy
+    seqlens = cache_seqlens if cache_seqlens is not None else dummy
+    if plan.hopper:
+        block_n = plan.meta["BLOCK_N"]
+        args = (
+            q,
+            *decode_hopper.descriptors(k_cache, v_cache, block_n),
+            block_table,
+            seqlens,
+            o_part,
+            lse_part,
+            out,
+            lse,
+            *plan.ints,
+            cache_seqlen_const,
+            seqlen_new,
+            softmax_scale * LOG2E,
+        )
+    else:
+        args = _split_kv_args(q, k_cache, v_cache, seqlens, cache_batch_idx, block_table, cache_leftpad, out, lse,
+                              o_part, lse_part, dummy, plan, cache_seqlen_const, seqlen_new, softmax_scale, softcap,
+                              alibi_slopes)  # fmt: skip
+    split = plan.num_splits > 1
+    if split:
+        margs = (o_part, lse_part, out, lse, *plan.merge_ints)
+    # a plan's launchers take the arguments straight to the compiled kernels, on the current device's stream
+    if plan.launchers is not None and no_launch_hooks() and torch.cuda.current_device() == plan.device_index:
+        split_kv, merge = plan.launchers
+        split_kv(plan.grid, args, plan.device_index)
+        if split:
+            merge(plan.merge_grid, margs, plan.device_index)
+        return
+    with on_device(q.device):
+        if plan.hopper:
+            split_kv = launch_gluon(decode_hopper._paged_decode, plan.grid, args, plan.meta, plan.tconfig.num_warps)
+        else:
+            split_kv = launch(_split_kv, None, lambda meta: plan.grid, args, plan.meta, plan.tconfig, plan.tconfig)
+        merge = None
+        if split:
+            config = plan.merge_config
+            merge = launch(_merge_splits, None, lambda meta: plan.merge_grid, margs, plan.merge_meta, config, config)
+    if key is not None and split_kv is not None and (merge is not None or not split):
+        plan.launchers = (split_kv, merge)
+        _plans[key] = plan
+
+
+def _split_kv_args(
+    q,
+    k_cache,
+    v_cache,
+    seqlens,
+    cache_batch_idx,
+    block_table,
+    cache_leftpad,
+    out,
+    lse,
+    o_part,
+    lse_part,
+    dummy,
+    plan: _Plan,
+    cache_seqlen_const: int,
+    seqlen_new: int,
+    softmax_scale: float,
+    softcap: float,
+    alibi_slopes,
+) -> tuple:
+    """``_split_kv``'s arguments for a call under ``plan`` (``dummy`` for each tensor it does not pass)."""
+    batch, _, n_heads, _ = q.shape
+    paged = block_table is not None
     cap_in, cap_out = (softmax_scale / softcap, softcap / softmax_scale) if softcap else (None, None)
     slopes = None
     if alibi_slopes is not None:  # divided by the scale, as the masking core's scores are
         slopes = (alibi_slopes.float() / softmax_scale).expand(batch, n_heads).contiguous()
-    args = (
+    return (
         q,
         k_cache,
         v_cache,
-        cache_seqlens if cache_seqlens is not None else dummy,
+        seqlens,
         cache_batch_idx if cache_batch_idx is not None else dummy,
         block_table if paged else dummy,
         cache_leftpad,  # None compiles as a constant: the kernel without it has no such parameter
@@ -1236,22 +1389,3 @@ def decode_attention(
         cap_out,
         *((head_tiles(k_cache, "BLOCK_N"), head_tiles(v_cache, "BLOCK_N")) if plan.tma_pages else (None, None)),
     )
-    split = plan.num_splits > 1
-    if split:
-        margs = (o_part, lse_part, out, lse, *plan.merge_ints)
-    # a plan's launchers take the arguments straight to the compiled kernels, on the current device's stream
-    if plan.launchers is not None and no_launch_hooks() and torch.cuda.current_device() == plan.device_index:
-        split_kv, merge = plan.launchers
-        split_kv(plan.grid, args, plan.device_index)
-        if split:
-            merge(plan.merge_grid, margs, plan.device_index)
-        return
-    with on_device(q.device):
-        split_kv = launch(_split_kv, None, lambda meta: plan.grid, args, plan.meta, plan.tconfig, plan.tconfig)
-        merge = None
-        if split:
-            config = plan.merge_config
-            merge = launch(_merge_splits, None, lambda meta: plan.merge_grid, margs, plan.merge_meta, config, config)
-    if key is not None and split_kv is not None and (merge is not None or not split):
-        plan.launchers = (split_kv, merge)
-        _plans[key] = plan

@@ -19,6 +19,7 @@ host time.
 import ctypes
 import dataclasses
 import functools
+import math
 import operator
 from typing import Callable, NamedTuple
 
@@ -454,6 +455,14 @@ def layout(t: torch.Tensor) -> tuple:
 def aligned(t: torch.Tensor) -> bool:
     """Whether t starts on a 16-byte boundary, which Triton specialises a pointer argument on."""
     return t.data_ptr() % 16 == 0
+
+
+def descriptor_ready(t: torch.Tensor) -> bool:
+    """Whether a tensor descriptor (TMA on Hopper) can read t as it lies: unit last stride, a 16-byte aligned
+    start and 16-byte multiples for the other strides."""
+    strides = t.stride()
+    # (16 divides every stride's bytes when it divides their gcd's: element sizes are powers of two up to 8)
+    return strides[-1] == 1 and aligned(t) and math.gcd(*strides[:-1]) * t.element_size() % 16 == 0
 
 
 def distinct(objects: tuple) -> tuple:

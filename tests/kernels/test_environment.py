@@ -94,6 +94,8 @@ def test_the_report_says_which_path_and_why(monkeypatch):
         assert "windows and softcap: the Hopper kernels" in paths["variants"]
         assert "ALiBi and dropout: portable" in paths["variants"]
         assert "Hopper dK/dV and dQ kernels" in paths["varlen backward"]
+        assert "one-query steps over pages of 16 rows" in paths["decode (kvcache)"]
+        assert "head dims 64, 128" in paths["decode (kvcache)"]
     assert "8.0" in dict(_config.kernel_paths((8, 0), interpret=False))["every call"]
     assert "no CUDA GPU" in dict(_config.kernel_paths(None))["every call"]
 

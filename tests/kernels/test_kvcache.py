@@ -147,10 +147,12 @@ def check(
     batch_idx=False,
     seqlens_as_int=False,
     leftpad=None,
+    poison=False,
     seed=0,
 ):
     """Build a cache (paged when page_size is given: pages shuffled), call flash_attn_with_kvcache, and compare
-    out, lse and the caches after the call with the oracle."""
+    out, lse and the caches after the call with the oracle. poison: NaN in every cache row past each sequence's
+    keys after the append (as in a cache allocated with torch.empty), which must not reach the output."""
     g = torch.Generator().manual_seed(seed)
 
     def randn(*shape):
@@ -176,6 +178,13 @@ def check(
         capacity = cache_len if page_size is None else block_table.shape[1] * page_size
         angle = torch.rand(capacity, rotary_dim // 2, generator=g, dtype=torch.float64) * 6.3
         cos, sin = angle.cos().to(DEVICE, dtype), angle.sin().to(DEVICE, dtype)
+    if poison:
+        for b in range(batch):
+            n = (lens[0] if seqlens_as_int else lens[b]) + seqlen_new
+            rows = cache_len if page_size is None else block_table.shape[1] * page_size
+            page, row = cache_rows(b, rows, cache_batch_idx, block_table, page_size)
+            k_cache[page[n:], row[n:]] = float("nan")
+            v_cache[page[n:], row[n:]] = float("nan")
     if seqlens_as_int:
         cache_seqlens = lens[0]
     else:
@@ -208,8 +217,8 @@ def check(
     # the caches after the call: the new rows as the oracle wrote them (rotated in float64, rounded once:
     # the kernel rotates in float32, so a rotated value may differ by one rounding step), the rest untouched
     atol = 0 if rotary_dim is None else 2 * torch.finfo(dtype).eps * 4
-    torch.testing.assert_close(k_cache, ref[2], atol=atol, rtol=torch.finfo(dtype).eps if atol else 0)
-    torch.testing.assert_close(v_cache, ref[3], atol=0, rtol=0)
+    torch.testing.assert_close(k_cache, ref[2], atol=atol, rtol=torch.finfo(dtype).eps if atol else 0, equal_nan=True)
+    torch.testing.assert_close(v_cache, ref[3], atol=0, rtol=0, equal_nan=True)
     return out, lse
 
 
@@ -268,6 +277,56 @@ def test_tma_pages_need_a_descriptor_layout():
     assert not decode.tma_pages(cache, cache, 64, 64, torch.zeros(2, dtype=torch.int32))
     odd = torch.zeros(4, 64, 2, 36, dtype=torch.float16)[..., :33]  # rows 72 bytes apart
     assert not decode.tma_pages(odd, odd, 64, 64, None)
+
+
+def test_plain_paged_step_is_what_the_hopper_kernel_takes():
+    """The Gluon kernel's calls (``decode.plain_paged_step``): one query over pages of 16 with no option beyond the
+    causal flag and a window's right edge; any other option, shape or layout keeps ``_split_kv``."""
+    q = torch.zeros(2, 1, 32, 128, dtype=torch.bfloat16)
+    cache = torch.zeros(64, 16, 8, 128, dtype=torch.bfloat16)
+    table = torch.zeros(2, 32, dtype=torch.int32)
+    plain = dict(
+        q=q,
+        k_cache=cache,
+        v_cache=cache,
+        out=torch.empty_like(q),
+        block_table=table,
+        batch_idx=None,
+        window_size=(-1, -1),
+        softcap=0.0,
+        slopes=None,
+        pad=None,
+    )
+    assert decode.plain_paged_step(**plain)
+    assert decode.plain_paged_step(**{**plain, "window_size": (-1, 0)})  # causal, or a right edge: every key
+    half = torch.zeros(64, 16, 8, 64, dtype=torch.float16)
+    assert decode.plain_paged_step(**{**plain, "q": q[..., :64].half(), "k_cache": half, "v_cache": half,
+                                      "out": q[..., :64].half()})  # fmt: skip
+    mqa = torch.zeros(64, 16, 1, 128, dtype=torch.bfloat16)
+    q64 = torch.zeros(2, 1, 64, 128, dtype=torch.bfloat16)
+    assert decode.plain_paged_step(**{**plain, "q": q64, "k_cache": mqa, "v_cache": mqa, "out": q64})
+    q2 = torch.zeros(2, 2, 32, 128, dtype=torch.bfloat16)
+    odd = torch.zeros(64, 16, 8, 136, dtype=torch.bfloat16)[..., :128]  # rows 272 bytes apart: 16 divides them
+    skewed = torch.zeros(64 * 16 * 8 * 128 + 1, dtype=torch.bfloat16)[1:].view(64, 16, 8, 128)  # 2 bytes off
+    q96 = torch.zeros(2, 1, 32, 96, dtype=torch.bfloat16)
+    c96 = torch.zeros(64, 16, 8, 96, dtype=torch.bfloat16)
+    q65 = torch.zeros(2, 1, 65, 128, dtype=torch.bfloat16)
+    for change in (
+        {"block_table": None},  # contiguous
+        {"k_cache": torch.zeros(16, 64, 8, 128, dtype=torch.bfloat16)},  # pages of 64
+        {"q": q2, "out": torch.empty_like(q2)},  # two queries
+        {"window_size": (100, -1)},
+        {"softcap": 30.0},
+        {"slopes": torch.ones(32)},
+        {"pad": torch.zeros(2, dtype=torch.int32)},
+        {"batch_idx": torch.zeros(2, dtype=torch.int32)},
+        {"q": q96, "out": q96, "k_cache": c96, "v_cache": c96},  # head dim 96
+        {"q": q65, "out": q65, "k_cache": mqa, "v_cache": mqa},  # 65 query heads a KV head
+        {"out": torch.empty(q.shape, dtype=torch.float32)},
+        {"v_cache": skewed},
+    ):
+        assert not decode.plain_paged_step(**{**plain, **change}), list(change)
+    assert decode.plain_paged_step(**{**plain, "k_cache": odd, "v_cache": odd})
 
 
 @pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
@@ -806,6 +865,68 @@ def test_gpu_batch_that_fills_the_gpu(page_size):
     )
 
 
+def _record_hopper_takes(monkeypatch) -> list:
+    """Every ``decode.hopper_takes`` answer from here on, with the plans forgotten so that the next call asks."""
+    taken = []
+    real = decode.hopper_takes
+    monkeypatch.setattr(decode, "_plans", {})
+    monkeypatch.setattr(decode, "hopper_takes", lambda *a: taken.append(real(*a)) or taken[-1])
+    return taken
+
+
+def _on_hopper() -> bool:
+    from flashdoc.kernels import gluon_support
+
+    return gluon_support.ALLOWED and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [0, 1, 3])
+@pytest.mark.parametrize("heads", [(8, 8), (32, 8), (64, 1)], ids=["mha", "gqa4", "mqa64"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_plain_paged_step(monkeypatch, dtype, head_dim, heads, num_splits):
+    """A plain decode step over pages of 16 (``decode.hopper_takes``), on Hopper the Gluon kernel: NaN past each
+    sequence, a sequence of one key, one whose last tile runs past its block table (1,000 keys over 63 pages of
+    16), one split (the output written directly), three, and the heuristic's."""
+    taken = _record_hopper_takes(monkeypatch)
+    check(
+        dtype,
+        batch=3,
+        n_heads=heads[0],
+        n_kv=heads[1],
+        head_dim=head_dim,
+        cache_len=1000,
+        lens=(999, 0, 517),
+        seqlen_new=1,
+        page_size=16,
+        causal=True,
+        num_splits=num_splits,
+        poison=True,
+    )
+    assert taken == [_on_hopper()]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "options",
+    [dict(seqlens_as_int=True, lens=(700, 700)), dict(seqlen_new=0, lens=(700, 30)), dict(rotary_dim=128)],
+    ids=["int_seqlens", "no_append", "rotary"],
+)
+def test_gpu_plain_paged_step_options(monkeypatch, options):
+    """The Gluon kernel's other inputs: one length for every sequence (an int), no new keys, rotated q and k."""
+    taken = _record_hopper_takes(monkeypatch)
+    check(
+        torch.bfloat16,
+        **{
+            **dict(batch=2, n_heads=32, n_kv=8, head_dim=128, cache_len=2048, lens=(700, 1500), seqlen_new=1),
+            **dict(page_size=16, poison=True),
+            **options,
+        },
+    )
+    assert taken == [_on_hopper()]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_splits", [0, 1, 7])
 @pytest.mark.parametrize(
@@ -971,12 +1092,15 @@ def test_gpu_fp32_and_batch_idx():
 
 
 @pytest.mark.gpu
-def test_gpu_decode_step_in_a_cuda_graph():
+@pytest.mark.parametrize("page", [64, 16])
+def test_gpu_decode_step_in_a_cuda_graph(page):
     """One decode step (append one token, attend over a paged cache with the heuristic's splits) captured in a
     CUDA graph and replayed with new inputs copied into its static tensors: same results as eager calls, and the
-    cache grows by one token per replay. Capture fails if anything synchronises with the host."""
+    cache grows by one token per replay. Capture fails if anything synchronises with the host. (Pages of 16: the
+    Gluon kernel on Hopper.)"""
     torch.manual_seed(0)
-    batch, n_heads, n_kv, head_dim, page, pages = 4, 32, 8, 128, 64, 32
+    batch, n_heads, n_kv, head_dim = 4, 32, 8, 128
+    pages = 2048 // page
     kw = dict(device="cuda", dtype=torch.bfloat16)
     k_cache = torch.randn(batch * pages, page, n_kv, head_dim, **kw)
     v_cache = torch.randn_like(k_cache)
