@@ -133,6 +133,7 @@ if GLUON:
             seqlen_k = gl.load(CACHE_SEQLENS + off_b).to(gl.int32) + seqlen_new
         else:
             seqlen_k = cache_seqlen_const + seqlen_new
+        seqlen_k = gl.minimum(seqlen_k, max_pages * PAGE_SIZE)  # as _split_kv: never past the table's pages
         n_tiles = (seqlen_k + BLOCK_N - 1) // BLOCK_N
         per_split = (n_tiles + num_splits - 1) // num_splits
         first = split * per_split
