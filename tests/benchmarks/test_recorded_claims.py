@@ -438,7 +438,7 @@ def test_recording_backs_the_decode_targets_the_post_names():
         (
             claim(post, "Against SDPA's flash backend it is at least as fast at"),
             claim(post, "reaches 85% of the copy wherever the caches hold at least 8 × 32k tokens"),
-            claim(post, "paged caches fall more than 5% behind contiguous"),
+            claim(post, "Paged caches stay within 5% of contiguous ones at every point"),
         )
     )
     text = (GENERATED / "decoding/gpu_roofline/decode.md").read_text()
@@ -452,7 +452,7 @@ def test_recording_backs_the_decode_targets_the_post_names():
         if share:
             assert f"reaches {share.group(1)}% of the copy" in sentence
         if paged:
-            assert f"more than {paged.group(1)}% behind contiguous" in sentence
+            assert f"within {paged.group(1)}% of contiguous ones" in sentence
 
 
 def test_recording_backs_the_decode_roofline_reading():
@@ -475,26 +475,29 @@ def test_recording_backs_the_decode_roofline_reading():
     by_point = readings.decode_against("sdpa-cudnn")
     ratios = list(by_point.values())
     assert min(ratios) >= 0.95 and max(ratios) <= 1.05, ratios
-    claim(post, 'Of the {{ decode_claims("all") }} claims, the one on paged caches misses,')
-    claim(post, "and parity with cuDNN at every point is a coin toss")
+    claim(post, 'Of the {{ decode_claims("all") }} claims, only parity with cuDNN at')
+    claim(post, "every point misses, and that one is a coin toss")
     missed = {target for target, c in checks.items() if not c["met"]}
     paged_claim, cudnn_claim = "paged within 5% of contiguous at every point", "flashdoc >= sdpa-cudnn at every point"
-    assert paged_claim in missed and missed <= {paged_claim, cudnn_claim}, missed
+    assert missed == {cudnn_claim}, missed
     claim(post, "and trails it by at most {{ decode_cudnn_shortfall() }} at the others, margins small")
-    assert set(by_point) == points and (cudnn_claim in missed) == (min(by_point.values()) < 1), (missed, by_point)
+    assert set(by_point) == points and min(by_point.values()) < 1, by_point
     assert all(r >= 0.99 for r in by_point.values()), by_point  # behind by a fraction of a percent at most
     paged = readings.decode_paged_ratios()
-    claim(post, "And paged caches fall more than 5% behind contiguous ones, the most at the smallest point, 1 × 4k")
-    smallest = min(c for _, c in points)
-    assert checks["paged within 5% of contiguous at every point"]["worst"].endswith(
-        f"at {report.shape_label(1, smallest)}"
-    )
-    assert min(paged.values()) == paged[(1, smallest)] < 0.95, paged
-    claim(post, "From 8 × 32k up the gap narrows to within 5%:")
-    claim(post, "there the slowest page size reads {{ decode_paged_large() }} as fast as the contiguous cache.")
+    claim(post, "Paged caches stay within 5% of contiguous ones at every point,")
+    claim(post, "though barely at the smallest, 1 × 4k, where each program reads only a few tiles")
+    smallest = readings.decode_smallest_point()
+    assert smallest == (1, min(c for _, c in points)) and report.shape_label(*smallest) == "1×4k"
+    assert checks[paged_claim]["worst"].endswith(f"at {report.shape_label(*smallest)}")
+    assert min(paged.values()) == paged[smallest] < 0.97, paged
+    claim(post, "there the slowest page size reads {{ decode_paged_small() }} as fast as the contiguous cache, while")
+    claim(post, "of 16, which the Gluon kernel reads on this card, read {{ decode_paged_small(16) }}.")
+    assert any(card in recorded["gpu"] for card in ("H100", "H200")), recorded["gpu"]  # the Gluon kernel ran
+    assert readings.decode_paged_ratio(smallest, 16) > paged[smallest] + 0.02, paged
+    claim(post, "From 8 × 32k up the slowest")
+    claim(post, "page size reads {{ decode_paged_large() }} as fast as the contiguous cache.")
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
-    assert large and min(large) > paged[(1, smallest)] and max(large) < 1, paged  # it narrows, paged still behind
-    assert min(large) >= 0.95, paged
+    assert large and min(large) > paged[smallest] and max(large) < 1, paged  # it narrows, paged still behind
     claim(post, "Timed call by call, a call this short can also wait on its host, at points that differ from run")
     excess = readings.decode_call_excess()
     host_bound = readings.decode_host_bound_points()
@@ -514,16 +517,20 @@ def test_recording_backs_the_decode_roofline_reading():
         claim(post, "Elsewhere the two took at most {{ decode_call_excess_us() }} longer than under the graph.")
     else:
         claim(post, "Here none did (no contiguous call took twice its kernels' time under the graph)")
-        said = claim(post, 'the least at {{ decode_call_vs_cudnn("least") }}, where the kernels are shortest.')
-        shortest = min(points, key=lambda p: rows[p + ("flashdoc",)]["graph_ms"])
-        assert min(by_call, key=by_call.get) == shortest, (said, by_call)
-    said = claim(post, 'Paged calls fare worse still: at {{ decode_worst_paged_call("point") }} they took')
-    by_call, by_graph = readings.decode_worst_paged("tbps"), readings.decode_worst_paged("graph_tbps")
-    assert by_call[0] < by_graph[0], (said, by_call, by_graph)
+        said = claim(post, 'call by call flashdoc read {{ decode_call_vs_cudnn("range") }} cuDNN\'s bandwidth.')
+        assert min(by_call.values()) >= 0.95, (said, by_call)  # about cuDNN's, as under the graph
+    said = claim(post, "Paged calls carry about the same host time as contiguous ones: at")
+    claim(post, '{{ decode_worst_paged_call("point") }} they took')
     claim(post, 'for kernels of {{ decode_worst_paged_call("kernels") }}.')
     paged_us, contiguous_us = (readings.decode_worst_paged_call_us(w) for w in ("paged", "contiguous"))
     kernels_us = readings.decode_worst_paged_call_us("kernels")
     assert paged_us[1] > contiguous_us[1] > kernels_us[1], (paged_us, contiguous_us, kernels_us)
+    # what a call adds to its kernels: within a third of the contiguous call's addition, at every page size
+    point = readings.decode_worst_paged_call_point()
+    contiguous_excess = contiguous_us[1] - rows[point + ("flashdoc",)]["graph_ms"] * 1e3
+    for m in readings.decode_paged_methods():
+        excess = (rows[point + (m,)]["ms"] - rows[point + (m,)]["graph_ms"]) * 1e3
+        assert abs(excess - contiguous_excess) < contiguous_excess / 3, (said, m, excess, contiguous_excess)
 
 
 def test_recording_backs_the_flex_decoding_reading():
@@ -710,12 +717,13 @@ def test_recording_backs_the_causal_blocks_skipped_and_masked():
 
 def test_recording_backs_the_window_cost_floor():
     """Part 7's reading of the window-cost table: below about 1,024 keys forward and backward get cheaper by far
-    less than the window (an eighth of the keys saves under half), while the forward's kernel, timed alone, shrinks
+    less than the window (an eighth of the keys keeps well over an eighth of the time), while the forward's kernel, timed alone, shrinks
     at every halving of the window by less than half, the call following it at every width but the one the post
     names, and wider windows still cost more; a step takes about a millisecond at these widths; and the 1,024-key
     call's two timings it compares, this table's and the variants benchmark's, lie within 10% of each other."""
     post = read_post("masking-core.md")
     claim(post, "Below a window of about 1,024 keys a training step, forward and backward, gets cheaper by far less")
+    claim(post, "window: an eighth of the keys, 128, took {{ window_step_ms(128) }} against {{ window_step_ms(1024) }}")
     rows = readings.window_cost_rows()
     ratio = {w: both for w, (_, _, both) in rows.items()}
     forward_ms = {w: fwd for w, (fwd, _, _) in rows.items()}
@@ -723,7 +731,7 @@ def test_recording_backs_the_window_cost_floor():
     narrow_widths = [w for w in rows if w <= 1024]
     # from 1,024 keys down to 256 the forward's kernel sheds time at every halving of the window, but less than half
     # of it (each program's fixed cost stays); the forward and backward shed little of their own
-    claim(post, "window, or not at all. The forward alone shrinks with the window all the way down to 128 keys")
+    claim(post, "The forward alone shrinks with the window all the way down to 128 keys")
     claim(post, "halving of the window saves its kernel, timed alone as below, less than half its time.")
     kernel_ms = {w: readings.fixed_cost_program("forward", w)["kernel_us"] / 1e3 for w in narrow_widths}
     for w in (256, 512, 1024):
@@ -733,14 +741,14 @@ def test_recording_backs_the_window_cost_floor():
     follows = {w: 0.8 < forward_ms[w] / kernel_ms[w] < 1.25 for w in narrow_widths}
     assert follows[128] and sum(follows.values()) >= len(follows) - 1, (forward_ms, kernel_ms)
     claim(post, "but with the host in the loop any width's")
-    assert both_ms[128] > 0.5 * both_ms[1024], both_ms  # an eighth of the keys saves under half
-    # or nothing: some halving from 1,024 keys down saves under 5%
-    assert any(both_ms[w // 2] > 0.95 * both_ms[w] for w in (256, 512, 1024)), both_ms
+    # an eighth of the keys saves far less than seven eighths of the time: each program's fixed cost and the
+    # host's work stay
+    assert both_ms[128] > 0.3 * both_ms[1024], both_ms
     narrow = [ratio[w] for w in narrow_widths]
     assert len(narrow) >= 4 and ratio[2048] > max(narrow) + 0.05 and ratio[4096] > ratio[2048], ratio
-    # the kernels shrink far more below 1,024 keys; the step at 128 keys is partly the host's (above its kernels,
+    # the kernels shrink more below 1,024 keys; the step at 128 keys is partly the host's (above its kernels,
     # each timed alone, which overstates the GPU's time: the step runs dQ beside dK/dV)
-    claim(post, "step's kernels shrink far more: each timed alone")
+    claim(post, "step's kernels shrink more: each timed alone")
     claim(post, "a step's three take {{ window_kernels_ms(128) }} at 128 keys and")
     claim(post, "{{ window_kernels_ms(1024) }} at 1,024, yet the step at 128 keys took {{ window_step_ms(128) }}")
     claim(post, 'times at {{ host_time_us("forward + backward") }} a call on this machine. The step at 128 keys')
@@ -752,8 +760,7 @@ def test_recording_backs_the_window_cost_floor():
     assert step <= 1.1 * added, (step, added)
     kernels = {w: readings.window_kernels_us(w) / 1e3 for w in (128, 1024)}
     assert kernels[128] < 0.5 * kernels[1024], kernels
-    # the step stays well above its kernels and sheds less of its time than they do from 1,024 keys to 128
-    assert both_ms[128] > 1.2 * kernels[128], (both_ms, kernels)
+    # the step stays above its kernels and sheds less of its time than they do from 1,024 keys to 128
     assert both_ms[1024] / both_ms[128] < kernels[1024] / kernels[128], (both_ms, kernels)
     claim(post, "at these widths a training step takes about a millisecond")
     assert all(0.5 <= both_ms[w] <= 2 for w in narrow_widths), both_ms

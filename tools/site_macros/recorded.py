@@ -290,6 +290,21 @@ def decode_paged_ratios(key: str = "graph_tbps") -> dict:
     return {p: min(rows[p + (m,)][key] for m in paged) / rows[p + ("flashdoc",)][key] for p in points}
 
 
+def decode_paged_ratio(point: tuple, page: int, key: str = "graph_tbps") -> float:
+    """Page size ``page``'s bandwidth over the contiguous cache's at ``point`` (batch, cache)."""
+    _, rows = decode_rows()
+    method = f"flashdoc-paged{page}"
+    if point + (method,) not in rows:
+        raise ValueError(f"decode_paged_ratio: the recording has no {method} row at {point}")
+    return rows[point + (method,)][key] / rows[point + ("flashdoc",)][key]
+
+
+def decode_smallest_point() -> tuple:
+    """(1, the shortest cache): the decode point with the fewest tokens."""
+    _, rows = decode_rows()
+    return min(((b, c) for b, c, m in rows if m == "flashdoc"), key=lambda point: (point[0] * point[1], point))
+
+
 NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
 
 
@@ -511,6 +526,16 @@ def register(env):
         if what == "lowest":
             return measured(f"{min(ratios.values()):.2f}×")
         raise ValueError(f"decode_call_vs_cudnn: what is range, least or lowest, got {what!r}")
+
+    @env.macro
+    def decode_paged_small(page=None):
+        """'0.95×': at the smallest point (one sequence, the shortest cache), the slowest page size's bandwidth over
+        the contiguous cache's, or page size ``page``'s."""
+        point = decode_smallest_point()
+        if page is None:
+            return times_range(decode_paged_ratios()[point], decode_paged_ratios()[point])
+        ratio = decode_paged_ratio(point, page)
+        return times_range(ratio, ratio)
 
     @env.macro
     def decode_paged_large():
