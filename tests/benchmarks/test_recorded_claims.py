@@ -717,10 +717,11 @@ def test_recording_backs_the_causal_blocks_skipped_and_masked():
 
 def test_recording_backs_the_window_cost_floor():
     """Part 7's reading of the window-cost table: below about 1,024 keys forward and backward get cheaper by far
-    less than the window (an eighth of the keys keeps well over an eighth of the time), while the forward's kernel, timed alone, shrinks
-    at every halving of the window by less than half, the call following it at every width but the one the post
-    names, and wider windows still cost more; a step takes about a millisecond at these widths; and the 1,024-key
-    call's two timings it compares, this table's and the variants benchmark's, lie within 10% of each other."""
+    less than the window (an eighth of the keys keeps well over an eighth of the time), while the forward's kernel,
+    timed alone, shrinks at every halving of the window by less than half, the call following it at every width but
+    the one the post names, and wider windows still cost more; a step takes about a millisecond at these widths;
+    and the 1,024-key call's two timings it compares, this table's and the variants benchmark's, lie within 10% of
+    each other."""
     post = read_post("masking-core.md")
     claim(post, "Below a window of about 1,024 keys a training step, forward and backward, gets cheaper by far less")
     claim(post, "window: an eighth of the keys, 128, took {{ window_step_ms(128) }} against {{ window_step_ms(1024) }}")
