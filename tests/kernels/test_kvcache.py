@@ -792,6 +792,64 @@ def test_a_decode_loop_launches_through_its_first_steps_plans(monkeypatch):
         assert append_args[0] is q and append_args[1] is k and append_args[2] is v
 
 
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_a_plain_paged_step_launches_the_hopper_kernel_through_its_plan(monkeypatch, page_size):
+    """The GPU's host path over CPU tensors, launches stubbed out and the call taken for a Hopper GPU's: a decode loop
+    over pages of 16 launches ``decode_hopper._paged_decode`` (its grid one program a KV head and split, its
+    meta-parameters the Hopper config's, descriptors of one page's rows over the caches, built again each step)
+    and then the merge; pages of 64 keep ``_split_kv``."""
+    from benchmarks.kernels.host_decode import stub_launches
+    from flashdoc.kernels import decode as dk
+    from flashdoc.kernels import decode_hopper
+
+    launches = []
+    stub_launches(monkeypatch.setattr, lambda *launch: launches.append(launch))
+
+    def launch_gluon(kernel, grid, args, meta, num_warps):
+        launches.append(("_paged_decode", "gluon", grid, args, meta))
+        return lambda grid, args, device: launches.append(("_paged_decode", "plan", grid, args))
+
+    monkeypatch.setattr(dk, "launch_gluon", launch_gluon)
+    monkeypatch.setattr(decode_hopper, "_paged_decode", object(), raising=False)
+    # a Hopper GPU with Gluon: everything hopper_takes asks but the device
+    monkeypatch.setattr(dk, "hopper_takes", lambda *a: dk.plain_paged_step(*a[:-2]) and not dk.fills_gpu(a[-2], a[-1]))
+    monkeypatch.setattr(dk, "_plans", {})
+    monkeypatch.setattr(dk, "_append_plans", {})
+    f16 = dict(dtype=torch.float16)
+    pages = 2 * 1024 // page_size
+    k_cache, v_cache = (torch.zeros(pages, page_size, 8, 128, **f16) for _ in range(2))
+    table = torch.arange(pages, dtype=torch.int32).view(2, -1)
+    steps = []
+    for step in range(3):
+        q = torch.randn(2, 1, 32, 128, **f16)
+        k, v = (torch.randn(2, 1, 8, 128, **f16) for _ in range(2))
+        seqlens = torch.tensor([100 + step, 900 + step], dtype=torch.int32)
+        flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens, block_table=table, causal=True)
+        steps.append((q, seqlens))
+    assert len(dk._plans) == 1
+    attention = [launch for launch in launches if launch[0] in ("_paged_decode", "_split_kv")]
+    if page_size != 16:
+        assert [(name, how) for name, how, *_ in attention] == [("_split_kv", "triton")] + [("_split_kv", "plan")] * 2
+        return
+    assert [(name, how) for name, how, *_ in attention] == [("_paged_decode", "gluon")] + [
+        ("_paged_decode", "plan")
+    ] * 2
+    # 2 x 8 programs a split over 1,024 keys of 128-key tiles: the heuristic's splits fill one wave of 132 SMs
+    splits = dk.splits_for(16, 1024, dk.HOPPER_PAGED_CONFIG, 0)
+    assert splits == 8
+    _, _, grid, first_args, meta = attention[0]
+    assert grid == (16, splits)
+    assert meta == dict(GROUP=4, PAGE_SIZE=16, BLOCK_N=128, STAGES=2, SPLIT=True, SEQLENS_TENSOR=True)
+    assert [name for name, *_ in launches].count("_merge_splits") == 3  # the Triton kernel's merge, every step
+    for (q, seqlens), (_, _, grid_now, args, *_) in zip(steps, attention):
+        assert grid_now == grid
+        assert args[0] is q and args[3] is table and args[4] is seqlens
+        for desc, cache in zip(args[1:3], (k_cache, v_cache)):
+            assert desc.base is cache and list(desc.block_shape) == [1, 16, 1, 128]
+        ints = args[9:]  # q's, out's and the table's strides, the table's pages, KV heads, rows, lengths, scale
+        assert ints[:8] == first_args[9:17] and ints[8:10] == (0, 1)  # no int length; one appended token
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # GPU sweep
 # ---------------------------------------------------------------------------------------------------------------
