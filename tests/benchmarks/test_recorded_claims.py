@@ -490,12 +490,11 @@ def test_recording_backs_the_decode_roofline_reading():
     assert smallest == (1, min(c for _, c in points)) and report.shape_label(*smallest) == "1×4k"
     assert checks[paged_claim]["worst"].endswith(f"at {report.shape_label(*smallest)}")
     assert min(paged.values()) == paged[smallest] < 0.97, paged
-    claim(post, "there the slowest page size reads {{ decode_paged_small() }} as fast as the contiguous cache, while")
-    claim(post, "of 16, which the Gluon kernel reads on this card, read {{ decode_paged_small(16) }}.")
+    claim(post, "reads {{ decode_paged_small() }} as fast as the contiguous cache, and pages of 16, which the Gluon")
+    claim(post, "this card, {{ decode_paged_small(16) }}. From 8 × 32k up the slowest page size reads")
     assert any(card in recorded["gpu"] for card in ("H100", "H200")), recorded["gpu"]  # the Gluon kernel ran
     assert readings.decode_paged_ratio(smallest, 16) > paged[smallest] + 0.02, paged
-    claim(post, "From 8 × 32k up the slowest")
-    claim(post, "page size reads {{ decode_paged_large() }} as fast as the contiguous cache.")
+    claim(post, "From 8 × 32k up the slowest page size reads {{ decode_paged_large() }}.")
     large = [r for (b, c), r in paged.items() if b * c >= readings.LARGE_DECODE_TOKENS]
     assert large and min(large) > paged[smallest] and max(large) < 1, paged  # it narrows, paged still behind
     claim(post, "Timed call by call, a call this short can also wait on its host, at points that differ from run")
