@@ -57,13 +57,17 @@ class Config(NamedTuple):
     """A tile config: keys a tile, tiles in the ring (``stages - 1`` in flight) and programs an SM, which with the
     package's heuristic sets the split count."""
 
-    block_n: int = 128
-    stages: int = 3
-    per_sm: int = 1
+    block_n: int
+    stages: int
+    per_sm: int
 
     @classmethod
     def parse(cls, text: str) -> "Config":
         return cls(*(int(x) for x in text.split("x")))
+
+    @classmethod
+    def of(cls, config: dk.DecodeConfig) -> "Config":
+        return cls(config.block_n, config.stages, config.programs_per_sm)
 
     def __str__(self):
         return f"{self.block_n}x{self.stages}x{self.per_sm}"
@@ -75,7 +79,7 @@ class Config(NamedTuple):
 
 
 # the package's config (``decode.HOPPER_PAGED_CONFIG``)
-DEFAULT = Config(dk.HOPPER_PAGED_CONFIG.block_n, dk.HOPPER_PAGED_CONFIG.stages, dk.HOPPER_PAGED_CONFIG.programs_per_sm)
+DEFAULT = Config.of(dk.HOPPER_PAGED_CONFIG)
 
 
 def gluon_call(q, k_cache, v_cache, seqlens, table, config: Config = DEFAULT, splits: int = 0):
