@@ -16,7 +16,8 @@ gradients for a fixed output gradient), and a hash of the bytes of everything th
 should only reorder work (a schedule, a protocol) must leave every bit the same. ``--cases decode`` times decode
 steps instead (``flash_attn_with_kvcache`` at the decode benchmark's shape and split points, a contiguous cache and
 each page size, as CUDA graphs over copies of the caches that L2 cannot hold together, as that benchmark times
-them); ``--mode`` does not apply there.
+them), and ``--cases decode-contiguous`` the contiguous cache alone at every point of that benchmark an 80 GB card
+holds; ``--mode`` does not apply to either.
 
 Prints, per candidate and case, the base's and the candidate's medians over the rounds, the ratio base / candidate
 (above 1: the candidate is faster), and whether the outputs agree. A single candidate is named "new"; several are
@@ -74,6 +75,14 @@ CASES["decode"] = [
     (f"{batch} x {cache // 1024}k {f'pages of {page}' if page else 'contiguous'}", batch, cache, page)
     for batch, cache in DECODE_POINTS
     for page in (None, 16, 64, 256)
+]
+# the contiguous cache alone, at every point of the decode benchmark that an 80 GB card holds: a change to the
+# contiguous path, timed where the batch fills the GPU as well as where splits do
+CASES["decode-contiguous"] = [
+    (f"{batch} x {cache // 1024}k contiguous", batch, cache, None)
+    for batch in (1, 8, 64)
+    for cache in (4096, 32768, 131072)
+    if batch * cache <= 64 * 32768
 ]
 MODES = ("fwd", "fwd_bwd")
 TOKENS, HIDDEN = 16384, 2048
@@ -176,7 +185,9 @@ def main(argv=None):
     cases = CASES[args.cases]
     if args.child:
         readings = (
-            measure_decode(cases, args.smoke) if args.cases == "decode" else measure(cases, args.smoke, args.mode)
+            measure_decode(cases, args.smoke)
+            if args.cases.startswith("decode")
+            else measure(cases, args.smoke, args.mode)
         )
         print(json.dumps(readings))
         return

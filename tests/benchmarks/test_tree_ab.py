@@ -34,6 +34,18 @@ def test_decode_steps_of_two_copies_agree_bit_for_bit(tmp_path, capsys):
     assert all(row.endswith("| yes |") for row in rows)
 
 
+def test_contiguous_decode_steps_cover_every_point_of_the_benchmark_that_fits_80_gb(tmp_path, capsys):
+    """The contiguous decode cases: the decode benchmark's points but 64 x 128k, whose caches alone take 34 GB."""
+    from benchmarks import decode as bench
+
+    points = {(batch, cache) for _, batch, cache, _ in tree_ab.CASES["decode-contiguous"]}
+    assert points == {(b, c) for b in bench.BATCHES for c in bench.CACHES} - {(64, 131072)}
+    _edited_copy(tmp_path)
+    tree_ab.main(["--base", str(tmp_path), "--cases", "decode-contiguous", "--smoke", "--rounds", "1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and " x " in line]
+    assert len(rows) == len(points) and all(row.endswith("| yes |") for row in rows)
+
+
 def _edited_copy(folder: Path) -> None:
     """A copy of the package under folder that differs from this one by a comment: a change that moves no bit."""
     shutil.copytree(ROOT / "flashdoc", folder / "flashdoc", ignore=shutil.ignore_patterns("__pycache__"))
