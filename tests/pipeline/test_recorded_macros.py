@@ -117,6 +117,45 @@ def test_the_call_by_call_reading_against_cudnn(macros, monkeypatch):
         macros["decode_call_vs_cudnn"]("most")
 
 
+def decode_recording(rounds_ms: dict) -> tuple:
+    """A stand-in for ``decode_rows()``: {(batch, cache, method): graph rounds in ms}, each row's median as its
+    graph time."""
+    rows = {
+        key: dict(graph_rounds_ms=ms, graph_tbps=1 / sorted(ms)[len(ms) // 2], batch=key[0], cache=key[1])
+        for key, ms in rounds_ms.items()
+    }
+    return {}, rows
+
+
+def test_the_rounds_against_cudnn_read_where_flashdoc_trails(macros, monkeypatch):
+    recording = decode_recording(
+        {
+            (64, 4096, "flashdoc"): [1.004, 1.003, 1.006],  # trails in every round, 0.3% apart at the most
+            (64, 4096, "sdpa-cudnn"): [1.0, 1.0, 1.0],
+            (1, 4096, "flashdoc"): [0.9, 0.99, 0.95],  # ahead, by far more: not what the macro reads
+            (1, 4096, "sdpa-cudnn"): [1.0, 1.0, 1.0],
+        }
+    )
+    monkeypatch.setattr(recorded, "decode_rows", lambda: recording)
+    rounds = recorded.decode_rounds_against("sdpa-cudnn")
+    assert rounds[(64, 4096)] == [1 / 1.004, 1 / 1.003, 1 / 1.006]
+    assert macros["decode_cudnn_rounds"]("count") == '<span class="measured">three</span>'
+    assert macros["decode_cudnn_rounds"]("spread") == '<span class="measured">0.3%</span>'
+    with pytest.raises(ValueError, match="what is count or spread, got 'least'"):
+        macros["decode_cudnn_rounds"]("least")
+
+
+def test_rounds_that_do_not_pair_up_or_a_flashdoc_never_behind_are_named(macros, monkeypatch):
+    unpaired = decode_recording({(8, 32768, "flashdoc"): [1.0, 1.0], (8, 32768, "sdpa-cudnn"): [1.0, 1.0, 1.0]})
+    monkeypatch.setattr(recorded, "decode_rows", lambda: unpaired)
+    with pytest.raises(ValueError, match="8 x 32768 has 2 flashdoc rounds and 3 of sdpa-cudnn's"):
+        recorded.decode_rounds_against("sdpa-cudnn")
+    ahead = decode_recording({(8, 32768, "flashdoc"): [0.99] * 3, (8, 32768, "sdpa-cudnn"): [1.0] * 3})
+    monkeypatch.setattr(recorded, "decode_rows", lambda: ahead)
+    with pytest.raises(ValueError, match="trails cuDNN nowhere here; reword the prose"):
+        macros["decode_cudnn_rounds"]("count")
+
+
 def test_decode_points_read_as_a_list_in_words():
     assert recorded.decode_points_in_words([(1, 4096)]) == "1 × 4k"
     assert recorded.decode_points_in_words([(1, 4096), (1, 32768), (8, 4096)]) == "1 × 4k, 1 × 32k and 8 × 4k"

@@ -270,6 +270,25 @@ def decode_against(peer: str, key: str = "graph_tbps") -> dict:
     }
 
 
+def decode_rounds_against(peer: str) -> dict:
+    """flashdoc's bandwidth over peer's in each CUDA-graph round, at each point where both have rounds: a list per
+    point. The benchmark rebuilds every method's inputs for each round and rotates their order, so the rounds
+    show how far the ratio moves within one run."""
+    _, rows = decode_rows()
+    out = {}
+    for b, c, m in rows:
+        if m != "flashdoc" or not rows.get((b, c, peer)):
+            continue
+        own, theirs = rows[(b, c, "flashdoc")].get("graph_rounds_ms"), rows[(b, c, peer)].get("graph_rounds_ms")
+        if own and theirs:
+            if len(own) != len(theirs):
+                raise ValueError(
+                    f"decode_rounds_against: {b} x {c} has {len(own)} flashdoc rounds and {len(theirs)} of {peer}'s"
+                )
+            out[(b, c)] = [peer_ms / own_ms for own_ms, peer_ms in zip(own, theirs)]
+    return out
+
+
 # The decode points whose caches hold at least this many tokens in all: the copy-share claim's points
 # (``benchmarks/decode.py``'s COPY_SHARE_MIN_TOKENS, which a test holds this to).
 LARGE_DECODE_TOKENS = 8 * 32768
@@ -513,6 +532,20 @@ def register(env):
         if not behind:
             raise ValueError("decode_cudnn_shortfall: flashdoc trails cuDNN nowhere here; reword the prose")
         return measured(f"{1 - min(behind):.1%}")
+
+    @env.macro
+    def decode_cudnn_rounds(what):
+        """Where flashdoc's graph-timed bandwidth trails cuDNN's, the same ratio round by round: ``count`` (rounds
+        a point, in words), ``spread`` (the widest gap between one point's highest and lowest round, '0.1%')."""
+        rounds = decode_rounds_against("sdpa-cudnn")
+        behind = {p: r for p, r in rounds.items() if decode_against("sdpa-cudnn")[p] < 1}
+        if not behind:
+            raise ValueError("decode_cudnn_rounds: flashdoc trails cuDNN nowhere here; reword the prose")
+        if what == "count":
+            return measured(in_words(min(len(r) for r in behind.values())))
+        if what == "spread":
+            return measured(f"{max(max(r) - min(r) for r in behind.values()):.1%}")
+        raise ValueError(f"decode_cudnn_rounds: what is count or spread, got {what!r}")
 
     @env.macro
     def decode_call_vs_cudnn(what):
