@@ -624,10 +624,11 @@ def test_recording_backs_the_variant_costs():
         assert row(flex_keeps, mode, "ratios")["ratio"] < 0.85, mode
     softcap = "softcap / the same call without"
     claim(post, f'Softcap\'s forward runs at {{{{ variant_ratio("{softcap}", "fwd", causal=False) }}}} the rate')
-    claim(post, "under the causal mask: each at the claim's 0.9×,")
-    claim(post, "above it, or a percent or two below it, nearer the line than two runs of the same kernels agree")
-    for causal in (False, True):
-        assert row(softcap, "fwd", causal=causal)["ratio"] >= 0.98 * 0.9, causal
+    claim(post, "the mask is full, above the claim's 0.9×, and at")
+    claim(post, "under the causal mask, within a few percent of the line: about as near as two timings of the same")
+    # the full mask's ratio clears the line by more than a run's drift; the causal one sits within it
+    assert row(softcap, "fwd", causal=False)["ratio"] >= 0.93, row(softcap, "fwd", causal=False)
+    assert abs(row(softcap, "fwd", causal=True)["ratio"] - 0.9) < 0.03, row(softcap, "fwd", causal=True)
     claim(post, "The baselines are steady: every row is the median")
     claim(post, "of three rounds, timed in an order rotated every round")
     meta = json.loads((GENERATED / "masking/gpu_variants/variants.json").read_text())["meta"]
@@ -736,7 +737,7 @@ def test_recording_backs_the_window_cost_floor():
     narrow_widths = [w for w in rows if w <= 1024]
     # from 1,024 keys down to 256 the forward's kernel sheds time at every halving of the window, but less than half
     # of it (each program's fixed cost stays); the forward and backward shed little of their own
-    claim(post, "The forward alone shrinks with the window all the way down to 128 keys")
+    claim(post, "So does the forward: it shrinks at every halving of the window down to 128 keys, but each")
     claim(post, "halving of the window saves its kernel, timed alone as below, less than half its time.")
     kernel_ms = {w: readings.fixed_cost_program("forward", w)["kernel_us"] / 1e3 for w in narrow_widths}
     for w in (256, 512, 1024):
