@@ -485,8 +485,8 @@ def test_recording_backs_the_decode_roofline_reading():
     assert all(r >= 0.99 for r in by_point.values()), by_point  # behind by a fraction of a percent at most
     claim(post, "those gaps are not the timer's noise: each round of the run builds its inputs afresh")
     claim(post, 'flashdoc trails, all {{ decode_cudnn_rounds("count") }} rounds trail, lying within')
-    rounds = readings.decode_rounds_against("sdpa-cudnn")
-    behind = {p: r for p, r in rounds.items() if by_point[p] < 1}
+    behind = readings.decode_rounds_behind("sdpa-cudnn")
+    assert behind.keys() == {p for p, r in by_point.items() if r < 1}, behind
     assert behind and all(len(r) >= 3 and max(r) < 1 for r in behind.values()), behind
     paged = readings.decode_paged_ratios()
     claim(post, "Paged caches stay within 5% of contiguous ones at every point,")

@@ -289,6 +289,12 @@ def decode_rounds_against(peer: str) -> dict:
     return out
 
 
+def decode_rounds_behind(peer: str) -> dict:
+    """``decode_rounds_against(peer)`` at the points where flashdoc's median graph bandwidth trails peer's."""
+    medians = decode_against(peer)
+    return {p: rounds for p, rounds in decode_rounds_against(peer).items() if medians[p] < 1}
+
+
 # The decode points whose caches hold at least this many tokens in all: the copy-share claim's points
 # (``benchmarks/decode.py``'s COPY_SHARE_MIN_TOKENS, which a test holds this to).
 LARGE_DECODE_TOKENS = 8 * 32768
@@ -537,8 +543,7 @@ def register(env):
     def decode_cudnn_rounds(what):
         """Where flashdoc's graph-timed bandwidth trails cuDNN's, the same ratio round by round: ``count`` (rounds
         a point, in words), ``spread`` (the widest gap between one point's highest and lowest round, '0.1%')."""
-        rounds = decode_rounds_against("sdpa-cudnn")
-        behind = {p: r for p, r in rounds.items() if decode_against("sdpa-cudnn")[p] < 1}
+        behind = decode_rounds_behind("sdpa-cudnn")
         if not behind:
             raise ValueError("decode_cudnn_rounds: flashdoc trails cuDNN nowhere here; reword the prose")
         if what == "count":
