@@ -8,6 +8,7 @@
                                                     # (stale GPU-only ones also as commands that fit ten minutes)
     python -m tools.record_snippets --require-gpu   # refuse to run without a CUDA GPU
     python -m tools.record_snippets --time-limit 540 triton/benchmark   # interrupt (Ctrl-C) after 540 s
+    python -m tools.record_snippets --archive out.tar.gz ...   # pack what is recorded after each snippet
 
 Each snippet runs as ``python <file>`` in a fresh, empty working directory (through ``tools/run_snippet.py``,
 which also notes the modules it imported). What it prints becomes ``stdout.txt``; every file it writes there
@@ -28,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -264,6 +266,17 @@ def check(names: list[str]) -> int:
     return 1 if stale or partial else 0
 
 
+def write_archive(path: Path, snippets: list[Snippet]) -> None:
+    """Pack the outputs of ``snippets`` into the gzipped tar ``path``, named from the repository's root (unpack it
+    there with ``tar xzf``). It is written to a temporary name and then renamed over ``path``, after every snippet,
+    so that a run stopped from outside (a batch job's time limit) leaves a whole archive of what it recorded."""
+    part = path.with_name(path.name + ".part")
+    with tarfile.open(part, "w:gz") as tar:
+        for snip in snippets:
+            tar.add(snip.output_dir, arcname=snip.output_dir.relative_to(outputs.ROOT).as_posix())
+    part.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help="snippet ids like 'attention/numpy_attention' (default: all)")
@@ -279,6 +292,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=1800,
         help="seconds before a snippet is interrupted with Ctrl-C (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--archive",
+        type=Path,
+        metavar="PATH",
+        help="after each snippet, pack every output recorded so far into this .tar.gz (paths from the repository's "
+        "root), for a machine whose results leave as files and whose commands may be stopped at a time limit",
     )
     args = parser.parse_args(argv)
     names = [snippet(n).name for n in args.names]  # fails early, listing the known ones, on a typo
@@ -319,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     outcomes: list[tuple[str, str, float]] = []
+    recorded: list[Snippet] = []
     started = time.perf_counter()
     for i, snip in enumerate(snippets, 1):
         elapsed = format_seconds(time.perf_counter() - started)
@@ -335,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
                 record(snip, result, device)
                 status = "recorded partial outputs: stopped at the time limit" if result.interrupted else "recorded"
                 outcomes.append((snip.name, status, result.seconds))
+                recorded.append(snip)
+                if args.archive:
+                    write_archive(args.archive, recorded)
         print(f"      {outcomes[-1][1]} in {outcomes[-1][2]:.1f} s", flush=True)
 
     width = max(len(name) for name, _, _ in outcomes)

@@ -116,6 +116,36 @@ def test_check_lists_outputs_of_a_run_stopped_at_its_time_limit(sandbox, tmp_pat
     assert "every recorded output is fresh" in capsys.readouterr().out
 
 
+def test_archive_holds_what_was_recorded_before_a_run_is_stopped(sandbox, tmp_path, monkeypatch):
+    """``--archive`` packs the outputs recorded so far after every snippet, named from the repository's root: a
+    snippet that fails adds nothing, and a run stopped from outside leaves an archive of what came before."""
+    import tarfile
+
+    from tools import record_snippets
+
+    sandbox.path.with_name("broken.py").write_text('raise SystemExit("no GPU here")\n')
+    sandbox.path.with_name("stopped.py").write_text("print(1)\n")
+    run = record_snippets.run_snippet
+
+    def stopped_at_the_third(snip, *args, **kwargs):
+        if snip.name == "demo/stopped":
+            raise KeyboardInterrupt  # as a batch job's time limit stops the whole run
+        return run(snip, *args, **kwargs)
+
+    monkeypatch.setattr(record_snippets, "run_snippet", stopped_at_the_third)
+    archive = tmp_path / "outputs.tar.gz"
+    with pytest.raises(KeyboardInterrupt):
+        record_snippets.main(["demo/hello", "demo/broken", "demo/stopped", "--archive", str(archive)])
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == [
+            f"docs/generated/demo/hello{name}" for name in ("", "/provenance.json", "/stdout.txt", "/table.md")
+        ]
+        assert tar.extractfile("docs/generated/demo/hello/stdout.txt").read() == b"hello\n"
+        provenance = json.loads(tar.extractfile("docs/generated/demo/hello/provenance.json").read())
+    assert provenance["source_sha256"] == sandbox.source_sha256
+    assert not archive.with_name("outputs.tar.gz.part").exists()
+
+
 def test_gpu_recordings_are_batched_into_ten_minute_calls():
     """Stale GPU-only outputs are listed as recording commands whose snippets' last recorded times fit one call:
     longest first, each into the first command with room; a snippet never recorded on a GPU gets one alone."""
