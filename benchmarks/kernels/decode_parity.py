@@ -8,11 +8,15 @@ The recorded benchmark (``benchmarks/decode.py``) times each method in three rou
 the points where the cache is large both kernels read it near the memory's peak, so its flashdoc / cuDNN ratio
 lands on either side of 1.0 from one recording to the next. This times, at the benchmark's shape (bf16, 32 query
 heads over 8 KV heads, d = 128, one query) and with its graph timer (20 calls in one CUDA graph, cycling over copies
-of the inputs that L2 cannot hold together), four methods in every round, in an order rotated each round:
+of the inputs that L2 cannot hold together), five methods in every round, in an order rotated each round:
 
 - ``flashdoc``: ``flash_attn_with_kvcache`` on flash-attn's cache layout (B, S, Hk, D), as the benchmark times it;
 - ``flashdoc-head-major``: the same call on a strided view of caches laid out as SDPA's are, (B, Hk, S, D), where
   each KV head's keys are one contiguous run: the bytes cuDNN reads, in the order it finds them;
+- ``flashdoc-full-cache``: the same call without ``cache_seqlens``, which the benchmark's full caches allow: the
+  kernel then takes each sequence's length as a constant where the other reads it from memory before it can bound
+  its loop and issue its first loads. Where the batch fills the GPU, each SM runs several programs one after the
+  other, and pays that load's latency at the start of each; cuDNN, which SDPA gives no lengths, pays none;
 - ``cudnn`` and ``cudnn-again``: SDPA's cuDNN backend twice, on inputs of their own. Their ratio is an A/A
   comparison: what one round's ratio moves by when nothing differs but the run.
 
@@ -45,11 +49,19 @@ def head_major_cache(batch, cache, seed=0):
     return q, k_major, v_major, seqlens, table
 
 
+def full_cache_call(q, k_cache, v_cache, seqlens, table):
+    """``bench.flashdoc_call`` without the lengths: every sequence of ``bench.make_cache``'s caches is full."""
+    if not bool((seqlens == k_cache.shape[1]).all()):
+        raise ValueError("full_cache_call: every sequence must fill its cache, or the call would read past it")
+    return bench.flashdoc_call(q, k_cache, v_cache, None, table)
+
+
 def builders(batch, cache):
     """The methods' call builders: ``build(i)`` makes the i-th copy of a method's inputs and returns its call."""
     return {
         "flashdoc": lambda i: bench.flashdoc_call(*bench.make_cache(batch, cache, seed=i)),
         "flashdoc-head-major": lambda i: bench.flashdoc_call(*head_major_cache(batch, cache, seed=i)),
+        "flashdoc-full-cache": lambda i: full_cache_call(*bench.make_cache(batch, cache, seed=i)),
         "cudnn": lambda i: bench.sdpa_call("CUDNN_ATTENTION", *bench.make_cache(batch, cache, seed=i)[:3]),
         "cudnn-again": lambda i: bench.sdpa_call("CUDNN_ATTENTION", *bench.make_cache(batch, cache, seed=i)[:3]),
     }
@@ -113,8 +125,8 @@ def main(argv=None):
     print(torch.cuda.get_device_name(), f"torch {torch.__version__}", flush=True)
     raw, results = {}, {}
     for batch, cache in bench.points(False, a.points):
-        if not bench.fits(batch, cache, copies=5):
-            print(f"skip {batch} x {cache}: four methods' inputs do not fit", flush=True)
+        if not bench.fits(batch, cache, copies=6):
+            print(f"skip {batch} x {cache}: five methods' inputs do not fit", flush=True)
             continue
         times = time_point(batch, cache, a.rounds, log=lambda line: print(line, flush=True))
         raw[f"{batch}x{cache}"] = times

@@ -21,6 +21,16 @@ def test_head_major_caches_hold_the_same_values_in_sdpa_order():
     torch.testing.assert_close(out_major, out, rtol=1e-5, atol=1e-5)
 
 
+def test_full_cache_call_computes_the_step_without_lengths_and_refuses_a_short_sequence():
+    with bench.smoke_shape():
+        q, k, v, seqlens, table = bench.make_cache(2, 64, seed=5)
+        out = bench.flashdoc_call(q, k, v, seqlens, table)()
+        out_full = exp.full_cache_call(q, k, v, seqlens, table)()
+        with pytest.raises(ValueError, match="every sequence must fill its cache"):
+            exp.full_cache_call(q, k, v, seqlens - 1, table)
+    assert torch.equal(out_full, out)
+
+
 def test_summary_ratios_are_the_baselines_time_over_each_methods_in_the_same_round():
     times = {"cudnn": [2.0, 2.0, 4.0], "a": [1.0, 2.0, 5.0], "cudnn-again": [2.0, 2.0, 4.0]}
     s = exp.summarize(times)
