@@ -301,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
         "root), for a machine whose results leave as files and whose commands may be stopped at a time limit",
     )
     args = parser.parse_args(argv)
+    if args.archive and not args.archive.parent.is_dir():
+        parser.error(
+            f"--archive: the folder {args.archive.parent} does not exist; create it, or name a file in one that does"
+        )
     names = [snippet(n).name for n in args.names]  # fails early, listing the known ones, on a typo
     if args.check:
         return check(names)

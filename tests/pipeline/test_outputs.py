@@ -146,6 +146,16 @@ def test_archive_holds_what_was_recorded_before_a_run_is_stopped(sandbox, tmp_pa
     assert not archive.with_name("outputs.tar.gz.part").exists()
 
 
+def test_archive_in_a_missing_folder_is_refused_before_anything_runs(sandbox, tmp_path, capsys):
+    from tools.record_snippets import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["demo/hello", "--archive", str(tmp_path / "nowhere" / "out.tar.gz")])
+    assert stopped.value.code == 2
+    assert f"--archive: the folder {tmp_path / 'nowhere'} does not exist" in capsys.readouterr().err
+    assert not sandbox.output_dir.exists()
+
+
 def test_gpu_recordings_are_batched_into_ten_minute_calls():
     """Stale GPU-only outputs are listed as recording commands whose snippets' last recorded times fit one call:
     longest first, each into the first command with room; a snippet never recorded on a GPU gets one alone."""
