@@ -276,10 +276,10 @@ def decode_rounds_against(peer: str) -> dict:
     show how far the ratio moves within one run."""
     _, rows = decode_rows()
     out = {}
-    for b, c, m in rows:
-        if m != "flashdoc" or not rows.get((b, c, peer)):
+    for (b, c, m), row in rows.items():
+        if m != "flashdoc" or (b, c, peer) not in rows:
             continue
-        own, theirs = rows[(b, c, "flashdoc")].get("graph_rounds_ms"), rows[(b, c, peer)].get("graph_rounds_ms")
+        own, theirs = row.get("graph_rounds_ms"), rows[(b, c, peer)].get("graph_rounds_ms")
         if own and theirs:
             if len(own) != len(theirs):
                 raise ValueError(
