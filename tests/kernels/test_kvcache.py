@@ -280,8 +280,9 @@ def test_tma_pages_need_a_descriptor_layout():
 
 
 def test_plain_paged_step_is_what_the_hopper_kernel_takes():
-    """The Gluon kernel's calls (``decode.plain_paged_step``): one query over pages of 16 with no option beyond the
-    causal flag and a window's right edge; any other option, shape or layout keeps ``_split_kv``."""
+    """The Gluon kernel's calls (``decode.plain_paged_step``): one query over pages of ``HOPPER_PAGE_SIZES`` rows with
+    no option beyond the causal flag and a window's right edge; any other option, shape or layout keeps
+    ``_split_kv``."""
     q = torch.zeros(2, 1, 32, 128, dtype=torch.bfloat16)
     cache = torch.zeros(64, 16, 8, 128, dtype=torch.bfloat16)
     table = torch.zeros(2, 32, dtype=torch.int32)
@@ -302,6 +303,10 @@ def test_plain_paged_step_is_what_the_hopper_kernel_takes():
     half = torch.zeros(64, 16, 8, 64, dtype=torch.float16)
     assert decode.plain_paged_step(**{**plain, "q": q[..., :64].half(), "k_cache": half, "v_cache": half,
                                       "out": q[..., :64].half()})  # fmt: skip
+    for page_size in (32, 64, 256):  # pages smaller than a tile, or holding whole tiles: as the table lists them
+        pages = torch.zeros(8, page_size, 8, 128, dtype=torch.bfloat16)
+        taken = decode.plain_paged_step(**{**plain, "k_cache": pages, "v_cache": pages})
+        assert taken == (page_size in decode.HOPPER_PAGE_SIZES), page_size
     mqa = torch.zeros(64, 16, 1, 128, dtype=torch.bfloat16)
     q64 = torch.zeros(2, 1, 64, 128, dtype=torch.bfloat16)
     assert decode.plain_paged_step(**{**plain, "q": q64, "k_cache": mqa, "v_cache": mqa, "out": q64})
@@ -313,7 +318,6 @@ def test_plain_paged_step_is_what_the_hopper_kernel_takes():
     q65 = torch.zeros(2, 1, 65, 128, dtype=torch.bfloat16)
     for change in (
         {"block_table": None},  # contiguous
-        {"k_cache": torch.zeros(16, 64, 8, 128, dtype=torch.bfloat16)},  # pages of 64
         {"q": q2, "out": torch.empty_like(q2)},  # two queries
         {"window_size": (100, -1)},
         {"softcap": 30.0},
@@ -793,12 +797,13 @@ def test_a_decode_loop_launches_through_its_first_steps_plans(monkeypatch):
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="runs the GPU host path over CPU tensors, launches stubbed out")
-@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("page_size", [16, 32, 64, 256])
 def test_a_plain_paged_step_launches_the_hopper_kernel_through_its_plan(monkeypatch, page_size):
     """The GPU's host path over CPU tensors, launches stubbed out and the call taken for a Hopper GPU's: a decode loop
-    over pages of 16 launches ``decode_hopper._paged_decode`` (its grid one program a KV head and split, its
-    meta-parameters the Hopper config's, descriptors of one page's rows over the caches, built again each step)
-    and then the merge; pages of 64 keep ``_split_kv``."""
+    over pages of ``HOPPER_PAGE_SIZES`` rows launches ``decode_hopper._paged_decode`` (its grid one program a KV
+    head and split, its meta-parameters the Hopper config's, descriptors of one page's rows, or of one tile's rows of
+    a page that holds whole tiles, over the caches, built again each step) and then the merge; other pages keep
+    ``_split_kv``."""
     from benchmarks.kernels.host_decode import stub_launches
     from flashdoc.kernels import decode as dk
     from flashdoc.kernels import decode_hopper
@@ -829,7 +834,7 @@ def test_a_plain_paged_step_launches_the_hopper_kernel_through_its_plan(monkeypa
         steps.append((q, seqlens))
     assert len(dk._plans) == 1
     attention = [launch for launch in launches if launch[0] in ("_paged_decode", "_split_kv")]
-    if page_size != 16:
+    if page_size not in dk.HOPPER_PAGE_SIZES:
         assert [(name, how) for name, how, *_ in attention] == [("_split_kv", "triton")] + [("_split_kv", "plan")] * 2
         return
     assert [(name, how) for name, how, *_ in attention] == [("_paged_decode", "gluon")] + [
@@ -840,13 +845,13 @@ def test_a_plain_paged_step_launches_the_hopper_kernel_through_its_plan(monkeypa
     assert splits == 8
     _, _, grid, first_args, meta = attention[0]
     assert grid == (16, splits)
-    assert meta == dict(GROUP=4, PAGE_SIZE=16, BLOCK_N=128, STAGES=2, SPLIT=True, SEQLENS_TENSOR=True)
+    assert meta == dict(GROUP=4, PAGE_SIZE=page_size, BLOCK_N=128, STAGES=2, SPLIT=True, SEQLENS_TENSOR=True)
     assert [name for name, *_ in launches].count("_merge_splits") == 3  # the Triton kernel's merge, every step
     for (q, seqlens), (_, _, grid_now, args, *_) in zip(steps, attention):
         assert grid_now == grid
         assert args[0] is q and args[3] is table and args[4] is seqlens
         for desc, cache in zip(args[1:3], (k_cache, v_cache)):
-            assert desc.base is cache and list(desc.block_shape) == [1, 16, 1, 128]
+            assert desc.base is cache and list(desc.block_shape) == [1, min(page_size, 128), 1, 128]
         ints = args[9:]  # q's, out's and the table's strides, the table's pages, KV heads, rows, lengths, scale
         assert ints[:8] == first_args[9:17] and ints[8:10] == (0, 1)  # no int length; one appended token
 
@@ -964,6 +969,32 @@ def test_gpu_plain_paged_step(monkeypatch, dtype, head_dim, heads, num_splits):
         poison=True,
     )
     assert taken == [_on_hopper()]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [0, 1, 3])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("page_size", [64, 256])
+def test_gpu_plain_paged_step_over_pages_of_tiles(monkeypatch, page_size, head_dim, num_splits):
+    """A plain step over pages of 64 rows (a 128-key tile over two pages) and of 256 (pages of two tiles each), on
+    the kernel ``HOPPER_PAGE_SIZES`` routes it to: NaN past each sequence, a sequence of one key, and one whose
+    last tile runs past its block table (1,000 keys over pages that end at 1,024)."""
+    taken = _record_hopper_takes(monkeypatch)
+    check(
+        torch.bfloat16,
+        batch=3,
+        n_heads=32,
+        n_kv=8,
+        head_dim=head_dim,
+        cache_len=1000,
+        lens=(999, 0, 517),
+        seqlen_new=1,
+        page_size=page_size,
+        causal=True,
+        num_splits=num_splits,
+        poison=True,
+    )
+    assert taken == [page_size in decode.HOPPER_PAGE_SIZES and _on_hopper()]
 
 
 @pytest.mark.gpu
