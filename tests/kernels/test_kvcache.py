@@ -944,6 +944,25 @@ def _on_hopper() -> bool:
     return gluon_support.ALLOWED and torch.cuda.get_device_capability()[0] == 9
 
 
+def _plain_paged_step(dtype, page_size, head_dim, heads, num_splits):
+    """``check`` on a plain step over a paged cache: NaN past each sequence, a sequence of one key (the appended
+    one), and one whose last tile runs past its block table (1,000 keys over the pages the table holds)."""
+    check(
+        dtype,
+        batch=3,
+        n_heads=heads[0],
+        n_kv=heads[1],
+        head_dim=head_dim,
+        cache_len=1000,
+        lens=(999, 0, 517),
+        seqlen_new=1,
+        page_size=page_size,
+        causal=True,
+        num_splits=num_splits,
+        poison=True,
+    )
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_splits", [0, 1, 3])
 @pytest.mark.parametrize("heads", [(8, 8), (32, 8), (64, 1)], ids=["mha", "gqa4", "mqa64"])
@@ -954,20 +973,7 @@ def test_gpu_plain_paged_step(monkeypatch, dtype, head_dim, heads, num_splits):
     sequence, a sequence of one key, one whose last tile runs past its block table (1,000 keys over 63 pages of
     16), one split (the output written directly), three, and the heuristic's."""
     taken = _record_hopper_takes(monkeypatch)
-    check(
-        dtype,
-        batch=3,
-        n_heads=heads[0],
-        n_kv=heads[1],
-        head_dim=head_dim,
-        cache_len=1000,
-        lens=(999, 0, 517),
-        seqlen_new=1,
-        page_size=16,
-        causal=True,
-        num_splits=num_splits,
-        poison=True,
-    )
+    _plain_paged_step(dtype, 16, head_dim, heads, num_splits)
     assert taken == [_on_hopper()]
 
 
@@ -980,20 +986,7 @@ def test_gpu_plain_paged_step_over_pages_of_tiles(monkeypatch, page_size, head_d
     the kernel ``HOPPER_PAGE_SIZES`` routes it to: NaN past each sequence, a sequence of one key, and one whose
     last tile runs past its block table (1,000 keys over pages that end at 1,024)."""
     taken = _record_hopper_takes(monkeypatch)
-    check(
-        torch.bfloat16,
-        batch=3,
-        n_heads=32,
-        n_kv=8,
-        head_dim=head_dim,
-        cache_len=1000,
-        lens=(999, 0, 517),
-        seqlen_new=1,
-        page_size=page_size,
-        causal=True,
-        num_splits=num_splits,
-        poison=True,
-    )
+    _plain_paged_step(torch.bfloat16, page_size, head_dim, (32, 8), num_splits)
     assert taken == [page_size in decode.HOPPER_PAGE_SIZES and _on_hopper()]
 
 
